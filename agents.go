@@ -1,0 +1,383 @@
+package thrum
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/thrumhq/thrum/eventlog"
+	"github.com/thrumhq/thrum/identity"
+	"github.com/thrumhq/thrum/rpc"
+	"github.com/thrumhq/thrum/store"
+)
+
+// Agent kinds.
+const (
+	KindAgent = "agent"
+	KindUser  = "user"
+)
+
+// callerID returns the caller's agent ID, or an error that says how to
+// identify.
+func (n *Node) callerID(ctx context.Context, what string) (string, error) {
+	c, ok := CallerFrom(ctx)
+	if !ok {
+		return "", unauthenticated("%s needs the calling agent: pass caller_agent_id, call auth on the connection, or set THRUM_NAME", what)
+	}
+	return identity.NormalizeAgentID(c.AgentID), nil
+}
+
+// callerSession returns the caller and its session: the one pinned in the
+// caller, else the agent's most recent active session.
+func (n *Node) callerSession(ctx context.Context) (string, *store.Session, error) {
+	id, err := n.callerID(ctx, "this call")
+	if err != nil {
+		return "", nil, err
+	}
+	c, _ := CallerFrom(ctx)
+	if c.SessionID != "" {
+		s, err := n.store.Session(ctx, c.SessionID)
+		if err == nil && s.AgentID == id && s.EndedAt == "" {
+			return id, s, nil
+		}
+	}
+	ss, err := n.store.Sessions(ctx, id, true)
+	if err != nil {
+		return "", nil, internal("find session", err)
+	}
+	if len(ss) == 0 {
+		return "", nil, conflict("no active session found for %s: start one with session.start (thrum session start)", id)
+	}
+	return id, &ss[0], nil
+}
+
+// RegisterAgent registers an agent, or updates it when the same agent
+// returns (same role and module, or re_register). A different agent
+// holding the ID is a conflict unless force is set. Successful
+// registrations issue a token, the agent's secret for authenticating.
+func (n *Node) RegisterAgent(ctx context.Context, p *rpc.RegisterAgentParams) (*rpc.RegisterAgentResult, error) {
+	if err := identity.ValidateRole("role", p.Role); err != nil {
+		return nil, invalid("%v", err)
+	}
+	if err := identity.ValidateRole("module", p.Module); err != nil {
+		return nil, invalid("%v", err)
+	}
+	if p.Name != "" {
+		if err := identity.ValidateName(p.Name); err != nil {
+			return nil, invalid("%v", err)
+		}
+		if p.Name == p.Role {
+			return nil, invalid("agent name %q equals its role: choose a name that differs from the role", p.Name)
+		}
+	}
+	id := identity.AgentID(n.opts.RepoID, p.Role, p.Module, p.Name)
+	if n.dirc.hasGroup(id) {
+		return nil, conflict("agent name %q is taken by a group: choose another name", id)
+	}
+	n.ctlMu.Lock()
+	defer n.ctlMu.Unlock()
+	existing, err := n.store.Agent(ctx, id)
+	if err != nil && !isNotFound(err) {
+		return nil, internal("register agent", err)
+	}
+	status := "registered"
+	typ := eventlog.TypeAgentRegister
+	if existing != nil {
+		if existing.Kind != KindAgent {
+			return nil, conflict("%q is a user, not an agent", id)
+		}
+		same := existing.Role == p.Role && existing.Module == p.Module
+		if !same && !p.Force && !p.ReRegister {
+			return &rpc.RegisterAgentResult{AgentID: id, Status: "conflict", Conflict: &rpc.AgentConflict{
+				ExistingAgentID: existing.AgentID,
+				RegisteredAt:    existing.RegisteredAt,
+				LastSeenAt:      existing.LastSeenAt,
+			}}, nil
+		}
+		status, typ = "updated", eventlog.TypeAgentUpdate
+	}
+	token := identity.NewToken()
+	if err := n.append(ctx, &eventlog.Event{Type: typ, Payload: eventlog.AgentRegister{
+		AgentID: id, Kind: KindAgent, Name: p.Name, Role: p.Role, Module: p.Module,
+		Display: p.Display, RepoID: n.opts.RepoID, TokenHash: identity.HashToken(token),
+	}}); err != nil {
+		return nil, err
+	}
+	return &rpc.RegisterAgentResult{AgentID: id, Status: status, Token: token}, nil
+}
+
+// Authenticate returns the identity a token belongs to.
+func (n *Node) Authenticate(ctx context.Context, token string) (string, error) {
+	if token == "" {
+		return "", unauthenticated("token is required")
+	}
+	id, err := n.store.AgentByToken(ctx, identity.HashToken(token))
+	if isNotFound(err) {
+		return "", unauthenticated("invalid token: register again (thrum quickstart) to get a new one")
+	}
+	if err != nil {
+		return "", internal("authenticate", err)
+	}
+	return id, nil
+}
+
+func (n *Node) agentInfo(a *store.Agent) rpc.AgentInfo {
+	return rpc.AgentInfo{
+		AgentID: a.AgentID, Kind: a.Kind, Name: a.Name, Role: a.Role, Module: a.Module,
+		Display: a.Display, RegisteredAt: a.RegisteredAt, LastSeenAt: a.LastSeenAt,
+		Status: n.status(a.LastSeenAt),
+	}
+}
+
+// status is "active" when lastSeen is within DefaultActiveWindow.
+func (n *Node) status(lastSeen string) string {
+	t, err := eventlog.ParseTime(lastSeen)
+	if err != nil || n.now().Sub(t) >= DefaultActiveWindow {
+		return "offline"
+	}
+	return "active"
+}
+
+// ListAgents lists agents and users, optionally by role and module.
+func (n *Node) ListAgents(ctx context.Context, p *rpc.ListAgentsParams) (*rpc.ListAgentsResult, error) {
+	agents, err := n.store.Agents(ctx, p.Role, p.Module)
+	if err != nil {
+		return nil, internal("list agents", err)
+	}
+	out := &rpc.ListAgentsResult{Agents: make([]rpc.AgentInfo, 0, len(agents))}
+	for i := range agents {
+		out.Agents = append(out.Agents, n.agentInfo(&agents[i]))
+	}
+	return out, nil
+}
+
+// Whoami reports the caller and its active session.
+func (n *Node) Whoami(ctx context.Context, _ *rpc.WhoamiParams) (*rpc.WhoamiResult, error) {
+	c, ok := CallerFrom(ctx)
+	if !ok {
+		return nil, unauthenticated("resolve identity: no agent identity: set THRUM_NAME, or run thrum quickstart --name NAME --role ROLE --module MODULE")
+	}
+	id := identity.NormalizeAgentID(c.AgentID)
+	a, err := n.store.Agent(ctx, id)
+	if isNotFound(err) {
+		return nil, notFound("resolve identity: agent %q is not registered: run thrum quickstart", id)
+	}
+	if err != nil {
+		return nil, internal("whoami", err)
+	}
+	src := c.Source
+	if src == "" {
+		src = string(identity.SourceIdentityFile)
+	}
+	out := &rpc.WhoamiResult{AgentID: a.AgentID, Role: a.Role, Module: a.Module, Display: a.Display, Source: src}
+	if _, s, err := n.callerSession(ctx); err == nil {
+		out.SessionID, out.SessionStart = s.SessionID, s.StartedAt
+	}
+	return out, nil
+}
+
+// ListContext lists the work contexts of active sessions.
+func (n *Node) ListContext(ctx context.Context, p *rpc.ListContextParams) (*rpc.ListContextResult, error) {
+	wcs, err := n.store.WorkContexts(ctx, identity.NormalizeAgentID(p.AgentID), p.Branch, p.File)
+	if err != nil {
+		return nil, internal("list contexts", err)
+	}
+	out := &rpc.ListContextResult{Contexts: make([]rpc.WorkContext, 0, len(wcs))}
+	for _, w := range wcs {
+		c := rpc.WorkContext{
+			SessionID: w.SessionID, AgentID: w.AgentID, Branch: w.Branch, WorktreePath: w.WorktreePath,
+			GitUpdatedAt: w.GitUpdatedAt, CurrentTask: w.CurrentTask, TaskUpdatedAt: w.TaskUpdatedAt,
+			Intent: w.Intent, IntentUpdatedAt: w.IntentUpdatedAt,
+			UnmergedCommits: []rpc.CommitSummary{}, UncommittedFiles: []string{}, ChangedFiles: []string{},
+		}
+		decodeJSONInto(w.UnmergedCommits, &c.UnmergedCommits)
+		decodeJSONInto(w.UncommittedFiles, &c.UncommittedFiles)
+		decodeJSONInto(w.ChangedFiles, &c.ChangedFiles)
+		out.Contexts = append(out.Contexts, c)
+	}
+	return out, nil
+}
+
+// DeleteAgent removes an agent: an agent.cleanup event, and its identity
+// file if Options.IdentityDir is set. Its messages stay in the log and
+// the projection: the log is append-only, and a rebuild must give the
+// same projection.
+func (n *Node) DeleteAgent(ctx context.Context, p *rpc.DeleteAgentParams) (*rpc.DeleteAgentResult, error) {
+	if p.Name == "" {
+		return nil, invalid("agent name is required")
+	}
+	name := identity.NormalizeAgentID(p.Name)
+	if err := identity.ValidateRole("agent name", name); err != nil {
+		return nil, invalid("invalid agent name: %v", err)
+	}
+	n.ctlMu.Lock()
+	defer n.ctlMu.Unlock()
+	a, err := n.store.Agent(ctx, name)
+	if isNotFound(err) || err == nil && a.Kind != KindAgent {
+		return nil, notFound("agent not found: %s", name)
+	}
+	if err != nil {
+		return nil, internal("delete agent", err)
+	}
+	if err := n.deleteAgents(ctx, []string{name}, "deleted"); err != nil {
+		return nil, err
+	}
+	return &rpc.DeleteAgentResult{AgentID: name, Deleted: true, Message: fmt.Sprintf("Agent %s deleted", name)}, nil
+}
+
+// deleteAgents appends agent.cleanup events (ending their sessions) and
+// removes identity files. Called with ctlMu held.
+func (n *Node) deleteAgents(ctx context.Context, ids []string, reason string) error {
+	var evs []*eventlog.Event
+	for _, id := range ids {
+		ss, err := n.store.Sessions(ctx, id, true)
+		if err != nil {
+			return internal("delete agent", err)
+		}
+		for _, s := range ss {
+			evs = append(evs, &eventlog.Event{Type: eventlog.TypeSessionEnd, Payload: eventlog.SessionEnd{
+				SessionID: s.SessionID, AgentID: id, Reason: "superseded"}})
+		}
+		evs = append(evs, &eventlog.Event{Type: eventlog.TypeAgentCleanup, Payload: eventlog.AgentCleanup{AgentID: id, Reason: reason}})
+	}
+	if err := n.append(ctx, evs...); err != nil {
+		return err
+	}
+	if n.opts.IdentityDir != "" {
+		for _, id := range ids {
+			if err := os.Remove(identity.Path(n.opts.IdentityDir, id)); err != nil && !errors.Is(err, os.ErrNotExist) && n.opts.Logger != nil {
+				n.opts.Logger.Warn("thrum: remove identity file", "agent", id, "err", err)
+			}
+		}
+	}
+	return nil
+}
+
+// CleanupAgents finds orphaned agents — identity file gone (when
+// Options.IdentityDir is set), worktree gone, or not seen for threshold
+// days — and deletes them when force is set and dry_run is not.
+func (n *Node) CleanupAgents(ctx context.Context, p *rpc.CleanupAgentsParams) (*rpc.CleanupAgentsResult, error) {
+	if p.Threshold < 0 {
+		return nil, invalid("threshold must be a number of days, 0 or more")
+	}
+	days := p.Threshold
+	if days == 0 {
+		days = DefaultCleanupDays
+	}
+	n.ctlMu.Lock()
+	defer n.ctlMu.Unlock()
+	agents, err := n.store.Agents(ctx, "", "")
+	if err != nil {
+		return nil, internal("cleanup", err)
+	}
+	out := &rpc.CleanupAgentsResult{Orphans: []rpc.OrphanAgent{}, Deleted: []string{}, DryRun: p.DryRun || !p.Force}
+	now := n.now()
+	for _, a := range agents {
+		if a.Kind != KindAgent {
+			continue
+		}
+		o := rpc.OrphanAgent{AgentID: a.AgentID, Role: a.Role, Module: a.Module, LastSeenAt: a.LastSeenAt}
+		if t, err := eventlog.ParseTime(a.LastSeenAt); err == nil {
+			o.DaysSinceLastSeen = int(now.Sub(t) / (24 * time.Hour))
+		}
+		stale := o.DaysSinceLastSeen >= days
+		fileMissing := false
+		if n.opts.IdentityDir != "" {
+			_, err := os.Stat(identity.Path(n.opts.IdentityDir, a.AgentID))
+			fileMissing = errors.Is(err, os.ErrNotExist)
+		}
+		if wcs, err := n.store.WorkContexts(ctx, a.AgentID, "", ""); err == nil && len(wcs) > 0 {
+			o.Worktree, o.Branch = filepath.Base(wcs[0].WorktreePath), wcs[0].Branch
+			if wcs[0].WorktreePath != "" {
+				_, err := os.Stat(wcs[0].WorktreePath)
+				o.WorktreeMissing = errors.Is(err, os.ErrNotExist)
+			}
+		}
+		if !stale && !fileMissing && !o.WorktreeMissing {
+			continue
+		}
+		if o.MessageCount, err = n.store.MessageCount(ctx, a.AgentID); err != nil {
+			return nil, internal("cleanup", err)
+		}
+		out.Orphans = append(out.Orphans, o)
+	}
+	if !out.DryRun && len(out.Orphans) > 0 {
+		ids := make([]string, len(out.Orphans))
+		for i, o := range out.Orphans {
+			ids[i] = o.AgentID
+		}
+		if err := n.deleteAgents(ctx, ids, "cleanup"); err != nil {
+			return nil, err
+		}
+		out.Deleted = ids
+	}
+	switch {
+	case len(out.Orphans) == 0:
+		out.Message = "No orphaned agents found"
+	case out.DryRun:
+		out.Message = fmt.Sprintf("Found %d orphaned agent(s); run with force to delete them", len(out.Orphans))
+	default:
+		out.Message = fmt.Sprintf("Deleted %d orphaned agent(s)", len(out.Deleted))
+	}
+	return out, nil
+}
+
+var usernameRE = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,32}$`)
+
+// RegisterUser registers a human user (idempotently) and issues a token.
+// The daemon offers it over WebSocket only.
+func (n *Node) RegisterUser(ctx context.Context, p *rpc.RegisterUserParams) (*rpc.RegisterUserResult, error) {
+	if p.Username == "" {
+		return nil, invalid("username is required")
+	}
+	if strings.HasPrefix(p.Username, "agent:") {
+		return nil, invalid("username cannot start with 'agent:' prefix")
+	}
+	if !usernameRE.MatchString(p.Username) {
+		return nil, invalid("invalid username format: use 1-32 of a-z, A-Z, 0-9, _ and -")
+	}
+	id := "user:" + p.Username
+	n.ctlMu.Lock()
+	defer n.ctlMu.Unlock()
+	existing, err := n.store.Agent(ctx, id)
+	if err != nil && !isNotFound(err) {
+		return nil, internal("register user", err)
+	}
+	status, typ, display := "registered", eventlog.TypeAgentRegister, p.Display
+	if existing != nil {
+		status, typ = "existing", eventlog.TypeAgentUpdate
+		if display == "" {
+			display = existing.Display
+		}
+	}
+	token := identity.NewToken()
+	if err := n.append(ctx, &eventlog.Event{Type: typ, Payload: eventlog.AgentRegister{
+		AgentID: id, Kind: KindUser, Name: p.Username, Display: display, TokenHash: identity.HashToken(token),
+	}}); err != nil {
+		return nil, err
+	}
+	return &rpc.RegisterUserResult{UserID: id, Username: p.Username, DisplayName: display, Token: token, Status: status}, nil
+}
+
+// IdentifyUser reads the user's name and email from git config in
+// Options.RepoDir.
+func (n *Node) IdentifyUser(ctx context.Context, _ *rpc.IdentifyUserParams) (*rpc.IdentifyUserResult, error) {
+	name, _ := gitOutput(ctx, n.opts.RepoDir, "config", "user.name")
+	if name == "" {
+		return nil, notFound("git config user.name not set: run git config user.name \"Your Name\"")
+	}
+	email, _ := gitOutput(ctx, n.opts.RepoDir, "config", "user.email")
+	username := strings.ToLower(strings.Join(strings.Fields(name), "-"))
+	username = strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_' || r == '-' {
+			return r
+		}
+		return -1
+	}, username)
+	return &rpc.IdentifyUserResult{Username: username, Email: email, Display: name}, nil
+}

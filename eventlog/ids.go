@@ -1,0 +1,54 @@
+package eventlog
+
+import (
+	crand "crypto/rand"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+)
+
+// ids hands out ULIDs that increase strictly within this process, even
+// when the wall clock steps back: the time used is never less than the last
+// one handed out.
+var ids = func() *idSource {
+	var seed [32]byte
+	if _, err := crand.Read(seed[:]); err != nil {
+		panic("eventlog: crypto/rand failed: " + err.Error())
+	}
+	return &idSource{entropy: ulid.Monotonic(rand.NewChaCha8(seed), 0)}
+}()
+
+type idSource struct {
+	mu      sync.Mutex
+	last    time.Time
+	entropy *ulid.MonotonicEntropy
+}
+
+// next returns a new ULID and the time it encodes (clamped to be
+// monotonic).
+func (s *idSource) next(now time.Time) (ulid.ULID, time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if now.Before(s.last) {
+		now = s.last
+	}
+	s.last = now
+	id, err := ulid.New(ulid.Timestamp(now), s.entropy)
+	if err != nil {
+		// The monotonic entropy ran out within one millisecond (2^80 IDs)
+		// or the clock is past year 10889: step to the next millisecond.
+		now = now.Truncate(time.Millisecond).Add(time.Millisecond)
+		s.last = now
+		id = ulid.MustNew(ulid.Timestamp(now), s.entropy)
+	}
+	return id, now
+}
+
+// NewID returns a new ULID string, greater than every ID this process
+// handed out before. Prefixed IDs (msg_, ses_, thr_) are built on it.
+func NewID() string {
+	id, _ := ids.next(time.Now())
+	return id.String()
+}

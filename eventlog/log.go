@@ -1,0 +1,738 @@
+// Package eventlog is thrum's source of truth: an append-only log of
+// immutable events, stored as JSON lines in shard files under one
+// directory:
+//
+//	events.jsonl               agent and session lifecycle, threads, groups
+//	messages/<agent>.jsonl     the message events of one agent
+//
+// Append is durable: it returns after the lines are written and fsynced.
+// Concurrent appends share one write and one fsync per shard (group
+// commit). Scan replays the shards merged in event-ID order, which is the
+// order Append committed them in, since IDs are assigned at commit.
+package eventlog
+
+import (
+	"bufio"
+	"bytes"
+	"container/heap"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+)
+
+// File names inside a log directory.
+const (
+	EventsFile  = "events.jsonl"
+	MessagesDir = "messages"
+)
+
+// DefaultMaxBatch is the default of Options.MaxBatch.
+const DefaultMaxBatch = 512
+
+// Options configure a Log. A nil *Options means all defaults.
+type Options struct {
+	// Logger receives repairs and write failures. Nil means silent.
+	Logger *slog.Logger
+
+	// MaxBatch caps how many Append calls one group commit takes.
+	// Default DefaultMaxBatch.
+	MaxBatch int
+
+	// OnCommit, if set, is called by the committing goroutine with each
+	// batch of events after they are durable and before their Append calls
+	// return, in commit order, one batch at a time. A projection applies
+	// the batch here, so that it sees events in exactly log order. Its error
+	// is returned by every Append of the batch (the events stay in the
+	// log: they are durable).
+	OnCommit func(batch []*Event) error
+
+	// NoSync skips fsync. Only for tests and benchmarks that measure
+	// something else; a log opened so is not durable.
+	NoSync bool
+}
+
+// Repair describes a torn tail that Open moved aside.
+type Repair struct {
+	File      string // shard path relative to the log directory
+	Offset    int64  // where the file was truncated
+	Bytes     int    // how many bytes were moved
+	MovedTo   string // the .corrupt file that received them
+	Malformed bool   // the tail was a complete line that did not parse (else: no newline)
+}
+
+func (r Repair) String() string {
+	what := "an unterminated final line"
+	if r.Malformed {
+		what = "a final line that does not parse"
+	}
+	return fmt.Sprintf("%s: moved %s (%d bytes at offset %d) to %s", r.File, what, r.Bytes, r.Offset, r.MovedTo)
+}
+
+// ErrClosed is returned by Append after Close.
+var ErrClosed = errors.New("eventlog: log closed")
+
+// Log is an open event log. Append, Scan, Positions and Close may be
+// called concurrently.
+type Log struct {
+	dir     string
+	opts    Options
+	repairs []Repair
+
+	reqs   chan *appendReq
+	quit   chan struct{}
+	done   chan struct{}
+	closed sync.Once
+
+	mu    sync.Mutex // guards files and sizes (used by the committer and Positions)
+	files map[string]*os.File
+	sizes map[string]int64
+}
+
+type appendReq struct {
+	evs  []*Event
+	done chan error
+}
+
+// Open opens (creating if needed) the log in dir, repairs torn tails of its
+// shards (see Repairs) and starts its committer.
+func Open(dir string, opts *Options) (*Log, error) {
+	l := &Log{dir: dir, files: map[string]*os.File{}, sizes: map[string]int64{}}
+	if opts != nil {
+		l.opts = *opts
+	}
+	if l.opts.MaxBatch <= 0 {
+		l.opts.MaxBatch = DefaultMaxBatch
+	}
+	if err := os.MkdirAll(filepath.Join(dir, MessagesDir), 0o755); err != nil {
+		return nil, fmt.Errorf("eventlog: %w", err)
+	}
+	shards, err := l.shards()
+	if err != nil {
+		return nil, err
+	}
+	for _, rel := range shards {
+		r, size, err := repairTail(dir, rel)
+		if err != nil {
+			return nil, fmt.Errorf("eventlog: repair %s: %w", rel, err)
+		}
+		if r != nil {
+			l.repairs = append(l.repairs, *r)
+			if l.opts.Logger != nil {
+				l.opts.Logger.Warn("eventlog: repaired torn tail", "repair", r.String())
+			}
+		}
+		l.sizes[rel] = size
+	}
+	l.reqs = make(chan *appendReq, l.opts.MaxBatch)
+	l.quit = make(chan struct{})
+	l.done = make(chan struct{})
+	go l.commitLoop()
+	return l, nil
+}
+
+// Dir returns the log's directory.
+func (l *Log) Dir() string { return l.dir }
+
+// Repairs returns the torn tails that Open moved aside.
+func (l *Log) Repairs() []Repair { return append([]Repair(nil), l.repairs...) }
+
+// ShardPath returns the path of a shard file relative to the log
+// directory: EventsFile for "", else messages/<shard>.jsonl.
+func ShardPath(shard string) string {
+	if shard == "" {
+		return EventsFile
+	}
+	return MessagesDir + "/" + shard + ".jsonl"
+}
+
+// validShard reports whether a shard name is safe as a file name.
+func validShard(s string) bool {
+	if s == "" || len(s) > 128 || s == "." || s == ".." {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == '.') {
+			return false
+		}
+	}
+	return true
+}
+
+// shards lists the shard files present, relative to dir.
+func (l *Log) shards() ([]string, error) {
+	out := []string{}
+	if _, err := os.Stat(filepath.Join(l.dir, EventsFile)); err == nil {
+		out = append(out, EventsFile)
+	}
+	entries, err := os.ReadDir(filepath.Join(l.dir, MessagesDir))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("eventlog: %w", err)
+	}
+	for _, e := range entries {
+		if !e.IsDir() && strings.HasSuffix(e.Name(), ".jsonl") {
+			out = append(out, MessagesDir+"/"+e.Name())
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// Append writes the events durably, assigning each its ID and Time if
+// unset and its Offset, and returns when they are fsynced (and, if
+// Options.OnCommit is set, applied). The events of one call are committed
+// together and in order. ctx is honoured only until the events are queued:
+// after that Append waits for the outcome, so that a nil error always means
+// durable and a non-nil one almost always means not written.
+func (l *Log) Append(ctx context.Context, evs ...*Event) error {
+	if len(evs) == 0 {
+		return nil
+	}
+	for _, e := range evs {
+		if e.Type == "" {
+			return errors.New("eventlog: append: event has no type")
+		}
+		if e.Shard != "" && !validShard(e.Shard) {
+			return fmt.Errorf("eventlog: append: invalid shard name %q", e.Shard)
+		}
+	}
+	req := &appendReq{evs: evs, done: make(chan error, 1)}
+	select {
+	case l.reqs <- req:
+	case <-l.quit:
+		return ErrClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return <-req.done
+}
+
+func (l *Log) commitLoop() {
+	defer close(l.done)
+	batch := make([]*appendReq, 0, l.opts.MaxBatch)
+	for {
+		var first *appendReq
+		select {
+		case first = <-l.reqs:
+		case <-l.quit:
+			l.drain()
+			return
+		}
+		batch = append(batch[:0], first)
+	fill:
+		for len(batch) < l.opts.MaxBatch {
+			select {
+			case r := <-l.reqs:
+				batch = append(batch, r)
+			default:
+				break fill
+			}
+		}
+		l.commit(batch)
+	}
+}
+
+// drain fails the requests still queued at Close.
+func (l *Log) drain() {
+	for {
+		select {
+		case r := <-l.reqs:
+			r.done <- ErrClosed
+		default:
+			return
+		}
+	}
+}
+
+// commit writes one batch: encode every event, append each shard's lines
+// in one write, fsync each touched shard, then OnCommit, then reply.
+// An event that fails to encode fails only its own request.
+func (l *Log) commit(batch []*appendReq) {
+	bufs := map[string]*shardBuf{}
+	var order []*shardBuf
+	errs := make([]error, len(batch))
+	var all []*Event
+	for i, r := range batch {
+		// Encode each request's events into scratch first, so a failure
+		// leaves no partial request behind.
+		staged := map[string]int{}
+		var err error
+		for _, e := range r.evs {
+			id, t := ids.next(time.Now())
+			if e.ID == "" {
+				e.ID = id.String()
+			}
+			if e.Time.IsZero() {
+				e.Time = t
+			}
+			rel := ShardPath(e.Shard)
+			sb := bufs[rel]
+			if sb == nil {
+				sb = &shardBuf{rel: rel}
+				bufs[rel] = sb
+				order = append(order, sb)
+			}
+			if _, ok := staged[rel]; !ok {
+				staged[rel] = sb.buf.Len()
+			}
+			if err = e.encode(&sb.buf); err != nil {
+				break
+			}
+		}
+		if err != nil {
+			for rel, n := range staged {
+				bufs[rel].buf.Truncate(n)
+			}
+			errs[i] = err
+			continue
+		}
+		for _, e := range r.evs {
+			sb := bufs[ShardPath(e.Shard)]
+			sb.evs = append(sb.evs, e)
+		}
+		all = append(all, r.evs...)
+	}
+
+	var werr error
+	l.mu.Lock()
+	for _, sb := range order {
+		if sb.buf.Len() == 0 {
+			continue
+		}
+		if werr = l.writeShard(sb.rel, sb.buf.Bytes(), sb.evs); werr != nil {
+			break
+		}
+	}
+	l.mu.Unlock()
+	if werr == nil && !l.opts.NoSync {
+		werr = l.syncShards(order)
+	}
+	if werr != nil {
+		// Some shards may hold lines of this batch that were not synced;
+		// writeShard truncated the one that failed. Report failure to all:
+		// the caller must not treat any of them as acknowledged.
+		if l.opts.Logger != nil {
+			l.opts.Logger.Error("eventlog: commit failed", "err", werr)
+		}
+		for i, r := range batch {
+			if errs[i] == nil {
+				errs[i] = fmt.Errorf("eventlog: append: %w", werr)
+			}
+			r.done <- errs[i]
+		}
+		return
+	}
+	var cerr error
+	if l.opts.OnCommit != nil && len(all) > 0 {
+		cerr = l.opts.OnCommit(all)
+	}
+	for i, r := range batch {
+		if errs[i] == nil {
+			errs[i] = cerr
+		}
+		r.done <- errs[i]
+	}
+}
+
+// writeShard appends b to the shard file, creating it (and fsyncing its
+// directory) if new. On a short write it truncates the file back, so the
+// next append starts on a clean line. Called with l.mu held.
+func (l *Log) writeShard(rel string, b []byte, evs []*Event) error {
+	f := l.files[rel]
+	if f == nil {
+		path := filepath.Join(l.dir, filepath.FromSlash(rel))
+		_, statErr := os.Stat(path)
+		var err error
+		f, err = os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			return err
+		}
+		if errors.Is(statErr, fs.ErrNotExist) && !l.opts.NoSync {
+			if err := syncDir(filepath.Dir(path)); err != nil {
+				f.Close()
+				return err
+			}
+		}
+		l.files[rel] = f
+	}
+	size := l.sizes[rel]
+	if _, err := f.Write(b); err != nil {
+		if terr := f.Truncate(size); terr != nil {
+			return fmt.Errorf("%w (and truncating back failed: %v)", err, terr)
+		}
+		return err
+	}
+	// Record each event's end offset: the lines are in evs order.
+	off := size
+	for _, e := range evs {
+		n := bytes.IndexByte(b[off-size:], '\n')
+		off += int64(n) + 1
+		e.Offset = off
+	}
+	l.sizes[rel] = size + int64(len(b))
+	return nil
+}
+
+// shardBuf collects one shard's lines of a batch.
+type shardBuf struct {
+	rel string
+	buf bytes.Buffer
+	evs []*Event
+}
+
+// syncShards fsyncs the files of a batch, in parallel when there are
+// several.
+func (l *Log) syncShards(order []*shardBuf) error {
+	l.mu.Lock()
+	files := make([]*os.File, 0, len(order))
+	for _, sb := range order {
+		if sb.buf.Len() > 0 {
+			files = append(files, l.files[sb.rel])
+		}
+	}
+	l.mu.Unlock()
+	if len(files) == 1 {
+		return files[0].Sync()
+	}
+	errc := make(chan error, len(files))
+	for _, f := range files {
+		go func() { errc <- f.Sync() }()
+	}
+	var first error
+	for range files {
+		if err := <-errc; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// Positions returns the current end offset of every shard: where a reader
+// that has seen everything would resume.
+func (l *Log) Positions() map[string]int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make(map[string]int64, len(l.sizes))
+	for k, v := range l.sizes {
+		out[k] = v
+	}
+	return out
+}
+
+// Close stops the committer (failing appends still queued with ErrClosed)
+// and closes the shard files. It is idempotent.
+func (l *Log) Close() error {
+	var err error
+	l.closed.Do(func() {
+		close(l.quit)
+		<-l.done
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		for _, f := range l.files {
+			if cerr := f.Close(); cerr != nil && err == nil {
+				err = cerr
+			}
+		}
+		l.files = nil
+	})
+	return err
+}
+
+// ---- scanning ----
+
+// CorruptError reports a line in the middle of a shard that does not
+// parse. Open never repairs these: a human must look.
+type CorruptError struct {
+	File string // shard path relative to the log directory
+	Line int    // 1-based line number within the part scanned
+	Err  error
+}
+
+func (e *CorruptError) Error() string {
+	return fmt.Sprintf("eventlog: %s:%d: corrupt event: %v", e.File, e.Line, e.Err)
+}
+
+func (e *CorruptError) Unwrap() error { return e.Err }
+
+// Scan calls fn for every event past the given positions (shard path →
+// byte offset; nil means from the start), merging the shards in event-ID
+// order. Events it passes carry Raw, Shard and Offset. It returns the
+// positions after the last event passed to fn. fn must not retain Raw
+// beyond the call. Memory use is bounded by one line per shard.
+func (l *Log) Scan(ctx context.Context, from map[string]int64, fn func(*Event) error) (map[string]int64, error) {
+	ends := l.Positions()
+	shards, err := l.shards()
+	if err != nil {
+		return nil, err
+	}
+	pos := make(map[string]int64, len(shards))
+	h := &readerHeap{}
+	defer func() {
+		for _, r := range *h {
+			r.f.Close()
+		}
+	}()
+	for _, rel := range shards {
+		start := from[rel]
+		pos[rel] = start
+		end, known := ends[rel]
+		if known && start >= end {
+			continue
+		}
+		f, err := os.Open(filepath.Join(l.dir, filepath.FromSlash(rel)))
+		if err != nil {
+			return nil, fmt.Errorf("eventlog: %w", err)
+		}
+		if _, err := f.Seek(start, io.SeekStart); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("eventlog: %w", err)
+		}
+		r := &shardReader{rel: rel, f: f, br: bufio.NewReaderSize(f, 256<<10), off: start, limit: end, limited: known}
+		if err := r.next(); err != nil {
+			f.Close()
+			return nil, err
+		}
+		if r.ev == nil {
+			f.Close()
+			continue
+		}
+		heap.Push(h, r)
+	}
+	n := 0
+	for h.Len() > 0 {
+		if n++; n%4096 == 0 {
+			if err := ctx.Err(); err != nil {
+				return pos, err
+			}
+		}
+		r := (*h)[0]
+		ev := r.ev
+		if err := fn(ev); err != nil {
+			return pos, err
+		}
+		pos[r.rel] = ev.Offset
+		if err := r.next(); err != nil {
+			return pos, err
+		}
+		if r.ev == nil {
+			heap.Pop(h)
+			r.f.Close()
+		} else {
+			heap.Fix(h, 0)
+		}
+	}
+	return pos, nil
+}
+
+type shardReader struct {
+	rel     string
+	shard   string
+	f       *os.File
+	br      *bufio.Reader
+	off     int64
+	limit   int64
+	limited bool
+	line    int
+	ev      *Event
+}
+
+// next reads the following event into r.ev (nil at the end).
+func (r *shardReader) next() error {
+	r.ev = nil
+	if r.limited && r.off >= r.limit {
+		return nil
+	}
+	line, err := readLine(r.br)
+	if err == io.EOF && len(line) == 0 {
+		return nil
+	}
+	r.line++
+	if err == io.EOF {
+		// An unterminated tail: only possible if something wrote the file
+		// behind our back since Open repaired it.
+		return &CorruptError{File: r.rel, Line: r.line, Err: errors.New("final line has no newline")}
+	}
+	if err != nil {
+		return &CorruptError{File: r.rel, Line: r.line, Err: err}
+	}
+	r.off += int64(len(line)) + 1
+	ev, derr := DecodeLine(line)
+	if derr != nil {
+		return &CorruptError{File: r.rel, Line: r.line, Err: derr}
+	}
+	ev.Shard = shardName(r.rel)
+	ev.Offset = r.off
+	r.ev = ev
+	return nil
+}
+
+// readLine returns the next line without its newline; io.EOF with a
+// non-empty line means the data ended without one.
+func readLine(br *bufio.Reader) ([]byte, error) {
+	line, err := br.ReadSlice('\n')
+	if err == nil {
+		out := make([]byte, len(line)-1)
+		copy(out, line)
+		return out, nil
+	}
+	if err != bufio.ErrBufferFull {
+		return append([]byte(nil), line...), err
+	}
+	buf := append([]byte(nil), line...)
+	for {
+		line, err = br.ReadSlice('\n')
+		buf = append(buf, line...)
+		if len(buf) > MaxLineBytes+1 {
+			return nil, fmt.Errorf("line longer than %d bytes", MaxLineBytes)
+		}
+		if err == nil {
+			return buf[:len(buf)-1], nil
+		}
+		if err != bufio.ErrBufferFull {
+			return buf, err
+		}
+	}
+}
+
+// shardName inverts ShardPath.
+func shardName(rel string) string {
+	if rel == EventsFile {
+		return ""
+	}
+	return strings.TrimSuffix(strings.TrimPrefix(rel, MessagesDir+"/"), ".jsonl")
+}
+
+type readerHeap []*shardReader
+
+func (h readerHeap) Len() int { return len(h) }
+func (h readerHeap) Less(i, j int) bool {
+	if h[i].ev.ID != h[j].ev.ID {
+		return h[i].ev.ID < h[j].ev.ID
+	}
+	return h[i].rel < h[j].rel
+}
+func (h readerHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *readerHeap) Push(x any)   { *h = append(*h, x.(*shardReader)) }
+func (h *readerHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+// ---- torn-tail repair ----
+
+// repairTail makes sure the shard ends with a complete, parseable line. A
+// final fragment without a newline, or a final line that does not parse,
+// is appended to <file>.corrupt and truncated away. It returns the file's
+// size after repair.
+func repairTail(dir, rel string) (*Repair, int64, error) {
+	path := filepath.Join(dir, filepath.FromSlash(rel))
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, 0, err
+	}
+	size := st.Size()
+	if size == 0 {
+		return nil, 0, nil
+	}
+	// Find the start of the final line (complete or not).
+	lastNL, err := lastIndexByte(f, size, size)
+	if err != nil {
+		return nil, 0, err
+	}
+	var cut int64 = -1
+	malformed := false
+	if lastNL != size-1 {
+		cut = lastNL + 1 // unterminated fragment after the last newline
+	} else {
+		prevNL, err := lastIndexByte(f, lastNL, size)
+		if err != nil {
+			return nil, 0, err
+		}
+		start := prevNL + 1
+		line := make([]byte, lastNL-start)
+		if _, err := f.ReadAt(line, start); err != nil {
+			return nil, 0, err
+		}
+		if _, derr := DecodeLine(line); derr != nil {
+			cut, malformed = start, true
+		}
+	}
+	if cut < 0 {
+		return nil, size, nil
+	}
+	tail := make([]byte, size-cut)
+	if _, err := f.ReadAt(tail, cut); err != nil {
+		return nil, 0, err
+	}
+	corrupt := path + ".corrupt"
+	cf, err := os.OpenFile(corrupt, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, 0, err
+	}
+	if !bytes.HasSuffix(tail, []byte("\n")) {
+		tail = append(tail, '\n')
+	}
+	if _, err := cf.Write(tail); err != nil {
+		cf.Close()
+		return nil, 0, err
+	}
+	if err := cf.Sync(); err != nil {
+		cf.Close()
+		return nil, 0, err
+	}
+	if err := cf.Close(); err != nil {
+		return nil, 0, err
+	}
+	if err := f.Truncate(cut); err != nil {
+		return nil, 0, err
+	}
+	if err := f.Sync(); err != nil {
+		return nil, 0, err
+	}
+	return &Repair{File: rel, Offset: cut, Bytes: int(size - cut), MovedTo: rel + ".corrupt", Malformed: malformed}, cut, nil
+}
+
+// lastIndexByte returns the offset of the last '\n' before end, or -1.
+func lastIndexByte(f *os.File, end, size int64) (int64, error) {
+	const chunk = 64 << 10
+	buf := make([]byte, chunk)
+	for end > 0 {
+		n := int64(chunk)
+		if end < n {
+			n = end
+		}
+		if _, err := f.ReadAt(buf[:n], end-n); err != nil {
+			return 0, err
+		}
+		if i := bytes.LastIndexByte(buf[:n], '\n'); i >= 0 {
+			return end - n + int64(i), nil
+		}
+		end -= n
+	}
+	return -1, nil
+}

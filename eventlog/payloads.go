@@ -1,0 +1,171 @@
+package eventlog
+
+import "encoding/json"
+
+// Event types. The envelope's "type" names one of these; the payload
+// struct beside it lists the fields that type carries.
+const (
+	TypeAgentRegister    = "agent.register"          // AgentRegister
+	TypeAgentUpdate      = "agent.update"            // AgentRegister (the new state)
+	TypeAgentCleanup     = "agent.cleanup"           // AgentCleanup
+	TypeSessionStart     = "agent.session.start"     // SessionStart
+	TypeSessionEnd       = "agent.session.end"       // SessionEnd
+	TypeSessionHeartbeat = "agent.session.heartbeat" // SessionHeartbeat
+	TypeSessionIntent    = "agent.session.intent"    // SessionIntent
+	TypeSessionTask      = "agent.session.task"      // SessionTask
+	TypeSessionContext   = "agent.session.context"   // SessionContext
+	TypeMessageCreate    = "message.create"          // MessageCreate
+	TypeMessageEdit      = "message.edit"            // MessageEdit
+	TypeMessageDelete    = "message.delete"          // MessageDelete
+	TypeMessageRead      = "message.read"            // MessageRead
+	TypeThreadCreate     = "thread.create"           // ThreadCreate
+	TypeGroupCreate      = "group.create"            // GroupCreate
+	TypeGroupDelete      = "group.delete"            // GroupDelete
+	TypeGroupMemberAdd   = "group.member.add"        // GroupMember
+	TypeGroupMemberDel   = "group.member.remove"     // GroupMember
+)
+
+// Pair is a {type, value} scope or ref.
+type Pair struct {
+	Type  string `json:"type"`
+	Value string `json:"value"`
+}
+
+// AgentRegister records an agent (or user) and its current role, module
+// and display name. TokenHash, when set, adds a token that authenticates
+// as this identity (tokens are never stored, only their hashes).
+type AgentRegister struct {
+	AgentID   string `json:"agent_id"`
+	Kind      string `json:"kind"` // "agent" or "user"
+	Name      string `json:"name,omitempty"`
+	Role      string `json:"role,omitempty"`
+	Module    string `json:"module,omitempty"`
+	Display   string `json:"display,omitempty"`
+	RepoID    string `json:"repo_id,omitempty"`
+	TokenHash string `json:"token_hash,omitempty"`
+}
+
+// AgentCleanup removes an agent from the projection (agent.delete and
+// agent.cleanup). Its messages stay.
+type AgentCleanup struct {
+	AgentID string `json:"agent_id"`
+	Reason  string `json:"reason,omitempty"`
+}
+
+type SessionStart struct {
+	SessionID string `json:"session_id"`
+	AgentID   string `json:"agent_id"`
+	Scopes    []Pair `json:"scopes,omitempty"`
+	Refs      []Pair `json:"refs,omitempty"`
+}
+
+type SessionEnd struct {
+	SessionID string `json:"session_id"`
+	AgentID   string `json:"agent_id"`
+	Reason    string `json:"reason"`
+}
+
+type SessionHeartbeat struct {
+	SessionID    string `json:"session_id"`
+	AgentID      string `json:"agent_id"`
+	AddScopes    []Pair `json:"add_scopes,omitempty"`
+	RemoveScopes []Pair `json:"remove_scopes,omitempty"`
+	AddRefs      []Pair `json:"add_refs,omitempty"`
+	RemoveRefs   []Pair `json:"remove_refs,omitempty"`
+}
+
+type SessionIntent struct {
+	SessionID string `json:"session_id"`
+	AgentID   string `json:"agent_id"`
+	Intent    string `json:"intent"`
+}
+
+type SessionTask struct {
+	SessionID string `json:"session_id"`
+	AgentID   string `json:"agent_id"`
+	Task      string `json:"current_task"`
+}
+
+// Commit is one commit of a work context.
+type Commit struct {
+	Hash    string `json:"hash"`
+	Subject string `json:"subject"`
+}
+
+// SessionContext is the git work context extracted at a heartbeat.
+type SessionContext struct {
+	SessionID        string   `json:"session_id"`
+	AgentID          string   `json:"agent_id"`
+	Branch           string   `json:"branch"`
+	WorktreePath     string   `json:"worktree_path"`
+	UnmergedCommits  []Commit `json:"unmerged_commits"`
+	UncommittedFiles []string `json:"uncommitted_files"`
+	ChangedFiles     []string `json:"changed_files"`
+}
+
+// MessageCreate is a new message. Mentions are refs of type "mention".
+type MessageCreate struct {
+	MessageID  string          `json:"message_id"`
+	AgentID    string          `json:"agent_id"`
+	SessionID  string          `json:"session_id"`
+	ThreadID   string          `json:"thread_id,omitempty"`
+	Format     string          `json:"format"`
+	Content    string          `json:"content"`
+	Structured json.RawMessage `json:"structured,omitempty"`
+	Scopes     []Pair          `json:"scopes,omitempty"`
+	Refs       []Pair          `json:"refs,omitempty"`
+	Tags       []string        `json:"tags,omitempty"`
+	Priority   string          `json:"priority"`
+	// ActingAs is the user who sent this message as AgentID; Disclose asks
+	// readers to show it.
+	ActingAs string `json:"acting_as,omitempty"`
+	Disclose bool   `json:"disclose,omitempty"`
+}
+
+// MessageEdit replaces a message's content and/or structured data.
+type MessageEdit struct {
+	MessageID  string          `json:"message_id"`
+	AgentID    string          `json:"agent_id"`
+	SessionID  string          `json:"session_id"`
+	Content    *string         `json:"content,omitempty"`
+	Structured json.RawMessage `json:"structured,omitempty"`
+}
+
+type MessageDelete struct {
+	MessageID string `json:"message_id"`
+	AgentID   string `json:"agent_id"`
+	Reason    string `json:"reason,omitempty"`
+}
+
+// MessageRead marks messages read by an agent in a session.
+type MessageRead struct {
+	AgentID    string   `json:"agent_id"`
+	SessionID  string   `json:"session_id"`
+	MessageIDs []string `json:"message_ids"`
+}
+
+type ThreadCreate struct {
+	ThreadID  string `json:"thread_id"`
+	Title     string `json:"title"`
+	Scopes    []Pair `json:"scopes,omitempty"`
+	CreatedBy string `json:"created_by"`
+}
+
+type GroupCreate struct {
+	Name        string `json:"name"`
+	Description string `json:"description,omitempty"`
+	CreatedBy   string `json:"created_by"`
+}
+
+type GroupDelete struct {
+	Name    string `json:"name"`
+	AgentID string `json:"agent_id"`
+}
+
+// GroupMember adds or removes one member (TypeGroupMemberAdd/Del).
+type GroupMember struct {
+	Group      string `json:"group"`
+	MemberType string `json:"member_type"` // "agent" or "role"
+	MemberID   string `json:"member_id"`
+	AgentID    string `json:"agent_id"` // who changed the membership
+}

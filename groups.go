@@ -1,0 +1,232 @@
+package thrum
+
+import (
+	"context"
+
+	"github.com/thrumhq/thrum/eventlog"
+	"github.com/thrumhq/thrum/identity"
+	"github.com/thrumhq/thrum/rpc"
+	"github.com/thrumhq/thrum/store"
+)
+
+const maxDescription = 1024
+
+func checkGroupName(name string) error {
+	if name == "" {
+		return invalid("name is required")
+	}
+	if err := identity.ValidateRole("group name", trimAt(name)); err != nil {
+		return invalid("%v", err)
+	}
+	return nil
+}
+
+// CreateGroup creates a group. Its name may not be taken by an agent or a
+// role, so that an address means one thing.
+func (n *Node) CreateGroup(ctx context.Context, p *rpc.CreateGroupParams) (*rpc.CreateGroupResult, error) {
+	if err := checkGroupName(p.Name); err != nil {
+		return nil, err
+	}
+	if len(p.Description) > maxDescription {
+		return nil, tooLarge("description is too long: at most %d bytes", maxDescription)
+	}
+	name := trimAt(p.Name)
+	me, err := n.callerID(ctx, "creating a group")
+	if err != nil {
+		return nil, err
+	}
+	n.ctlMu.Lock()
+	defer n.ctlMu.Unlock()
+	if n.dirc.hasGroup(name) {
+		return nil, conflict("group already exists: %s", name)
+	}
+	if _, ok := n.dirc.agent(name); ok {
+		return nil, conflict("%q is an agent's name: choose another group name", name)
+	}
+	if n.dirc.hasRole(name) {
+		return nil, conflict("%q is a role: choose another group name", name)
+	}
+	e := &eventlog.Event{Type: eventlog.TypeGroupCreate, Payload: eventlog.GroupCreate{Name: name, Description: p.Description, CreatedBy: me}}
+	if err := n.append(ctx, e); err != nil {
+		return nil, err
+	}
+	return &rpc.CreateGroupResult{Name: name, CreatedAt: e.Timestamp()}, nil
+}
+
+// DeleteGroup deletes a group and its memberships. everyone cannot be
+// deleted.
+func (n *Node) DeleteGroup(ctx context.Context, p *rpc.DeleteGroupParams) (*rpc.DeleteGroupResult, error) {
+	if err := checkGroupName(p.Name); err != nil {
+		return nil, err
+	}
+	name := trimAt(p.Name)
+	if name == EveryoneGroup {
+		return nil, forbidden("the everyone group is built in and cannot be deleted")
+	}
+	me, err := n.callerID(ctx, "deleting a group")
+	if err != nil {
+		return nil, err
+	}
+	n.ctlMu.Lock()
+	defer n.ctlMu.Unlock()
+	if !n.dirc.hasGroup(name) {
+		return nil, notFound("group not found: %s", name)
+	}
+	if err := n.append(ctx, &eventlog.Event{Type: eventlog.TypeGroupDelete, Payload: eventlog.GroupDelete{Name: name, AgentID: me}}); err != nil {
+		return nil, err
+	}
+	return &rpc.DeleteGroupResult{Name: name, Deleted: true}, nil
+}
+
+// checkMember validates a member change and returns the normalized group
+// and member ID.
+func (n *Node) checkMember(p *rpc.GroupMemberParams) (string, string, error) {
+	if p.Group == "" {
+		return "", "", invalid("group is required")
+	}
+	if err := checkGroupName(p.Group); err != nil {
+		return "", "", err
+	}
+	group := trimAt(p.Group)
+	if p.MemberType != rpc.MemberAgent && p.MemberType != rpc.MemberRole {
+		return "", "", invalid("invalid member_type %q: use agent or role", p.MemberType)
+	}
+	if p.MemberID == "" {
+		return "", "", invalid("member_id is required")
+	}
+	id := identity.NormalizeAgentID(p.MemberID)
+	if err := identity.ValidateRole("member_id", id); err != nil {
+		return "", "", invalid("%v", err)
+	}
+	if group == EveryoneGroup {
+		return "", "", forbidden("the everyone group holds every agent already; its members cannot be changed")
+	}
+	if !n.dirc.hasGroup(group) {
+		return "", "", notFound("group not found: %s", group)
+	}
+	return group, id, nil
+}
+
+// AddGroupMember adds an agent (by ID) or a role to a group. An agent must
+// exist; a role need not have agents yet.
+func (n *Node) AddGroupMember(ctx context.Context, p *rpc.GroupMemberParams) (*rpc.GroupMemberResult, error) {
+	me, err := n.callerID(ctx, "changing a group")
+	if err != nil {
+		return nil, err
+	}
+	n.ctlMu.Lock()
+	defer n.ctlMu.Unlock()
+	group, id, err := n.checkMember(p)
+	if err != nil {
+		return nil, err
+	}
+	if p.MemberType == rpc.MemberAgent {
+		if a, ok := n.dirc.agent(id); !ok || a.Kind != KindAgent {
+			return nil, notFound("agent not found: %s", id)
+		}
+	}
+	if n.isMember(group, p.MemberType, id) {
+		return nil, conflict("%s %s is already a member of %s", p.MemberType, id, group)
+	}
+	if err := n.append(ctx, &eventlog.Event{Type: eventlog.TypeGroupMemberAdd, Payload: eventlog.GroupMember{
+		Group: group, MemberType: p.MemberType, MemberID: id, AgentID: me}}); err != nil {
+		return nil, err
+	}
+	return &rpc.GroupMemberResult{Group: group, MemberType: p.MemberType, MemberID: id}, nil
+}
+
+// RemoveGroupMember removes a member from a group.
+func (n *Node) RemoveGroupMember(ctx context.Context, p *rpc.GroupMemberParams) (*rpc.GroupMemberResult, error) {
+	me, err := n.callerID(ctx, "changing a group")
+	if err != nil {
+		return nil, err
+	}
+	n.ctlMu.Lock()
+	defer n.ctlMu.Unlock()
+	group, id, err := n.checkMember(p)
+	if err != nil {
+		return nil, err
+	}
+	if !n.isMember(group, p.MemberType, id) {
+		return nil, notFound("%s %s is not a member of %s", p.MemberType, id, group)
+	}
+	if err := n.append(ctx, &eventlog.Event{Type: eventlog.TypeGroupMemberDel, Payload: eventlog.GroupMember{
+		Group: group, MemberType: p.MemberType, MemberID: id, AgentID: me}}); err != nil {
+		return nil, err
+	}
+	return &rpc.GroupMemberResult{Group: group, MemberType: p.MemberType, MemberID: id}, nil
+}
+
+func (n *Node) isMember(group, typ, id string) bool {
+	n.dirc.mu.RLock()
+	defer n.dirc.mu.RUnlock()
+	for _, m := range n.dirc.members[group] {
+		if m.Type == typ && m.ID == id {
+			return true
+		}
+	}
+	return false
+}
+
+func groupInfo(g *store.Group) rpc.GroupInfo {
+	return rpc.GroupInfo{Name: g.Name, Description: g.Description, CreatedAt: g.CreatedAt, CreatedBy: g.CreatedBy, MemberCount: g.MemberCount}
+}
+
+// ListGroups lists every group with its direct member count.
+func (n *Node) ListGroups(ctx context.Context, _ *rpc.ListGroupsParams) (*rpc.ListGroupsResult, error) {
+	gs, err := n.store.Groups(ctx)
+	if err != nil {
+		return nil, internal("list groups", err)
+	}
+	out := &rpc.ListGroupsResult{Groups: make([]rpc.GroupInfo, 0, len(gs))}
+	for i := range gs {
+		out.Groups = append(out.Groups, groupInfo(&gs[i]))
+	}
+	return out, nil
+}
+
+func (n *Node) members(ctx context.Context, name string) (*store.Group, []rpc.GroupMember, error) {
+	if err := checkGroupName(name); err != nil {
+		return nil, nil, err
+	}
+	name = trimAt(name)
+	g, err := n.store.Group(ctx, name)
+	if isNotFound(err) {
+		return nil, nil, notFound("group not found: %s", name)
+	}
+	if err != nil {
+		return nil, nil, internal("group", err)
+	}
+	ms, err := n.store.Members(ctx, name)
+	if err != nil {
+		return nil, nil, internal("group", err)
+	}
+	out := make([]rpc.GroupMember, 0, len(ms))
+	for _, m := range ms {
+		out = append(out, rpc.GroupMember{Type: m.Type, ID: m.ID})
+	}
+	return g, out, nil
+}
+
+// GroupInfo returns a group and its direct members.
+func (n *Node) GroupInfo(ctx context.Context, p *rpc.GroupInfoParams) (*rpc.GroupInfoResult, error) {
+	g, ms, err := n.members(ctx, p.Name)
+	if err != nil {
+		return nil, err
+	}
+	return &rpc.GroupInfoResult{Name: g.Name, Description: g.Description, CreatedAt: g.CreatedAt, CreatedBy: g.CreatedBy, Members: ms}, nil
+}
+
+// GroupMembers returns a group's direct members and, with expand, the
+// agent IDs it reaches now (roles resolved; everyone is every agent).
+func (n *Node) GroupMembers(ctx context.Context, p *rpc.GroupMembersParams) (*rpc.GroupMembersResult, error) {
+	g, ms, err := n.members(ctx, p.Name)
+	if err != nil {
+		return nil, err
+	}
+	out := &rpc.GroupMembersResult{Members: ms}
+	if p.Expand {
+		out.ExpandedAgents = n.dirc.expand(g.Name)
+	}
+	return out, nil
+}

@@ -1,0 +1,565 @@
+package thrum
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+
+	"github.com/thrumhq/thrum/eventlog"
+	"github.com/thrumhq/thrum/identity"
+	"github.com/thrumhq/thrum/rpc"
+	"github.com/thrumhq/thrum/store"
+)
+
+// Paging limits of the list operations.
+const (
+	DefaultPageSize = 10
+	MaxPageSize     = 100
+	maxMentions     = 50
+	maxTags         = 50
+	maxMarkRead     = 1000
+)
+
+var formats = map[string]bool{rpc.FormatMarkdown: true, rpc.FormatPlain: true, rpc.FormatJSON: true}
+
+var priorities = map[string]bool{rpc.PriorityLow: true, rpc.PriorityNormal: true, rpc.PriorityHigh: true, rpc.PriorityCritical: true}
+
+func trimAt(s string) string { return strings.TrimPrefix(strings.TrimSpace(s), "@") }
+
+// author is who a write acts as: the agent, its session, and the user
+// behind it when a user acts as an agent.
+type author struct {
+	agentID   string
+	sessionID string
+	actingAs  string // the user, when a user sends as agentID
+}
+
+// resolveAuthor finds who a message is written as. Users may act as an
+// existing agent (acting_as); agents need an active session.
+func (n *Node) resolveAuthor(ctx context.Context, actingAs string) (author, error) {
+	id, err := n.callerID(ctx, "sending")
+	if err != nil {
+		return author{}, err
+	}
+	caller, ok := n.dirc.agent(id)
+	if !ok {
+		return author{}, notFound("agent %q is not registered: run thrum quickstart", id)
+	}
+	if actingAs != "" {
+		if caller.Kind != KindUser {
+			return author{}, forbidden("only users can impersonate agents")
+		}
+		target := identity.NormalizeAgentID(actingAs)
+		if a, ok := n.dirc.agent(target); !ok || a.Kind != KindAgent {
+			return author{}, notFound("target agent does not exist: %s", target)
+		}
+		sid := ""
+		if ss, err := n.store.Sessions(ctx, target, true); err == nil && len(ss) > 0 {
+			sid = ss[0].SessionID
+		}
+		return author{agentID: target, sessionID: sid, actingAs: id}, nil
+	}
+	if caller.Kind == KindUser {
+		return author{agentID: id}, nil // users have no sessions
+	}
+	_, s, err := n.callerSession(ctx)
+	if err != nil {
+		return author{}, err
+	}
+	return author{agentID: id, sessionID: s.SessionID}, nil
+}
+
+// checkStructured validates a structured payload: any JSON value (an
+// object, usually); null or absent means none.
+func checkStructured(raw json.RawMessage) error {
+	if len(raw) == 0 {
+		return nil
+	}
+	if !json.Valid(raw) {
+		return invalid("structured is not valid JSON")
+	}
+	return nil
+}
+
+// SendMessage sends a message as the caller. Mentions ("@name", "@role",
+// "@group", "@everyone"; the "@" is optional) are resolved now and stored
+// as mention refs; one that reaches nobody is an error. Recipients says
+// whom each mention reaches.
+func (n *Node) SendMessage(ctx context.Context, p *rpc.SendMessageParams) (*rpc.SendMessageResult, error) {
+	if p.ThreadID != "" {
+		if _, err := n.store.Thread(ctx, p.ThreadID); isNotFound(err) {
+			return nil, notFound("thread not found: %s", p.ThreadID)
+		} else if err != nil {
+			return nil, internal("send", err)
+		}
+	}
+	pm, err := n.prepareMessage(ctx, p, p.ThreadID)
+	if err != nil {
+		return nil, err
+	}
+	if err := n.append(ctx, pm.event); err != nil {
+		return nil, err
+	}
+	return &rpc.SendMessageResult{MessageID: pm.id, ThreadID: p.ThreadID, CreatedAt: pm.event.Timestamp(), Recipients: pm.recipients}, nil
+}
+
+// preparedMessage is a validated message.create, ready to append.
+type preparedMessage struct {
+	id         string
+	event      *eventlog.Event
+	recipients []rpc.Recipient
+}
+
+// prepareMessage validates a send and builds its event, in threadID.
+func (n *Node) prepareMessage(ctx context.Context, p *rpc.SendMessageParams, threadID string) (*preparedMessage, error) {
+	if p.Content == "" {
+		return nil, invalid("content is required")
+	}
+	if len(p.Content) > n.opts.MaxContentBytes {
+		return nil, tooLarge("content is %d bytes: the limit is %d", len(p.Content), n.opts.MaxContentBytes)
+	}
+	format := p.Format
+	if format == "" {
+		format = rpc.FormatMarkdown
+	}
+	if !formats[format] {
+		return nil, invalid("invalid format %q: use markdown, plain or json", p.Format)
+	}
+	priority := p.Priority
+	if priority == "" {
+		priority = rpc.PriorityNormal
+	}
+	if !priorities[priority] {
+		return nil, invalid("invalid priority %q: use low, normal, high or critical", p.Priority)
+	}
+	if err := checkStructured(p.Structured); err != nil {
+		return nil, err
+	}
+	if err := checkPairs("scopes", p.Scopes); err != nil {
+		return nil, err
+	}
+	if err := checkPairs("refs", p.Refs); err != nil {
+		return nil, err
+	}
+	if len(p.Mentions) > maxMentions {
+		return nil, tooLarge("too many mentions: at most %d", maxMentions)
+	}
+	if len(p.Tags) > maxTags {
+		return nil, tooLarge("too many tags: at most %d", maxTags)
+	}
+	au, err := n.resolveAuthor(ctx, p.ActingAs)
+	if err != nil {
+		return nil, err
+	}
+
+	refs := make([]eventlog.Pair, 0, len(p.Refs)+len(p.Mentions))
+	var mentions []string
+	for _, r := range p.Refs {
+		switch r.Type {
+		case rpc.RefMention:
+			mentions = append(mentions, r.Value)
+		case rpc.RefReplyTo:
+			if _, err := n.store.Message(ctx, r.Value, ""); isNotFound(err) {
+				return nil, notFound("reply_to message not found: %s", r.Value)
+			} else if err != nil {
+				return nil, internal("send", err)
+			}
+			refs = append(refs, eventlog.Pair(r))
+		default:
+			refs = append(refs, eventlog.Pair(r))
+		}
+	}
+	mentions = append(mentions, p.Mentions...)
+	res := &preparedMessage{}
+	seen := map[string]bool{}
+	for _, m := range mentions {
+		addr := identity.NormalizeAgentID(m)
+		if addr == "" {
+			return nil, invalid("empty mention: name an agent, role or group, as @reviewer")
+		}
+		rc, ok := n.dirc.resolve(addr)
+		if !ok {
+			if role, _, legacy := identity.ParseLegacyID(trimAt(m)); legacy {
+				addr = role
+				rc, ok = n.dirc.resolve(addr)
+			}
+		}
+		if !ok {
+			return nil, notFound("unknown recipient @%s: no agent, role or group has that name (see thrum agent list, thrum group list)", addr)
+		}
+		if seen[addr] {
+			continue
+		}
+		seen[addr] = true
+		refs = append(refs, eventlog.Pair{Type: rpc.RefMention, Value: addr})
+		res.recipients = append(res.recipients, rc)
+	}
+	n.markActive(ctx, res.recipients)
+
+	res.id = "msg_" + eventlog.NewID()
+	res.event = &eventlog.Event{Type: eventlog.TypeMessageCreate, Shard: shardOf(au.agentID), Payload: eventlog.MessageCreate{
+		MessageID: res.id, AgentID: au.agentID, SessionID: au.sessionID, ThreadID: threadID,
+		Format: format, Content: p.Content, Structured: normalizeStructured(p.Structured),
+		Scopes: toPairs(p.Scopes), Refs: refs, Tags: p.Tags, Priority: priority,
+		ActingAs: au.actingAs, Disclose: p.Disclose && au.actingAs != "",
+	}}
+	return res, nil
+}
+
+func normalizeStructured(raw json.RawMessage) json.RawMessage {
+	if s := strings.TrimSpace(string(raw)); s == "" || s == "null" {
+		return nil
+	}
+	return raw
+}
+
+// markActive fills each recipient's Active list from last_seen_at.
+func (n *Node) markActive(ctx context.Context, rs []rpc.Recipient) {
+	for i := range rs {
+		for _, id := range rs[i].Agents {
+			a, err := n.store.Agent(ctx, id)
+			if err != nil {
+				continue
+			}
+			if n.status(a.LastSeenAt) == "active" {
+				rs[i].Active = append(rs[i].Active, id)
+			}
+		}
+	}
+}
+
+func body(m *store.Message) rpc.Body {
+	return rpc.Body{Format: m.Format, Content: m.Content, Structured: m.Structured.String}
+}
+
+func scopesOf(ps []store.Pair) []rpc.Scope {
+	out := make([]rpc.Scope, len(ps))
+	for i, p := range ps {
+		out[i] = rpc.Scope(p)
+	}
+	return out
+}
+
+func refsOf(ps []store.Pair) []rpc.Ref {
+	out := make([]rpc.Ref, len(ps))
+	for i, p := range ps {
+		out[i] = rpc.Ref(p)
+	}
+	return out
+}
+
+func tagsOf(m *store.Message) []string {
+	if t := m.TagList(); t != nil {
+		return t
+	}
+	return []string{}
+}
+
+func summary(m *store.Message) rpc.MessageSummary {
+	return rpc.MessageSummary{
+		MessageID: m.MessageID, ThreadID: m.ThreadID, AgentID: m.AgentID, Body: body(m),
+		CreatedAt: m.CreatedAt, UpdatedAt: m.UpdatedAt.String, Deleted: m.Deleted, IsRead: m.IsRead,
+		Priority: m.Priority, Scopes: scopesOf(m.Scopes), Refs: refsOf(m.Refs), Tags: tagsOf(m), Version: m.Version,
+	}
+}
+
+// readerOf is whose read state a query reports: the caller, if any.
+func readerOf(ctx context.Context) string {
+	if c, ok := CallerFrom(ctx); ok {
+		return identity.NormalizeAgentID(c.AgentID)
+	}
+	return ""
+}
+
+// GetMessage returns one message in full, deleted or not. It does not
+// mark it read (the CLI does, with MarkRead).
+func (n *Node) GetMessage(ctx context.Context, p *rpc.GetMessageParams) (*rpc.GetMessageResult, error) {
+	if p.MessageID == "" {
+		return nil, invalid("message_id is required")
+	}
+	m, err := n.store.Message(ctx, p.MessageID, readerOf(ctx))
+	if isNotFound(err) {
+		return nil, notFound("message not found: %s", p.MessageID)
+	}
+	if err != nil {
+		return nil, internal("get message", err)
+	}
+	d := rpc.MessageDetail{
+		MessageID: m.MessageID, ThreadID: m.ThreadID,
+		Author: rpc.Author{AgentID: m.AgentID, SessionID: m.SessionID},
+		Body:   body(m), Scopes: scopesOf(m.Scopes), Refs: refsOf(m.Refs),
+		Metadata:  rpc.MessageMetadata{DeletedAt: m.DeletedAt.String, DeleteReason: m.DeleteReason.String},
+		CreatedAt: m.CreatedAt, UpdatedAt: m.UpdatedAt.String, Deleted: m.Deleted,
+		Priority: m.Priority, Tags: tagsOf(m), Version: m.Version, IsRead: m.IsRead,
+	}
+	if m.Disclose {
+		d.DisclosedVia = m.ActingAs
+	}
+	return &rpc.GetMessageResult{Message: d}, nil
+}
+
+// pageParams validates and defaults page and page_size.
+func pageParams(page, size int) (int, int, error) {
+	if size == 0 {
+		size = DefaultPageSize
+	}
+	if size < 1 || size > MaxPageSize {
+		return 0, 0, invalid("invalid page_size %d: use 1 to %d", size, MaxPageSize)
+	}
+	if page == 0 {
+		page = 1
+	}
+	if page < 1 {
+		return 0, 0, invalid("invalid page %d: pages start at 1", page)
+	}
+	return page, size, nil
+}
+
+func totalPages(total, size int) int { return (total + size - 1) / size }
+
+// ListMessages lists messages with filters, paging and sorting. mentions
+// and unread act for the caller; mention_role and unread_for_agent name
+// the agent explicitly. A mention filter matches a message addressed to
+// the agent by name, by role, through a group, or to everyone — resolved
+// now, so group changes apply to earlier messages too.
+func (n *Node) ListMessages(ctx context.Context, p *rpc.ListMessagesParams) (*rpc.ListMessagesResult, error) {
+	page, size, err := pageParams(p.Page, p.PageSize)
+	if err != nil {
+		return nil, err
+	}
+	f := store.MessageFilter{
+		ThreadID: p.ThreadID, AuthorID: identity.NormalizeAgentID(p.AuthorID),
+		IncludeDeleted: p.IncludeDeleted, Limit: size, Offset: (page - 1) * size,
+	}
+	switch p.SortBy {
+	case "", "created_at", "updated_at":
+		f.SortBy = p.SortBy
+	default:
+		return nil, invalid("invalid sort_by %q: must be \"created_at\" or \"updated_at\"", p.SortBy)
+	}
+	switch p.SortOrder {
+	case "", "desc":
+	case "asc":
+		f.Asc = true
+	default:
+		return nil, invalid("invalid sort_order %q: must be \"asc\" or \"desc\"", p.SortOrder)
+	}
+	if p.Scope != nil {
+		f.Scope = &store.Pair{Type: p.Scope.Type, Value: p.Scope.Value}
+	}
+	if p.Ref != nil {
+		f.Ref = &store.Pair{Type: p.Ref.Type, Value: p.Ref.Value}
+	}
+	f.Reader = readerOf(ctx)
+	if p.UnreadForAgent != "" {
+		f.Reader = identity.NormalizeAgentID(p.UnreadForAgent)
+		f.Unread = true
+	}
+	if p.Unread {
+		if f.Reader == "" {
+			return nil, unauthenticated("the unread filter needs the current agent: pass caller_agent_id or use unread_for_agent")
+		}
+		f.Unread = true
+	}
+	if p.MentionRole != "" {
+		f.Mentions = n.dirc.mentionTargets(trimAt(p.MentionRole))
+	}
+	if p.Mentions {
+		me := readerOf(ctx)
+		if me == "" {
+			return nil, unauthenticated("the mentions filter needs the current agent: pass caller_agent_id or use mention_role")
+		}
+		mine := n.dirc.targets(me)
+		if f.Mentions != nil {
+			mine = intersection(f.Mentions, mine)
+		}
+		f.Mentions = mine
+	}
+	pg, err := n.store.Messages(ctx, f)
+	if err != nil {
+		return nil, internal("list messages", err)
+	}
+	out := &rpc.ListMessagesResult{
+		Messages: make([]rpc.MessageSummary, 0, len(pg.Messages)),
+		Total:    pg.Total, Unread: pg.Unread, Page: page, PageSize: size, TotalPages: totalPages(pg.Total, size),
+	}
+	for _, m := range pg.Messages {
+		out.Messages = append(out.Messages, summary(m))
+	}
+	return out, nil
+}
+
+func intersection(a, b []string) []string {
+	out := []string{}
+	for _, x := range a {
+		for _, y := range b {
+			if x == y {
+				out = append(out, x)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// ownMessage loads a message the caller may change: it exists, is not
+// deleted, and the caller wrote it.
+func (n *Node) ownMessage(ctx context.Context, id, verb string) (*store.Message, author, error) {
+	if id == "" {
+		return nil, author{}, invalid("message_id is required")
+	}
+	m, err := n.store.Message(ctx, id, "")
+	if isNotFound(err) {
+		return nil, author{}, notFound("message not found: %s", id)
+	}
+	if err != nil {
+		return nil, author{}, internal(verb+" message", err)
+	}
+	me, err := n.callerID(ctx, verb+"ing a message")
+	if err != nil {
+		return nil, author{}, err
+	}
+	if m.AgentID != me && !(m.ActingAs != "" && m.ActingAs == me) {
+		return nil, author{}, forbidden("only message author can %s: %s was written by %s", verb, id, m.AgentID)
+	}
+	if m.Deleted {
+		if verb == "edit" {
+			return nil, author{}, conflict("cannot edit deleted message: %s", id)
+		}
+		return nil, author{}, conflict("message already deleted: %s", id)
+	}
+	au := author{agentID: me}
+	if a, _ := n.dirc.agent(me); a.Kind == KindAgent {
+		_, s, err := n.callerSession(ctx)
+		if err != nil {
+			return nil, author{}, err
+		}
+		au.sessionID = s.SessionID
+	}
+	return m, au, nil
+}
+
+// EditMessage replaces a message's content and/or structured data. Only
+// its author may, and not once deleted. Each edit is kept with its before
+// and after; Version counts them.
+func (n *Node) EditMessage(ctx context.Context, p *rpc.EditMessageParams) (*rpc.EditMessageResult, error) {
+	if p.MessageID == "" {
+		return nil, invalid("message_id is required")
+	}
+	if p.Content == nil && len(normalizeStructured(p.Structured)) == 0 {
+		return nil, invalid("at least one of content or structured must be provided")
+	}
+	if p.Content != nil && *p.Content == "" {
+		return nil, invalid("content cannot be empty: delete the message instead")
+	}
+	if p.Content != nil && len(*p.Content) > n.opts.MaxContentBytes {
+		return nil, tooLarge("content is %d bytes: the limit is %d", len(*p.Content), n.opts.MaxContentBytes)
+	}
+	if err := checkStructured(p.Structured); err != nil {
+		return nil, err
+	}
+	m, au, err := n.ownMessage(ctx, p.MessageID, "edit")
+	if err != nil {
+		return nil, err
+	}
+	e := &eventlog.Event{Type: eventlog.TypeMessageEdit, Shard: shardOf(m.AgentID), Payload: eventlog.MessageEdit{
+		MessageID: m.MessageID, AgentID: au.agentID, SessionID: au.sessionID,
+		Content: p.Content, Structured: normalizeStructured(p.Structured),
+	}}
+	if err := n.append(ctx, e); err != nil {
+		return nil, err
+	}
+	return &rpc.EditMessageResult{MessageID: m.MessageID, UpdatedAt: e.Timestamp(), Version: m.Version + 1}, nil
+}
+
+// DeleteMessage soft-deletes a message: it stays in the log and in
+// message.get, flagged, and leaves listings.
+func (n *Node) DeleteMessage(ctx context.Context, p *rpc.DeleteMessageParams) (*rpc.DeleteMessageResult, error) {
+	if len(p.Reason) > maxPairLen {
+		return nil, tooLarge("reason is too long: at most %d bytes", maxPairLen)
+	}
+	m, au, err := n.ownMessage(ctx, p.MessageID, "delete")
+	if err != nil {
+		return nil, err
+	}
+	e := &eventlog.Event{Type: eventlog.TypeMessageDelete, Shard: shardOf(m.AgentID), Payload: eventlog.MessageDelete{
+		MessageID: m.MessageID, AgentID: au.agentID, Reason: p.Reason,
+	}}
+	if err := n.append(ctx, e); err != nil {
+		return nil, err
+	}
+	return &rpc.DeleteMessageResult{MessageID: m.MessageID, DeletedAt: e.Timestamp()}, nil
+}
+
+// MarkRead marks messages read by the caller in its current session.
+// Unknown IDs are skipped; messages already read are counted but not
+// written again. AlsoReadBy names the other agents that read them.
+func (n *Node) MarkRead(ctx context.Context, p *rpc.MarkReadParams) (*rpc.MarkReadResult, error) {
+	if len(p.MessageIDs) == 0 {
+		return nil, invalid("message_ids is required and must not be empty")
+	}
+	if len(p.MessageIDs) > maxMarkRead {
+		return nil, tooLarge("too many message_ids: at most %d per call", maxMarkRead)
+	}
+	me, err := n.callerID(ctx, "marking messages read")
+	if err != nil {
+		return nil, err
+	}
+	sid := ""
+	if a, _ := n.dirc.agent(me); a.Kind != KindUser {
+		_, s, err := n.callerSession(ctx)
+		if err != nil {
+			return nil, err
+		}
+		sid = s.SessionID
+	}
+	ids := dedupe(p.MessageIDs)
+	exist, err := n.store.ExistingMessages(ctx, ids)
+	if err != nil {
+		return nil, internal("mark read", err)
+	}
+	var known []string
+	for _, id := range ids {
+		if exist[id] {
+			known = append(known, id)
+		}
+	}
+	var unread []string
+	for _, id := range known {
+		m, err := n.store.Message(ctx, id, me)
+		if err != nil {
+			return nil, internal("mark read", err)
+		}
+		if !m.IsRead {
+			unread = append(unread, id)
+		}
+	}
+	if len(unread) > 0 {
+		e := &eventlog.Event{Type: eventlog.TypeMessageRead, Shard: shardOf(me), Payload: eventlog.MessageRead{
+			AgentID: me, SessionID: sid, MessageIDs: unread}}
+		if err := n.append(ctx, e); err != nil {
+			return nil, err
+		}
+	}
+	others, err := n.store.Readers(ctx, known, me)
+	if err != nil {
+		return nil, internal("mark read", err)
+	}
+	res := &rpc.MarkReadResult{MarkedCount: len(known)}
+	if len(others) > 0 {
+		res.AlsoReadBy = others
+	}
+	return res, nil
+}
+
+func dedupe(in []string) []string {
+	seen := make(map[string]bool, len(in))
+	out := make([]string, 0, len(in))
+	for _, s := range in {
+		if s != "" && !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	return out
+}

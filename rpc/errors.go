@@ -1,0 +1,79 @@
+package rpc
+
+import (
+	"errors"
+	"fmt"
+)
+
+// JSON-RPC 2.0 error codes, and thrum's own codes in the range the
+// specification reserves for implementation-defined server errors.
+const (
+	CodeParseError     = -32700 // the bytes are not JSON
+	CodeInvalidRequest = -32600 // JSON, but not a JSON-RPC 2.0 request
+	CodeMethodNotFound = -32601 // no such method (or not on this transport setup)
+	CodeInvalidParams  = -32602 // a parameter is missing, malformed or out of range
+	CodeInternal       = -32603 // a fault of the server, not of the request
+	CodeServerError    = -32000 // generic server error
+	CodeTransport      = -32001 // the method is not available on this transport
+
+	CodeUnauthenticated = -32002 // the call needs an identity and none was given
+	CodeForbidden       = -32003 // the identity may not do this
+	CodeNotFound        = -32004 // the named thing does not exist
+	CodeConflict        = -32005 // the thing exists already, or its state forbids the change
+	CodeLimitExceeded   = -32006 // a size, count or rate limit was hit
+	CodeUnavailable     = -32007 // the server is shutting down or not ready
+)
+
+// Error is the one error type of thrum: a JSON-RPC error object. It keeps its
+// code across the wire, so errors.Is(err, ErrNotFound) holds for an error
+// built locally and for one decoded from a daemon's reply alike.
+type Error struct {
+	Code    int    `json:"code"`
+	Message string `json:"message"`
+	Data    any    `json:"data,omitempty"`
+}
+
+func (e *Error) Error() string { return e.Message }
+
+// Is reports whether target is an *Error with the same code, so that the
+// sentinels below match any error of their kind.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t.Code == e.Code
+}
+
+// Errorf returns an *Error with the given code and a formatted message.
+func Errorf(code int, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// Sentinels for errors.Is. Their messages are generic; errors returned by
+// thrum carry a specific message with the same code.
+var (
+	ErrParse           = &Error{Code: CodeParseError, Message: "parse error"}
+	ErrInvalidRequest  = &Error{Code: CodeInvalidRequest, Message: "invalid request"}
+	ErrMethodNotFound  = &Error{Code: CodeMethodNotFound, Message: "method not found"}
+	ErrInvalidParams   = &Error{Code: CodeInvalidParams, Message: "invalid params"}
+	ErrInternal        = &Error{Code: CodeInternal, Message: "internal error"}
+	ErrWrongTransport  = &Error{Code: CodeTransport, Message: "method not available on this transport"}
+	ErrUnauthenticated = &Error{Code: CodeUnauthenticated, Message: "no caller identity"}
+	ErrForbidden       = &Error{Code: CodeForbidden, Message: "forbidden"}
+	ErrNotFound        = &Error{Code: CodeNotFound, Message: "not found"}
+	ErrConflict        = &Error{Code: CodeConflict, Message: "conflict"}
+	ErrLimitExceeded   = &Error{Code: CodeLimitExceeded, Message: "limit exceeded"}
+	ErrUnavailable     = &Error{Code: CodeUnavailable, Message: "unavailable"}
+)
+
+// AsError converts any error into an *Error for the wire. An *Error anywhere
+// in err's chain is returned as is; anything else becomes an internal error
+// whose message does not leak details.
+func AsError(err error) *Error {
+	if err == nil {
+		return nil
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e
+	}
+	return &Error{Code: CodeInternal, Message: "internal error"}
+}

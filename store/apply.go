@@ -1,0 +1,397 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/thrumhq/thrum/eventlog"
+)
+
+// applier holds the prepared statements of Apply, on the writer
+// connection.
+type applier struct {
+	mu    sync.Mutex
+	w     *sqlx.DB
+	stmts map[string]*sqlx.Stmt
+}
+
+// statements used by apply, by name.
+var applySQL = map[string]string{
+	"checkpoint": `INSERT INTO checkpoints(shard, offset) VALUES(?, ?)
+		ON CONFLICT(shard) DO UPDATE SET offset = max(offset, excluded.offset)`,
+
+	"agent.upsert": `INSERT INTO agents(agent_id, kind, name, role, module, display, repo_id, registered_at, last_seen_at)
+		VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT(agent_id) DO UPDATE SET kind = excluded.kind, name = excluded.name, role = excluded.role,
+		module = excluded.module, display = excluded.display, repo_id = excluded.repo_id,
+		last_seen_at = max(last_seen_at, excluded.last_seen_at)`,
+	"agent.seen":   `UPDATE agents SET last_seen_at = ? WHERE agent_id = ? AND last_seen_at < ?`,
+	"agent.delete": `DELETE FROM agents WHERE agent_id = ?`,
+	"token.add":    `INSERT OR IGNORE INTO tokens(token_hash, agent_id) VALUES(?, ?)`,
+	"token.delete": `DELETE FROM tokens WHERE agent_id = ?`,
+
+	"session.start": `INSERT OR IGNORE INTO sessions(session_id, agent_id, started_at, last_seen_at) VALUES(?, ?, ?, ?)`,
+	"session.end": `UPDATE sessions SET ended_at = ?, end_reason = ?, last_seen_at = max(last_seen_at, ?)
+		WHERE session_id = ? AND ended_at = ''`,
+	"session.seen":      `UPDATE sessions SET last_seen_at = ? WHERE session_id = ? AND last_seen_at < ?`,
+	"session.scope.add": `INSERT OR IGNORE INTO session_scopes(session_id, scope_type, scope_value) VALUES(?, ?, ?)`,
+	"session.scope.del": `DELETE FROM session_scopes WHERE session_id = ? AND scope_type = ? AND scope_value = ?`,
+	"session.ref.add":   `INSERT OR IGNORE INTO session_refs(session_id, ref_type, ref_value) VALUES(?, ?, ?)`,
+	"session.ref.del":   `DELETE FROM session_refs WHERE session_id = ? AND ref_type = ? AND ref_value = ?`,
+	"session.intent":    `UPDATE sessions SET intent = ?, intent_updated_at = ? WHERE session_id = ?`,
+	"session.task":      `UPDATE sessions SET current_task = ?, task_updated_at = ? WHERE session_id = ?`,
+	"session.context": `INSERT INTO work_contexts(session_id, agent_id, branch, worktree_path, unmerged_commits,
+		uncommitted_files, changed_files, git_updated_at) VALUES(?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT(session_id) DO UPDATE SET branch = excluded.branch, worktree_path = excluded.worktree_path,
+		unmerged_commits = excluded.unmerged_commits, uncommitted_files = excluded.uncommitted_files,
+		changed_files = excluded.changed_files, git_updated_at = excluded.git_updated_at`,
+
+	"message.create": `INSERT OR IGNORE INTO messages(message_id, agent_id, session_id, thread_id, created_at,
+		body_format, body_content, body_structured, priority, tags, acting_as, disclose)
+		VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+	"message.scope": `INSERT OR IGNORE INTO message_scopes(message_id, scope_type, scope_value) VALUES(?, ?, ?)`,
+	"message.ref":   `INSERT OR IGNORE INTO message_refs(message_id, ref_type, ref_value) VALUES(?, ?, ?)`,
+	"message.body":  `SELECT body_content, body_structured FROM messages WHERE message_id = ?`,
+	"message.edit": `INSERT OR IGNORE INTO message_edits(event_id, message_id, edited_at, edited_by, session_id,
+		old_content, new_content, old_structured, new_structured) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+	"message.edited": `UPDATE messages SET body_content = ?, body_structured = ?, updated_at = ?, version = version + 1
+		WHERE message_id = ?`,
+	"message.delete": `UPDATE messages SET deleted = 1, deleted_at = ?, delete_reason = ? WHERE message_id = ? AND deleted = 0`,
+	"message.read":   `INSERT OR IGNORE INTO message_reads(message_id, session_id, agent_id, read_at) VALUES(?, ?, ?, ?)`,
+
+	"thread.create": `INSERT OR IGNORE INTO threads(thread_id, title, created_by, created_at) VALUES(?, ?, ?, ?)`,
+	"thread.scope":  `INSERT OR IGNORE INTO thread_scopes(thread_id, scope_type, scope_value) VALUES(?, ?, ?)`,
+
+	"group.create": `INSERT OR IGNORE INTO groups(name, description, created_at, created_by) VALUES(?, ?, ?, ?)`,
+	"group.delete": `DELETE FROM groups WHERE name = ?`,
+	"group.purge":  `DELETE FROM group_members WHERE group_name = ?`,
+	"member.add":   `INSERT OR IGNORE INTO group_members(group_name, member_type, member_id, added_at) VALUES(?, ?, ?, ?)`,
+	"member.del":   `DELETE FROM group_members WHERE group_name = ? AND member_type = ? AND member_id = ?`,
+}
+
+func newApplier(w *sqlx.DB) (*applier, error) {
+	a := &applier{w: w, stmts: map[string]*sqlx.Stmt{}}
+	for name, q := range applySQL {
+		st, err := w.Preparex(q)
+		if err != nil {
+			a.close()
+			return nil, fmt.Errorf("prepare %s: %w", name, err)
+		}
+		a.stmts[name] = st
+	}
+	return a, nil
+}
+
+func (a *applier) close() error {
+	for _, st := range a.stmts {
+		st.Close()
+	}
+	a.stmts = nil
+	return nil
+}
+
+func (a *applier) apply(ctx context.Context, evs []*eventlog.Event) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	tx, err := a.w.BeginTxx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("store: apply: %w", err)
+	}
+	defer tx.Rollback() // no-op after Commit
+	t := &txApplier{tx: tx, a: a, stmts: map[string]*sqlx.Stmt{}}
+	ends := map[string]int64{}
+	for _, e := range evs {
+		if err := t.event(ctx, e); err != nil {
+			return fmt.Errorf("store: apply %s %s: %w", e.Type, e.ID, err)
+		}
+		if e.Offset > ends[eventlog.ShardPath(e.Shard)] {
+			ends[eventlog.ShardPath(e.Shard)] = e.Offset
+		}
+	}
+	for shard, off := range ends {
+		if err := t.exec(ctx, "checkpoint", shard, off); err != nil {
+			return fmt.Errorf("store: apply: checkpoint: %w", err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("store: apply: commit: %w", err)
+	}
+	return nil
+}
+
+type txApplier struct {
+	tx    *sqlx.Tx
+	a     *applier
+	stmts map[string]*sqlx.Stmt
+}
+
+func (t *txApplier) stmt(ctx context.Context, name string) *sqlx.Stmt {
+	st := t.stmts[name]
+	if st == nil {
+		st = t.tx.StmtxContext(ctx, t.a.stmts[name])
+		t.stmts[name] = st
+	}
+	return st
+}
+
+func (t *txApplier) exec(ctx context.Context, name string, args ...any) error {
+	_, err := t.stmt(ctx, name).ExecContext(ctx, args...)
+	return err
+}
+
+// event applies one event. Unknown types are skipped: a newer thrum may
+// write events this one does not know, and the log must stay readable.
+func (t *txApplier) event(ctx context.Context, e *eventlog.Event) error {
+	ts := e.Timestamp()
+	switch e.Type {
+	case eventlog.TypeAgentRegister, eventlog.TypeAgentUpdate:
+		var p eventlog.AgentRegister
+		if err := e.Decode(&p); err != nil {
+			return err
+		}
+		if p.Kind == "" {
+			p.Kind = "agent"
+		}
+		if err := t.exec(ctx, "agent.upsert", p.AgentID, p.Kind, p.Name, p.Role, p.Module, p.Display, p.RepoID, ts, ts); err != nil {
+			return err
+		}
+		if p.TokenHash != "" {
+			return t.exec(ctx, "token.add", p.TokenHash, p.AgentID)
+		}
+		return nil
+
+	case eventlog.TypeAgentCleanup:
+		var p eventlog.AgentCleanup
+		if err := e.Decode(&p); err != nil {
+			return err
+		}
+		if err := t.exec(ctx, "agent.delete", p.AgentID); err != nil {
+			return err
+		}
+		return t.exec(ctx, "token.delete", p.AgentID)
+
+	case eventlog.TypeSessionStart:
+		var p eventlog.SessionStart
+		if err := e.Decode(&p); err != nil {
+			return err
+		}
+		if err := t.exec(ctx, "session.start", p.SessionID, p.AgentID, ts, ts); err != nil {
+			return err
+		}
+		if err := t.pairs(ctx, "session.scope.add", p.SessionID, p.Scopes); err != nil {
+			return err
+		}
+		if err := t.pairs(ctx, "session.ref.add", p.SessionID, p.Refs); err != nil {
+			return err
+		}
+		return t.seen(ctx, p.AgentID, "", ts)
+
+	case eventlog.TypeSessionEnd:
+		var p eventlog.SessionEnd
+		if err := e.Decode(&p); err != nil {
+			return err
+		}
+		return t.exec(ctx, "session.end", ts, p.Reason, ts, p.SessionID)
+
+	case eventlog.TypeSessionHeartbeat:
+		var p eventlog.SessionHeartbeat
+		if err := e.Decode(&p); err != nil {
+			return err
+		}
+		for _, step := range []struct {
+			stmt  string
+			pairs []eventlog.Pair
+		}{
+			{"session.scope.add", p.AddScopes}, {"session.scope.del", p.RemoveScopes},
+			{"session.ref.add", p.AddRefs}, {"session.ref.del", p.RemoveRefs},
+		} {
+			if err := t.pairs(ctx, step.stmt, p.SessionID, step.pairs); err != nil {
+				return err
+			}
+		}
+		return t.seen(ctx, p.AgentID, p.SessionID, ts)
+
+	case eventlog.TypeSessionIntent:
+		var p eventlog.SessionIntent
+		if err := e.Decode(&p); err != nil {
+			return err
+		}
+		if err := t.exec(ctx, "session.intent", p.Intent, ts, p.SessionID); err != nil {
+			return err
+		}
+		return t.seen(ctx, p.AgentID, p.SessionID, ts)
+
+	case eventlog.TypeSessionTask:
+		var p eventlog.SessionTask
+		if err := e.Decode(&p); err != nil {
+			return err
+		}
+		if err := t.exec(ctx, "session.task", p.Task, ts, p.SessionID); err != nil {
+			return err
+		}
+		return t.seen(ctx, p.AgentID, p.SessionID, ts)
+
+	case eventlog.TypeSessionContext:
+		var p eventlog.SessionContext
+		if err := e.Decode(&p); err != nil {
+			return err
+		}
+		return t.exec(ctx, "session.context", p.SessionID, p.AgentID, p.Branch, p.WorktreePath,
+			jsonText(p.UnmergedCommits), jsonText(p.UncommittedFiles), jsonText(p.ChangedFiles), ts)
+
+	case eventlog.TypeMessageCreate:
+		var p eventlog.MessageCreate
+		if err := e.Decode(&p); err != nil {
+			return err
+		}
+		tags := ""
+		if len(p.Tags) > 0 {
+			tags = jsonText(p.Tags)
+		}
+		if err := t.exec(ctx, "message.create", p.MessageID, p.AgentID, p.SessionID, p.ThreadID, ts,
+			p.Format, p.Content, nullJSON(p.Structured), p.Priority, tags, p.ActingAs, p.Disclose); err != nil {
+			return err
+		}
+		if err := t.pairs(ctx, "message.scope", p.MessageID, p.Scopes); err != nil {
+			return err
+		}
+		if err := t.pairs(ctx, "message.ref", p.MessageID, p.Refs); err != nil {
+			return err
+		}
+		return t.seen(ctx, p.AgentID, p.SessionID, ts)
+
+	case eventlog.TypeMessageEdit:
+		var p eventlog.MessageEdit
+		if err := e.Decode(&p); err != nil {
+			return err
+		}
+		var old struct {
+			Content    string         `db:"body_content"`
+			Structured sql.NullString `db:"body_structured"`
+		}
+		if err := t.stmt(ctx, "message.body").GetContext(ctx, &old, p.MessageID); err != nil {
+			if err == sql.ErrNoRows {
+				return nil // an edit of a message this projection never saw
+			}
+			return err
+		}
+		newContent, newStructured := old.Content, old.Structured
+		if p.Content != nil {
+			newContent = *p.Content
+		}
+		if len(p.Structured) > 0 {
+			newStructured = nullJSON(p.Structured)
+		}
+		res, err := t.stmt(ctx, "message.edit").ExecContext(ctx, e.ID, p.MessageID, ts, p.AgentID, p.SessionID,
+			old.Content, newContent, old.Structured, newStructured)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return nil // this edit was applied before
+		}
+		return t.exec(ctx, "message.edited", newContent, newStructured, ts, p.MessageID)
+
+	case eventlog.TypeMessageDelete:
+		var p eventlog.MessageDelete
+		if err := e.Decode(&p); err != nil {
+			return err
+		}
+		return t.exec(ctx, "message.delete", ts, p.Reason, p.MessageID)
+
+	case eventlog.TypeMessageRead:
+		var p eventlog.MessageRead
+		if err := e.Decode(&p); err != nil {
+			return err
+		}
+		for _, id := range p.MessageIDs {
+			if err := t.exec(ctx, "message.read", id, p.SessionID, p.AgentID, ts); err != nil {
+				return err
+			}
+		}
+		return t.seen(ctx, p.AgentID, p.SessionID, ts)
+
+	case eventlog.TypeThreadCreate:
+		var p eventlog.ThreadCreate
+		if err := e.Decode(&p); err != nil {
+			return err
+		}
+		if err := t.exec(ctx, "thread.create", p.ThreadID, p.Title, p.CreatedBy, ts); err != nil {
+			return err
+		}
+		return t.pairs(ctx, "thread.scope", p.ThreadID, p.Scopes)
+
+	case eventlog.TypeGroupCreate:
+		var p eventlog.GroupCreate
+		if err := e.Decode(&p); err != nil {
+			return err
+		}
+		return t.exec(ctx, "group.create", p.Name, p.Description, ts, p.CreatedBy)
+
+	case eventlog.TypeGroupDelete:
+		var p eventlog.GroupDelete
+		if err := e.Decode(&p); err != nil {
+			return err
+		}
+		if err := t.exec(ctx, "group.delete", p.Name); err != nil {
+			return err
+		}
+		return t.exec(ctx, "group.purge", p.Name)
+
+	case eventlog.TypeGroupMemberAdd, eventlog.TypeGroupMemberDel:
+		var p eventlog.GroupMember
+		if err := e.Decode(&p); err != nil {
+			return err
+		}
+		if e.Type == eventlog.TypeGroupMemberAdd {
+			return t.exec(ctx, "member.add", p.Group, p.MemberType, p.MemberID, ts)
+		}
+		return t.exec(ctx, "member.del", p.Group, p.MemberType, p.MemberID)
+	}
+	return nil
+}
+
+// seen moves an agent's (and a session's) last_seen_at forward to ts.
+func (t *txApplier) seen(ctx context.Context, agentID, sessionID, ts string) error {
+	if agentID != "" {
+		if err := t.exec(ctx, "agent.seen", ts, agentID, ts); err != nil {
+			return err
+		}
+	}
+	if sessionID != "" {
+		return t.exec(ctx, "session.seen", ts, sessionID, ts)
+	}
+	return nil
+}
+
+func (t *txApplier) pairs(ctx context.Context, stmt, id string, ps []eventlog.Pair) error {
+	for _, p := range ps {
+		if err := t.exec(ctx, stmt, id, p.Type, p.Value); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func jsonText(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil || string(b) == "null" {
+		return "[]"
+	}
+	return string(b)
+}
+
+// nullJSON stores structured data as compact JSON text, or NULL if absent.
+func nullJSON(raw json.RawMessage) sql.NullString {
+	s := strings.TrimSpace(string(raw))
+	if s == "" || s == "null" {
+		return sql.NullString{}
+	}
+	return sql.NullString{String: s, Valid: true}
+}

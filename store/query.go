@@ -1,0 +1,552 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/jmoiron/sqlx"
+)
+
+// Agent is a row of agents.
+type Agent struct {
+	AgentID      string `db:"agent_id"`
+	Kind         string `db:"kind"`
+	Name         string `db:"name"`
+	Role         string `db:"role"`
+	Module       string `db:"module"`
+	Display      string `db:"display"`
+	RepoID       string `db:"repo_id"`
+	RegisteredAt string `db:"registered_at"`
+	LastSeenAt   string `db:"last_seen_at"`
+}
+
+const agentCols = `agent_id, kind, name, role, module, display, repo_id, registered_at, last_seen_at`
+
+// Agent returns one agent (or user) by ID.
+func (s *Store) Agent(ctx context.Context, id string) (*Agent, error) {
+	var a Agent
+	if err := s.r.GetContext(ctx, &a, `SELECT `+agentCols+` FROM agents WHERE agent_id = ?`, id); err != nil {
+		return nil, notFound(err)
+	}
+	return &a, nil
+}
+
+// Agents lists agents and users, optionally filtered by role and module,
+// ordered by ID.
+func (s *Store) Agents(ctx context.Context, role, module string) ([]Agent, error) {
+	q := `SELECT ` + agentCols + ` FROM agents WHERE 1=1`
+	var args []any
+	if role != "" {
+		q += ` AND role = ?`
+		args = append(args, role)
+	}
+	if module != "" {
+		q += ` AND module = ?`
+		args = append(args, module)
+	}
+	var out []Agent
+	err := s.r.SelectContext(ctx, &out, q+` ORDER BY agent_id`, args...)
+	return out, err
+}
+
+// AgentByToken returns the ID of the identity a token hash belongs to.
+func (s *Store) AgentByToken(ctx context.Context, tokenHash string) (string, error) {
+	var id string
+	err := s.r.GetContext(ctx, &id, `SELECT agent_id FROM tokens WHERE token_hash = ?`, tokenHash)
+	return id, notFound(err)
+}
+
+// MessageCount returns how many messages an agent has authored.
+func (s *Store) MessageCount(ctx context.Context, agentID string) (int, error) {
+	var n int
+	err := s.r.GetContext(ctx, &n, `SELECT COUNT(*) FROM messages WHERE agent_id = ?`, agentID)
+	return n, err
+}
+
+// Session is a row of sessions.
+type Session struct {
+	SessionID       string `db:"session_id"`
+	AgentID         string `db:"agent_id"`
+	StartedAt       string `db:"started_at"`
+	EndedAt         string `db:"ended_at"`
+	EndReason       string `db:"end_reason"`
+	LastSeenAt      string `db:"last_seen_at"`
+	Intent          string `db:"intent"`
+	IntentUpdatedAt string `db:"intent_updated_at"`
+	CurrentTask     string `db:"current_task"`
+	TaskUpdatedAt   string `db:"task_updated_at"`
+}
+
+const sessionCols = `session_id, agent_id, started_at, ended_at, end_reason, last_seen_at, intent,
+	intent_updated_at, current_task, task_updated_at`
+
+// Session returns one session by ID.
+func (s *Store) Session(ctx context.Context, id string) (*Session, error) {
+	var x Session
+	if err := s.r.GetContext(ctx, &x, `SELECT `+sessionCols+` FROM sessions WHERE session_id = ?`, id); err != nil {
+		return nil, notFound(err)
+	}
+	return &x, nil
+}
+
+// Sessions lists sessions, newest first, optionally of one agent and
+// only active (not ended) ones.
+func (s *Store) Sessions(ctx context.Context, agentID string, activeOnly bool) ([]Session, error) {
+	q := `SELECT ` + sessionCols + ` FROM sessions WHERE 1=1`
+	var args []any
+	if agentID != "" {
+		q += ` AND agent_id = ?`
+		args = append(args, agentID)
+	}
+	if activeOnly {
+		q += ` AND ended_at = ''`
+	}
+	var out []Session
+	err := s.r.SelectContext(ctx, &out, q+` ORDER BY started_at DESC, session_id DESC`, args...)
+	return out, err
+}
+
+// SessionPairs returns a session's scopes or refs (which: "scopes" or
+// "refs").
+func (s *Store) SessionPairs(ctx context.Context, sessionID, which string) ([]Pair, error) {
+	var q string
+	switch which {
+	case "scopes":
+		q = `SELECT scope_type AS type, scope_value AS value FROM session_scopes WHERE session_id = ? ORDER BY 1, 2`
+	case "refs":
+		q = `SELECT ref_type AS type, ref_value AS value FROM session_refs WHERE session_id = ? ORDER BY 1, 2`
+	default:
+		return nil, fmt.Errorf("store: unknown pair kind %q", which)
+	}
+	var out []Pair
+	err := s.r.SelectContext(ctx, &out, q, sessionID)
+	return out, err
+}
+
+// WorkContext is a session's work context joined with its intent and task.
+type WorkContext struct {
+	SessionID        string `db:"session_id"`
+	AgentID          string `db:"agent_id"`
+	Branch           string `db:"branch"`
+	WorktreePath     string `db:"worktree_path"`
+	UnmergedCommits  string `db:"unmerged_commits"` // JSON array of {hash, subject}
+	UncommittedFiles string `db:"uncommitted_files"`
+	ChangedFiles     string `db:"changed_files"`
+	GitUpdatedAt     string `db:"git_updated_at"`
+	CurrentTask      string `db:"current_task"`
+	TaskUpdatedAt    string `db:"task_updated_at"`
+	Intent           string `db:"intent"`
+	IntentUpdatedAt  string `db:"intent_updated_at"`
+}
+
+// WorkContexts lists the work contexts of active sessions, filtered by
+// agent, branch and a file among the changed or uncommitted ones.
+func (s *Store) WorkContexts(ctx context.Context, agentID, branch, file string) ([]WorkContext, error) {
+	q := `SELECT s.session_id, s.agent_id, COALESCE(w.branch, '') AS branch,
+		COALESCE(w.worktree_path, '') AS worktree_path, COALESCE(w.unmerged_commits, '[]') AS unmerged_commits,
+		COALESCE(w.uncommitted_files, '[]') AS uncommitted_files, COALESCE(w.changed_files, '[]') AS changed_files,
+		COALESCE(w.git_updated_at, '') AS git_updated_at, s.current_task, s.task_updated_at, s.intent, s.intent_updated_at
+		FROM sessions s LEFT JOIN work_contexts w ON w.session_id = s.session_id
+		WHERE s.ended_at = ''`
+	var args []any
+	if agentID != "" {
+		q += ` AND s.agent_id = ?`
+		args = append(args, agentID)
+	}
+	if branch != "" {
+		q += ` AND w.branch = ?`
+		args = append(args, branch)
+	}
+	if file != "" {
+		q += ` AND (EXISTS (SELECT 1 FROM json_each(w.changed_files) WHERE value = ?)
+			OR EXISTS (SELECT 1 FROM json_each(w.uncommitted_files) WHERE value = ?))`
+		args = append(args, file, file)
+	}
+	var out []WorkContext
+	err := s.r.SelectContext(ctx, &out, q+` ORDER BY s.started_at DESC`, args...)
+	return out, err
+}
+
+// Pair is a {type, value} scope or ref.
+type Pair struct {
+	Type  string `db:"type" json:"type"`
+	Value string `db:"value" json:"value"`
+}
+
+// Message is a row of messages with what a reader needs to know about it.
+type Message struct {
+	MessageID    string         `db:"message_id"`
+	AgentID      string         `db:"agent_id"`
+	SessionID    string         `db:"session_id"`
+	ThreadID     string         `db:"thread_id"`
+	CreatedAt    string         `db:"created_at"`
+	UpdatedAt    sql.NullString `db:"updated_at"`
+	Deleted      bool           `db:"deleted"`
+	DeletedAt    sql.NullString `db:"deleted_at"`
+	DeleteReason sql.NullString `db:"delete_reason"`
+	Format       string         `db:"body_format"`
+	Content      string         `db:"body_content"`
+	Structured   sql.NullString `db:"body_structured"`
+	Priority     string         `db:"priority"`
+	Tags         string         `db:"tags"` // JSON array, or "" for none
+	ActingAs     string         `db:"acting_as"`
+	Disclose     bool           `db:"disclose"`
+	Version      int            `db:"version"`
+	IsRead       bool           `db:"is_read"`
+
+	Scopes []Pair `db:"-"`
+	Refs   []Pair `db:"-"`
+}
+
+// TagList decodes Tags.
+func (m *Message) TagList() []string {
+	var out []string
+	if m.Tags != "" {
+		_ = json.Unmarshal([]byte(m.Tags), &out) // written by Apply from a []string
+	}
+	return out
+}
+
+const messageCols = `m.message_id, m.agent_id, m.session_id, m.thread_id, m.created_at, m.updated_at,
+	COALESCE(m.deleted, 0) AS deleted, m.deleted_at, m.delete_reason, m.body_format, m.body_content, m.body_structured,
+	m.priority, m.tags, m.acting_as, m.disclose, m.version`
+
+// readExpr is true when reader has read message m or wrote it. Its two
+// arguments are the reader's ID.
+const readExpr = `(m.agent_id = ? OR EXISTS (SELECT 1 FROM message_reads r WHERE r.agent_id = ? AND r.message_id = m.message_id))`
+
+// Message returns one message, deleted or not, with its scopes and refs;
+// IsRead is for reader ("" for nobody).
+func (s *Store) Message(ctx context.Context, id, reader string) (*Message, error) {
+	var m Message
+	err := s.r.GetContext(ctx, &m, `SELECT `+messageCols+`, `+readExpr+` AS is_read FROM messages m WHERE m.message_id = ?`,
+		reader, reader, id)
+	if err != nil {
+		return nil, notFound(err)
+	}
+	ms := []*Message{&m}
+	if err := s.attachPairs(ctx, ms); err != nil {
+		return nil, err
+	}
+	return &m, nil
+}
+
+// MessageFilter selects messages for Messages. Zero fields do not filter.
+type MessageFilter struct {
+	Scope    *Pair
+	Ref      *Pair
+	ThreadID string
+	AuthorID string
+	// Mentions, when non-nil, keeps messages with a mention ref whose value
+	// is one of these (an empty non-nil slice matches nothing).
+	Mentions []string
+	// Reader is whose read state IsRead and the unread count report.
+	Reader string
+	// Unread keeps only messages Reader has not read (and did not write).
+	Unread         bool
+	IncludeDeleted bool
+	SortBy         string // "created_at" (default) or "updated_at"
+	Asc            bool
+	Limit, Offset  int
+}
+
+// MessagePage is one page of Messages with the counts over all matches.
+type MessagePage struct {
+	Messages []*Message
+	Total    int // matching messages
+	Unread   int // of those, how many Reader has not read
+}
+
+// Messages lists messages matching f, one page, with total and unread
+// counts.
+func (s *Store) Messages(ctx context.Context, f MessageFilter) (*MessagePage, error) {
+	where, args := f.where()
+	page := &MessagePage{}
+	countQ := `SELECT COUNT(*) AS total, COALESCE(SUM(CASE WHEN ` + readExpr + ` THEN 0 ELSE 1 END), 0) AS unread
+		FROM messages m` + where
+	cargs := append([]any{f.Reader, f.Reader}, args...)
+	if f.Unread {
+		// Every match is unread: skip the per-row read check.
+		countQ = `SELECT COUNT(*) AS total, COUNT(*) AS unread FROM messages m` + where
+		cargs = args
+	}
+	var counts struct {
+		Total  int `db:"total"`
+		Unread int `db:"unread"`
+	}
+	if err := s.r.GetContext(ctx, &counts, countQ, cargs...); err != nil {
+		return nil, fmt.Errorf("store: count messages: %w", err)
+	}
+	page.Total, page.Unread = counts.Total, counts.Unread
+	if f.Limit <= 0 || page.Total == 0 || f.Offset >= page.Total {
+		return page, nil
+	}
+	order := "m.created_at"
+	if f.SortBy == "updated_at" {
+		order = "COALESCE(m.updated_at, m.created_at)"
+	}
+	dir := " DESC"
+	if f.Asc {
+		dir = " ASC"
+	}
+	q := `SELECT ` + messageCols + `, ` + readExpr + ` AS is_read FROM messages m` + where +
+		` ORDER BY ` + order + dir + `, m.message_id` + dir + ` LIMIT ? OFFSET ?`
+	qargs := append([]any{f.Reader, f.Reader}, args...)
+	qargs = append(qargs, f.Limit, f.Offset)
+	var rows []*Message
+	if err := s.r.SelectContext(ctx, &rows, q, qargs...); err != nil {
+		return nil, fmt.Errorf("store: list messages: %w", err)
+	}
+	if err := s.attachPairs(ctx, rows); err != nil {
+		return nil, err
+	}
+	page.Messages = rows
+	return page, nil
+}
+
+func (f *MessageFilter) where() (string, []any) {
+	var conds []string
+	var args []any
+	if !f.IncludeDeleted {
+		conds = append(conds, `COALESCE(m.deleted, 0) = 0`)
+	}
+	if f.Scope != nil {
+		conds = append(conds, `m.message_id IN (SELECT message_id FROM message_scopes WHERE scope_type = ? AND scope_value = ?)`)
+		args = append(args, f.Scope.Type, f.Scope.Value)
+	}
+	if f.Ref != nil {
+		conds = append(conds, `m.message_id IN (SELECT message_id FROM message_refs WHERE ref_type = ? AND ref_value = ?)`)
+		args = append(args, f.Ref.Type, f.Ref.Value)
+	}
+	if f.ThreadID != "" {
+		conds = append(conds, `m.thread_id = ?`)
+		args = append(args, f.ThreadID)
+	}
+	if f.AuthorID != "" {
+		conds = append(conds, `m.agent_id = ?`)
+		args = append(args, f.AuthorID)
+	}
+	if f.Mentions != nil {
+		if len(f.Mentions) == 0 {
+			conds = append(conds, `0`)
+		} else {
+			conds = append(conds, `m.message_id IN (SELECT message_id FROM message_refs WHERE ref_type = 'mention' AND ref_value IN (`+
+				placeholders(len(f.Mentions))+`))`)
+			for _, v := range f.Mentions {
+				args = append(args, v)
+			}
+		}
+	}
+	if f.Unread {
+		conds = append(conds, `NOT `+readExpr)
+		args = append(args, f.Reader, f.Reader)
+	}
+	if len(conds) == 0 {
+		return "", nil
+	}
+	return " WHERE " + strings.Join(conds, " AND "), args
+}
+
+func placeholders(n int) string {
+	return strings.TrimSuffix(strings.Repeat("?,", n), ",")
+}
+
+// attachPairs loads the scopes and refs of a page of messages in two
+// queries.
+func (s *Store) attachPairs(ctx context.Context, ms []*Message) error {
+	if len(ms) == 0 {
+		return nil
+	}
+	byID := make(map[string]*Message, len(ms))
+	ids := make([]any, len(ms))
+	for i, m := range ms {
+		byID[m.MessageID] = m
+		ids[i] = m.MessageID
+		m.Scopes, m.Refs = []Pair{}, []Pair{}
+	}
+	for _, kind := range []string{"scope", "ref"} {
+		q := fmt.Sprintf(`SELECT message_id, %[1]s_type, %[1]s_value FROM message_%[1]ss WHERE message_id IN (%[2]s) ORDER BY message_id, %[1]s_type, %[1]s_value`,
+			kind, placeholders(len(ids)))
+		rows, err := s.r.QueryContext(ctx, q, ids...)
+		if err != nil {
+			return fmt.Errorf("store: message %ss: %w", kind, err)
+		}
+		for rows.Next() {
+			var id string
+			var p Pair
+			if err := rows.Scan(&id, &p.Type, &p.Value); err != nil {
+				rows.Close()
+				return err
+			}
+			if m := byID[id]; m != nil {
+				if kind == "scope" {
+					m.Scopes = append(m.Scopes, p)
+				} else {
+					m.Refs = append(m.Refs, p)
+				}
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ExistingMessages returns which of ids exist.
+func (s *Store) ExistingMessages(ctx context.Context, ids []string) (map[string]bool, error) {
+	out := map[string]bool{}
+	if len(ids) == 0 {
+		return out, nil
+	}
+	q, args, err := sqlx.In(`SELECT message_id FROM messages WHERE message_id IN (?)`, ids)
+	if err != nil {
+		return nil, err
+	}
+	var found []string
+	if err := s.r.SelectContext(ctx, &found, q, args...); err != nil {
+		return nil, err
+	}
+	for _, id := range found {
+		out[id] = true
+	}
+	return out, nil
+}
+
+// Readers returns, for each of ids, the other agents (not except) that
+// have read it.
+func (s *Store) Readers(ctx context.Context, ids []string, except string) (map[string][]string, error) {
+	out := map[string][]string{}
+	if len(ids) == 0 {
+		return out, nil
+	}
+	q, args, err := sqlx.In(`SELECT DISTINCT message_id, agent_id FROM message_reads WHERE message_id IN (?) AND agent_id != ?
+		ORDER BY message_id, agent_id`, ids, except)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.r.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id, agent string
+		if err := rows.Scan(&id, &agent); err != nil {
+			return nil, err
+		}
+		out[id] = append(out[id], agent)
+	}
+	return out, rows.Err()
+}
+
+// Thread is a row of threads.
+type Thread struct {
+	ThreadID  string `db:"thread_id"`
+	Title     string `db:"title"`
+	CreatedBy string `db:"created_by"`
+	CreatedAt string `db:"created_at"`
+}
+
+// Thread returns one thread by ID.
+func (s *Store) Thread(ctx context.Context, id string) (*Thread, error) {
+	var t Thread
+	err := s.r.GetContext(ctx, &t, `SELECT thread_id, title, created_by, created_at FROM threads WHERE thread_id = ?`, id)
+	if err != nil {
+		return nil, notFound(err)
+	}
+	return &t, nil
+}
+
+// ThreadSummary is a thread with its activity, as thread.list shows it.
+type ThreadSummary struct {
+	Thread
+	MessageCount int            `db:"message_count"`
+	UnreadCount  int            `db:"unread_count"`
+	LastActivity string         `db:"last_activity"`
+	LastSender   string         `db:"last_sender"`
+	Preview      sql.NullString `db:"preview"`
+}
+
+// Threads lists threads, most recently active first, optionally with a
+// scope, with unread counts for reader. It returns one page and the total.
+func (s *Store) Threads(ctx context.Context, scope *Pair, reader string, limit, offset int) ([]ThreadSummary, int, error) {
+	where := ""
+	var args []any
+	if scope != nil {
+		where = ` WHERE t.thread_id IN (SELECT thread_id FROM thread_scopes WHERE scope_type = ? AND scope_value = ?)`
+		args = append(args, scope.Type, scope.Value)
+	}
+	var total int
+	if err := s.r.GetContext(ctx, &total, `SELECT COUNT(*) FROM threads t`+where, args...); err != nil {
+		return nil, 0, err
+	}
+	q := `SELECT t.thread_id, t.title, t.created_by, t.created_at,
+		(SELECT COUNT(*) FROM messages m WHERE m.thread_id = t.thread_id AND COALESCE(m.deleted, 0) = 0) AS message_count,
+		(SELECT COUNT(*) FROM messages m WHERE m.thread_id = t.thread_id AND COALESCE(m.deleted, 0) = 0 AND NOT ` + readExpr + `) AS unread_count,
+		COALESCE((SELECT m.created_at FROM messages m WHERE m.thread_id = t.thread_id AND COALESCE(m.deleted, 0) = 0 ORDER BY m.created_at DESC LIMIT 1), t.created_at) AS last_activity,
+		COALESCE((SELECT m.agent_id FROM messages m WHERE m.thread_id = t.thread_id AND COALESCE(m.deleted, 0) = 0 ORDER BY m.created_at DESC LIMIT 1), '') AS last_sender,
+		(SELECT substr(m.body_content, 1, 100) FROM messages m WHERE m.thread_id = t.thread_id AND COALESCE(m.deleted, 0) = 0 ORDER BY m.created_at DESC LIMIT 1) AS preview
+		FROM threads t` + where + ` ORDER BY last_activity DESC, t.thread_id DESC LIMIT ? OFFSET ?`
+	qargs := append([]any{reader, reader}, args...)
+	qargs = append(qargs, limit, offset)
+	var out []ThreadSummary
+	if err := s.r.SelectContext(ctx, &out, q, qargs...); err != nil {
+		return nil, 0, err
+	}
+	return out, total, nil
+}
+
+// Group is a row of groups with its direct member count.
+type Group struct {
+	Name        string `db:"name"`
+	Description string `db:"description"`
+	CreatedAt   string `db:"created_at"`
+	CreatedBy   string `db:"created_by"`
+	MemberCount int    `db:"member_count"`
+}
+
+// Member is one group member.
+type Member struct {
+	Group string `db:"group_name"`
+	Type  string `db:"member_type"`
+	ID    string `db:"member_id"`
+}
+
+// Groups lists all groups by name.
+func (s *Store) Groups(ctx context.Context) ([]Group, error) {
+	var out []Group
+	err := s.r.SelectContext(ctx, &out, `SELECT g.name, g.description, g.created_at, g.created_by,
+		(SELECT COUNT(*) FROM group_members gm WHERE gm.group_name = g.name) AS member_count
+		FROM groups g ORDER BY g.name`)
+	return out, err
+}
+
+// Group returns one group.
+func (s *Store) Group(ctx context.Context, name string) (*Group, error) {
+	var g Group
+	err := s.r.GetContext(ctx, &g, `SELECT g.name, g.description, g.created_at, g.created_by,
+		(SELECT COUNT(*) FROM group_members gm WHERE gm.group_name = g.name) AS member_count
+		FROM groups g WHERE g.name = ?`, name)
+	if err != nil {
+		return nil, notFound(err)
+	}
+	return &g, nil
+}
+
+// Members lists the direct members of every group (name == "") or of one.
+func (s *Store) Members(ctx context.Context, name string) ([]Member, error) {
+	q := `SELECT group_name, member_type, member_id FROM group_members`
+	var args []any
+	if name != "" {
+		q += ` WHERE group_name = ?`
+		args = append(args, name)
+	}
+	var out []Member
+	err := s.r.SelectContext(ctx, &out, q+` ORDER BY group_name, member_type, member_id`, args...)
+	return out, err
+}

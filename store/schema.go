@@ -1,0 +1,180 @@
+package store
+
+// schema is the projection's tables. The spec's tables (messages,
+// message_scopes, message_refs, message_edits, message_reads) keep their
+// columns; the rest hold agents, sessions, threads, groups and the
+// checkpoint. Every list filter has an index.
+//
+// Version history: 1 = initial.
+const schemaVersion = 1
+
+const schema = `
+CREATE TABLE IF NOT EXISTS meta (
+  key TEXT PRIMARY KEY,
+  value TEXT NOT NULL
+);
+
+CREATE TABLE IF NOT EXISTS checkpoints (
+  shard TEXT PRIMARY KEY,
+  offset INTEGER NOT NULL
+);
+
+CREATE TABLE IF NOT EXISTS agents (
+  agent_id TEXT PRIMARY KEY,
+  kind TEXT NOT NULL DEFAULT 'agent',
+  name TEXT NOT NULL DEFAULT '',
+  role TEXT NOT NULL DEFAULT '',
+  module TEXT NOT NULL DEFAULT '',
+  display TEXT NOT NULL DEFAULT '',
+  repo_id TEXT NOT NULL DEFAULT '',
+  registered_at TEXT NOT NULL,
+  last_seen_at TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX IF NOT EXISTS idx_agents_role ON agents(role, module);
+
+CREATE TABLE IF NOT EXISTS tokens (
+  token_hash TEXT PRIMARY KEY,
+  agent_id TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS idx_tokens_agent ON tokens(agent_id);
+
+CREATE TABLE IF NOT EXISTS sessions (
+  session_id TEXT PRIMARY KEY,
+  agent_id TEXT NOT NULL,
+  started_at TEXT NOT NULL,
+  ended_at TEXT NOT NULL DEFAULT '',
+  end_reason TEXT NOT NULL DEFAULT '',
+  last_seen_at TEXT NOT NULL DEFAULT '',
+  intent TEXT NOT NULL DEFAULT '',
+  intent_updated_at TEXT NOT NULL DEFAULT '',
+  current_task TEXT NOT NULL DEFAULT '',
+  task_updated_at TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX IF NOT EXISTS idx_sessions_agent ON sessions(agent_id, started_at);
+
+CREATE TABLE IF NOT EXISTS session_scopes (
+  session_id TEXT NOT NULL,
+  scope_type TEXT NOT NULL,
+  scope_value TEXT NOT NULL,
+  PRIMARY KEY (session_id, scope_type, scope_value)
+);
+
+CREATE TABLE IF NOT EXISTS session_refs (
+  session_id TEXT NOT NULL,
+  ref_type TEXT NOT NULL,
+  ref_value TEXT NOT NULL,
+  PRIMARY KEY (session_id, ref_type, ref_value)
+);
+
+CREATE TABLE IF NOT EXISTS work_contexts (
+  session_id TEXT PRIMARY KEY,
+  agent_id TEXT NOT NULL,
+  branch TEXT NOT NULL DEFAULT '',
+  worktree_path TEXT NOT NULL DEFAULT '',
+  unmerged_commits TEXT NOT NULL DEFAULT '[]',
+  uncommitted_files TEXT NOT NULL DEFAULT '[]',
+  changed_files TEXT NOT NULL DEFAULT '[]',
+  git_updated_at TEXT NOT NULL DEFAULT ''
+);
+
+CREATE TABLE IF NOT EXISTS messages (
+  message_id TEXT PRIMARY KEY,
+  agent_id TEXT NOT NULL,
+  session_id TEXT NOT NULL,
+  thread_id TEXT NOT NULL DEFAULT '',
+  created_at TEXT NOT NULL,
+  updated_at TEXT,
+  deleted INTEGER DEFAULT 0,
+  deleted_at TEXT,
+  delete_reason TEXT,
+  body_format TEXT NOT NULL,
+  body_content TEXT NOT NULL,
+  body_structured TEXT,
+  priority TEXT NOT NULL DEFAULT 'normal',
+  tags TEXT NOT NULL DEFAULT '',
+  acting_as TEXT NOT NULL DEFAULT '',
+  disclose INTEGER NOT NULL DEFAULT 0,
+  version INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS idx_messages_time ON messages(created_at);
+CREATE INDEX IF NOT EXISTS idx_messages_updated ON messages(updated_at);
+CREATE INDEX IF NOT EXISTS idx_messages_agent ON messages(agent_id, created_at);
+CREATE INDEX IF NOT EXISTS idx_messages_session ON messages(session_id);
+CREATE INDEX IF NOT EXISTS idx_messages_thread ON messages(thread_id, created_at);
+
+CREATE TABLE IF NOT EXISTS message_scopes (
+  message_id TEXT NOT NULL,
+  scope_type TEXT NOT NULL,
+  scope_value TEXT NOT NULL,
+  PRIMARY KEY (message_id, scope_type, scope_value)
+);
+CREATE INDEX IF NOT EXISTS idx_scopes_lookup ON message_scopes(scope_type, scope_value, message_id);
+
+CREATE TABLE IF NOT EXISTS message_refs (
+  message_id TEXT NOT NULL,
+  ref_type TEXT NOT NULL,
+  ref_value TEXT NOT NULL,
+  PRIMARY KEY (message_id, ref_type, ref_value)
+);
+CREATE INDEX IF NOT EXISTS idx_refs_lookup ON message_refs(ref_type, ref_value, message_id);
+
+CREATE TABLE IF NOT EXISTS message_edits (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  event_id TEXT NOT NULL UNIQUE,
+  message_id TEXT NOT NULL,
+  edited_at TEXT NOT NULL,
+  edited_by TEXT NOT NULL,
+  session_id TEXT NOT NULL DEFAULT '',
+  old_content TEXT,
+  new_content TEXT,
+  old_structured TEXT,
+  new_structured TEXT
+);
+CREATE INDEX IF NOT EXISTS idx_edits_message ON message_edits(message_id, edited_at);
+
+CREATE TABLE IF NOT EXISTS message_reads (
+  message_id TEXT NOT NULL,
+  session_id TEXT NOT NULL,
+  agent_id TEXT NOT NULL,
+  read_at TEXT NOT NULL,
+  PRIMARY KEY (message_id, session_id)
+);
+CREATE INDEX IF NOT EXISTS idx_message_reads_agent ON message_reads(agent_id, message_id);
+CREATE INDEX IF NOT EXISTS idx_message_reads_message ON message_reads(message_id);
+
+CREATE TABLE IF NOT EXISTS threads (
+  thread_id TEXT PRIMARY KEY,
+  title TEXT NOT NULL,
+  created_by TEXT NOT NULL,
+  created_at TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS thread_scopes (
+  thread_id TEXT NOT NULL,
+  scope_type TEXT NOT NULL,
+  scope_value TEXT NOT NULL,
+  PRIMARY KEY (thread_id, scope_type, scope_value)
+);
+CREATE INDEX IF NOT EXISTS idx_thread_scopes_lookup ON thread_scopes(scope_type, scope_value);
+
+CREATE TABLE IF NOT EXISTS groups (
+  name TEXT PRIMARY KEY,
+  description TEXT NOT NULL DEFAULT '',
+  created_at TEXT NOT NULL,
+  created_by TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS group_members (
+  group_name TEXT NOT NULL,
+  member_type TEXT NOT NULL,
+  member_id TEXT NOT NULL,
+  added_at TEXT NOT NULL,
+  PRIMARY KEY (group_name, member_type, member_id)
+);
+CREATE INDEX IF NOT EXISTS idx_group_members_member ON group_members(member_type, member_id);
+`
+
+// Tables lists the projection's tables (for Dump and comparisons).
+var Tables = []string{
+	"agents", "tokens", "sessions", "session_scopes", "session_refs", "work_contexts",
+	"messages", "message_scopes", "message_refs", "message_edits", "message_reads",
+	"threads", "thread_scopes", "groups", "group_members", "checkpoints",
+}

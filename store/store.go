@@ -1,0 +1,269 @@
+// Package store is thrum's SQLite projection of the event log: the tables
+// that answer queries. It is a cache: Apply folds events into it in log
+// order, each event idempotently, with the log position recorded in the
+// same transaction, so a store can always be brought up to date by
+// replaying the log past Positions, or rebuilt from scratch with Rebuild.
+//
+// The store uses one writer connection and a pool of readers on a WAL
+// database, so queries never wait for a write.
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"runtime"
+	"sort"
+	"strconv"
+
+	"github.com/jmoiron/sqlx"
+	_ "modernc.org/sqlite" // registers the "sqlite" driver
+
+	"github.com/thrumhq/thrum/eventlog"
+)
+
+// DefaultReaders is the default of Options.Readers.
+const DefaultReaders = 4
+
+// DefaultRebuildBatch is how many events Rebuild applies per transaction.
+const DefaultRebuildBatch = 5000
+
+// Options configure a Store. A nil *Options means all defaults.
+type Options struct {
+	// Logger receives warnings. Nil means silent.
+	Logger *slog.Logger
+	// Readers is the size of the read connection pool. Default
+	// DefaultReaders, at least 2.
+	Readers int
+}
+
+// Store is an open projection. All methods may be called concurrently;
+// Apply calls are serialized internally.
+type Store struct {
+	path string
+	opts Options
+	w    *sqlx.DB // exactly one connection: all writes
+	r    *sqlx.DB // readers
+	ap   *applier
+}
+
+// ErrNotFound is returned by lookups of a single thing that does not exist.
+var ErrNotFound = errors.New("store: not found")
+
+func dsn(path string, readOnly bool) string {
+	q := url.Values{}
+	q.Add("_pragma", "busy_timeout(10000)")
+	q.Add("_pragma", "journal_mode(WAL)")
+	// The log is the truth: a crash may lose the last transactions of
+	// the projection (they are replayed from the log), never corrupt it.
+	q.Add("_pragma", "synchronous(NORMAL)")
+	q.Add("_pragma", "foreign_keys(OFF)")
+	q.Add("_pragma", "cache_size(-16000)")
+	q.Add("_pragma", "temp_store(MEMORY)")
+	if readOnly {
+		q.Add("_pragma", "query_only(1)")
+	} else {
+		q.Set("_txlock", "immediate")
+	}
+	return "file:" + (&url.URL{Path: path}).EscapedPath() + "?" + q.Encode()
+}
+
+// Open opens (creating if needed) the projection database at path.
+func Open(path string, opts *Options) (*Store, error) {
+	s := &Store{path: path}
+	if opts != nil {
+		s.opts = *opts
+	}
+	if s.opts.Readers <= 0 {
+		s.opts.Readers = DefaultReaders
+	}
+	if s.opts.Readers < 2 {
+		s.opts.Readers = 2
+	}
+	w, err := sqlx.Open("sqlite", dsn(path, false))
+	if err != nil {
+		return nil, fmt.Errorf("store: open %s: %w", path, err)
+	}
+	w.SetMaxOpenConns(1)
+	w.SetMaxIdleConns(1)
+	w.SetConnMaxLifetime(0)
+	if err := migrate(w); err != nil {
+		w.Close()
+		return nil, fmt.Errorf("store: %s: %w", path, err)
+	}
+	r, err := sqlx.Open("sqlite", dsn(path, true))
+	if err != nil {
+		w.Close()
+		return nil, fmt.Errorf("store: open %s: %w", path, err)
+	}
+	n := s.opts.Readers
+	if m := runtime.GOMAXPROCS(0) * 2; n > m && m >= 2 {
+		n = m
+	}
+	r.SetMaxOpenConns(n)
+	r.SetMaxIdleConns(n)
+	r.SetConnMaxLifetime(0)
+	s.w, s.r = w, r
+	s.ap, err = newApplier(w)
+	if err != nil {
+		s.Close()
+		return nil, fmt.Errorf("store: %s: %w", path, err)
+	}
+	return s, nil
+}
+
+func migrate(w *sqlx.DB) error {
+	var v string
+	err := w.Get(&v, `SELECT value FROM meta WHERE key = 'schema_version'`)
+	if err == nil {
+		n, _ := strconv.Atoi(v)
+		if n > schemaVersion {
+			return fmt.Errorf("projection schema version %d is newer than this thrum (%d): upgrade thrum, or delete the file to rebuild it from the log", n, schemaVersion)
+		}
+		if n == schemaVersion {
+			return nil
+		}
+	}
+	if _, err := w.Exec(schema); err != nil {
+		return fmt.Errorf("create schema: %w", err)
+	}
+	_, err = w.Exec(`INSERT INTO meta(key, value) VALUES('schema_version', ?)
+		ON CONFLICT(key) DO UPDATE SET value = excluded.value`, strconv.Itoa(schemaVersion))
+	return err
+}
+
+// Path returns the database file's path.
+func (s *Store) Path() string { return s.path }
+
+// Close closes the database. It is idempotent.
+func (s *Store) Close() error {
+	var errs []error
+	if s.ap != nil {
+		errs = append(errs, s.ap.close())
+		s.ap = nil
+	}
+	if s.r != nil {
+		errs = append(errs, s.r.Close())
+		s.r = nil
+	}
+	if s.w != nil {
+		errs = append(errs, s.w.Close())
+		s.w = nil
+	}
+	return errors.Join(errs...)
+}
+
+// Positions returns the log positions the projection has applied up to
+// (shard path → byte offset).
+func (s *Store) Positions(ctx context.Context) (map[string]int64, error) {
+	var rows []struct {
+		Shard  string `db:"shard"`
+		Offset int64  `db:"offset"`
+	}
+	if err := s.w.SelectContext(ctx, &rows, `SELECT shard, offset FROM checkpoints`); err != nil {
+		return nil, fmt.Errorf("store: positions: %w", err)
+	}
+	out := make(map[string]int64, len(rows))
+	for _, r := range rows {
+		out[r.Shard] = r.Offset
+	}
+	return out, nil
+}
+
+// Apply folds a batch of events into the projection in one transaction,
+// and records each event's shard offset as the checkpoint. Applying an
+// event a second time changes nothing.
+func (s *Store) Apply(ctx context.Context, evs []*eventlog.Event) error {
+	if len(evs) == 0 {
+		return nil
+	}
+	return s.ap.apply(ctx, evs)
+}
+
+// CatchUp applies every event of log past the projection's checkpoint, in
+// batches, and returns how many it applied.
+func (s *Store) CatchUp(ctx context.Context, log *eventlog.Log) (int, error) {
+	from, err := s.Positions(ctx)
+	if err != nil {
+		return 0, err
+	}
+	batch := make([]*eventlog.Event, 0, DefaultRebuildBatch)
+	n := 0
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		err := s.Apply(ctx, batch)
+		n += len(batch)
+		batch = batch[:0]
+		return err
+	}
+	_, err = log.Scan(ctx, from, func(e *eventlog.Event) error {
+		batch = append(batch, e)
+		if len(batch) == cap(batch) {
+			return flush()
+		}
+		return nil
+	})
+	if err != nil {
+		return n, err
+	}
+	return n, flush()
+}
+
+// Rebuild creates a fresh projection at path from every event of log. An
+// existing file at path is replaced.
+func Rebuild(ctx context.Context, log *eventlog.Log, path string, opts *Options) (*Store, error) {
+	for _, suffix := range []string{"", "-wal", "-shm"} {
+		if err := os.Remove(path + suffix); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("store: rebuild: %w", err)
+		}
+	}
+	s, err := Open(path, opts)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := s.CatchUp(ctx, log); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("store: rebuild: %w", err)
+	}
+	return s, nil
+}
+
+// Dump returns every row of every table in Tables, each row rendered as
+// text in a stable order: two projections are equal when their dumps are.
+func (s *Store) Dump(ctx context.Context) (map[string][]string, error) {
+	out := map[string][]string{}
+	for _, t := range Tables {
+		rows, err := s.r.QueryxContext(ctx, `SELECT * FROM `+t)
+		if err != nil {
+			return nil, err
+		}
+		for rows.Next() {
+			vals, err := rows.SliceScan()
+			if err != nil {
+				rows.Close()
+				return nil, err
+			}
+			out[t] = append(out[t], fmt.Sprintf("%q", vals))
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+		sort.Strings(out[t])
+	}
+	return out, nil
+}
+
+// notFound maps sql.ErrNoRows to ErrNotFound.
+func notFound(err error) error {
+	if errors.Is(err, sql.ErrNoRows) {
+		return ErrNotFound
+	}
+	return err
+}

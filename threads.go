@@ -1,0 +1,119 @@
+package thrum
+
+import (
+	"context"
+
+	"github.com/thrumhq/thrum/eventlog"
+	"github.com/thrumhq/thrum/rpc"
+	"github.com/thrumhq/thrum/store"
+)
+
+// CreateThread creates a thread and, if message and recipient are both
+// given, its first message addressed to the recipient, in one commit.
+func (n *Node) CreateThread(ctx context.Context, p *rpc.CreateThreadParams) (*rpc.CreateThreadResult, error) {
+	if p.Title == "" {
+		return nil, invalid("title is required")
+	}
+	if len(p.Title) > maxPairLen {
+		return nil, tooLarge("title is too long: at most %d bytes", maxPairLen)
+	}
+	if (p.Recipient == "") != (p.Message == nil) {
+		return nil, invalid("recipient and message must both be provided or both be nil")
+	}
+	if err := checkPairs("scopes", p.Scopes); err != nil {
+		return nil, err
+	}
+	me, err := n.callerID(ctx, "creating a thread")
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := n.dirc.agent(me); !ok {
+		return nil, notFound("agent %q is not registered: run thrum quickstart", me)
+	}
+	tid := "thr_" + eventlog.NewID()
+	te := &eventlog.Event{Type: eventlog.TypeThreadCreate, Payload: eventlog.ThreadCreate{
+		ThreadID: tid, Title: p.Title, Scopes: toPairs(p.Scopes), CreatedBy: me}}
+	if p.Message == nil {
+		if err := n.append(ctx, te); err != nil {
+			return nil, err
+		}
+		return &rpc.CreateThreadResult{ThreadID: tid, CreatedAt: te.Timestamp()}, nil
+	}
+	// Validate the first message the way SendMessage would, then commit
+	// thread and message together so neither exists without the other.
+	sp := &rpc.SendMessageParams{
+		Content: p.Message.Content, Format: p.Message.Format, Structured: p.Message.Structured,
+		Scopes: p.Scopes, Mentions: []string{p.Recipient}, ActingAs: p.ActingAs, Disclose: p.Disclose,
+	}
+	me2, err := n.prepareMessage(ctx, sp, tid)
+	if err != nil {
+		return nil, err
+	}
+	if err := n.append(ctx, te, me2.event); err != nil {
+		return nil, err
+	}
+	return &rpc.CreateThreadResult{ThreadID: tid, CreatedAt: te.Timestamp(), MessageID: me2.id}, nil
+}
+
+// ListThreads lists threads, most recently active first, with unread
+// counts for the caller.
+func (n *Node) ListThreads(ctx context.Context, p *rpc.ListThreadsParams) (*rpc.ListThreadsResult, error) {
+	page, size, err := pageParams(p.Page, p.PageSize)
+	if err != nil {
+		return nil, err
+	}
+	var scope *store.Pair
+	if p.Scope != nil {
+		scope = &store.Pair{Type: p.Scope.Type, Value: p.Scope.Value}
+	}
+	ts, total, err := n.store.Threads(ctx, scope, readerOf(ctx), size, (page-1)*size)
+	if err != nil {
+		return nil, internal("list threads", err)
+	}
+	out := &rpc.ListThreadsResult{Threads: make([]rpc.ThreadSummary, 0, len(ts)), Total: total, Page: page, PageSize: size, TotalPages: totalPages(total, size)}
+	for _, t := range ts {
+		s := rpc.ThreadSummary{
+			ThreadID: t.ThreadID, Title: t.Title, MessageCount: t.MessageCount, UnreadCount: t.UnreadCount,
+			LastActivity: t.LastActivity, LastSender: t.LastSender, CreatedBy: t.CreatedBy, CreatedAt: t.CreatedAt,
+		}
+		if t.Preview.Valid {
+			pv := t.Preview.String
+			s.Preview = &pv
+		}
+		out.Threads = append(out.Threads, s)
+	}
+	return out, nil
+}
+
+// GetThread returns a thread and a page of its messages, oldest first.
+func (n *Node) GetThread(ctx context.Context, p *rpc.GetThreadParams) (*rpc.GetThreadResult, error) {
+	if p.ThreadID == "" {
+		return nil, invalid("thread_id is required")
+	}
+	page, size, err := pageParams(p.Page, p.PageSize)
+	if err != nil {
+		return nil, err
+	}
+	t, err := n.store.Thread(ctx, p.ThreadID)
+	if isNotFound(err) {
+		return nil, notFound("thread not found: %s", p.ThreadID)
+	}
+	if err != nil {
+		return nil, internal("get thread", err)
+	}
+	pg, err := n.store.Messages(ctx, store.MessageFilter{
+		ThreadID: t.ThreadID, Reader: readerOf(ctx), Asc: true, Limit: size, Offset: (page - 1) * size,
+	})
+	if err != nil {
+		return nil, internal("get thread", err)
+	}
+	out := &rpc.GetThreadResult{
+		Thread:   rpc.ThreadInfo{ThreadID: t.ThreadID, Title: t.Title, CreatedBy: t.CreatedBy, CreatedAt: t.CreatedAt},
+		Messages: make([]rpc.MessageSummary, 0, len(pg.Messages)),
+		Total:    pg.Total, Page: page, PageSize: size, TotalPages: totalPages(pg.Total, size),
+	}
+	for _, m := range pg.Messages {
+		out.Messages = append(out.Messages, summary(m))
+	}
+	return out, nil
+}

@@ -1,0 +1,282 @@
+package thrum
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/thrumhq/thrum/eventlog"
+	"github.com/thrumhq/thrum/rpc"
+	"github.com/thrumhq/thrum/store"
+)
+
+// Version is the version of thrum reported by health.
+const Version = "0.1.0"
+
+// Defaults of Options.
+const (
+	DefaultMaxContentBytes  = 256 << 10 // message content
+	DefaultSubscriberQueue  = 1024      // notifications buffered per Listener
+	DefaultMaxSubscriptions = 256       // per Listener
+	DefaultActiveWindow     = 2 * time.Minute
+	DefaultDBName           = "messages.db"
+	DefaultCleanupDays      = 30
+)
+
+// Options configure a Node. A nil *Options means all defaults; the struct
+// is copied by Open.
+type Options struct {
+	// Logger receives warnings and errors. Nil means silent.
+	Logger *slog.Logger
+
+	// DBPath is the SQLite projection's file. Default: messages.db in the
+	// data directory.
+	DBPath string
+
+	// RepoID identifies the repository the node serves (health, unnamed
+	// agent IDs). Default empty.
+	RepoID string
+
+	// RepoDir is the git working tree that user.identify reads git config
+	// from. Default: the current directory.
+	RepoDir string
+
+	// IdentityDir is where identity files live (.thrum/identities).
+	// agent.delete removes the agent's file from it and agent.cleanup
+	// counts an agent whose file is gone as orphaned. Default: none.
+	IdentityDir string
+
+	// MaxContentBytes caps a message's content. Default
+	// DefaultMaxContentBytes.
+	MaxContentBytes int
+
+	// SubscriberQueue is the notification buffer of a Listener; a listener
+	// whose buffer is full is closed rather than slowing writers. Default
+	// DefaultSubscriberQueue.
+	SubscriberQueue int
+
+	// MaxSubscriptions caps the subscriptions of one Listener. Default
+	// DefaultMaxSubscriptions.
+	MaxSubscriptions int
+
+	// SyncState, if set, reports the sync state for health ("synced",
+	// "pending" or "error"). Default: always "synced".
+	SyncState func() string
+
+	// NoSync skips fsync of the log: for tests and benchmarks only.
+	NoSync bool
+
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+}
+
+// Node is an open thrum data directory: the event log, its SQLite
+// projection and the notifier, with every domain operation as a method.
+// All methods may be called concurrently. Operations that act as "the
+// current agent" take the caller from ctx (see WithCaller).
+type Node struct {
+	dir     string
+	opts    Options
+	log     *eventlog.Log
+	store   *store.Store
+	started time.Time
+
+	ctlMu sync.Mutex // serializes check-then-write operations on agents, sessions and groups
+	dirc  directory  // agents and groups in memory, for addressing
+	subs  notifier
+
+	degraded  atomic.Pointer[error] // set when a committed batch failed to apply
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Open opens the data directory dir (creating it if needed): the event log
+// in dir, the projection at opts.DBPath. Any log tail past the
+// projection's checkpoint is applied before Open returns, and a torn final
+// line is repaired (see Repairs).
+func Open(dir string, opts *Options) (*Node, error) {
+	n := &Node{dir: dir, started: time.Now()}
+	if opts != nil {
+		n.opts = *opts
+	}
+	o := &n.opts
+	if o.DBPath == "" {
+		o.DBPath = filepath.Join(dir, DefaultDBName)
+	}
+	if o.MaxContentBytes <= 0 {
+		o.MaxContentBytes = DefaultMaxContentBytes
+	}
+	if o.SubscriberQueue <= 0 {
+		o.SubscriberQueue = DefaultSubscriberQueue
+	}
+	if o.MaxSubscriptions <= 0 {
+		o.MaxSubscriptions = DefaultMaxSubscriptions
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if err := os.MkdirAll(filepath.Dir(o.DBPath), 0o755); err != nil {
+		return nil, fmt.Errorf("thrum: open: %w", err)
+	}
+	st, err := store.Open(o.DBPath, &store.Options{Logger: o.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("thrum: open: %w", err)
+	}
+	n.store = st
+	n.subs.init(n)
+	lg, err := eventlog.Open(dir, &eventlog.Options{Logger: o.Logger, OnCommit: n.onCommit, NoSync: o.NoSync})
+	if err != nil {
+		st.Close()
+		return nil, fmt.Errorf("thrum: open: %w", err)
+	}
+	n.log = lg
+	ctx := context.Background()
+	if _, err := st.CatchUp(ctx, lg); err != nil {
+		n.Close()
+		return nil, fmt.Errorf("thrum: open: replay log: %w", err)
+	}
+	if err := n.dirc.reload(ctx, st); err != nil {
+		n.Close()
+		return nil, fmt.Errorf("thrum: open: %w", err)
+	}
+	if err := n.ensureEveryone(ctx); err != nil {
+		n.Close()
+		return nil, fmt.Errorf("thrum: open: %w", err)
+	}
+	return n, nil
+}
+
+// EveryoneGroup is the built-in group that holds every agent.
+const EveryoneGroup = "everyone"
+
+func (n *Node) ensureEveryone(ctx context.Context) error {
+	if n.dirc.hasGroup(EveryoneGroup) {
+		return nil
+	}
+	return n.append(ctx, &eventlog.Event{Type: eventlog.TypeGroupCreate, Payload: eventlog.GroupCreate{
+		Name: EveryoneGroup, Description: "Every registered agent", CreatedBy: "system",
+	}})
+}
+
+// Close stops the node: listeners are closed, the log and the projection
+// are closed. It is idempotent.
+func (n *Node) Close() error {
+	n.closeOnce.Do(func() {
+		n.subs.closeAll()
+		var errs []error
+		if n.log != nil {
+			errs = append(errs, n.log.Close())
+		}
+		if n.store != nil {
+			errs = append(errs, n.store.Close())
+		}
+		n.closeErr = errors.Join(errs...)
+	})
+	return n.closeErr
+}
+
+// Dir returns the data directory (the log's home).
+func (n *Node) Dir() string { return n.dir }
+
+// EventLog returns the node's event log, for inspection and replay.
+func (n *Node) EventLog() *EventLog { return n.log }
+
+// Projector returns the node's SQLite projection.
+func (n *Node) Projector() *Projector { return n.store }
+
+// EventLog is the append-only log of a node (package eventlog).
+type EventLog = eventlog.Log
+
+// Projector is the SQLite projection of a node (package store).
+type Projector = store.Store
+
+// Repairs reports the torn log tails that Open moved aside.
+func (n *Node) Repairs() []eventlog.Repair { return n.log.Repairs() }
+
+// Rebuild rebuilds the projection from the log into path (which must not
+// be the live database) and returns it; the caller closes it. It is how a
+// projection is checked against the log, and the first step of replacing a
+// damaged one.
+func (n *Node) Rebuild(ctx context.Context, path string) (*Projector, error) {
+	if filepath.Clean(path) == filepath.Clean(n.opts.DBPath) {
+		return nil, errors.New("thrum: rebuild: path is the live projection")
+	}
+	return store.Rebuild(ctx, n.log, path, nil)
+}
+
+// append commits events: durable in the log, applied to the projection,
+// published to listeners, all before it returns.
+func (n *Node) append(ctx context.Context, evs ...*eventlog.Event) error {
+	if err := n.log.Append(ctx, evs...); err != nil {
+		if errors.Is(err, eventlog.ErrClosed) {
+			return rpc.Errorf(rpc.CodeUnavailable, "thrum is shutting down")
+		}
+		if errors.Is(err, eventlog.ErrTooLarge) {
+			return tooLarge("%v", err)
+		}
+		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+			return err
+		}
+		return internal("append", err)
+	}
+	return nil
+}
+
+// onCommit runs on the log's committer for each durable batch, in log
+// order: it applies the batch, refreshes the in-memory directory if the
+// batch touched agents or groups, and publishes messages to listeners.
+func (n *Node) onCommit(batch []*eventlog.Event) error {
+	ctx := context.Background()
+	if err := n.store.Apply(ctx, batch); err != nil {
+		n.degraded.Store(&err)
+		if n.opts.Logger != nil {
+			n.opts.Logger.Error("thrum: projection failed to apply committed events; they are safe in the log and will be replayed on restart", "err", err)
+		}
+		return internal("apply", err)
+	}
+	for _, e := range batch {
+		if strings.HasPrefix(e.Type, "agent.register") || strings.HasPrefix(e.Type, "agent.update") ||
+			e.Type == eventlog.TypeAgentCleanup || strings.HasPrefix(e.Type, "group.") {
+			if err := n.dirc.reload(ctx, n.store); err != nil && n.opts.Logger != nil {
+				n.opts.Logger.Error("thrum: reload directory", "err", err)
+			}
+			break
+		}
+	}
+	n.subs.publish(ctx, batch)
+	return nil
+}
+
+// Health reports the node's status.
+func (n *Node) Health(ctx context.Context, _ *rpc.HealthParams) (*rpc.HealthResult, error) {
+	status := "ok"
+	if n.degraded.Load() != nil {
+		status = "degraded"
+	}
+	sync := "synced"
+	if n.opts.SyncState != nil {
+		sync = n.opts.SyncState()
+	}
+	return &rpc.HealthResult{
+		Status:    status,
+		UptimeMs:  time.Since(n.started).Milliseconds(),
+		Version:   Version,
+		RepoID:    n.opts.RepoID,
+		SyncState: sync,
+	}, nil
+}
+
+// now returns the node's clock.
+func (n *Node) now() time.Time { return n.opts.Now() }
+
+func ts(t time.Time) string { return eventlog.FormatTime(t) }
+
+// shardOf names the log shard of an agent's message events.
+func shardOf(agentID string) string { return strings.ReplaceAll(agentID, ":", "_") }
