@@ -1,0 +1,8 @@
+//go:build !linux
+
+package rpc
+
+import "net"
+
+// peerUID is not implemented on this system.
+func peerUID(net.Conn) (uid int, ok bool) { return 0, false }

@@ -1,0 +1,179 @@
+package rpc
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+
+	"github.com/coder/websocket"
+)
+
+// ServeHTTP serves the WebSocket endpoint: one JSON-RPC message (or batch)
+// per frame, replies as text frames. It blocks until the connection ends.
+//
+// Before the upgrade it refuses with 403 a request whose Host is not
+// loopback (DNS rebinding) or whose Origin is present and neither loopback
+// nor in ServerOptions.AllowedOrigins (the literal "null" included), and
+// with 503 a connection over ServerOptions.MaxConns or during shutdown.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !loopbackHost(r.Host) {
+		s.log.Warn("rpc: websocket refused: Host is not loopback", "host", r.Host, "remote", r.RemoteAddr)
+		http.Error(w, "forbidden: Host must be localhost, 127.0.0.1 or [::1]", http.StatusForbidden)
+		return
+	}
+	if origin := r.Header.Get("Origin"); origin != "" && !s.allowedOrigin(origin) {
+		s.log.Warn("rpc: websocket refused: Origin not allowed", "origin", origin, "remote", r.RemoteAddr)
+		http.Error(w, "forbidden: Origin not allowed", http.StatusForbidden)
+		return
+	}
+	if e := s.reserve(); e != nil {
+		s.log.Warn("rpc: websocket refused", "remote", r.RemoteAddr, "reason", e.Message)
+		http.Error(w, e.Message, http.StatusServiceUnavailable)
+		return
+	}
+	// The origin check is done above, with rules coder/websocket does not
+	// know (loopback origins on any port), hence InsecureSkipVerify.
+	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{InsecureSkipVerify: true})
+	if err != nil { // Accept has written the HTTP error
+		s.release()
+		s.log.Debug("rpc: websocket handshake failed", "remote", r.RemoteAddr, "err", err)
+		return
+	}
+	ws.SetReadLimit(int64(s.opts.MaxLineBytes))
+	// The request's context ends with ServeHTTP; keep its values only.
+	c := s.newConn(context.WithoutCancel(r.Context()), TransportWebSocket, &wsTransport{ws: ws})
+	c.serve()
+}
+
+// loopbackHost reports whether a Host header names this machine's loopback
+// interface: localhost, 127.0.0.0/8 or ::1, with an optional port.
+func loopbackHost(hostport string) bool {
+	if hostport == "" {
+		return false
+	}
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	} else if strings.HasPrefix(host, "[") && strings.HasSuffix(host, "]") {
+		host = host[1 : len(host)-1]
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	// Reject forms net.ParseIP would not (like "127.1"), and zones.
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback() && !strings.Contains(host, "%")
+}
+
+// allowedOrigin reports whether a browser page at origin may connect: a
+// loopback http(s) origin, or one listed in AllowedOrigins.
+func (s *Server) allowedOrigin(origin string) bool {
+	if origin == "null" {
+		return false
+	}
+	u, err := url.Parse(origin)
+	if err != nil || u.Host == "" || u.User != nil {
+		return false
+	}
+	if (u.Scheme == "http" || u.Scheme == "https") && loopbackHost(u.Host) {
+		return true
+	}
+	for _, a := range s.opts.AllowedOrigins {
+		if strings.EqualFold(a, u.Host) || strings.EqualFold(a, u.Scheme+"://"+u.Host) {
+			return true
+		}
+	}
+	return false
+}
+
+// wsTransport is one JSON-RPC message per WebSocket frame.
+type wsTransport struct {
+	ws *websocket.Conn
+}
+
+func (t *wsTransport) read(ctx context.Context) ([]byte, error) {
+	_, b, err := t.ws.Read(ctx)
+	return b, err
+}
+
+func (t *wsTransport) write(ctx context.Context, msg []byte) error {
+	return t.ws.Write(ctx, websocket.MessageText, msg)
+}
+
+// interrupt starts the close handshake; the reader returns when the peer
+// answers it (or after the library's 5 s wait).
+func (t *wsTransport) interrupt(wg *sync.WaitGroup) {
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		_ = t.ws.Close(websocket.StatusGoingAway, "server shutting down")
+	}()
+}
+
+func (t *wsTransport) close(shutdown bool) {
+	if shutdown {
+		_ = t.ws.Close(websocket.StatusGoingAway, "server shutting down")
+		return
+	}
+	_ = t.ws.Close(websocket.StatusNormalClosure, "")
+}
+
+func (t *wsTransport) kill() { _ = t.ws.CloseNow() }
+
+var _ transport = (*wsTransport)(nil)
+
+// wsClient is the client side of a WebSocket, for Client.
+type wsClient struct {
+	ws *websocket.Conn
+}
+
+// wsHTTPClient dials WebSockets without pooling connections: a refused
+// handshake must not leave an idle keep-alive connection behind.
+var wsHTTPClient = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+
+func dialWebSocket(ctx context.Context, u string, maxMsg int) (*wsClient, error) {
+	ws, resp, err := websocket.Dial(ctx, u, &websocket.DialOptions{HTTPClient: wsHTTPClient})
+	if err != nil {
+		if resp != nil && resp.StatusCode != http.StatusSwitchingProtocols {
+			return nil, &httpStatusError{status: resp.Status, err: err}
+		}
+		return nil, err
+	}
+	ws.SetReadLimit(int64(maxMsg))
+	return &wsClient{ws: ws}, nil
+}
+
+// httpStatusError is a refused WebSocket handshake.
+type httpStatusError struct {
+	status string
+	err    error
+}
+
+func (e *httpStatusError) Error() string { return "handshake refused: " + e.status }
+func (e *httpStatusError) Unwrap() error { return e.err }
+
+func (t *wsClient) read(ctx context.Context) ([]byte, error) {
+	_, b, err := t.ws.Read(ctx)
+	return b, err
+}
+
+func (t *wsClient) write(ctx context.Context, msg []byte) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return t.ws.Write(ctx, websocket.MessageText, msg)
+}
+
+func (t *wsClient) close() error {
+	err := t.ws.Close(websocket.StatusNormalClosure, "")
+	if errors.Is(err, net.ErrClosed) {
+		return nil
+	}
+	return err
+}
+
+func (t *wsClient) kill() { _ = t.ws.CloseNow() }

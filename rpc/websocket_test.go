@@ -1,0 +1,289 @@
+package rpc
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+func closeStatus(err error) int { return int(websocket.CloseStatus(err)) }
+
+// testHTTPClient does not keep idle connections, so tests leave no
+// goroutines behind.
+var testHTTPClient = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+
+// serveWS serves s's WebSocket endpoint on 127.0.0.1 and returns its
+// ws:// URL. Cleanup closes the server first, then the HTTP server.
+func serveWS(t *testing.T, s *Server) string {
+	t.Helper()
+	hs := httptest.NewServer(s)
+	t.Cleanup(hs.Close)
+	t.Cleanup(func() { s.Close() })
+	return "ws" + strings.TrimPrefix(hs.URL, "http")
+}
+
+func dialWS(t *testing.T, url string, opts *websocket.DialOptions) *websocket.Conn {
+	t.Helper()
+	ws, err := tryDialWS(url, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ws.CloseNow() })
+	return ws
+}
+
+func tryDialWS(url string, opts *websocket.DialOptions) (*websocket.Conn, error) {
+	o := websocket.DialOptions{HTTPClient: testHTTPClient}
+	if opts != nil {
+		o = *opts
+		o.HTTPClient = testHTTPClient
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ws, _, err := websocket.Dial(ctx, url, &o)
+	return ws, err
+}
+
+func wsWrite(t *testing.T, ws *websocket.Conn, msg string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := ws.Write(ctx, websocket.MessageText, []byte(msg)); err != nil {
+		t.Fatalf("write: %v", err)
+	}
+}
+
+func wsRead(ws *websocket.Conn) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	typ, b, err := ws.Read(ctx)
+	if err == nil && typ != websocket.MessageText {
+		return "", errors.New("reply is not a text frame")
+	}
+	return string(b), err
+}
+
+func TestProtocolWebSocket(t *testing.T) {
+	checkLeaks(t)
+	s, _ := testServer(t, &ServerOptions{MaxBatch: 3})
+	ws := dialWS(t, serveWS(t, s), nil)
+	runProtocolCases(t, func(t *testing.T, msg string) []string {
+		t.Helper()
+		wsWrite(t, ws, msg)
+		wsWrite(t, ws, sentinel)
+		var out []string
+		for {
+			got, err := wsRead(ws)
+			if err != nil {
+				t.Fatalf("read: %v", err)
+			}
+			if got == sentinelReply {
+				return out
+			}
+			out = append(out, got)
+		}
+	})
+	// A binary frame is a message too; the reply is text.
+	ctx := context.Background()
+	if err := ws.Write(ctx, websocket.MessageBinary, []byte(sentinel)); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := wsRead(ws); err != nil || got != sentinelReply {
+		t.Fatalf("binary frame: %q, %v", got, err)
+	}
+	ws.Close(websocket.StatusNormalClosure, "")
+}
+
+func TestWebSocketOriginAndHost(t *testing.T) {
+	checkLeaks(t)
+	s, _ := testServer(t, &ServerOptions{AllowedOrigins: []string{"app.example", "https://ui.example:8443"}})
+	url := serveWS(t, s)
+	cases := []struct {
+		name   string
+		origin string
+		host   string
+		ok     bool
+	}{
+		{"no origin (not a browser)", "", "", true},
+		{"loopback origin", "http://127.0.0.1:3000", "", true},
+		{"localhost origin", "https://LOCALHOST", "", true},
+		{"ipv6 loopback origin", "http://[::1]:8080", "", true},
+		{"127/8 origin", "http://127.4.5.6", "", true},
+		{"allowed origin host", "https://app.example", "", true},
+		{"allowed origin with scheme", "https://ui.example:8443", "", true},
+		{"allowed origin, other scheme", "http://ui.example:8443", "", false},
+		{"foreign origin", "https://evil.example", "", false},
+		{"null origin", "null", "", false},
+		{"origin naming localhost as a subdomain", "http://localhost.evil.example", "", false},
+		{"origin with a non-web scheme", "file://localhost", "", false},
+		{"garbage origin", "::::", "", false},
+		{"host localhost", "", "localhost:80", true},
+		{"host [::1]", "", "[::1]:9999", true},
+		{"host without port", "", "127.0.0.1", true},
+		{"foreign host (DNS rebinding)", "", "evil.example:80", false},
+		{"foreign host, loopback origin", "http://localhost", "evil.example", false},
+		{"host 0.0.0.0", "", "0.0.0.0:80", false},
+		{"host short form", "", "127.1", false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h := http.Header{}
+			if tc.origin != "" {
+				h.Set("Origin", tc.origin)
+			}
+			ws, err := tryDialWS(url, &websocket.DialOptions{HTTPHeader: h, Host: tc.host})
+			if tc.ok {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				defer ws.CloseNow()
+				wsWrite(t, ws, sentinel)
+				if got, err := wsRead(ws); got != sentinelReply {
+					t.Fatalf("got %q, %v", got, err)
+				}
+				return
+			}
+			if err == nil {
+				ws.CloseNow()
+				t.Fatal("accepted")
+			}
+			if !strings.Contains(err.Error(), "403") {
+				t.Fatalf("want a 403 refusal, got %v", err)
+			}
+		})
+	}
+}
+
+func TestWebSocketOversizeFrame(t *testing.T) {
+	checkLeaks(t)
+	s, _ := testServer(t, &ServerOptions{MaxLineBytes: 1024})
+	url := serveWS(t, s)
+	ws := dialWS(t, url, nil)
+	wsWrite(t, ws, `{"jsonrpc":"2.0","id":1,"method":"echo","params":["`+strings.Repeat("x", 2000)+`"]}`)
+	_, err := wsRead(ws)
+	if closeStatus(err) != int(websocket.StatusMessageTooBig) {
+		t.Fatalf("oversize frame: %v, want close status MessageTooBig", err)
+	}
+	ws2 := dialWS(t, url, nil)
+	wsWrite(t, ws2, sentinel)
+	if got, err := wsRead(ws2); got != sentinelReply {
+		t.Fatalf("after oversize: %q, %v", got, err)
+	}
+	ws2.Close(websocket.StatusNormalClosure, "")
+}
+
+func TestConnLimitWebSocket(t *testing.T) {
+	checkLeaks(t)
+	s, _ := testServer(t, &ServerOptions{MaxConns: 2})
+	url := serveWS(t, s)
+	ctx := context.Background()
+	var clients []*Client
+	for range 2 {
+		c, err := DialWebSocket(ctx, url, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if err := c.Call(ctx, "ping", nil, nil); err != nil {
+			t.Fatal(err)
+		}
+		clients = append(clients, c)
+	}
+	_, err := DialWebSocket(ctx, url, nil)
+	if err == nil || !strings.Contains(err.Error(), "503") {
+		t.Fatalf("third connection: %v, want a 503 refusal", err)
+	}
+	// The limit spans transports: a pipe is refused too.
+	cl := newPipeClient(t, s)
+	if err := cl.Call(ctx, "ping", nil, nil); !errors.Is(err, ErrLimitExceeded) {
+		t.Fatalf("pipe over the limit: %v", err)
+	}
+	clients[0].Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		c, err := DialWebSocket(ctx, url, nil)
+		if err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("slot not released: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestWebSocketClientNotifications(t *testing.T) {
+	checkLeaks(t)
+	s, _ := testServer(t, nil)
+	url := serveWS(t, s)
+	notes := make(chan json.RawMessage, 100)
+	ctx := context.Background()
+	c, err := DialWebSocket(ctx, url, &ClientOptions{OnNotification: func(method string, params json.RawMessage) {
+		if method == "note" {
+			notes <- params
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.Call(ctx, "notify", map[string]int{"n": 5}, nil); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		select {
+		case p := <-notes:
+			var n struct{ I int }
+			if err := json.Unmarshal(p, &n); err != nil || n.I != i {
+				t.Fatalf("notification %d: %s", i, p)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("notification %d did not arrive", i)
+		}
+	}
+}
+
+func TestWebSocketNotAnUpgrade(t *testing.T) {
+	checkLeaks(t)
+	s, _ := testServer(t, nil)
+	url := serveWS(t, s)
+	resp, err := testHTTPClient.Get("http" + strings.TrimPrefix(url, "ws"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUpgradeRequired {
+		t.Fatalf("plain GET: %s", resp.Status)
+	}
+	// The refused handshake gave its slot back.
+	c, err := DialWebSocket(context.Background(), url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+}
+
+func TestDialWebSocketContextBoundsHandshakeOnly(t *testing.T) {
+	checkLeaks(t)
+	s, _ := testServer(t, nil)
+	url := serveWS(t, s)
+	ctx, cancel := context.WithCancel(context.Background())
+	c, err := DialWebSocket(ctx, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cancel()
+	time.Sleep(20 * time.Millisecond)
+	if err := c.Call(context.Background(), "ping", nil, nil); err != nil {
+		t.Fatalf("call after the dial ctx ended: %v", err)
+	}
+}
