@@ -41,7 +41,9 @@ type Event struct {
 	Offset int64
 }
 
-// Decode unmarshals the event's payload fields into v.
+// Decode unmarshals the event's payload fields into v. Events appended
+// in this process decode from the very line written to the log, so a
+// projection applies the same bytes live as it does on replay.
 func (e *Event) Decode(v any) error {
 	if e.Raw == nil {
 		b, err := json.Marshal(e.Payload)
@@ -66,6 +68,9 @@ var ErrTooLarge = errors.New("event too large")
 
 // encode renders the event as one line, newline included.
 func (e *Event) encode(buf *bytes.Buffer) error {
+	if y := e.Time.UTC().Year(); y < 1 || y > 9999 {
+		return fmt.Errorf("encode %s: time %v is outside years 1-9999", e.Type, e.Time)
+	}
 	start := buf.Len()
 	buf.WriteString(`{"event_id":`)
 	writeJSONString(buf, e.ID)

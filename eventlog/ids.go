@@ -31,6 +31,7 @@ type idSource struct {
 func (s *idSource) next(now time.Time) (ulid.ULID, time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	now = now.Round(0) // compare wall clocks (which ULIDs encode), not monotonic readings
 	if now.Before(s.last) {
 		now = s.last
 	}

@@ -47,9 +47,11 @@ type Options struct {
 	// Default DefaultMaxBatch.
 	MaxBatch int
 
-	// OnCommit, if set, is called by the committing goroutine with each
-	// batch of events after they are durable and before their Append calls
-	// return, in commit order, one batch at a time. A projection applies
+	// OnCommit, if set, is called with each batch of events after they are
+	// durable and before their Append calls return, in commit order, one
+	// batch at a time, from the log's apply goroutine (which overlaps with
+	// the fsync of the next batch; batches that became durable meanwhile
+	// are merged into one call). A projection applies
 	// the batch here, so that it sees events in exactly log order. Its error
 	// is returned by every Append of the batch (the events stay in the
 	// log: they are durable).
@@ -87,10 +89,11 @@ type Log struct {
 	opts    Options
 	repairs []Repair
 
-	reqs   chan *appendReq
-	quit   chan struct{}
-	done   chan struct{}
-	closed sync.Once
+	reqs    chan *appendReq
+	applied chan *commitBatch // durable batches waiting for OnCommit, in order
+	quit    chan struct{}
+	done    chan struct{} // closed when both loops have stopped
+	closed  sync.Once
 
 	mu    sync.Mutex // guards files and sizes (used by the committer and Positions)
 	files map[string]*os.File
@@ -133,6 +136,7 @@ func Open(dir string, opts *Options) (*Log, error) {
 		l.sizes[rel] = size
 	}
 	l.reqs = make(chan *appendReq, l.opts.MaxBatch)
+	l.applied = make(chan *commitBatch, 64)
 	l.quit = make(chan struct{})
 	l.done = make(chan struct{})
 	go l.commitLoop()
@@ -207,18 +211,44 @@ func (l *Log) Append(ctx context.Context, evs ...*Event) error {
 	}
 	req := &appendReq{evs: evs, done: make(chan error, 1)}
 	select {
+	case <-l.quit:
+		return ErrClosed
+	default:
+	}
+	select {
 	case l.reqs <- req:
 	case <-l.quit:
 		return ErrClosed
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	return <-req.done
+	// A request queued as Close began may never be taken: once both loops
+	// have stopped, it failed unless it got its answer.
+	select {
+	case err := <-req.done:
+		return err
+	case <-l.done:
+		select {
+		case err := <-req.done:
+			return err
+		default:
+			return ErrClosed
+		}
+	}
 }
 
+// commitLoop writes and fsyncs batches; applyLoop runs OnCommit on them
+// and replies. The two overlap: while one batch is applied, the next is
+// being made durable, so throughput is bounded by the slower stage, not
+// by their sum. Order is kept: applyLoop takes batches in commit order.
 func (l *Log) commitLoop() {
-	defer close(l.done)
-	batch := make([]*appendReq, 0, l.opts.MaxBatch)
+	applyDone := make(chan struct{})
+	go l.applyLoop(applyDone)
+	defer func() {
+		close(l.applied)
+		<-applyDone
+		close(l.done)
+	}()
 	for {
 		var first *appendReq
 		select {
@@ -227,7 +257,8 @@ func (l *Log) commitLoop() {
 			l.drain()
 			return
 		}
-		batch = append(batch[:0], first)
+		batch := make([]*appendReq, 1, l.opts.MaxBatch)
+		batch[0] = first
 	fill:
 		for len(batch) < l.opts.MaxBatch {
 			select {
@@ -238,6 +269,50 @@ func (l *Log) commitLoop() {
 			}
 		}
 		l.commit(batch)
+	}
+}
+
+// commitBatch is a durable batch on its way to OnCommit.
+type commitBatch struct {
+	reqs []*appendReq
+	errs []error  // per request; nil where the request is durable
+	evs  []*Event // the durable events, in order
+}
+
+// applyLoop hands durable batches to OnCommit. When OnCommit is the
+// slower stage, the batches that became durable meanwhile are merged into
+// one call, so the projection, too, pays its per-commit cost once per
+// group.
+func (l *Log) applyLoop(done chan struct{}) {
+	defer close(done)
+	var group []*commitBatch
+	var evs []*Event
+	for b := range l.applied {
+		group, evs = append(group[:0], b), append(evs[:0], b.evs...)
+	more:
+		for len(evs) < 8*l.opts.MaxBatch {
+			select {
+			case nb, ok := <-l.applied:
+				if !ok {
+					break more
+				}
+				group, evs = append(group, nb), append(evs, nb.evs...)
+			default:
+				break more
+			}
+		}
+		var cerr error
+		if l.opts.OnCommit != nil && len(evs) > 0 {
+			cerr = l.opts.OnCommit(evs)
+		}
+		for _, b := range group {
+			for i, r := range b.reqs {
+				if b.errs[i] == nil {
+					b.errs[i] = cerr
+				}
+				r.done <- b.errs[i]
+			}
+		}
 	}
 }
 
@@ -254,7 +329,7 @@ func (l *Log) drain() {
 }
 
 // commit writes one batch: encode every event, append each shard's lines
-// in one write, fsync each touched shard, then OnCommit, then reply.
+// in one write, fsync each touched shard, then pass it to applyLoop.
 // An event that fails to encode fails only its own request.
 func (l *Log) commit(batch []*appendReq) {
 	bufs := map[string]*shardBuf{}
@@ -265,13 +340,16 @@ func (l *Log) commit(batch []*appendReq) {
 		// Encode each request's events into scratch first, so a failure
 		// leaves no partial request behind.
 		staged := map[string]int{}
+		var assigned []*Event
 		var err error
 		for _, e := range r.evs {
 			id, t := ids.next(time.Now())
-			if e.ID == "" {
+			if e.ID == "" && e.Time.IsZero() {
+				e.ID, e.Time = id.String(), t
+				assigned = append(assigned, e)
+			} else if e.ID == "" {
 				e.ID = id.String()
-			}
-			if e.Time.IsZero() {
+			} else if e.Time.IsZero() {
 				e.Time = t
 			}
 			rel := ShardPath(e.Shard)
@@ -284,13 +362,18 @@ func (l *Log) commit(batch []*appendReq) {
 			if _, ok := staged[rel]; !ok {
 				staged[rel] = sb.buf.Len()
 			}
+			start := sb.buf.Len()
 			if err = e.encode(&sb.buf); err != nil {
 				break
 			}
+			e.Raw = append([]byte(nil), sb.buf.Bytes()[start:sb.buf.Len()-1]...)
 		}
 		if err != nil {
 			for rel, n := range staged {
 				bufs[rel].buf.Truncate(n)
+			}
+			for _, e := range assigned { // a retry gets fresh, in-order IDs
+				e.ID, e.Time, e.Raw = "", time.Time{}, nil
 			}
 			errs[i] = err
 			continue
@@ -331,16 +414,7 @@ func (l *Log) commit(batch []*appendReq) {
 		}
 		return
 	}
-	var cerr error
-	if l.opts.OnCommit != nil && len(all) > 0 {
-		cerr = l.opts.OnCommit(all)
-	}
-	for i, r := range batch {
-		if errs[i] == nil {
-			errs[i] = cerr
-		}
-		r.done <- errs[i]
-	}
+	l.applied <- &commitBatch{reqs: batch, errs: errs, evs: all}
 }
 
 // writeShard appends b to the shard file, creating it (and fsyncing its
@@ -462,7 +536,7 @@ func (l *Log) Close() error {
 // parse. Open never repairs these: a human must look.
 type CorruptError struct {
 	File string // shard path relative to the log directory
-	Line int    // 1-based line number within the part scanned
+	Line int    // 1-based line number in the file
 	Err  error
 }
 
@@ -544,7 +618,6 @@ func (l *Log) Scan(ctx context.Context, from map[string]int64, fn func(*Event) e
 
 type shardReader struct {
 	rel     string
-	shard   string
 	f       *os.File
 	br      *bufio.Reader
 	off     int64
@@ -554,8 +627,49 @@ type shardReader struct {
 	ev      *Event
 }
 
-// next reads the following event into r.ev (nil at the end).
+// next reads the following event into r.ev (nil at the end). A
+// CorruptError names the line counted from the start of the file.
 func (r *shardReader) next() error {
+	err := r.read()
+	var ce *CorruptError
+	if errors.As(err, &ce) {
+		ce.Line = r.lineNumber()
+	}
+	return err
+}
+
+// lineNumber returns the number of the line starting at r.off, counting
+// from the file's start. It runs only when reporting corruption.
+func (r *shardReader) lineNumber() int {
+	n, err := countLines(r.f, r.off)
+	if err != nil {
+		return r.line
+	}
+	return n + 1
+}
+
+func countLines(f *os.File, end int64) (int, error) {
+	buf := make([]byte, 256<<10)
+	n := 0
+	for off := int64(0); off < end; {
+		k := int64(len(buf))
+		if end-off < k {
+			k = end - off
+		}
+		m, err := f.ReadAt(buf[:k], off)
+		n += bytes.Count(buf[:m], []byte{'\n'})
+		off += int64(m)
+		if err != nil && !(errors.Is(err, io.EOF) && off >= end) {
+			return n, err
+		}
+		if m == 0 {
+			break
+		}
+	}
+	return n, nil
+}
+
+func (r *shardReader) read() error {
 	r.ev = nil
 	if r.limited && r.off >= r.limit {
 		return nil
@@ -573,11 +687,11 @@ func (r *shardReader) next() error {
 	if err != nil {
 		return &CorruptError{File: r.rel, Line: r.line, Err: err}
 	}
-	r.off += int64(len(line)) + 1
 	ev, derr := DecodeLine(line)
 	if derr != nil {
 		return &CorruptError{File: r.rel, Line: r.line, Err: derr}
 	}
+	r.off += int64(len(line)) + 1
 	ev.Shard = shardName(r.rel)
 	ev.Offset = r.off
 	r.ev = ev

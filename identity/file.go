@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -45,7 +46,7 @@ func Decode(b []byte) (*File, error) {
 	if err := dec.Decode(&f); err != nil {
 		return nil, fmt.Errorf("identity file is not valid JSON: %w", err)
 	}
-	if dec.More() {
+	if _, err := dec.Token(); err != io.EOF {
 		return nil, errors.New("identity file has data after its JSON object")
 	}
 	if f.Version > FileVersion {
@@ -87,6 +88,18 @@ func Path(dir, name string) string { return filepath.Join(dir, name+".json") }
 // Save writes f into dir as <name>.json (or <agent_id>.json for an unnamed
 // agent), mode 0600, atomically: a reader sees the old file or the new one.
 func Save(dir string, f *File) error {
+	if f.Version == 0 {
+		f.Version = FileVersion
+	}
+	b, err := json.MarshalIndent(f, "", "  ")
+	if err != nil {
+		return err
+	}
+	// Write only what Load accepts: a file it rejects would break every
+	// Resolve in the directory.
+	if _, err := Decode(b); err != nil {
+		return err
+	}
 	key := f.Name
 	if key == "" {
 		key = f.AgentID
@@ -94,14 +107,7 @@ func Save(dir string, f *File) error {
 	if err := ValidateRole("identity file name", key); err != nil {
 		return err
 	}
-	if f.Version == 0 {
-		f.Version = FileVersion
-	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	b, err := json.MarshalIndent(f, "", "  ")
-	if err != nil {
 		return err
 	}
 	tmp, err := os.CreateTemp(dir, "."+key+".*.tmp")

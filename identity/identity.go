@@ -72,7 +72,11 @@ func AgentID(repoID, role, module, name string) string {
 		return name
 	}
 	sum := sha256.Sum256([]byte(repoID + "|" + role + "|" + module))
-	return role + "_" + strings.ToLower(idEncoding.EncodeToString(sum[:])[:10])
+	prefix := role
+	if max := MaxNameLen - 11; len(prefix) > max {
+		prefix = prefix[:max] // the hash covers the whole role
+	}
+	return prefix + "_" + strings.ToLower(idEncoding.EncodeToString(sum[:])[:10])
 }
 
 // NormalizeAgentID maps the accepted spellings of an agent ID to its

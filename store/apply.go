@@ -264,7 +264,7 @@ func (t *txApplier) event(ctx context.Context, e *eventlog.Event) error {
 		if err := t.pairs(ctx, "message.ref", p.MessageID, p.Refs); err != nil {
 			return err
 		}
-		return t.seen(ctx, p.AgentID, p.SessionID, ts)
+		return t.seen(ctx, p.AgentID, "", ts)
 
 	case eventlog.TypeMessageEdit:
 		var p eventlog.MessageEdit
@@ -315,7 +315,7 @@ func (t *txApplier) event(ctx context.Context, e *eventlog.Event) error {
 				return err
 			}
 		}
-		return t.seen(ctx, p.AgentID, p.SessionID, ts)
+		return t.seen(ctx, p.AgentID, "", ts)
 
 	case eventlog.TypeThreadCreate:
 		var p eventlog.ThreadCreate

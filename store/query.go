@@ -28,7 +28,7 @@ const agentCols = `agent_id, kind, name, role, module, display, repo_id, registe
 // Agent returns one agent (or user) by ID.
 func (s *Store) Agent(ctx context.Context, id string) (*Agent, error) {
 	var a Agent
-	if err := s.r.GetContext(ctx, &a, `SELECT `+agentCols+` FROM agents WHERE agent_id = ?`, id); err != nil {
+	if err := s.get(ctx, &a, `SELECT `+agentCols+` FROM agents WHERE agent_id = ?`, id); err != nil {
 		return nil, notFound(err)
 	}
 	return &a, nil
@@ -48,21 +48,21 @@ func (s *Store) Agents(ctx context.Context, role, module string) ([]Agent, error
 		args = append(args, module)
 	}
 	var out []Agent
-	err := s.r.SelectContext(ctx, &out, q+` ORDER BY agent_id`, args...)
+	err := s.sel(ctx, &out, q+` ORDER BY agent_id`, args...)
 	return out, err
 }
 
 // AgentByToken returns the ID of the identity a token hash belongs to.
 func (s *Store) AgentByToken(ctx context.Context, tokenHash string) (string, error) {
 	var id string
-	err := s.r.GetContext(ctx, &id, `SELECT agent_id FROM tokens WHERE token_hash = ?`, tokenHash)
+	err := s.get(ctx, &id, `SELECT agent_id FROM tokens WHERE token_hash = ?`, tokenHash)
 	return id, notFound(err)
 }
 
 // MessageCount returns how many messages an agent has authored.
 func (s *Store) MessageCount(ctx context.Context, agentID string) (int, error) {
 	var n int
-	err := s.r.GetContext(ctx, &n, `SELECT COUNT(*) FROM messages WHERE agent_id = ?`, agentID)
+	err := s.get(ctx, &n, `SELECT COUNT(*) FROM messages WHERE agent_id = ?`, agentID)
 	return n, err
 }
 
@@ -86,7 +86,7 @@ const sessionCols = `session_id, agent_id, started_at, ended_at, end_reason, las
 // Session returns one session by ID.
 func (s *Store) Session(ctx context.Context, id string) (*Session, error) {
 	var x Session
-	if err := s.r.GetContext(ctx, &x, `SELECT `+sessionCols+` FROM sessions WHERE session_id = ?`, id); err != nil {
+	if err := s.get(ctx, &x, `SELECT `+sessionCols+` FROM sessions WHERE session_id = ?`, id); err != nil {
 		return nil, notFound(err)
 	}
 	return &x, nil
@@ -105,7 +105,7 @@ func (s *Store) Sessions(ctx context.Context, agentID string, activeOnly bool) (
 		q += ` AND ended_at = ''`
 	}
 	var out []Session
-	err := s.r.SelectContext(ctx, &out, q+` ORDER BY started_at DESC, session_id DESC`, args...)
+	err := s.sel(ctx, &out, q+` ORDER BY started_at DESC, session_id DESC`, args...)
 	return out, err
 }
 
@@ -122,7 +122,7 @@ func (s *Store) SessionPairs(ctx context.Context, sessionID, which string) ([]Pa
 		return nil, fmt.Errorf("store: unknown pair kind %q", which)
 	}
 	var out []Pair
-	err := s.r.SelectContext(ctx, &out, q, sessionID)
+	err := s.sel(ctx, &out, q, sessionID)
 	return out, err
 }
 
@@ -166,7 +166,7 @@ func (s *Store) WorkContexts(ctx context.Context, agentID, branch, file string) 
 		args = append(args, file, file)
 	}
 	var out []WorkContext
-	err := s.r.SelectContext(ctx, &out, q+` ORDER BY s.started_at DESC`, args...)
+	err := s.sel(ctx, &out, q+` ORDER BY s.started_at DESC`, args...)
 	return out, err
 }
 
@@ -222,7 +222,7 @@ const readExpr = `(m.agent_id = ? OR EXISTS (SELECT 1 FROM message_reads r WHERE
 // IsRead is for reader ("" for nobody).
 func (s *Store) Message(ctx context.Context, id, reader string) (*Message, error) {
 	var m Message
-	err := s.r.GetContext(ctx, &m, `SELECT `+messageCols+`, `+readExpr+` AS is_read FROM messages m WHERE m.message_id = ?`,
+	err := s.get(ctx, &m, `SELECT `+messageCols+`, `+readExpr+` AS is_read FROM messages m WHERE m.message_id = ?`,
 		reader, reader, id)
 	if err != nil {
 		return nil, notFound(err)
@@ -277,7 +277,7 @@ func (s *Store) Messages(ctx context.Context, f MessageFilter) (*MessagePage, er
 		Total  int `db:"total"`
 		Unread int `db:"unread"`
 	}
-	if err := s.r.GetContext(ctx, &counts, countQ, cargs...); err != nil {
+	if err := s.get(ctx, &counts, countQ, cargs...); err != nil {
 		return nil, fmt.Errorf("store: count messages: %w", err)
 	}
 	page.Total, page.Unread = counts.Total, counts.Unread
@@ -297,7 +297,7 @@ func (s *Store) Messages(ctx context.Context, f MessageFilter) (*MessagePage, er
 	qargs := append([]any{f.Reader, f.Reader}, args...)
 	qargs = append(qargs, f.Limit, f.Offset)
 	var rows []*Message
-	if err := s.r.SelectContext(ctx, &rows, q, qargs...); err != nil {
+	if err := s.sel(ctx, &rows, q, qargs...); err != nil {
 		return nil, fmt.Errorf("store: list messages: %w", err)
 	}
 	if err := s.attachPairs(ctx, rows); err != nil {
@@ -370,7 +370,7 @@ func (s *Store) attachPairs(ctx context.Context, ms []*Message) error {
 	for _, kind := range []string{"scope", "ref"} {
 		q := fmt.Sprintf(`SELECT message_id, %[1]s_type, %[1]s_value FROM message_%[1]ss WHERE message_id IN (%[2]s) ORDER BY message_id, %[1]s_type, %[1]s_value`,
 			kind, placeholders(len(ids)))
-		rows, err := s.r.QueryContext(ctx, q, ids...)
+		rows, err := s.query(ctx, q, ids...)
 		if err != nil {
 			return fmt.Errorf("store: message %ss: %w", kind, err)
 		}
@@ -408,7 +408,7 @@ func (s *Store) ExistingMessages(ctx context.Context, ids []string) (map[string]
 		return nil, err
 	}
 	var found []string
-	if err := s.r.SelectContext(ctx, &found, q, args...); err != nil {
+	if err := s.sel(ctx, &found, q, args...); err != nil {
 		return nil, err
 	}
 	for _, id := range found {
@@ -429,7 +429,7 @@ func (s *Store) Readers(ctx context.Context, ids []string, except string) (map[s
 	if err != nil {
 		return nil, err
 	}
-	rows, err := s.r.QueryContext(ctx, q, args...)
+	rows, err := s.query(ctx, q, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -455,7 +455,7 @@ type Thread struct {
 // Thread returns one thread by ID.
 func (s *Store) Thread(ctx context.Context, id string) (*Thread, error) {
 	var t Thread
-	err := s.r.GetContext(ctx, &t, `SELECT thread_id, title, created_by, created_at FROM threads WHERE thread_id = ?`, id)
+	err := s.get(ctx, &t, `SELECT thread_id, title, created_by, created_at FROM threads WHERE thread_id = ?`, id)
 	if err != nil {
 		return nil, notFound(err)
 	}
@@ -482,7 +482,7 @@ func (s *Store) Threads(ctx context.Context, scope *Pair, reader string, limit, 
 		args = append(args, scope.Type, scope.Value)
 	}
 	var total int
-	if err := s.r.GetContext(ctx, &total, `SELECT COUNT(*) FROM threads t`+where, args...); err != nil {
+	if err := s.get(ctx, &total, `SELECT COUNT(*) FROM threads t`+where, args...); err != nil {
 		return nil, 0, err
 	}
 	q := `SELECT t.thread_id, t.title, t.created_by, t.created_at,
@@ -495,7 +495,7 @@ func (s *Store) Threads(ctx context.Context, scope *Pair, reader string, limit, 
 	qargs := append([]any{reader, reader}, args...)
 	qargs = append(qargs, limit, offset)
 	var out []ThreadSummary
-	if err := s.r.SelectContext(ctx, &out, q, qargs...); err != nil {
+	if err := s.sel(ctx, &out, q, qargs...); err != nil {
 		return nil, 0, err
 	}
 	return out, total, nil
@@ -520,7 +520,7 @@ type Member struct {
 // Groups lists all groups by name.
 func (s *Store) Groups(ctx context.Context) ([]Group, error) {
 	var out []Group
-	err := s.r.SelectContext(ctx, &out, `SELECT g.name, g.description, g.created_at, g.created_by,
+	err := s.sel(ctx, &out, `SELECT g.name, g.description, g.created_at, g.created_by,
 		(SELECT COUNT(*) FROM group_members gm WHERE gm.group_name = g.name) AS member_count
 		FROM groups g ORDER BY g.name`)
 	return out, err
@@ -529,7 +529,7 @@ func (s *Store) Groups(ctx context.Context) ([]Group, error) {
 // Group returns one group.
 func (s *Store) Group(ctx context.Context, name string) (*Group, error) {
 	var g Group
-	err := s.r.GetContext(ctx, &g, `SELECT g.name, g.description, g.created_at, g.created_by,
+	err := s.get(ctx, &g, `SELECT g.name, g.description, g.created_at, g.created_by,
 		(SELECT COUNT(*) FROM group_members gm WHERE gm.group_name = g.name) AS member_count
 		FROM groups g WHERE g.name = ?`, name)
 	if err != nil {
@@ -547,6 +547,24 @@ func (s *Store) Members(ctx context.Context, name string) ([]Member, error) {
 		args = append(args, name)
 	}
 	var out []Member
-	err := s.r.SelectContext(ctx, &out, q+` ORDER BY group_name, member_type, member_id`, args...)
+	err := s.sel(ctx, &out, q+` ORDER BY group_name, member_type, member_id`, args...)
 	return out, err
+}
+
+// LastSeen returns every agent's last_seen_at.
+func (s *Store) LastSeen(ctx context.Context) (map[string]string, error) {
+	rows, err := s.query(ctx, `SELECT agent_id, last_seen_at FROM agents`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]string{}
+	for rows.Next() {
+		var id, t string
+		if err := rows.Scan(&id, &t); err != nil {
+			return nil, err
+		}
+		out[id] = t
+	}
+	return out, rows.Err()
 }

@@ -97,9 +97,7 @@ CREATE TABLE IF NOT EXISTS messages (
   version INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS idx_messages_time ON messages(created_at);
-CREATE INDEX IF NOT EXISTS idx_messages_updated ON messages(updated_at);
 CREATE INDEX IF NOT EXISTS idx_messages_agent ON messages(agent_id, created_at);
-CREATE INDEX IF NOT EXISTS idx_messages_session ON messages(session_id);
 CREATE INDEX IF NOT EXISTS idx_messages_thread ON messages(thread_id, created_at);
 
 CREATE TABLE IF NOT EXISTS message_scopes (

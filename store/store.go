@@ -19,6 +19,9 @@ import (
 	"runtime"
 	"sort"
 	"strconv"
+	"strings"
+	"sync"
+	"time"
 
 	"github.com/jmoiron/sqlx"
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
@@ -49,6 +52,13 @@ type Store struct {
 	w    *sqlx.DB // exactly one connection: all writes
 	r    *sqlx.DB // readers
 	ap   *applier
+	rc   stmtCache // prepared reads on r
+	ck   *sqlx.DB  // one connection for WAL checkpoints
+
+	ckStop, ckDone chan struct{}
+
+	closeOnce sync.Once
+	closeErr  error
 }
 
 // ErrNotFound is returned by lookups of a single thing that does not exist.
@@ -64,10 +74,15 @@ func dsn(path string, readOnly bool) string {
 	q.Add("_pragma", "foreign_keys(OFF)")
 	q.Add("_pragma", "cache_size(-16000)")
 	q.Add("_pragma", "temp_store(MEMORY)")
+	// Pages are read through a memory map instead of one pread each.
+	q.Add("_pragma", "mmap_size(1073741824)")
 	if readOnly {
 		q.Add("_pragma", "query_only(1)")
 	} else {
 		q.Set("_txlock", "immediate")
+		// Checkpoints run on their own connection (see checkpointLoop), so
+		// that their fsyncs stay off the commit path.
+		q.Add("_pragma", "wal_autocheckpoint(0)")
 	}
 	return "file:" + (&url.URL{Path: path}).EscapedPath() + "?" + q.Encode()
 }
@@ -108,11 +123,21 @@ func Open(path string, opts *Options) (*Store, error) {
 	r.SetMaxIdleConns(n)
 	r.SetConnMaxLifetime(0)
 	s.w, s.r = w, r
+	s.rc.db = r
 	s.ap, err = newApplier(w)
 	if err != nil {
 		s.Close()
 		return nil, fmt.Errorf("store: %s: %w", path, err)
 	}
+	ck, err := sqlx.Open("sqlite", dsn(path, false))
+	if err != nil {
+		s.Close()
+		return nil, fmt.Errorf("store: open %s: %w", path, err)
+	}
+	ck.SetMaxOpenConns(1)
+	s.ck = ck
+	s.ckStop, s.ckDone = make(chan struct{}), make(chan struct{})
+	go s.checkpointLoop()
 	return s, nil
 }
 
@@ -139,22 +164,56 @@ func migrate(w *sqlx.DB) error {
 // Path returns the database file's path.
 func (s *Store) Path() string { return s.path }
 
-// Close closes the database. It is idempotent.
+// Close closes the database. It is idempotent; calls after it fail with
+// an error for which IsClosed is true.
 func (s *Store) Close() error {
-	var errs []error
-	if s.ap != nil {
-		errs = append(errs, s.ap.close())
-		s.ap = nil
+	s.closeOnce.Do(func() {
+		var errs []error
+		if s.ckStop != nil {
+			close(s.ckStop)
+			<-s.ckDone
+			errs = append(errs, s.ck.Close())
+		}
+		s.rc.close()
+		if s.ap != nil {
+			errs = append(errs, s.ap.close())
+		}
+		if s.r != nil {
+			errs = append(errs, s.r.Close())
+		}
+		if s.w != nil {
+			errs = append(errs, s.w.Close())
+		}
+		s.closeErr = errors.Join(errs...)
+	})
+	return s.closeErr
+}
+
+// checkpointInterval is how often the WAL is checkpointed.
+const checkpointInterval = 250 * time.Millisecond
+
+// checkpointLoop copies the WAL into the database in the background. A
+// passive checkpoint never blocks the writer or readers; the writer then
+// restarts the WAL from its beginning once it is fully copied.
+func (s *Store) checkpointLoop() {
+	defer close(s.ckDone)
+	t := time.NewTicker(checkpointInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.ckStop:
+			return
+		case <-t.C:
+			if _, err := s.ck.Exec(`PRAGMA wal_checkpoint(PASSIVE)`); err != nil && s.opts.Logger != nil {
+				s.opts.Logger.Warn("store: checkpoint", "err", err)
+			}
+		}
 	}
-	if s.r != nil {
-		errs = append(errs, s.r.Close())
-		s.r = nil
-	}
-	if s.w != nil {
-		errs = append(errs, s.w.Close())
-		s.w = nil
-	}
-	return errors.Join(errs...)
+}
+
+// IsClosed reports whether err comes from using a closed Store.
+func IsClosed(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "sql: database is closed")
 }
 
 // Positions returns the log positions the projection has applied up to
