@@ -32,6 +32,19 @@ func (n *Node) callerID(ctx context.Context, what string) (string, error) {
 	return identity.NormalizeAgentID(c.AgentID), nil
 }
 
+// registeredCaller returns the caller's ID if it names a registered agent
+// or user.
+func (n *Node) registeredCaller(ctx context.Context, what string) (string, error) {
+	id, err := n.callerID(ctx, what)
+	if err != nil {
+		return "", err
+	}
+	if _, ok := n.dirc.agent(id); !ok {
+		return "", notFound("%s: agent %q is not registered: run thrum quickstart", what, id)
+	}
+	return id, nil
+}
+
 // callerSession returns the caller and its session: the one pinned in the
 // caller, else the agent's most recent active session.
 func (n *Node) callerSession(ctx context.Context) (string, *store.Session, error) {
@@ -46,14 +59,36 @@ func (n *Node) callerSession(ctx context.Context) (string, *store.Session, error
 			return id, s, nil
 		}
 	}
+	s, err := n.activeSession(ctx, id)
+	if err != nil {
+		return "", nil, err
+	}
+	return id, s, nil
+}
+
+// activeSession returns an agent's most recent active session, from a
+// cache that every commit touching sessions invalidates.
+func (n *Node) activeSession(ctx context.Context, id string) (*store.Session, error) {
+	n.sessMu.Lock()
+	s, ok := n.sessCache[id]
+	gen := n.sessGen
+	n.sessMu.Unlock()
+	if ok {
+		return s, nil
+	}
 	ss, err := n.store.Sessions(ctx, id, true)
 	if err != nil {
-		return "", nil, internal("find session", err)
+		return nil, internal("find session", err)
 	}
 	if len(ss) == 0 {
-		return "", nil, conflict("no active session found for %s: start one with session.start (thrum session start)", id)
+		return nil, conflict("no active session found for %s: start one with session.start (thrum session start)", id)
 	}
-	return id, &ss[0], nil
+	n.sessMu.Lock()
+	if n.sessGen == gen { // no session changed while we read: safe to keep
+		n.sessCache[id] = &ss[0]
+	}
+	n.sessMu.Unlock()
+	return &ss[0], nil
 }
 
 // RegisterAgent registers an agent, or updates it when the same agent
@@ -76,11 +111,11 @@ func (n *Node) RegisterAgent(ctx context.Context, p *rpc.RegisterAgentParams) (*
 		}
 	}
 	id := identity.AgentID(n.opts.RepoID, p.Role, p.Module, p.Name)
+	n.ctlMu.Lock()
+	defer n.ctlMu.Unlock()
 	if n.dirc.hasGroup(id) {
 		return nil, conflict("agent name %q is taken by a group: choose another name", id)
 	}
-	n.ctlMu.Lock()
-	defer n.ctlMu.Unlock()
 	existing, err := n.store.Agent(ctx, id)
 	if err != nil && !isNotFound(err) {
 		return nil, internal("register agent", err)

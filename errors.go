@@ -56,6 +56,9 @@ func internal(op string, err error) error {
 	if errors.As(err, &re) {
 		return err
 	}
+	if store.IsClosed(err) {
+		return rpc.Errorf(rpc.CodeUnavailable, "thrum is shut down")
+	}
 	return &internalError{op: op, err: err}
 }
 

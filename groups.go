@@ -31,7 +31,7 @@ func (n *Node) CreateGroup(ctx context.Context, p *rpc.CreateGroupParams) (*rpc.
 		return nil, tooLarge("description is too long: at most %d bytes", maxDescription)
 	}
 	name := trimAt(p.Name)
-	me, err := n.callerID(ctx, "creating a group")
+	me, err := n.registeredCaller(ctx, "creating a group")
 	if err != nil {
 		return nil, err
 	}
@@ -63,7 +63,7 @@ func (n *Node) DeleteGroup(ctx context.Context, p *rpc.DeleteGroupParams) (*rpc.
 	if name == EveryoneGroup {
 		return nil, forbidden("the everyone group is built in and cannot be deleted")
 	}
-	me, err := n.callerID(ctx, "deleting a group")
+	me, err := n.registeredCaller(ctx, "deleting a group")
 	if err != nil {
 		return nil, err
 	}
@@ -110,7 +110,7 @@ func (n *Node) checkMember(p *rpc.GroupMemberParams) (string, string, error) {
 // AddGroupMember adds an agent (by ID) or a role to a group. An agent must
 // exist; a role need not have agents yet.
 func (n *Node) AddGroupMember(ctx context.Context, p *rpc.GroupMemberParams) (*rpc.GroupMemberResult, error) {
-	me, err := n.callerID(ctx, "changing a group")
+	me, err := n.registeredCaller(ctx, "changing a group")
 	if err != nil {
 		return nil, err
 	}
@@ -137,7 +137,7 @@ func (n *Node) AddGroupMember(ctx context.Context, p *rpc.GroupMemberParams) (*r
 
 // RemoveGroupMember removes a member from a group.
 func (n *Node) RemoveGroupMember(ctx context.Context, p *rpc.GroupMemberParams) (*rpc.GroupMemberResult, error) {
-	me, err := n.callerID(ctx, "changing a group")
+	me, err := n.registeredCaller(ctx, "changing a group")
 	if err != nil {
 		return nil, err
 	}

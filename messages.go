@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"strings"
+	"time"
 
 	"github.com/thrumhq/thrum/eventlog"
 	"github.com/thrumhq/thrum/identity"
@@ -215,17 +216,32 @@ func normalizeStructured(raw json.RawMessage) json.RawMessage {
 
 // markActive fills each recipient's Active list from last_seen_at.
 func (n *Node) markActive(ctx context.Context, rs []rpc.Recipient) {
+	if len(rs) == 0 {
+		return
+	}
+	seen := n.lastSeen(ctx)
 	for i := range rs {
 		for _, id := range rs[i].Agents {
-			a, err := n.store.Agent(ctx, id)
-			if err != nil {
-				continue
-			}
-			if n.status(a.LastSeenAt) == "active" {
+			if n.status(seen[id]) == "active" {
 				rs[i].Active = append(rs[i].Active, id)
 			}
 		}
 	}
+}
+
+// lastSeen returns every agent's last_seen_at, at most a second old.
+func (n *Node) lastSeen(ctx context.Context) map[string]string {
+	n.seenMu.Lock()
+	defer n.seenMu.Unlock()
+	if n.seen != nil && time.Since(n.seenTime) < time.Second {
+		return n.seen
+	}
+	seen, err := n.store.LastSeen(ctx)
+	if err != nil {
+		return n.seen // best effort: recipients are still reported
+	}
+	n.seen, n.seenTime = seen, time.Now()
+	return seen
 }
 
 func body(m *store.Message) rpc.Body {
@@ -415,7 +431,7 @@ func (n *Node) ownMessage(ctx context.Context, id, verb string) (*store.Message,
 	if err != nil {
 		return nil, author{}, internal(verb+" message", err)
 	}
-	me, err := n.callerID(ctx, verb+"ing a message")
+	me, err := n.registeredCaller(ctx, verb+"ing a message")
 	if err != nil {
 		return nil, author{}, err
 	}
@@ -501,11 +517,13 @@ func (n *Node) MarkRead(ctx context.Context, p *rpc.MarkReadParams) (*rpc.MarkRe
 	if len(p.MessageIDs) > maxMarkRead {
 		return nil, tooLarge("too many message_ids: at most %d per call", maxMarkRead)
 	}
-	me, err := n.callerID(ctx, "marking messages read")
+	me, err := n.registeredCaller(ctx, "marking messages read")
 	if err != nil {
 		return nil, err
 	}
-	sid := ""
+	// Reads are keyed by (message, session). Users have no sessions: their
+	// ID stands in, so that two users' reads never collide.
+	sid := me
 	if a, _ := n.dirc.agent(me); a.Kind != KindUser {
 		_, s, err := n.callerSession(ctx)
 		if err != nil {

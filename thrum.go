@@ -92,6 +92,18 @@ type Node struct {
 	dirc  directory  // agents and groups in memory, for addressing
 	subs  notifier
 
+	// sessCache maps an agent to its active session; sessGen counts
+	// invalidations, so a read that raced one is not cached.
+	sessMu    sync.Mutex
+	sessCache map[string]*store.Session
+	sessGen   uint64
+
+	// lastSeen caches every agent's last_seen_at for a second: enough for
+	// an active/offline status with a two-minute window.
+	seenMu   sync.Mutex
+	seen     map[string]string
+	seenTime time.Time
+
 	degraded  atomic.Pointer[error] // set when a committed batch failed to apply
 	closeOnce sync.Once
 	closeErr  error
@@ -102,7 +114,7 @@ type Node struct {
 // projection's checkpoint is applied before Open returns, and a torn final
 // line is repaired (see Repairs).
 func Open(dir string, opts *Options) (*Node, error) {
-	n := &Node{dir: dir, started: time.Now()}
+	n := &Node{dir: dir, started: time.Now(), sessCache: map[string]*store.Session{}}
 	if opts != nil {
 		n.opts = *opts
 	}
@@ -241,13 +253,26 @@ func (n *Node) onCommit(batch []*eventlog.Event) error {
 		}
 		return internal("apply", err)
 	}
+	reload, sessions := false, false
 	for _, e := range batch {
-		if strings.HasPrefix(e.Type, "agent.register") || strings.HasPrefix(e.Type, "agent.update") ||
-			e.Type == eventlog.TypeAgentCleanup || strings.HasPrefix(e.Type, "group.") {
-			if err := n.dirc.reload(ctx, n.store); err != nil && n.opts.Logger != nil {
-				n.opts.Logger.Error("thrum: reload directory", "err", err)
-			}
-			break
+		switch {
+		case e.Type == eventlog.TypeAgentRegister || e.Type == eventlog.TypeAgentUpdate || strings.HasPrefix(e.Type, "group."):
+			reload = true
+		case e.Type == eventlog.TypeAgentCleanup:
+			reload, sessions = true, true
+		case e.Type == eventlog.TypeSessionStart || e.Type == eventlog.TypeSessionEnd:
+			sessions = true
+		}
+	}
+	if sessions {
+		n.sessMu.Lock()
+		n.sessGen++
+		clear(n.sessCache)
+		n.sessMu.Unlock()
+	}
+	if reload {
+		if err := n.dirc.reload(ctx, n.store); err != nil && n.opts.Logger != nil {
+			n.opts.Logger.Error("thrum: reload directory", "err", err)
 		}
 	}
 	n.subs.publish(ctx, batch)

@@ -1,0 +1,397 @@
+package thrum_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/thrumhq/thrum"
+	"github.com/thrumhq/thrum/eventlog"
+	"github.com/thrumhq/thrum/rpc"
+	"github.com/thrumhq/thrum/store"
+)
+
+// Benchmarks of the performance budget in DESIGN.md. Run them with
+//
+//	go test -run '^$' -bench . -benchtime 2000x .
+//
+// The 100k-message fixtures are built once per process (a few seconds)
+// and copied for each benchmark.
+
+const benchAgents = 20
+
+var benchRoles = []string{"implementer", "reviewer", "planner", "tester", "ops"}
+
+func benchAgentName(i int) string { return fmt.Sprintf("agent_%02d", i) }
+
+// seedNode registers benchAgents agents with sessions and groups, and
+// sends msgs messages with a realistic mix of mentions, scopes and refs,
+// from 8 goroutines.
+func seedNode(tb testing.TB, dir string, msgs int) {
+	ctx := context.Background()
+	n, err := thrum.Open(dir, &thrum.Options{NoSync: true})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer n.Close()
+	for i := 0; i < benchAgents; i++ {
+		name := benchAgentName(i)
+		if _, err := n.RegisterAgent(ctx, &rpc.RegisterAgentParams{Name: name, Role: benchRoles[i%len(benchRoles)], Module: "m"}); err != nil {
+			tb.Fatal(err)
+		}
+		if _, err := n.StartSession(ctx, &rpc.StartSessionParams{AgentID: name}); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	a0 := thrum.AsAgent(ctx, benchAgentName(0))
+	n.CreateGroup(a0, &rpc.CreateGroupParams{Name: "backend"})
+	n.AddGroupMember(a0, &rpc.GroupMemberParams{Group: "backend", MemberType: "role", MemberID: "reviewer"})
+	th, _ := n.CreateThread(a0, &rpc.CreateThreadParams{Title: "bench"})
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(uint64(w), 7))
+			for {
+				i := next.Add(1)
+				if i > int64(msgs) {
+					return
+				}
+				from := benchAgentName(r.IntN(benchAgents))
+				p := benchMessage(r, int(i), th.ThreadID)
+				if _, err := n.SendMessage(thrum.AsAgent(ctx, from), p); err != nil {
+					panic(err)
+				}
+			}
+		}(w)
+	}
+	wg.Wait()
+	// A share of messages is read by agent_01, so unread filters have work to do.
+	l, _ := n.ListMessages(ctx, &rpc.ListMessagesParams{PageSize: 100, SortOrder: "asc"})
+	for p := 1; p <= l.TotalPages; p += 3 {
+		pg, _ := n.ListMessages(ctx, &rpc.ListMessagesParams{PageSize: 100, Page: p, SortOrder: "asc"})
+		var ids []string
+		for _, m := range pg.Messages {
+			ids = append(ids, m.MessageID)
+		}
+		if len(ids) > 0 {
+			n.MarkRead(thrum.AsAgent(ctx, benchAgentName(1)), &rpc.MarkReadParams{MessageIDs: ids})
+		}
+	}
+}
+
+func benchMessage(r *rand.Rand, i int, thread string) *rpc.SendMessageParams {
+	p := &rpc.SendMessageParams{Content: fmt.Sprintf("message %d: the quick brown fox jumps over the lazy dog, status update and review request", i)}
+	switch r.IntN(10) {
+	case 0, 1, 2:
+		p.Mentions = []string{"@" + benchAgentName(r.IntN(benchAgents))}
+	case 3, 4:
+		p.Mentions = []string{"@" + benchRoles[r.IntN(len(benchRoles))]}
+	case 5:
+		p.Mentions = []string{"@backend"}
+	case 6:
+		p.Mentions = []string{"@everyone"}
+	}
+	if r.IntN(4) == 0 {
+		p.Scopes = []rpc.Scope{{Type: "module", Value: fmt.Sprintf("mod%d", r.IntN(50))}}
+	}
+	if r.IntN(8) == 0 {
+		p.Refs = []rpc.Ref{{Type: "issue", Value: fmt.Sprintf("beads-%d", r.IntN(500))}}
+	}
+	if r.IntN(20) == 0 {
+		p.ThreadID = thread
+	}
+	return p
+}
+
+var (
+	fixtureMu   sync.Mutex
+	fixtureDirs = map[int]string{}
+)
+
+// benchDir returns a fresh copy of a data directory seeded with msgs
+// messages.
+func benchDir(b *testing.B, msgs int) string {
+	b.Helper()
+	fixtureMu.Lock()
+	src, ok := fixtureDirs[msgs]
+	if !ok {
+		var err error
+		src, err = os.MkdirTemp("", fmt.Sprintf("thrum-bench-%d-", msgs))
+		if err != nil {
+			b.Fatal(err)
+		}
+		start := time.Now()
+		seedNode(b, src, msgs)
+		b.Logf("seeded %d messages in %v", msgs, time.Since(start).Round(time.Millisecond))
+		fixtureDirs[msgs] = src
+	}
+	fixtureMu.Unlock()
+	dst := b.TempDir()
+	if err := copyTree(src, dst); err != nil {
+		b.Fatal(err)
+	}
+	return dst
+}
+
+func copyTree(src, dst string) error {
+	return filepath.Walk(src, func(path string, info os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, path)
+		target := filepath.Join(dst, rel)
+		if info.IsDir() {
+			return os.MkdirAll(target, 0o755)
+		}
+		in, err := os.Open(path)
+		if err != nil {
+			return err
+		}
+		defer in.Close()
+		out, err := os.Create(target)
+		if err != nil {
+			return err
+		}
+		if _, err := io.Copy(out, in); err != nil {
+			out.Close()
+			return err
+		}
+		return out.Close()
+	})
+}
+
+// latencies records per-operation durations and reports percentiles.
+type latencies struct {
+	mu sync.Mutex
+	d  []time.Duration
+}
+
+func (l *latencies) add(d time.Duration) {
+	l.mu.Lock()
+	l.d = append(l.d, d)
+	l.mu.Unlock()
+}
+
+func (l *latencies) report(b *testing.B) {
+	if len(l.d) == 0 {
+		return
+	}
+	sort.Slice(l.d, func(i, j int) bool { return l.d[i] < l.d[j] })
+	pct := func(p float64) float64 {
+		return float64(l.d[int(p*float64(len(l.d)-1))].Microseconds()) / 1000
+	}
+	b.ReportMetric(pct(0.50), "p50-ms")
+	b.ReportMetric(pct(0.99), "p99-ms")
+}
+
+func BenchmarkSend(b *testing.B) {
+	for _, stored := range []int{0, 100_000} {
+		for _, senders := range []int{1, 8} {
+			b.Run(fmt.Sprintf("stored=%d/senders=%d", stored, senders), func(b *testing.B) {
+				dir := benchDir(b, stored)
+				n, err := thrum.Open(dir, nil) // durable
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer n.Close()
+				ctx := context.Background()
+				if stored == 0 {
+					for i := 0; i < benchAgents; i++ {
+						n.RegisterAgent(ctx, &rpc.RegisterAgentParams{Name: benchAgentName(i), Role: benchRoles[i%len(benchRoles)], Module: "m"})
+						n.StartSession(ctx, &rpc.StartSessionParams{AgentID: benchAgentName(i)})
+					}
+				}
+				var lat latencies
+				var next atomic.Int64
+				b.ResetTimer()
+				start := time.Now()
+				var wg sync.WaitGroup
+				for w := 0; w < senders; w++ {
+					wg.Add(1)
+					go func(w int) {
+						defer wg.Done()
+						r := rand.New(rand.NewPCG(uint64(w), 9))
+						me := thrum.AsAgent(ctx, benchAgentName(w%benchAgents))
+						for next.Add(1) <= int64(b.N) {
+							p := benchMessage(r, w, "")
+							t0 := time.Now()
+							if _, err := n.SendMessage(me, p); err != nil {
+								b.Error(err)
+								return
+							}
+							lat.add(time.Since(t0))
+						}
+					}(w)
+				}
+				wg.Wait()
+				b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "sends/s")
+				lat.report(b)
+			})
+		}
+	}
+}
+
+func BenchmarkInbox(b *testing.B) {
+	const stored = 100_000
+	dir := benchDir(b, stored)
+	n, err := thrum.Open(dir, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer n.Close()
+	ctx := context.Background()
+	me := thrum.AsAgent(ctx, benchAgentName(1)) // a reviewer, in @backend
+	filters := []struct {
+		name string
+		ctx  context.Context
+		p    rpc.ListMessagesParams
+	}{
+		{"all", ctx, rpc.ListMessagesParams{}},
+		{"all-as-agent", me, rpc.ListMessagesParams{}},
+		{"scope", ctx, rpc.ListMessagesParams{Scope: &rpc.Scope{Type: "module", Value: "mod7"}}},
+		{"ref", ctx, rpc.ListMessagesParams{Ref: &rpc.Ref{Type: "issue", Value: "beads-42"}}},
+		{"author", ctx, rpc.ListMessagesParams{AuthorID: benchAgentName(3)}},
+		{"mentions", me, rpc.ListMessagesParams{Mentions: true}},
+		{"mentions-unread", me, rpc.ListMessagesParams{Mentions: true, Unread: true}},
+		{"unread", me, rpc.ListMessagesParams{Unread: true}},
+		{"mention_role", ctx, rpc.ListMessagesParams{MentionRole: "reviewer"}},
+		{"unread_for_agent", ctx, rpc.ListMessagesParams{UnreadForAgent: benchAgentName(1), MentionRole: benchAgentName(1)}},
+		{"sort-updated-asc", ctx, rpc.ListMessagesParams{SortBy: "updated_at", SortOrder: "asc"}},
+		{"page-20", ctx, rpc.ListMessagesParams{Page: 20}},
+	}
+	for _, f := range filters {
+		b.Run(f.name, func(b *testing.B) {
+			p := f.p
+			p.PageSize = 50
+			if p.Page == 0 {
+				p.Page = 1
+			}
+			var lat latencies
+			var total int
+			for i := 0; i < b.N; i++ {
+				t0 := time.Now()
+				r, err := n.ListMessages(f.ctx, &p)
+				if err != nil {
+					b.Fatal(err)
+				}
+				lat.add(time.Since(t0))
+				total = r.Total
+			}
+			b.ReportMetric(float64(total), "matches")
+			lat.report(b)
+		})
+	}
+}
+
+// BenchmarkRebuild1M rebuilds a projection from a log of one million
+// events. It reports the peak heap growth to show memory stays flat.
+func BenchmarkRebuild1M(b *testing.B) {
+	if testing.Short() {
+		b.Skip("long benchmark")
+	}
+	const events = 1_000_000
+	dir := b.TempDir()
+	writeSyntheticLog(b, dir, events)
+	for i := 0; i < b.N; i++ {
+		lg, err := eventlog.Open(dir, &eventlog.Options{NoSync: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		var peak atomic.Uint64
+		stop := make(chan struct{})
+		go sampleHeap(&peak, stop)
+		start := time.Now()
+		st, err := store.Rebuild(context.Background(), lg, filepath.Join(b.TempDir(), "rebuilt.db"), nil)
+		elapsed := time.Since(start)
+		close(stop)
+		if err != nil {
+			b.Fatal(err)
+		}
+		st.Close()
+		lg.Close()
+		b.ReportMetric(elapsed.Seconds(), "rebuild-s")
+		b.ReportMetric(float64(events)/elapsed.Seconds(), "events/s")
+		b.ReportMetric(float64(peak.Load())/(1<<20), "peak-heap-MiB")
+	}
+}
+
+func sampleHeap(peak *atomic.Uint64, stop chan struct{}) {
+	var ms runtime.MemStats
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+			runtime.ReadMemStats(&ms)
+			if ms.HeapInuse > peak.Load() {
+				peak.Store(ms.HeapInuse)
+			}
+		}
+	}
+}
+
+// writeSyntheticLog writes a log of n events: registrations, sessions,
+// and mostly messages with mentions, scopes, reads and some edits.
+func writeSyntheticLog(tb testing.TB, dir string, n int) {
+	lg, err := eventlog.Open(dir, &eventlog.Options{NoSync: true})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer lg.Close()
+	ctx := context.Background()
+	var batch []*eventlog.Event
+	flush := func() {
+		if err := lg.Append(ctx, batch...); err != nil {
+			tb.Fatal(err)
+		}
+		batch = batch[:0]
+	}
+	for i := 0; i < benchAgents; i++ {
+		id := benchAgentName(i)
+		batch = append(batch,
+			&eventlog.Event{Type: eventlog.TypeAgentRegister, Payload: eventlog.AgentRegister{AgentID: id, Kind: "agent", Name: id, Role: benchRoles[i%len(benchRoles)], Module: "m"}},
+			&eventlog.Event{Type: eventlog.TypeSessionStart, Payload: eventlog.SessionStart{SessionID: "ses_" + id, AgentID: id}})
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	var last []string
+	for i := len(batch); i < n; i++ {
+		author := benchAgentName(r.IntN(benchAgents))
+		switch k := r.IntN(20); {
+		case k == 0 && len(last) > 0:
+			reader := benchAgentName(r.IntN(benchAgents))
+			batch = append(batch, &eventlog.Event{Type: eventlog.TypeMessageRead, Shard: reader, Payload: eventlog.MessageRead{
+				AgentID: reader, SessionID: "ses_" + reader, MessageIDs: last}})
+		default:
+			id := "msg_" + eventlog.NewID()
+			p := eventlog.MessageCreate{MessageID: id, AgentID: author, SessionID: "ses_" + author, Format: "markdown",
+				Content: fmt.Sprintf("message %d: the quick brown fox jumps over the lazy dog", i), Priority: "normal",
+				Refs: []eventlog.Pair{{Type: "mention", Value: benchRoles[r.IntN(len(benchRoles))]}}}
+			if r.IntN(4) == 0 {
+				p.Scopes = []eventlog.Pair{{Type: "module", Value: fmt.Sprintf("mod%d", r.IntN(50))}}
+			}
+			batch = append(batch, &eventlog.Event{Type: eventlog.TypeMessageCreate, Shard: author, Payload: p})
+			if len(last) == 5 {
+				last = last[1:]
+			}
+			last = append(last, id)
+		}
+		if len(batch) >= 5000 {
+			flush()
+		}
+	}
+	flush()
+}
