@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -877,4 +878,22 @@ func TestClosedNodeRefusesWrites(t *testing.T) {
 	wantCode(t, err, rpc.CodeUnavailable, "shut down")
 	_, err = f.n.ListMessages(f.ctx, &rpc.ListMessagesParams{})
 	wantCode(t, err, rpc.CodeUnavailable, "shut down")
+}
+
+func TestSecondOpenIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	n, err := thrum.Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = thrum.Open(dir, nil)
+	if !errors.Is(err, thrum.ErrLocked) || !strings.Contains(err.Error(), fmt.Sprintf("process %d", os.Getpid())) {
+		t.Fatalf("second open: %v", err)
+	}
+	n.Close()
+	n2, err := thrum.Open(dir, nil)
+	if err != nil {
+		t.Fatalf("open after close: %v", err)
+	}
+	n2.Close()
 }

@@ -86,6 +86,7 @@ type Node struct {
 	opts    Options
 	log     *eventlog.Log
 	store   *store.Store
+	lock    *os.File
 	started time.Time
 
 	ctlMu sync.Mutex // serializes check-then-write operations on agents, sessions and groups
@@ -134,11 +135,18 @@ func Open(dir string, opts *Options) (*Node, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	lock, err := lockDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	n.lock = lock
 	if err := os.MkdirAll(filepath.Dir(o.DBPath), 0o755); err != nil {
+		lock.Close()
 		return nil, fmt.Errorf("thrum: open: %w", err)
 	}
 	st, err := store.Open(o.DBPath, &store.Options{Logger: o.Logger})
 	if err != nil {
+		lock.Close()
 		return nil, fmt.Errorf("thrum: open: %w", err)
 	}
 	n.store = st
@@ -146,6 +154,7 @@ func Open(dir string, opts *Options) (*Node, error) {
 	lg, err := eventlog.Open(dir, &eventlog.Options{Logger: o.Logger, OnCommit: n.onCommit, NoSync: o.NoSync})
 	if err != nil {
 		st.Close()
+		lock.Close()
 		return nil, fmt.Errorf("thrum: open: %w", err)
 	}
 	n.log = lg
@@ -188,6 +197,9 @@ func (n *Node) Close() error {
 		}
 		if n.store != nil {
 			errs = append(errs, n.store.Close())
+		}
+		if n.lock != nil {
+			errs = append(errs, n.lock.Close()) // releases the flock
 		}
 		n.closeErr = errors.Join(errs...)
 	})

@@ -1,0 +1,84 @@
+package thrum
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// ListenUnix listens on a Unix socket at path for an RPCServer: the
+// socket is created mode 0600 in a directory made (or tightened to) 0700,
+// so only this user can connect. A stale socket file left by a crashed
+// process is replaced; a live one is an error.
+func ListenUnix(path string) (net.Listener, error) {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat(path); err == nil {
+		if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+			c.Close()
+			return nil, fmt.Errorf("%s: a daemon is already listening there", path)
+		}
+		if err := os.Remove(path); err != nil {
+			return nil, err
+		}
+	}
+	old := syscall.Umask(0o177)
+	l, err := net.Listen("unix", path)
+	syscall.Umask(old)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		l.Close()
+		return nil, err
+	}
+	return l, nil
+}
+
+// LockFile is the file in a data directory that Open locks, so that two
+// processes never write one log.
+const LockFile = ".lock"
+
+// ErrLocked is returned by Open when another process has the data
+// directory open.
+var ErrLocked = errors.New("thrum: data directory in use")
+
+// lockDir takes an exclusive, non-blocking lock on dir/.lock and writes
+// this process's ID into it. The kernel drops the lock when the process
+// dies, so a crash never leaves the directory locked.
+func lockDir(dir string) (*os.File, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	path := filepath.Join(dir, LockFile)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		b, _ := os.ReadFile(path)
+		f.Close()
+		holder := strings.TrimSpace(string(b))
+		if holder == "" {
+			holder = "another process"
+		} else {
+			holder = "process " + holder
+		}
+		return nil, fmt.Errorf("%w: %s is open in %s (a running daemon? stop it with `thrum daemon stop`)", ErrLocked, dir, holder)
+	}
+	if err := f.Truncate(0); err == nil {
+		f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	}
+	return f, nil
+}

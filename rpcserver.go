@@ -1,0 +1,378 @@
+package thrum
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"os"
+	"sync"
+
+	"github.com/thrumhq/thrum/identity"
+	"github.com/thrumhq/thrum/rpc"
+)
+
+// RPCServer serves a node's API as JSON-RPC 2.0: newline-delimited JSON
+// on stream listeners (Serve, for a Unix socket), one message per frame on
+// WebSockets (ServeHTTP), and in-process pipes (Node.Dial). It is an
+// *rpc.Server with thrum's methods bound, so Serve, ServeHTTP, Shutdown
+// and Close are those of rpc.Server. Its methods may be called
+// concurrently.
+//
+// Callers identify explicitly, never by guess. On a Unix socket or pipe a
+// request may name its agent with "caller_agent_id" in its params, or the
+// connection is bound once, by auth or session.start, and later calls act
+// as that agent. A WebSocket, reachable by any local user, must first
+// present a token (auth, or user.register) and can then act only as that
+// identity; until then it may call only health, auth, agent.register,
+// agent.list, user.register, user.identify and read-only queries.
+type RPCServer struct {
+	*rpc.Server
+	n *Node
+
+	syncMu sync.Mutex
+}
+
+// RPCOptions configure an RPCServer. A nil *RPCOptions means defaults.
+type RPCOptions struct {
+	// Server are the engine's options (limits, logger, origins).
+	Server rpc.ServerOptions
+	// AllowAnyPeer skips the check that a Unix-socket peer runs as the
+	// same user as this process. Default false: other users are refused.
+	AllowAnyPeer bool
+}
+
+// access is what a method needs from its caller.
+type access int
+
+const (
+	open  access = iota // no identity (health, registration, directory)
+	read                // read-only: an identity is optional
+	write               // acts as an agent: WebSocket callers must have authenticated
+)
+
+// connState is the identity bound to one connection.
+type connState struct {
+	mu        sync.Mutex
+	agentID   string // bound identity, "" if none
+	token     bool   // bound by a token (required on WebSocket)
+	sessionID string // pinned by session.start on this connection
+	listener  *Listener
+}
+
+type connStateKey struct{}
+
+func stateOf(c *rpc.Conn) *connState {
+	if c == nil {
+		return &connState{}
+	}
+	if st, ok := c.Value(connStateKey{}).(*connState); ok {
+		return st
+	}
+	st := &connState{}
+	c.SetValue(connStateKey{}, st)
+	if v, ok := c.Value(connStateKey{}).(*connState); ok {
+		st = v
+	}
+	return st
+}
+
+// RPCServer returns a new server for the node's API. Each call returns a
+// new server; the caller serves it and shuts it down.
+func (n *Node) RPCServer(opts *RPCOptions) *RPCServer {
+	var o RPCOptions
+	if opts != nil {
+		o = *opts
+	}
+	s := &RPCServer{Server: rpc.NewServer(&o.Server), n: n}
+	uid := os.Getuid()
+	s.bindAll(func(c *rpc.Conn) error {
+		if o.AllowAnyPeer || c == nil || c.Transport() != rpc.TransportUnix {
+			return nil
+		}
+		if peer, ok := c.PeerUID(); ok && peer != uid {
+			return rpc.Errorf(rpc.CodeForbidden, "connection refused: the daemon serves only its own user")
+		}
+		return nil
+	})
+	return s
+}
+
+// Dial returns a client connected to the node in process, through a pipe
+// served by a fresh RPCServer: the same API, codes and notifications as
+// over a socket, with no socket. Closing the client ends the pipe.
+func (n *Node) Dial(opts *rpc.ClientOptions) *rpc.Client {
+	srv := n.RPCServer(nil)
+	a, b := net.Pipe()
+	go func() {
+		srv.ServeConn(context.Background(), a, rpc.TransportPipe)
+		srv.Close()
+	}()
+	return rpc.NewClient(b, opts)
+}
+
+// decodeParams unmarshals params into p: absent or null means all
+// defaults; anything but an object, or a field of the wrong type, is an
+// invalid-params error naming the field.
+func decodeParams(raw json.RawMessage, p any) error {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+		return nil
+	}
+	if raw[0] != '{' {
+		return rpc.Errorf(rpc.CodeInvalidParams, "params must be an object with named fields")
+	}
+	if err := json.Unmarshal(raw, p); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) && te.Field != "" {
+			return rpc.Errorf(rpc.CodeInvalidParams, "invalid params: %s must be %s, not %s", te.Field, jsonKind(te.Type.Kind().String()), te.Value)
+		}
+		return rpc.Errorf(rpc.CodeInvalidParams, "invalid params: %v", err)
+	}
+	return nil
+}
+
+func jsonKind(k string) string {
+	switch k {
+	case "string":
+		return "a string"
+	case "bool":
+		return "a boolean"
+	case "int", "int64", "int32", "uint", "uint64", "float64":
+		return "a number"
+	case "slice":
+		return "an array"
+	case "struct", "map", "ptr":
+		return "an object"
+	}
+	return k
+}
+
+// callerOf works out who a request acts as, and checks the method's
+// access on this transport.
+func (s *RPCServer) callerOf(ctx context.Context, method string, acc access, raw json.RawMessage) (context.Context, error) {
+	c := rpc.ConnFromContext(ctx)
+	st := stateOf(c)
+	var named struct {
+		CallerAgentID string `json:"caller_agent_id"`
+	}
+	if len(raw) > 0 && raw[0] == '{' {
+		_ = json.Unmarshal(raw, &named) // a wrong type here is reported by the method's own decode
+	}
+	ws := c != nil && c.Transport() == rpc.TransportWebSocket
+	st.mu.Lock()
+	bound, byToken, sid := st.agentID, st.token, st.sessionID
+	st.mu.Unlock()
+	caller := identity.NormalizeAgentID(named.CallerAgentID)
+	if ws {
+		if !byToken {
+			if acc == write {
+				return ctx, rpc.Errorf(rpc.CodeUnauthenticated, "%s needs an identity: call auth with your token first (from your identity file, or user.register)", method)
+			}
+			if caller != "" {
+				return ctx, rpc.Errorf(rpc.CodeUnauthenticated, "caller_agent_id needs a token on a WebSocket: call auth first")
+			}
+			return ctx, nil
+		}
+		if caller != "" && caller != bound {
+			return ctx, rpc.Errorf(rpc.CodeForbidden, "this connection is authenticated as %s and cannot act as %s", bound, caller)
+		}
+		caller = bound
+	} else if caller == "" {
+		caller = bound
+	}
+	if caller == "" {
+		return ctx, nil
+	}
+	cl := Caller{AgentID: caller}
+	if caller == bound {
+		cl.SessionID = sid
+	}
+	return WithCaller(ctx, cl), nil
+}
+
+// bind registers one method: decode params into P, identify the caller,
+// run op.
+func bind[P, R any](s *RPCServer, method string, acc access, peerOK func(*rpc.Conn) error, op func(context.Context, *P) (*R, error)) {
+	s.Handle(method, func(ctx context.Context, raw json.RawMessage) (any, error) {
+		if err := peerOK(rpc.ConnFromContext(ctx)); err != nil {
+			return nil, err
+		}
+		var p P
+		if err := decodeParams(raw, &p); err != nil {
+			return nil, err
+		}
+		ctx, err := s.callerOf(ctx, method, acc, raw)
+		if err != nil {
+			return nil, err
+		}
+		return op(ctx, &p)
+	})
+}
+
+func (s *RPCServer) bindAll(peer func(*rpc.Conn) error) {
+	n := s.n
+	bind(s, rpc.MethodHealth, open, peer, n.Health)
+	bind(s, rpc.MethodAuth, open, peer, s.auth)
+	bind(s, rpc.MethodAgentRegister, open, peer, n.RegisterAgent)
+	bind(s, rpc.MethodAgentList, open, peer, n.ListAgents)
+	bind(s, rpc.MethodAgentWhoami, read, peer, n.Whoami)
+	bind(s, rpc.MethodAgentListContext, read, peer, n.ListContext)
+	bind(s, rpc.MethodAgentDelete, write, peer, n.DeleteAgent)
+	bind(s, rpc.MethodAgentCleanup, write, peer, n.CleanupAgents)
+	bind(s, rpc.MethodSessionStart, write, peer, s.startSession)
+	bind(s, rpc.MethodSessionEnd, write, peer, n.EndSession)
+	bind(s, rpc.MethodSessionHeartbeat, write, peer, n.Heartbeat)
+	bind(s, rpc.MethodSessionSetIntent, write, peer, n.SetIntent)
+	bind(s, rpc.MethodSessionSetTask, write, peer, n.SetTask)
+	bind(s, rpc.MethodSessionList, read, peer, n.ListSessions)
+	bind(s, rpc.MethodMessageSend, write, peer, n.SendMessage)
+	bind(s, rpc.MethodMessageGet, read, peer, n.GetMessage)
+	bind(s, rpc.MethodMessageList, read, peer, n.ListMessages)
+	bind(s, rpc.MethodMessageEdit, write, peer, n.EditMessage)
+	bind(s, rpc.MethodMessageDelete, write, peer, n.DeleteMessage)
+	bind(s, rpc.MethodMessageMarkRead, write, peer, n.MarkRead)
+	bind(s, rpc.MethodThreadCreate, write, peer, n.CreateThread)
+	bind(s, rpc.MethodThreadList, read, peer, n.ListThreads)
+	bind(s, rpc.MethodThreadGet, read, peer, n.GetThread)
+	bind(s, rpc.MethodSubscribe, write, peer, s.subscribe)
+	bind(s, rpc.MethodUnsubscribe, write, peer, n.Unsubscribe)
+	bind(s, rpc.MethodSubscriptionsList, write, peer, n.ListSubscriptions)
+	bind(s, rpc.MethodUserRegister, open, peer, s.registerUser)
+	bind(s, rpc.MethodUserIdentify, open, peer, n.IdentifyUser)
+	bind(s, rpc.MethodGroupCreate, write, peer, n.CreateGroup)
+	bind(s, rpc.MethodGroupDelete, write, peer, n.DeleteGroup)
+	bind(s, rpc.MethodGroupMemberAdd, write, peer, n.AddGroupMember)
+	bind(s, rpc.MethodGroupMemberRemove, write, peer, n.RemoveGroupMember)
+	bind(s, rpc.MethodGroupList, read, peer, n.ListGroups)
+	bind(s, rpc.MethodGroupInfo, read, peer, n.GroupInfo)
+	bind(s, rpc.MethodGroupMembers, read, peer, n.GroupMembers)
+}
+
+// auth binds the connection to an identity. A token proves it; on a Unix
+// socket or pipe (owner-only) naming a registered agent is enough.
+func (s *RPCServer) auth(ctx context.Context, p *rpc.AuthParams) (*rpc.AuthResult, error) {
+	c := rpc.ConnFromContext(ctx)
+	id := identity.NormalizeAgentID(p.AgentID)
+	byToken := false
+	if p.Token != "" {
+		tid, err := s.n.Authenticate(ctx, p.Token)
+		if err != nil {
+			return nil, err
+		}
+		if id != "" && id != tid {
+			return nil, rpc.Errorf(rpc.CodeUnauthenticated, "this token belongs to %s, not %s", tid, id)
+		}
+		id, byToken = tid, true
+	} else {
+		if c != nil && c.Transport() == rpc.TransportWebSocket {
+			return nil, rpc.Errorf(rpc.CodeUnauthenticated, "token is required on a WebSocket: use the token in your identity file, or user.register")
+		}
+		if id == "" {
+			return nil, rpc.Errorf(rpc.CodeInvalidParams, "agent_id or token is required")
+		}
+	}
+	a, ok := s.n.dirc.agent(id)
+	if !ok {
+		return nil, rpc.Errorf(rpc.CodeNotFound, "agent not found: %s is not registered", id)
+	}
+	s.bindConn(c, id, byToken)
+	return &rpc.AuthResult{AgentID: id, Kind: a.Kind}, nil
+}
+
+func (s *RPCServer) bindConn(c *rpc.Conn, id string, byToken bool) {
+	st := stateOf(c)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.agentID != id {
+		st.sessionID = ""
+	}
+	st.agentID, st.token = id, byToken
+}
+
+// startSession starts a session and, on a connection not yet bound, binds
+// it to the agent with the new session pinned.
+func (s *RPCServer) startSession(ctx context.Context, p *rpc.StartSessionParams) (*rpc.StartSessionResult, error) {
+	r, err := s.n.StartSession(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	c := rpc.ConnFromContext(ctx)
+	st := stateOf(c)
+	st.mu.Lock()
+	if st.agentID == "" && c != nil && c.Transport() != rpc.TransportWebSocket {
+		st.agentID = r.AgentID
+	}
+	if st.agentID == r.AgentID {
+		st.sessionID = r.SessionID
+	}
+	st.mu.Unlock()
+	return r, nil
+}
+
+// registerUser is user.register: WebSocket only, and it binds the
+// connection to the user.
+func (s *RPCServer) registerUser(ctx context.Context, p *rpc.RegisterUserParams) (*rpc.RegisterUserResult, error) {
+	c := rpc.ConnFromContext(ctx)
+	if c == nil || c.Transport() != rpc.TransportWebSocket {
+		return nil, rpc.Errorf(rpc.CodeTransport, "user.register is only available over WebSocket")
+	}
+	r, err := s.n.RegisterUser(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	s.bindConn(c, r.UserID, true)
+	return r, nil
+}
+
+// subscribe attaches a subscription to this connection: its notifications
+// are pushed as notification.message. The connection's listener is made
+// on the first subscribe and closed with the connection.
+func (s *RPCServer) subscribe(ctx context.Context, p *rpc.SubscribeParams) (*rpc.SubscribeResult, error) {
+	c := rpc.ConnFromContext(ctx)
+	if c == nil {
+		return nil, rpc.Errorf(rpc.CodeInvalidRequest, "subscribe needs a connection")
+	}
+	st := stateOf(c)
+	st.mu.Lock()
+	l := st.listener
+	if l == nil {
+		l = s.n.Listen(0)
+		st.listener = l
+		go forward(l, c)
+		c.OnClose(l.Close)
+	}
+	st.mu.Unlock()
+	return s.n.Subscribe(l.Context(ctx), p)
+}
+
+// forward pushes a listener's notifications on its connection. A listener
+// dropped for falling behind closes the connection: the client reconnects
+// and catches up with message.list.
+func forward(l *Listener, c *rpc.Conn) {
+	for nt := range l.C() {
+		if err := c.Notify(rpc.NotificationMessage, nt); err != nil {
+			l.Close()
+			return
+		}
+	}
+	if errors.Is(l.Err(), ErrSlowListener) {
+		c.Close()
+	}
+}
+
+// HandleSync registers sync.status and sync.force, which exist only when
+// the node syncs with a remote.
+func (s *RPCServer) HandleSync(status func(context.Context) (*rpc.SyncStatusResult, error), force func(context.Context) (*rpc.SyncForceResult, error)) {
+	s.syncMu.Lock()
+	defer s.syncMu.Unlock()
+	peer := func(*rpc.Conn) error { return nil }
+	bind(s, rpc.MethodSyncStatus, read, peer, func(ctx context.Context, _ *rpc.SyncStatusParams) (*rpc.SyncStatusResult, error) {
+		return status(ctx)
+	})
+	bind(s, rpc.MethodSyncForce, write, peer, func(ctx context.Context, _ *rpc.SyncForceParams) (*rpc.SyncForceResult, error) {
+		return force(ctx)
+	})
+}
+

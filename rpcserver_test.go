@@ -1,0 +1,297 @@
+package thrum_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/thrumhq/thrum"
+	"github.com/thrumhq/thrum/rpc"
+)
+
+// daemon is a node served over a real Unix socket and a real WebSocket.
+type daemon struct {
+	n      *thrum.Node
+	srv    *thrum.RPCServer
+	sock   string
+	wsURL  string
+	tokens map[string]string // agent → token
+}
+
+func startDaemon(t testing.TB) *daemon {
+	t.Helper()
+	dir := t.TempDir()
+	n, err := thrum.Open(filepath.Join(dir, "log"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := n.RPCServer(nil)
+	sock := filepath.Join(dir, "var", "thrum.sock")
+	l, err := thrum.ListenUnix(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); srv.Serve(l) }()
+	hs := httptest.NewServer(srv)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		srv.Shutdown(ctx)
+		hs.Close()
+		<-done
+		n.Close()
+	})
+	d := &daemon{n: n, srv: srv, sock: sock, wsURL: "ws" + strings.TrimPrefix(hs.URL, "http") + "/ws", tokens: map[string]string{}}
+	ctx := context.Background()
+	for _, a := range []rpc.RegisterAgentParams{{Name: "alice", Role: "implementer", Module: "auth"}, {Name: "bob", Role: "reviewer", Module: "auth"}} {
+		r, err := n.RegisterAgent(ctx, &a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.tokens[a.Name] = r.Token
+		if _, err := n.StartSession(ctx, &rpc.StartSessionParams{AgentID: a.Name}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return d
+}
+
+func (d *daemon) unix(t testing.TB, onNote func(string, json.RawMessage)) *rpc.Client {
+	t.Helper()
+	c, err := rpc.Dial(context.Background(), d.sock, &rpc.ClientOptions{OnNotification: onNote})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func (d *daemon) ws(t testing.TB, onNote func(string, json.RawMessage)) *rpc.Client {
+	t.Helper()
+	c, err := rpc.DialWebSocket(context.Background(), d.wsURL, &rpc.ClientOptions{OnNotification: onNote})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func TestSocketIsOwnerOnly(t *testing.T) {
+	d := startDaemon(t)
+	st, err := os.Stat(d.sock)
+	if err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("socket mode %v, %v", st.Mode(), err)
+	}
+	dst, _ := os.Stat(filepath.Dir(d.sock))
+	if dst.Mode().Perm() != 0o700 {
+		t.Fatalf("socket dir mode %v", dst.Mode())
+	}
+	if _, err := thrum.ListenUnix(d.sock); err == nil || !strings.Contains(err.Error(), "already listening") {
+		t.Fatalf("second listener on a live socket: %v", err)
+	}
+}
+
+func TestCallerIdentification(t *testing.T) {
+	d := startDaemon(t)
+	ctx := context.Background()
+	c := d.unix(t, nil)
+
+	// No identity: a clear error, not a guess.
+	_, err := c.SendMessage(ctx, &rpc.SendMessageParams{Content: "x"})
+	wantCode(t, err, rpc.CodeUnauthenticated, "caller_agent_id")
+
+	// caller_agent_id in params.
+	var sent rpc.SendMessageResult
+	if err := c.Call(ctx, rpc.MethodMessageSend, map[string]any{"caller_agent_id": "alice", "content": "hi", "mentions": []string{"@bob"}}, &sent); err != nil {
+		t.Fatal(err)
+	}
+	g, _ := c.GetMessage(ctx, &rpc.GetMessageParams{MessageID: sent.MessageID})
+	if g.Message.Author.AgentID != "alice" {
+		t.Fatalf("author = %s", g.Message.Author.AgentID)
+	}
+
+	// A connection bound once by auth acts as that agent.
+	if r, err := c.Auth(ctx, &rpc.AuthParams{AgentID: "bob"}); err != nil || r.AgentID != "bob" || r.Kind != "agent" {
+		t.Fatalf("auth: %+v %v", r, err)
+	}
+	w, err := c.Whoami(ctx, &rpc.WhoamiParams{})
+	if err != nil || w.AgentID != "bob" || w.SessionID == "" {
+		t.Fatalf("whoami: %+v %v", w, err)
+	}
+	inbox, _ := c.ListMessages(ctx, &rpc.ListMessagesParams{Mentions: true, Unread: true})
+	if inbox.Total != 1 {
+		t.Fatalf("bob's inbox: %+v", inbox)
+	}
+	_, err = c.Auth(ctx, &rpc.AuthParams{AgentID: "zed"})
+	wantCode(t, err, rpc.CodeNotFound, "not registered")
+	_, err = c.Auth(ctx, &rpc.AuthParams{Token: "bad"})
+	wantCode(t, err, rpc.CodeUnauthenticated, "invalid token")
+
+	// user.register is WebSocket-only.
+	_, err = c.RegisterUser(ctx, &rpc.RegisterUserParams{Username: "leon"})
+	wantCode(t, err, rpc.CodeTransport, "only available over WebSocket")
+
+	// Bad params name the field.
+	err = c.Call(ctx, rpc.MethodMessageList, map[string]any{"page_size": "ten"}, nil)
+	wantCode(t, err, rpc.CodeInvalidParams, "page_size must be a number")
+	err = c.Call(ctx, rpc.MethodMessageList, []int{1}, nil)
+	wantCode(t, err, rpc.CodeInvalidParams, "params must be an object")
+	err = c.Call(ctx, "message.nope", nil, nil)
+	wantCode(t, err, rpc.CodeMethodNotFound, "")
+	err = c.Call(ctx, rpc.MethodSyncStatus, nil, nil)
+	wantCode(t, err, rpc.CodeMethodNotFound, "")
+}
+
+func TestWebSocketNeedsToken(t *testing.T) {
+	d := startDaemon(t)
+	ctx := context.Background()
+	c := d.ws(t, nil)
+	if _, err := c.Health(ctx, &rpc.HealthParams{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ListAgents(ctx, &rpc.ListAgentsParams{}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := c.SendMessage(ctx, &rpc.SendMessageParams{Content: "x"})
+	wantCode(t, err, rpc.CodeUnauthenticated, "call auth with your token first")
+	err = c.Call(ctx, rpc.MethodMessageList, map[string]any{"caller_agent_id": "alice", "unread": true}, nil)
+	wantCode(t, err, rpc.CodeUnauthenticated, "needs a token")
+	_, err = c.Auth(ctx, &rpc.AuthParams{AgentID: "alice"})
+	wantCode(t, err, rpc.CodeUnauthenticated, "token is required")
+	_, err = c.Auth(ctx, &rpc.AuthParams{AgentID: "bob", Token: d.tokens["alice"]})
+	wantCode(t, err, rpc.CodeUnauthenticated, "belongs to alice")
+	if _, err := c.Auth(ctx, &rpc.AuthParams{Token: d.tokens["alice"]}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.SendMessage(ctx, &rpc.SendMessageParams{Content: "over ws", Mentions: []string{"bob"}}); err != nil {
+		t.Fatal(err)
+	}
+	err = c.Call(ctx, rpc.MethodMessageSend, map[string]any{"caller_agent_id": "bob", "content": "spoof"}, nil)
+	wantCode(t, err, rpc.CodeForbidden, "cannot act as bob")
+
+	// A user registers over WebSocket and may act as an agent.
+	u := d.ws(t, nil)
+	r, err := u.RegisterUser(ctx, &rpc.RegisterUserParams{Username: "leon"})
+	if err != nil || r.Status != "registered" {
+		t.Fatalf("user.register: %+v %v", r, err)
+	}
+	if _, err := u.SendMessage(ctx, &rpc.SendMessageParams{Content: "as alice", ActingAs: "alice", Disclose: true}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestPushOnBothTransports(t *testing.T) {
+	d := startDaemon(t)
+	ctx := context.Background()
+	type note struct {
+		via string
+		n   rpc.MessageNotification
+	}
+	var mu sync.Mutex
+	got := make(chan note, 10)
+	sink := func(via string) func(string, json.RawMessage) {
+		return func(method string, params json.RawMessage) {
+			mu.Lock()
+			defer mu.Unlock()
+			var n rpc.MessageNotification
+			if method != rpc.NotificationMessage || json.Unmarshal(params, &n) != nil {
+				t.Errorf("bad notification %s %s", method, params)
+			}
+			got <- note{via, n}
+		}
+	}
+	u := d.unix(t, sink("unix"))
+	if _, err := u.Auth(ctx, &rpc.AuthParams{AgentID: "bob"}); err != nil {
+		t.Fatal(err)
+	}
+	subU, err := u.Subscribe(ctx, &rpc.SubscribeParams{MentionRole: "reviewer"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := d.ws(t, sink("websocket"))
+	if _, err := w.Auth(ctx, &rpc.AuthParams{Token: d.tokens["bob"]}); err != nil {
+		t.Fatal(err)
+	}
+	subW, err := w.Subscribe(ctx, &rpc.SubscribeParams{Scope: &rpc.Scope{Type: "module", Value: "auth"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := d.unix(t, nil)
+	a.Auth(ctx, &rpc.AuthParams{AgentID: "alice"})
+	sent, err := a.SendMessage(ctx, &rpc.SendMessageParams{Content: "review please", Mentions: []string{"@reviewer"}, Scopes: []rpc.Scope{{Type: "module", Value: "auth"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]rpc.MessageNotification{}
+	for len(seen) < 2 {
+		select {
+		case n := <-got:
+			seen[n.via] = n.n
+		case <-time.After(5 * time.Second):
+			t.Fatalf("notifications: got %v", seen)
+		}
+	}
+	if n := seen["unix"]; n.MessageID != sent.MessageID || n.MatchedSubscription.SubscriptionID != subU.SubscriptionID || n.MatchedSubscription.MatchType != "mention" || n.Author.Role != "implementer" {
+		t.Fatalf("unix notification: %+v", n)
+	}
+	if n := seen["websocket"]; n.MatchedSubscription.SubscriptionID != subW.SubscriptionID || n.MatchedSubscription.MatchType != "scope" || n.Preview != "review please" {
+		t.Fatalf("websocket notification: %+v", n)
+	}
+	subs, _ := u.ListSubscriptions(ctx, &rpc.ListSubscriptionsParams{})
+	if len(subs.Subscriptions) != 2 {
+		t.Fatalf("bob's session subscriptions: %+v", subs)
+	}
+	// Closing a connection drops its subscriptions.
+	w.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		subs, _ = u.ListSubscriptions(ctx, &rpc.ListSubscriptionsParams{})
+		if len(subs.Subscriptions) == 1 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if len(subs.Subscriptions) != 1 {
+		t.Fatalf("after ws close: %+v", subs)
+	}
+}
+
+func TestDialInProcess(t *testing.T) {
+	f := newFixture(t, nil)
+	ctx := context.Background()
+	notes := make(chan rpc.MessageNotification, 1)
+	c := f.n.Dial(&rpc.ClientOptions{OnNotification: func(_ string, p json.RawMessage) {
+		var n rpc.MessageNotification
+		json.Unmarshal(p, &n)
+		notes <- n
+	}})
+	defer c.Close()
+	if _, err := c.Auth(ctx, &rpc.AuthParams{AgentID: "bob"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Subscribe(ctx, &rpc.SubscribeParams{MentionRole: "bob"}); err != nil {
+		t.Fatal(err)
+	}
+	m := f.send("alice", rpc.SendMessageParams{Content: "in process", Mentions: []string{"bob"}})
+	select {
+	case n := <-notes:
+		if n.MessageID != m.MessageID {
+			t.Fatalf("notification %+v", n)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no notification over the pipe")
+	}
+	_, err := c.GetMessage(ctx, &rpc.GetMessageParams{MessageID: "msg_x"})
+	if !errors.Is(err, thrum.ErrNotFound) {
+		t.Fatalf("error code lost over the pipe: %v", err)
+	}
+}
+
