@@ -375,4 +375,3 @@ func (s *RPCServer) HandleSync(status func(context.Context) (*rpc.SyncStatusResu
 		return force(ctx)
 	})
 }
-

@@ -294,4 +294,3 @@ func TestDialInProcess(t *testing.T) {
 		t.Fatalf("error code lost over the pipe: %v", err)
 	}
 }
-
