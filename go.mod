@@ -3,6 +3,7 @@ module github.com/thrumhq/thrum
 go 1.26.0
 
 require (
+	github.com/alecthomas/kong v1.17.0
 	github.com/coder/websocket v1.8.15
 	github.com/jmoiron/sqlx v1.4.0
 	github.com/oklog/ulid/v2 v2.1.2

@@ -1,0 +1,199 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/alecthomas/kong"
+
+	"github.com/thrumhq/thrum/identity"
+	"github.com/thrumhq/thrum/rpc"
+)
+
+// Exit codes.
+const (
+	exitOK         = 0
+	exitError      = 1
+	exitUsage      = 2
+	exitNoDaemon   = 3
+	exitNoIdentity = 4
+)
+
+// Globals are the flags every command takes.
+type Globals struct {
+	JSON    bool   `help:"Print machine-readable JSON on stdout."`
+	Quiet   bool   `short:"q" help:"Print only what was asked for: no hints or tips."`
+	Verbose bool   `short:"v" help:"Print debug output on stderr."`
+	Role    string `help:"Agent role, to select an identity (or THRUM_ROLE)."`
+	Module  string `help:"Agent module, to select an identity (or THRUM_MODULE)."`
+	AgentID string `name:"agent-id" help:"Agent name: selects .thrum/identities/NAME.json (or THRUM_NAME)."`
+	Repo    string `default:"." help:"Repository or directory thrum works in." type:"path"`
+	Home    string `help:"Directory for thrum's runtime state (default: REPO/.thrum; or THRUM_HOME)." type:"path"`
+
+	stdout, stderr io.Writer
+	env            func(string) string
+}
+
+// CLI is the command tree.
+type CLI struct {
+	Globals
+
+	Init       InitCmd       `cmd:"" help:"Prepare thrum in this repository or directory."`
+	Daemon     DaemonCmd     `cmd:"" help:"Start, stop and inspect the daemon."`
+	Quickstart QuickstartCmd `cmd:"" help:"Register an agent, start its session and write its identity file."`
+	Send       SendCmd       `cmd:"" help:"Send a message."`
+	Reply      ReplyCmd      `cmd:"" help:"Reply to a message."`
+	Inbox      InboxCmd      `cmd:"" help:"List messages with read/unread indicators."`
+	Message    MessageCmd    `cmd:"" help:"Get, edit, delete or mark messages read."`
+	Group      GroupCmd      `cmd:"" help:"Manage groups of agents and roles."`
+	Agent      AgentCmd      `cmd:"" help:"List, inspect, delete and clean up agents."`
+	Session    SessionCmd    `cmd:"" help:"Manage work sessions."`
+	Thread     ThreadCmd     `cmd:"" help:"Create, list and read threads."`
+	Sync       SyncCmd       `cmd:"" help:"Inspect and trigger git sync."`
+	Version    VersionCmd    `cmd:"" help:"Print thrum's version."`
+}
+
+// exitError carries an exit code through kong's Run.
+type codeError struct {
+	code int
+	err  error
+}
+
+func (e *codeError) Error() string { return e.err.Error() }
+func (e *codeError) Unwrap() error { return e.err }
+
+func withCode(code int, format string, args ...any) error {
+	return &codeError{code: code, err: fmt.Errorf(format, args...)}
+}
+
+type kongExit int
+
+// run is the whole program: parse args, run the command, print errors.
+// It returns the exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) (code int) {
+	return runEnv(ctx, args, stdout, stderr, os.Getenv)
+}
+
+func runEnv(ctx context.Context, args []string, stdout, stderr io.Writer, env func(string) string) (code int) {
+	var cli CLI
+	cli.stdout, cli.stderr, cli.env = stdout, stderr, env
+	defer func() {
+		if r := recover(); r != nil {
+			c, ok := r.(kongExit)
+			if !ok {
+				panic(r)
+			}
+			code = int(c)
+		}
+	}()
+	parser, err := kong.New(&cli,
+		kong.Name("thrum"),
+		kong.Description("Persistent messaging for AI coding agents."),
+		kong.Writers(stdout, stderr),
+		kong.Exit(func(c int) { panic(kongExit(c)) }),
+		kong.ConfigureHelp(kong.HelpOptions{Compact: true}),
+		kong.UsageOnError(),
+		kong.Resolvers(envResolver(env)),
+		kong.BindTo(ctx, (*context.Context)(nil)),
+	)
+	if err != nil {
+		fmt.Fprintf(stderr, "thrum: %v\n", err)
+		return exitError
+	}
+	kctx, err := parser.Parse(args)
+	if err != nil {
+		fmt.Fprintf(stderr, "thrum: %v\n", err)
+		return exitUsage
+	}
+	err = kctx.Run(&cli.Globals)
+	if err == nil {
+		return exitOK
+	}
+	return report(&cli.Globals, err)
+}
+
+// flagEnv maps global flags to the environment variables that set them
+// when the flag is absent.
+var flagEnv = map[string]string{
+	"role":     "THRUM_ROLE",
+	"module":   "THRUM_MODULE",
+	"agent-id": "THRUM_NAME",
+	"home":     "THRUM_HOME",
+}
+
+// envResolver fills flags from the environment through env, so tests can
+// set variables without touching the process's own.
+func envResolver(env func(string) string) kong.Resolver {
+	return kong.ResolverFunc(func(_ *kong.Context, _ *kong.Path, flag *kong.Flag) (any, error) {
+		if name, ok := flagEnv[flag.Name]; ok {
+			if v := env(name); v != "" {
+				return v, nil
+			}
+		}
+		return nil, nil
+	})
+}
+
+// report prints an error the way a person (or, with --json, a script)
+// can act on, and returns the exit code.
+func report(g *Globals, err error) int {
+	code := exitError
+	var ce *codeError
+	if errors.As(err, &ce) {
+		code = ce.code
+	}
+	if errors.Is(err, identity.ErrNoIdentity) {
+		code = exitNoIdentity
+	}
+	if errors.Is(err, errSilent) {
+		return code
+	}
+	var re *rpc.Error
+	if g.JSON {
+		out := map[string]any{"code": code, "message": err.Error()}
+		if errors.As(err, &re) {
+			out["rpc_code"] = re.Code
+			out["message"] = re.Message
+		}
+		b, _ := json.Marshal(map[string]any{"error": out})
+		fmt.Fprintln(g.stderr, string(b))
+		return code
+	}
+	msg := err.Error()
+	if errors.As(err, &re) {
+		msg = re.Message
+	}
+	fmt.Fprintf(g.stderr, "thrum: %s\n", strings.TrimPrefix(msg, "thrum: "))
+	return code
+}
+
+// out prints v as JSON when --json is set, else calls human.
+func (g *Globals) out(v any, human func(w io.Writer)) error {
+	if g.JSON {
+		enc := json.NewEncoder(g.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(v)
+	}
+	human(g.stdout)
+	return nil
+}
+
+// hint prints a tip on stderr unless --quiet or --json.
+func (g *Globals) hint(format string, args ...any) {
+	if g.Quiet || g.JSON {
+		return
+	}
+	fmt.Fprintf(g.stderr, format+"\n", args...)
+}
+
+// debugf prints on stderr with --verbose.
+func (g *Globals) debugf(format string, args ...any) {
+	if g.Verbose {
+		fmt.Fprintf(g.stderr, "thrum: "+format+"\n", args...)
+	}
+}

@@ -1,0 +1,87 @@
+package main
+
+import (
+	"context"
+	"errors"
+
+	"github.com/thrumhq/thrum/identity"
+	"github.com/thrumhq/thrum/rpc"
+)
+
+// session is what a command that talks to the daemon has: the layout, a
+// connection, and (for commands that act as an agent) the identity.
+type session struct {
+	g  *Globals
+	l  *layout
+	c  *rpc.Client
+	id *identity.File
+	// source says how the identity was chosen, for agent whoami.
+	source identity.Source
+}
+
+func (s *session) close() {
+	if s.c != nil {
+		s.c.Close()
+	}
+}
+
+// connect dials the daemon for g.Repo. It fails with exit code 3 and the
+// command to run when no daemon is running.
+func connect(ctx context.Context, g *Globals) (*session, error) {
+	l, err := resolveLayout(ctx, g)
+	if err != nil {
+		return nil, err
+	}
+	if !l.initialized() {
+		return nil, withCode(exitNoDaemon, "thrum is not set up in %s: run `thrum init`, then `thrum daemon start`", l.Root)
+	}
+	c, err := rpc.Dial(ctx, l.Socket, nil)
+	if err != nil {
+		return nil, withCode(exitNoDaemon, "no daemon is running for %s: start it with `thrum daemon start`", l.Root)
+	}
+	g.debugf("connected to %s", l.Socket)
+	return &session{g: g, l: l, c: c}, nil
+}
+
+// connectAs dials the daemon and binds the connection to the resolved
+// identity (see identity.Resolve), so calls act as that agent.
+func connectAs(ctx context.Context, g *Globals) (*session, error) {
+	s, err := connect(ctx, g)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.identify(ctx); err != nil {
+		s.close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *session) identify(ctx context.Context) error {
+	env := s.g.env
+	sel := identity.Selector{
+		Name:        s.g.AgentID,
+		Role:        s.g.Role,
+		Module:      s.g.Module,
+		NameFromEnv: s.g.AgentID != "" && env("THRUM_NAME") == s.g.AgentID,
+		RoleFromEnv: s.g.Role != "" && env("THRUM_ROLE") == s.g.Role,
+	}
+	f, src, err := identity.Resolve(s.l.IDs, sel)
+	if err != nil {
+		return err
+	}
+	s.id, s.source = f, src
+	if _, err := s.c.Auth(ctx, &rpc.AuthParams{AgentID: f.AgentID, Token: f.Token}); err != nil {
+		var re *rpc.Error
+		if errors.As(err, &re) && (re.Code == rpc.CodeNotFound || re.Code == rpc.CodeUnauthenticated) {
+			return withCode(exitNoIdentity, "identity %s is not known to this daemon (%s): run `thrum quickstart --name %s --role %s --module %s`",
+				f.AgentID, re.Message, f.AgentID, f.Role, f.Module)
+		}
+		return err
+	}
+	s.g.debugf("acting as %s (%s)", f.AgentID, src)
+	return nil
+}
+
+// isNoIdentity reports an identity error.
+func isNoIdentity(err error) bool { return errors.Is(err, identity.ErrNoIdentity) }

@@ -1,0 +1,367 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/thrumhq/thrum"
+	"github.com/thrumhq/thrum/rpc"
+)
+
+// InitCmd prepares thrum in a repository or directory.
+type InitCmd struct{}
+
+func (c *InitCmd) Help() string {
+	return `In a git repository, init creates the orphan branch a-sync and checks it out
+as a worktree inside the git directory (<git-common-dir>/thrum-sync/a-sync),
+where the event log lives; your working tree, index and current branch are
+not touched. Runtime state goes to .thrum/, which init adds to
+.git/info/exclude. Outside git, the log is .thrum/log.
+
+Example:
+  thrum init && thrum daemon start`
+}
+
+func (c *InitCmd) Run(ctx context.Context, g *Globals) error {
+	l, err := resolveLayout(ctx, g)
+	if err != nil {
+		return err
+	}
+	created, err := l.setup(ctx)
+	if err != nil {
+		return fmt.Errorf("init: %w", err)
+	}
+	res := map[string]any{"root": l.Root, "git": l.Git, "log_dir": l.LogDir, "home": l.Home, "created": created}
+	return g.out(res, func(w io.Writer) {
+		if len(created) == 0 {
+			fmt.Fprintf(w, "thrum is already set up in %s\n", l.Root)
+		} else {
+			fmt.Fprintf(w, "Initialized thrum in %s\n", l.Root)
+			for _, c := range created {
+				fmt.Fprintf(w, "  created %s\n", c)
+			}
+		}
+		g.hint("Next: thrum daemon start, then thrum quickstart --name NAME --role ROLE --module MODULE")
+	})
+}
+
+// DaemonCmd groups the daemon's lifecycle.
+type DaemonCmd struct {
+	Start  DaemonStartCmd  `cmd:"" help:"Start the daemon in the background and wait until it answers."`
+	Stop   DaemonStopCmd   `cmd:"" help:"Stop the daemon gracefully."`
+	Status DaemonStatusCmd `cmd:"" help:"Show whether the daemon runs: pid, uptime, socket, WebSocket port."`
+	Run    DaemonRunCmd    `cmd:"" help:"Run the daemon in the foreground (what start runs)."`
+}
+
+// DaemonRunCmd runs the daemon in the foreground until interrupted.
+type DaemonRunCmd struct {
+	WSAddr string `name:"ws-addr" default:"127.0.0.1:0" help:"Loopback address of the WebSocket (port 0 picks a free one)."`
+}
+
+func (c *DaemonRunCmd) Help() string {
+	return `Serves the JSON-RPC API on .thrum/var/thrum.sock (mode 0600) and on a
+WebSocket at ws://ADDR/ws (loopback only; its port is written to
+.thrum/var/ws.port). Stops gracefully on SIGINT or SIGTERM.
+
+Example:
+  thrum daemon run --ws-addr 127.0.0.1:9999`
+}
+
+func (c *DaemonRunCmd) Run(ctx context.Context, g *Globals) error {
+	l, err := resolveLayout(ctx, g)
+	if err != nil {
+		return err
+	}
+	if !l.initialized() {
+		if _, err := l.setup(ctx); err != nil {
+			return fmt.Errorf("daemon: %w", err)
+		}
+	}
+	host, _, err := net.SplitHostPort(c.WSAddr)
+	if err != nil {
+		return withCode(exitUsage, "--ws-addr %q: %v", c.WSAddr, err)
+	}
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return withCode(exitUsage, "--ws-addr %q: the WebSocket listens on loopback only (127.0.0.1, ::1 or localhost)", c.WSAddr)
+	}
+	level := slog.LevelInfo
+	if g.Verbose {
+		level = slog.LevelDebug
+	}
+	logger := slog.New(slog.NewTextHandler(g.stderr, &slog.HandlerOptions{Level: level}))
+	n, err := thrum.Open(l.LogDir, &thrum.Options{
+		Logger: logger, DBPath: l.DB, RepoID: l.RepoID, RepoDir: l.Root, IdentityDir: l.IDs,
+	})
+	if err != nil {
+		if errors.Is(err, thrum.ErrLocked) {
+			return withCode(exitError, "%v", err)
+		}
+		return err
+	}
+	defer n.Close()
+	for _, r := range n.Repairs() {
+		logger.Warn("repaired the event log", "repair", r.String())
+	}
+	srv := n.RPCServer(&thrum.RPCOptions{Server: rpc.ServerOptions{Logger: logger}})
+	ul, err := thrum.ListenUnix(l.Socket)
+	if err != nil {
+		return err
+	}
+	wl, err := net.Listen("tcp", c.WSAddr)
+	if err != nil {
+		ul.Close()
+		return fmt.Errorf("daemon: websocket: %w", err)
+	}
+	port := wl.Addr().(*net.TCPAddr).Port
+	mux := http.NewServeMux()
+	mux.Handle("/ws", srv)
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	if err := writeFile(l.WSPort, strconv.Itoa(port)); err != nil {
+		return err
+	}
+	if err := writeFile(l.PIDFile, strconv.Itoa(os.Getpid())); err != nil {
+		return err
+	}
+	defer os.Remove(l.PIDFile)
+	defer os.Remove(l.WSPort)
+
+	errc := make(chan error, 2)
+	go func() { errc <- srv.Serve(ul) }()
+	go func() { errc <- hs.Serve(wl) }()
+	logger.Info("thrum daemon ready", "pid", os.Getpid(), "socket", l.Socket, "ws", fmt.Sprintf("ws://%s/ws", wl.Addr()), "log", l.LogDir)
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+	case serveErr = <-errc:
+	}
+	logger.Info("thrum daemon stopping")
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	hs.Shutdown(sctx)
+	srv.Shutdown(sctx)
+	os.Remove(l.Socket)
+	if serveErr != nil && !errors.Is(serveErr, rpc.ErrServerClosed) && !errors.Is(serveErr, http.ErrServerClosed) {
+		return serveErr
+	}
+	return nil
+}
+
+func writeFile(path, s string) error {
+	return os.WriteFile(path, []byte(s+"\n"), 0o600)
+}
+
+func readPID(path string) int {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	return pid
+}
+
+// alive reports whether a process with pid exists.
+func alive(pid int) bool {
+	return pid > 0 && syscall.Kill(pid, 0) == nil
+}
+
+// DaemonStartCmd starts the daemon in the background.
+type DaemonStartCmd struct {
+	WSAddr  string        `name:"ws-addr" default:"127.0.0.1:0" help:"Loopback address of the WebSocket."`
+	Timeout time.Duration `default:"10s" help:"How long to wait for the daemon to answer."`
+}
+
+func (c *DaemonStartCmd) Help() string {
+	return `Starts "thrum daemon run" detached, logging to .thrum/var/daemon.log, and
+returns once it answers health. Runs init first if needed.
+
+Example:
+  thrum daemon start`
+}
+
+func (c *DaemonStartCmd) Run(ctx context.Context, g *Globals) error {
+	l, err := resolveLayout(ctx, g)
+	if err != nil {
+		return err
+	}
+	if _, err := l.setup(ctx); err != nil {
+		return fmt.Errorf("daemon start: %w", err)
+	}
+	if h, err := health(ctx, l); err == nil {
+		pid := readPID(l.PIDFile)
+		return g.out(statusJSON(l, pid, h), func(w io.Writer) {
+			fmt.Fprintf(w, "Daemon already running (pid %d)\n", pid)
+		})
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	logf, err := os.OpenFile(l.LogFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	args := []string{"--repo", l.Root, "daemon", "run", "--ws-addr", c.WSAddr}
+	if g.Home != "" {
+		args = append([]string{"--home", g.Home}, args...)
+	}
+	if g.Verbose {
+		args = append([]string{"--verbose"}, args...)
+	}
+	cmd := exec.Command(exe, args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.Dir = l.Root
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true} // survive the terminal
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("daemon start: %w", err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	deadline := time.Now().Add(c.Timeout)
+	for {
+		if h, err := health(ctx, l); err == nil {
+			return g.out(statusJSON(l, cmd.Process.Pid, h), func(w io.Writer) {
+				fmt.Fprintf(w, "Daemon started (pid %d)\n  socket: %s\n", cmd.Process.Pid, l.Socket)
+			})
+		}
+		select {
+		case err := <-exited:
+			tail, _ := tailFile(l.LogFile, 10)
+			return fmt.Errorf("daemon exited at start (%v); the end of %s:\n%s", err, l.LogFile, tail)
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("daemon did not answer within %v; see %s", c.Timeout, l.LogFile)
+		}
+	}
+}
+
+func tailFile(path string, n int) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n"), nil
+}
+
+func health(ctx context.Context, l *layout) (*rpc.HealthResult, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	c, err := rpc.Dial(ctx, l.Socket, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	return c.Health(ctx, &rpc.HealthParams{})
+}
+
+func statusJSON(l *layout, pid int, h *rpc.HealthResult) map[string]any {
+	out := map[string]any{"running": h != nil, "pid": pid, "socket": l.Socket, "log_dir": l.LogDir}
+	if b, err := os.ReadFile(l.WSPort); err == nil {
+		if p, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+			out["ws_port"] = p
+		}
+	}
+	if h != nil {
+		out["health"] = h
+	}
+	return out
+}
+
+// DaemonStopCmd stops the daemon.
+type DaemonStopCmd struct {
+	Timeout time.Duration `default:"15s" help:"How long to wait for a graceful stop."`
+}
+
+func (c *DaemonStopCmd) Help() string {
+	return "Sends SIGTERM and waits for the daemon to finish in-flight calls and exit.\n\nExample:\n  thrum daemon stop"
+}
+
+func (c *DaemonStopCmd) Run(ctx context.Context, g *Globals) error {
+	l, err := resolveLayout(ctx, g)
+	if err != nil {
+		return err
+	}
+	pid := readPID(l.PIDFile)
+	if !alive(pid) {
+		return g.out(map[string]any{"stopped": false, "running": false}, func(w io.Writer) {
+			fmt.Fprintln(w, "Daemon is not running")
+		})
+	}
+	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+		return fmt.Errorf("daemon stop: %w", err)
+	}
+	deadline := time.Now().Add(c.Timeout)
+	for alive(pid) && !zombie(pid) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("daemon (pid %d) did not stop within %v", pid, c.Timeout)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return g.out(map[string]any{"stopped": true, "pid": pid}, func(w io.Writer) {
+		fmt.Fprintf(w, "Daemon stopped (pid %d)\n", pid)
+	})
+}
+
+// zombie reports a process that exited but was not reaped (a child of
+// the caller, as in tests): it is stopped for our purposes.
+func zombie(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	f := strings.Fields(string(b))
+	return len(f) > 2 && f[2] == "Z"
+}
+
+// DaemonStatusCmd reports on the daemon.
+type DaemonStatusCmd struct{}
+
+func (c *DaemonStatusCmd) Run(ctx context.Context, g *Globals) error {
+	l, err := resolveLayout(ctx, g)
+	if err != nil {
+		return err
+	}
+	h, herr := health(ctx, l)
+	pid := readPID(l.PIDFile)
+	if herr != nil {
+		if err := g.out(statusJSON(l, pid, nil), func(w io.Writer) {
+			fmt.Fprintf(w, "Daemon is not running for %s\n", l.Root)
+		}); err != nil {
+			return err
+		}
+		g.hint("Start it with: thrum daemon start")
+		return &codeError{code: exitNoDaemon, err: errSilent}
+	}
+	st := statusJSON(l, pid, h)
+	return g.out(st, func(w io.Writer) {
+		fmt.Fprintf(w, "Daemon running (pid %d)\n", pid)
+		fmt.Fprintf(w, "  uptime:  %s\n", (time.Duration(h.UptimeMs) * time.Millisecond).Round(time.Second))
+		fmt.Fprintf(w, "  socket:  %s\n", l.Socket)
+		if p, ok := st["ws_port"]; ok {
+			fmt.Fprintf(w, "  ws port: %v (ws://127.0.0.1:%v/ws)\n", p, p)
+		}
+		fmt.Fprintf(w, "  version: %s  status: %s  sync: %s\n", h.Version, h.Status, h.SyncState)
+	})
+}
+
+// errSilent marks an error already reported to the user.
+var errSilent = errors.New("")

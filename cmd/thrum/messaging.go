@@ -1,0 +1,439 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/thrumhq/thrum/identity"
+	"github.com/thrumhq/thrum/rpc"
+)
+
+// QuickstartCmd registers an agent, starts its session and writes its
+// identity file.
+type QuickstartCmd struct {
+	Name    string `required:"" help:"Agent name (a-z, 0-9, _). Give the role and module with --role and --module."`
+	Display string `help:"Human-readable display name."`
+	Intent  string `help:"What the agent is about to do."`
+	Force   bool   `help:"Take over the name from a different agent."`
+}
+
+func (c *QuickstartCmd) Help() string {
+	return `Registers the agent with the daemon, starts a session (ending any the
+agent left open), and writes .thrum/identities/NAME.json (mode 0600) with
+the agent's token. Later commands find the identity through THRUM_NAME,
+--agent-id, or the single file in .thrum/identities.
+
+Example:
+  thrum quickstart --name alice --role implementer --module auth --intent "Refactor login"`
+}
+
+func (c *QuickstartCmd) Run(ctx context.Context, g *Globals) error {
+	role, module := g.Role, g.Module
+	if role == "" || module == "" {
+		return withCode(exitUsage, "quickstart needs --role and --module, e.g. thrum quickstart --name %s --role implementer --module auth", c.Name)
+	}
+	s, err := connect(ctx, g)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	reg, err := s.c.RegisterAgent(ctx, &rpc.RegisterAgentParams{Name: c.Name, Role: role, Module: module, Display: c.Display, Force: c.Force})
+	if err != nil {
+		return err
+	}
+	if reg.Status == "conflict" {
+		return fmt.Errorf("the name %s is registered to a different agent (since %s): choose another name, or pass --force to take it over",
+			reg.AgentID, reg.Conflict.RegisteredAt)
+	}
+	if _, err := s.c.Auth(ctx, &rpc.AuthParams{Token: reg.Token}); err != nil {
+		return err
+	}
+	ses, err := s.c.StartSession(ctx, &rpc.StartSessionParams{AgentID: reg.AgentID})
+	if err != nil {
+		return err
+	}
+	if c.Intent != "" {
+		if _, err := s.c.SetIntent(ctx, &rpc.SetIntentParams{SessionID: ses.SessionID, Intent: c.Intent}); err != nil {
+			return err
+		}
+	}
+	f := &identity.File{Name: c.Name, AgentID: reg.AgentID, Role: role, Module: module, Display: c.Display,
+		RepoID: s.l.RepoID, Token: reg.Token, SessionID: ses.SessionID, UpdatedAt: time.Now().UTC().Format(time.RFC3339)}
+	if err := identity.Save(s.l.IDs, f); err != nil {
+		return fmt.Errorf("write identity file: %w", err)
+	}
+	res := map[string]any{"agent_id": reg.AgentID, "status": reg.Status, "session_id": ses.SessionID,
+		"identity_file": identity.Path(s.l.IDs, c.Name)}
+	return g.out(res, func(w io.Writer) {
+		fmt.Fprintf(w, "> Agent %s %s (role %s, module %s)\n", reg.AgentID, reg.Status, role, module)
+		fmt.Fprintf(w, "  Session: %s\n  Identity: %s\n", ses.SessionID, identity.Path(s.l.IDs, c.Name))
+		g.hint("Tip: with several agents here, select one with THRUM_NAME=%s", c.Name)
+	})
+}
+
+// parsePair parses "type:value" for --scope and --ref.
+func parsePair(flag, s string) (rpc.Scope, error) {
+	t, v, ok := strings.Cut(s, ":")
+	if !ok || t == "" || v == "" {
+		return rpc.Scope{}, withCode(exitUsage, "%s %q: use type:value, e.g. %s module:auth", flag, s, flag)
+	}
+	return rpc.Scope{Type: t, Value: v}, nil
+}
+
+func parsePairs(flag string, in []string) ([]rpc.Scope, error) {
+	var out []rpc.Scope
+	for _, s := range in {
+		p, err := parsePair(flag, s)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+func toRefs(in []rpc.Scope) []rpc.Ref {
+	out := make([]rpc.Ref, len(in))
+	for i, p := range in {
+		out[i] = rpc.Ref(p)
+	}
+	return out
+}
+
+// SendCmd sends a message.
+type SendCmd struct {
+	Message    string   `arg:"" help:"Message text."`
+	To         []string `help:"Recipient: @name, @role, @group or @everyone (repeatable; adds a mention)."`
+	Scope      []string `help:"Scope as type:value, e.g. module:auth (repeatable)."`
+	Ref        []string `help:"Reference as type:value, e.g. issue:beads-42 (repeatable)."`
+	Mention    []string `help:"Mention @name, @role or @group (repeatable)."`
+	Format     string   `default:"markdown" enum:"markdown,plain,json" help:"Content format: markdown, plain or json."`
+	Priority   string   `default:"normal" enum:"low,normal,high,critical" help:"Priority: low, normal, high or critical."`
+	Structured string   `help:"Typed JSON payload, e.g. '{\"type\":\"test_result\",\"passed\":45}'."`
+	Thread     string   `help:"Thread ID to send in."`
+}
+
+func (c *SendCmd) Help() string {
+	return `Examples:
+  thrum send "Test suite is green, ready for review" --to @reviewer
+  thrum send "Auth module complete" --to @reviewer --scope module:auth --ref issue:beads-42
+  thrum send "Deploy complete" --to @everyone --priority high
+  thrum send "Test results" --structured '{"type":"test_result","passed":45,"failed":2}'`
+}
+
+func (c *SendCmd) Run(ctx context.Context, g *Globals) error {
+	scopes, err := parsePairs("--scope", c.Scope)
+	if err != nil {
+		return err
+	}
+	refs, err := parsePairs("--ref", c.Ref)
+	if err != nil {
+		return err
+	}
+	p := &rpc.SendMessageParams{Content: c.Message, Format: c.Format, Priority: c.Priority, ThreadID: c.Thread,
+		Scopes: scopes, Refs: toRefs(refs), Mentions: append(append([]string{}, c.To...), c.Mention...)}
+	if c.Structured != "" {
+		if !json.Valid([]byte(c.Structured)) {
+			return withCode(exitUsage, "--structured is not valid JSON")
+		}
+		p.Structured = json.RawMessage(c.Structured)
+	}
+	s, err := connectAs(ctx, g)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	r, err := s.c.SendMessage(ctx, p)
+	if err != nil {
+		return err
+	}
+	return g.out(r, func(w io.Writer) {
+		fmt.Fprintf(w, "> Message sent: %s\n", r.MessageID)
+		for _, rc := range r.Recipients {
+			fmt.Fprintf(w, "  To @%s (%s): %s\n", rc.Address, rc.Kind, reach(rc))
+		}
+	})
+}
+
+func reach(rc rpc.Recipient) string {
+	switch len(rc.Agents) {
+	case 0:
+		return "no agents yet"
+	case 1:
+		if len(rc.Active) == 1 {
+			return rc.Agents[0] + " (active)"
+		}
+		return rc.Agents[0] + " (offline)"
+	}
+	return fmt.Sprintf("%d agents, %d active", len(rc.Agents), len(rc.Active))
+}
+
+// ReplyCmd replies to a message.
+type ReplyCmd struct {
+	MessageID string `arg:"" name:"msg-id" help:"Message to reply to."`
+	Text      string `arg:"" help:"Reply text."`
+	Format    string `default:"markdown" enum:"markdown,plain,json" help:"Content format: markdown, plain or json."`
+}
+
+func (c *ReplyCmd) Help() string {
+	return `Sends a message with a reply_to ref to the original, addressed to its
+author and in its thread, and marks the original read.
+
+Example:
+  thrum reply msg_01HXE... "Looks good, merging now"`
+}
+
+func (c *ReplyCmd) Run(ctx context.Context, g *Globals) error {
+	s, err := connectAs(ctx, g)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	orig, err := s.c.GetMessage(ctx, &rpc.GetMessageParams{MessageID: c.MessageID})
+	if err != nil {
+		return err
+	}
+	p := &rpc.SendMessageParams{Content: c.Text, Format: c.Format, ThreadID: orig.Message.ThreadID,
+		Refs: []rpc.Ref{{Type: rpc.RefReplyTo, Value: c.MessageID}}}
+	if orig.Message.Author.AgentID != s.id.AgentID {
+		p.Mentions = []string{"@" + orig.Message.Author.AgentID}
+	}
+	r, err := s.c.SendMessage(ctx, p)
+	if err != nil {
+		return err
+	}
+	_, _ = s.c.MarkRead(ctx, &rpc.MarkReadParams{MessageIDs: []string{c.MessageID}}) // best effort
+	return g.out(map[string]any{"message_id": r.MessageID, "reply_to": c.MessageID, "thread_id": r.ThreadID, "created_at": r.CreatedAt}, func(w io.Writer) {
+		fmt.Fprintf(w, "> Reply sent: %s\n  In reply to: %s\n", r.MessageID, c.MessageID)
+	})
+}
+
+// InboxCmd lists messages.
+type InboxCmd struct {
+	Scope    string `help:"Only messages with this scope (type:value)."`
+	Mentions bool   `help:"Only messages addressed to you: by name, role, group or @everyone."`
+	Unread   bool   `help:"Only unread messages (and do not mark them read)."`
+	PageSize int    `default:"10" help:"Messages per page (1-100)."`
+	Page     int    `default:"1" help:"Page number."`
+}
+
+func (c *InboxCmd) Help() string {
+	return `Shows ● for unread and ○ for read messages, replies grouped under their
+original with ↳, (edited) on edited messages, and marks what it shows as
+read — except with --unread, so checking does not clear them.
+
+Examples:
+  thrum inbox
+  thrum inbox --mentions --unread
+  thrum inbox --scope module:auth --page 2`
+}
+
+func (c *InboxCmd) Run(ctx context.Context, g *Globals) error {
+	if c.PageSize < 1 || c.PageSize > 100 {
+		return withCode(exitUsage, "--page-size %d: use 1 to 100", c.PageSize)
+	}
+	if c.Page < 1 {
+		return withCode(exitUsage, "--page %d: pages start at 1", c.Page)
+	}
+	p := &rpc.ListMessagesParams{Mentions: c.Mentions, Unread: c.Unread, PageSize: c.PageSize, Page: c.Page}
+	var filter []string
+	if c.Scope != "" {
+		sc, err := parsePair("--scope", c.Scope)
+		if err != nil {
+			return err
+		}
+		p.Scope = &sc
+		filter = append(filter, "scope="+c.Scope)
+	}
+	if c.Mentions {
+		filter = append(filter, "mentions")
+	}
+	if c.Unread {
+		filter = append(filter, "unread")
+	}
+	s, err := connectAs(ctx, g)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	r, err := s.c.ListMessages(ctx, p)
+	if err != nil {
+		return err
+	}
+	all := r.Total
+	if len(filter) > 0 && r.Total == 0 {
+		if t, err := s.c.ListMessages(ctx, &rpc.ListMessagesParams{PageSize: 1}); err == nil {
+			all = t.Total
+		}
+	}
+	err = g.out(r, func(w io.Writer) {
+		renderInbox(w, r, inboxView{Filter: filter, FilterFlags: c.flags(), AllTotal: all, Now: time.Now(), Me: s.id.AgentID})
+	})
+	if err == nil && !c.Unread {
+		var ids []string
+		for _, m := range r.Messages {
+			if !m.IsRead {
+				ids = append(ids, m.MessageID)
+			}
+		}
+		if len(ids) > 0 {
+			if _, merr := s.c.MarkRead(ctx, &rpc.MarkReadParams{MessageIDs: ids}); merr != nil {
+				g.debugf("mark read: %v", merr) // best effort
+			}
+		}
+	}
+	return err
+}
+
+func (c *InboxCmd) flags() string {
+	var f []string
+	if c.Scope != "" {
+		f = append(f, "--scope "+c.Scope)
+	}
+	if c.Mentions {
+		f = append(f, "--mentions")
+	}
+	if c.Unread {
+		f = append(f, "--unread")
+	}
+	return strings.Join(f, " ")
+}
+
+// MessageCmd groups single-message operations.
+type MessageCmd struct {
+	Get    MessageGetCmd    `cmd:"" help:"Show one message in full (and mark it read)."`
+	Edit   MessageEditCmd   `cmd:"" help:"Replace a message's content (author only)."`
+	Delete MessageDeleteCmd `cmd:"" help:"Soft-delete a message (author only; needs --force)."`
+	Read   MessageReadCmd   `cmd:"" help:"Mark messages read."`
+}
+
+type MessageGetCmd struct {
+	MessageID string `arg:"" name:"msg-id" help:"Message ID."`
+}
+
+func (c *MessageGetCmd) Help() string { return "Example:\n  thrum message get msg_01HXE..." }
+
+func (c *MessageGetCmd) Run(ctx context.Context, g *Globals) error {
+	s, err := connectAs(ctx, g)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	r, err := s.c.GetMessage(ctx, &rpc.GetMessageParams{MessageID: c.MessageID})
+	if err != nil {
+		return err
+	}
+	_, _ = s.c.MarkRead(ctx, &rpc.MarkReadParams{MessageIDs: []string{c.MessageID}}) // best effort
+	return g.out(r, func(w io.Writer) { renderMessage(w, &r.Message, time.Now()) })
+}
+
+type MessageEditCmd struct {
+	MessageID string `arg:"" name:"msg-id" help:"Message ID."`
+	Text      string `arg:"" help:"New content."`
+}
+
+func (c *MessageEditCmd) Help() string {
+	return "Example:\n  thrum message edit msg_01HXE... \"Updated: auth module complete with rate limiting\""
+}
+
+func (c *MessageEditCmd) Run(ctx context.Context, g *Globals) error {
+	s, err := connectAs(ctx, g)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	r, err := s.c.EditMessage(ctx, &rpc.EditMessageParams{MessageID: c.MessageID, Content: &c.Text})
+	if err != nil {
+		return err
+	}
+	return g.out(r, func(w io.Writer) { fmt.Fprintf(w, "> Message edited: %s (version %d)\n", r.MessageID, r.Version) })
+}
+
+type MessageDeleteCmd struct {
+	MessageID string `arg:"" name:"msg-id" help:"Message ID."`
+	Force     bool   `help:"Confirm the deletion."`
+	Reason    string `help:"Why it is deleted."`
+}
+
+func (c *MessageDeleteCmd) Help() string {
+	return "Deleted messages stay in the log and in message get, marked DELETED.\n\nExample:\n  thrum message delete msg_01HXE... --force"
+}
+
+func (c *MessageDeleteCmd) Run(ctx context.Context, g *Globals) error {
+	if !c.Force {
+		return withCode(exitUsage, "refusing to delete %s without --force", c.MessageID)
+	}
+	s, err := connectAs(ctx, g)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	r, err := s.c.DeleteMessage(ctx, &rpc.DeleteMessageParams{MessageID: c.MessageID, Reason: c.Reason})
+	if err != nil {
+		return err
+	}
+	return g.out(r, func(w io.Writer) { fmt.Fprintf(w, "> Message deleted: %s\n", r.MessageID) })
+}
+
+type MessageReadCmd struct {
+	MessageIDs []string `arg:"" optional:"" name:"msg-id" help:"Message IDs."`
+	All        bool     `help:"Mark every unread message read."`
+}
+
+func (c *MessageReadCmd) Help() string {
+	return "Examples:\n  thrum message read msg_01 msg_02\n  thrum message read --all"
+}
+
+func (c *MessageReadCmd) Run(ctx context.Context, g *Globals) error {
+	if len(c.MessageIDs) == 0 && !c.All {
+		return withCode(exitUsage, "name message IDs, or pass --all")
+	}
+	s, err := connectAs(ctx, g)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	ids := c.MessageIDs
+	if c.All {
+		for {
+			r, err := s.c.ListMessages(ctx, &rpc.ListMessagesParams{Unread: true, PageSize: 100})
+			if err != nil {
+				return err
+			}
+			if len(r.Messages) == 0 {
+				break
+			}
+			var page []string
+			for _, m := range r.Messages {
+				page = append(page, m.MessageID)
+			}
+			if _, err := s.c.MarkRead(ctx, &rpc.MarkReadParams{MessageIDs: page}); err != nil {
+				return err
+			}
+			ids = append(ids, page...)
+		}
+		if len(ids) == 0 {
+			return g.out(&rpc.MarkReadResult{}, func(w io.Writer) { fmt.Fprintln(w, "> No unread messages") })
+		}
+		res := &rpc.MarkReadResult{MarkedCount: len(ids)}
+		return g.out(res, func(w io.Writer) { fmt.Fprintf(w, "> Marked %d messages as read\n", len(ids)) })
+	}
+	r, err := s.c.MarkRead(ctx, &rpc.MarkReadParams{MessageIDs: ids})
+	if err != nil {
+		return err
+	}
+	return g.out(r, func(w io.Writer) {
+		fmt.Fprintf(w, "> Marked %d %s as read\n", r.MarkedCount, plural(r.MarkedCount, "message", "messages"))
+	})
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}

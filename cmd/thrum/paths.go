@@ -1,0 +1,210 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+)
+
+// SyncBranch is the orphan branch that carries the event log.
+const SyncBranch = "a-sync"
+
+// layout is where thrum keeps things for one repository or directory.
+type layout struct {
+	Root    string // the working tree (or plain directory)
+	Git     bool   // Root is in a git repository
+	GitDir  string // the repository's common git dir
+	Home    string // runtime state: .thrum
+	LogDir  string // the event log: <git-common-dir>/thrum-sync/a-sync, or .thrum/log
+	RepoID  string
+	DB      string
+	Socket  string
+	WSPort  string
+	PIDFile string
+	LogFile string
+	IDs     string // identity files
+}
+
+// resolveLayout works out the paths for g.Repo without creating anything.
+func resolveLayout(ctx context.Context, g *Globals) (*layout, error) {
+	repo, err := filepath.Abs(g.Repo)
+	if err != nil {
+		return nil, err
+	}
+	if st, err := os.Stat(repo); err != nil || !st.IsDir() {
+		return nil, fmt.Errorf("--repo %s is not a directory", g.Repo)
+	}
+	l := &layout{Root: repo}
+	if top, err := git(ctx, repo, "rev-parse", "--show-toplevel"); err == nil {
+		common, err := git(ctx, repo, "rev-parse", "--git-common-dir")
+		if err != nil {
+			return nil, err
+		}
+		if !filepath.IsAbs(common) {
+			common = filepath.Join(repo, common)
+		}
+		l.Root, l.Git, l.GitDir = top, true, filepath.Clean(common)
+		l.LogDir = filepath.Join(l.GitDir, "thrum-sync", SyncBranch)
+	}
+	l.Home = filepath.Join(l.Root, ".thrum")
+	if g.Home != "" {
+		l.Home = g.Home
+	}
+	if !l.Git {
+		l.LogDir = filepath.Join(l.Home, "log")
+	}
+	sum := sha256.Sum256([]byte(l.LogDir))
+	l.RepoID = hex.EncodeToString(sum[:8])
+	if l.Git {
+		if first, err := git(ctx, l.Root, "rev-list", "--max-parents=0", "--max-count=1", "HEAD"); err == nil && first != "" {
+			l.RepoID = first[:16] // the same on every clone
+		}
+	}
+	v := filepath.Join(l.Home, "var")
+	l.DB = filepath.Join(v, "messages.db")
+	l.Socket = filepath.Join(v, "thrum.sock")
+	l.WSPort = filepath.Join(v, "ws.port")
+	l.PIDFile = filepath.Join(v, "thrum.pid")
+	l.LogFile = filepath.Join(v, "daemon.log")
+	l.IDs = filepath.Join(l.Home, "identities")
+	return l, nil
+}
+
+// initialized reports whether init has run here.
+func (l *layout) initialized() bool {
+	st, err := os.Stat(l.LogDir)
+	return err == nil && st.IsDir()
+}
+
+func git(ctx context.Context, dir string, args ...string) (string, error) {
+	return gitEnv(ctx, dir, nil, args...)
+}
+
+func gitEnv(ctx context.Context, dir string, env []string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, "git", args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), env...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("git %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(errb.String()))
+	}
+	return strings.TrimSpace(out.String()), nil
+}
+
+// setup creates the runtime directories and the log's home. In a git
+// repository that is a worktree of the orphan branch a-sync inside the
+// git dir, made with plumbing so that the user's working tree, index and
+// current branch are never touched; .thrum/ is excluded through
+// .git/info/exclude rather than a .gitignore in the working tree.
+func (l *layout) setup(ctx context.Context) (created []string, err error) {
+	for _, d := range []string{l.Home, filepath.Join(l.Home, "var"), l.IDs} {
+		if _, err := os.Stat(d); errors.Is(err, os.ErrNotExist) {
+			created = append(created, d)
+		}
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, err
+		}
+	}
+	if !l.Git {
+		if _, err := os.Stat(l.LogDir); errors.Is(err, os.ErrNotExist) {
+			created = append(created, l.LogDir)
+		}
+		return created, os.MkdirAll(l.LogDir, 0o755)
+	}
+	if err := l.exclude(); err != nil {
+		return nil, err
+	}
+	made, err := l.ensureSyncWorktree(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if made {
+		created = append(created, l.LogDir+" (worktree of branch "+SyncBranch+")")
+	}
+	return created, nil
+}
+
+// exclude adds .thrum/ to .git/info/exclude once.
+func (l *layout) exclude() error {
+	rel, err := filepath.Rel(l.Root, l.Home)
+	if err != nil || strings.HasPrefix(rel, "..") {
+		return nil // runtime state outside the tree: nothing to hide
+	}
+	line := "/" + filepath.ToSlash(rel) + "/"
+	path := filepath.Join(l.GitDir, "info", "exclude")
+	b, _ := os.ReadFile(path)
+	for _, have := range strings.Split(string(b), "\n") {
+		if strings.TrimSpace(have) == line {
+			return nil
+		}
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	prefix := ""
+	if len(b) > 0 && !bytes.HasSuffix(b, []byte("\n")) {
+		prefix = "\n"
+	}
+	_, err = fmt.Fprintf(f, "%s# thrum runtime state\n%s\n", prefix, line)
+	return err
+}
+
+// gitIdentity lets plumbing commits work where user.name is unset.
+var gitIdentity = []string{
+	"GIT_AUTHOR_NAME=thrum", "GIT_AUTHOR_EMAIL=thrum@localhost",
+	"GIT_COMMITTER_NAME=thrum", "GIT_COMMITTER_EMAIL=thrum@localhost",
+}
+
+// ensureSyncWorktree makes sure branch a-sync exists and is checked out
+// at LogDir, repairing a worktree whose directory vanished.
+func (l *layout) ensureSyncWorktree(ctx context.Context) (bool, error) {
+	if _, err := git(ctx, l.Root, "rev-parse", "--verify", "--quiet", "refs/heads/"+SyncBranch); err != nil {
+		// Try the remote's branch first, so clones share one history.
+		if _, err := git(ctx, l.Root, "rev-parse", "--verify", "--quiet", "refs/remotes/origin/"+SyncBranch); err == nil {
+			if _, err := git(ctx, l.Root, "branch", "--no-track", SyncBranch, "refs/remotes/origin/"+SyncBranch); err != nil {
+				return false, err
+			}
+		} else {
+			empty, err := git(ctx, l.Root, "hash-object", "-t", "tree", "-w", "--stdin")
+			if err != nil {
+				return false, err
+			}
+			commit, err := gitEnv(ctx, l.Root, gitIdentity, "commit-tree", empty, "-m", "thrum: start the sync branch")
+			if err != nil {
+				return false, err
+			}
+			// update-ref with an empty old value fails if another process
+			// created the branch meanwhile: never clobber it.
+			if _, err := git(ctx, l.Root, "update-ref", "refs/heads/"+SyncBranch, commit, ""); err != nil {
+				return false, err
+			}
+		}
+	}
+	if st, err := os.Stat(filepath.Join(l.LogDir, ".git")); err == nil && !st.IsDir() {
+		return false, nil // a healthy linked worktree
+	}
+	_, _ = git(ctx, l.Root, "worktree", "prune")
+	if err := os.MkdirAll(filepath.Dir(l.LogDir), 0o755); err != nil {
+		return false, err
+	}
+	if entries, err := os.ReadDir(l.LogDir); err == nil && len(entries) > 0 {
+		return false, fmt.Errorf("%s exists but is not a worktree of %s: move it aside and run thrum init again", l.LogDir, SyncBranch)
+	}
+	if _, err := git(ctx, l.Root, "worktree", "add", "--quiet", l.LogDir, SyncBranch); err != nil {
+		return false, err
+	}
+	return true, nil
+}

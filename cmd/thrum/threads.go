@@ -1,0 +1,164 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/thrumhq/thrum/rpc"
+)
+
+// ThreadCmd groups thread operations.
+type ThreadCmd struct {
+	Create ThreadCreateCmd `cmd:"" help:"Create a thread, optionally with a first message."`
+	List   ThreadListCmd   `cmd:"" help:"List threads, most recently active first."`
+	Get    ThreadGetCmd    `cmd:"" help:"Show a thread and its messages."`
+}
+
+type ThreadCreateCmd struct {
+	Title   string   `arg:"" help:"Thread title."`
+	To      string   `help:"Recipient of the first message (needs --message)."`
+	Message string   `help:"First message (needs --to)."`
+	Scope   []string `help:"Scope as type:value (repeatable)."`
+}
+
+func (c *ThreadCreateCmd) Help() string {
+	return "Example:\n  thrum thread create \"Auth review\" --to @reviewer --message \"PR #42 is ready\""
+}
+
+func (c *ThreadCreateCmd) Run(ctx context.Context, g *Globals) error {
+	if (c.To == "") != (c.Message == "") {
+		return withCode(exitUsage, "--to and --message go together")
+	}
+	scopes, err := parsePairs("--scope", c.Scope)
+	if err != nil {
+		return err
+	}
+	p := &rpc.CreateThreadParams{Title: c.Title, Scopes: scopes, Recipient: c.To}
+	if c.Message != "" {
+		p.Message = &rpc.ThreadMessage{Content: c.Message}
+	}
+	return call(ctx, g, true, func(s *session) (any, error) { return s.c.CreateThread(ctx, p) }, func(w io.Writer, v any) {
+		r := v.(*rpc.CreateThreadResult)
+		fmt.Fprintf(w, "> Thread created: %s\n", r.ThreadID)
+		if r.MessageID != "" {
+			fmt.Fprintf(w, "  First message: %s\n", r.MessageID)
+		}
+	})
+}
+
+type ThreadListCmd struct {
+	Scope    string `help:"Only threads with this scope (type:value)."`
+	PageSize int    `default:"10" help:"Threads per page (1-100)."`
+	Page     int    `default:"1" help:"Page number."`
+}
+
+func (c *ThreadListCmd) Run(ctx context.Context, g *Globals) error {
+	p := &rpc.ListThreadsParams{PageSize: c.PageSize, Page: c.Page}
+	if c.Scope != "" {
+		sc, err := parsePair("--scope", c.Scope)
+		if err != nil {
+			return err
+		}
+		p.Scope = &sc
+	}
+	return call(ctx, g, false, func(s *session) (any, error) { return s.c.ListThreads(ctx, p) }, func(w io.Writer, v any) {
+		r := v.(*rpc.ListThreadsResult)
+		if r.Total == 0 {
+			fmt.Fprintln(w, "No threads.")
+			return
+		}
+		now := time.Now()
+		t := table(w, "THREAD", "TITLE", "MESSAGES", "UNREAD", "LAST")
+		for _, th := range r.Threads {
+			last := ago(th.LastActivity, now)
+			if th.LastSender != "" {
+				last += " by @" + th.LastSender
+			}
+			t.row(th.ThreadID, th.Title, fmt.Sprint(th.MessageCount), fmt.Sprint(th.UnreadCount), last)
+		}
+		t.flush()
+		fmt.Fprintf(w, "Showing page %d of %d (%d threads)\n", r.Page, r.TotalPages, r.Total)
+	})
+}
+
+type ThreadGetCmd struct {
+	ThreadID string `arg:"" help:"Thread ID."`
+	PageSize int    `default:"10" help:"Messages per page (1-100)."`
+	Page     int    `default:"1" help:"Page number."`
+}
+
+func (c *ThreadGetCmd) Run(ctx context.Context, g *Globals) error {
+	return call(ctx, g, false, func(s *session) (any, error) {
+		return s.c.GetThread(ctx, &rpc.GetThreadParams{ThreadID: c.ThreadID, PageSize: c.PageSize, Page: c.Page})
+	}, func(w io.Writer, v any) {
+		r := v.(*rpc.GetThreadResult)
+		fmt.Fprintf(w, "Thread: %s — %s (by @%s)\n", r.Thread.ThreadID, r.Thread.Title, r.Thread.CreatedBy)
+		if r.Total == 0 {
+			fmt.Fprintln(w, "No messages yet.")
+			return
+		}
+		renderInbox(w, &rpc.ListMessagesResult{Messages: r.Messages, Total: r.Total, Page: r.Page, PageSize: r.PageSize, TotalPages: r.TotalPages,
+			Unread: countUnread(r.Messages)}, inboxView{Now: time.Now()})
+	})
+}
+
+func countUnread(ms []rpc.MessageSummary) int {
+	n := 0
+	for _, m := range ms {
+		if !m.IsRead {
+			n++
+		}
+	}
+	return n
+}
+
+// SyncCmd groups git sync commands.
+type SyncCmd struct {
+	Status SyncStatusCmd `cmd:"" help:"Show the sync loop's state."`
+	Force  SyncForceCmd  `cmd:"" help:"Sync now (does not wait for it to finish)."`
+}
+
+// syncOff turns method-not-found into what it means here.
+func syncOff(err error) error {
+	if errors.Is(err, rpc.ErrMethodNotFound) {
+		return errors.New("sync is off: this repository has no remote (add one with git remote add origin URL, then restart the daemon)")
+	}
+	return err
+}
+
+type SyncStatusCmd struct{}
+
+func (c *SyncStatusCmd) Run(ctx context.Context, g *Globals) error {
+	return call(ctx, g, false, func(s *session) (any, error) {
+		r, err := s.c.SyncStatus(ctx, &rpc.SyncStatusParams{})
+		return r, syncOff(err)
+	}, func(w io.Writer, v any) {
+		r := v.(*rpc.SyncStatusResult)
+		fmt.Fprintf(w, "Sync: %s (running: %v)\n", r.SyncState, r.Running)
+		if r.LastSyncAt != "" {
+			fmt.Fprintf(w, "  Last sync: %s\n", ago(r.LastSyncAt, time.Now()))
+		}
+		if r.LastError != "" {
+			fmt.Fprintf(w, "  Last error: %s\n", r.LastError)
+		}
+	})
+}
+
+type SyncForceCmd struct{}
+
+func (c *SyncForceCmd) Run(ctx context.Context, g *Globals) error {
+	return call(ctx, g, false, func(s *session) (any, error) {
+		r, err := s.c.SyncForce(ctx, &rpc.SyncForceParams{})
+		return r, syncOff(err)
+	}, func(w io.Writer, v any) {
+		r := v.(*rpc.SyncForceResult)
+		if r.Triggered {
+			fmt.Fprintln(w, "> Sync triggered")
+		} else {
+			fmt.Fprintf(w, "> Sync already running (%s)\n", r.SyncState)
+		}
+	})
+}
