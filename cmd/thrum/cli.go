@@ -55,6 +55,7 @@ type CLI struct {
 	Session    SessionCmd    `cmd:"" help:"Manage work sessions."`
 	Thread     ThreadCmd     `cmd:"" help:"Create, list and read threads."`
 	Sync       SyncCmd       `cmd:"" help:"Inspect and trigger git sync."`
+	Mcp        McpCmd        `cmd:"" help:"Run the MCP server for an agent."`
 	Version    VersionCmd    `cmd:"" help:"Print thrum's version."`
 }
 

@@ -1,0 +1,105 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/thrumhq/thrum"
+	"github.com/thrumhq/thrum/identity"
+	"github.com/thrumhq/thrum/mcpserver"
+	"github.com/thrumhq/thrum/rpc"
+)
+
+// McpCmd groups the MCP server.
+type McpCmd struct {
+	Serve McpServeCmd `cmd:"" help:"Serve the 11 thrum tools to an agent over stdio (or Streamable HTTP)."`
+}
+
+// McpServeCmd runs the MCP server for one agent.
+type McpServeCmd struct {
+	HTTP string `name:"http" placeholder:"ADDR" help:"Serve Streamable HTTP on this loopback address (e.g. 127.0.0.1:8765) instead of stdio."`
+}
+
+func (c *McpServeCmd) Help() string {
+	return `Resolves the agent once at start: --agent-id, then THRUM_NAME, then the
+single identity file in .thrum/identities. Talks to the daemon over one
+Unix-socket connection, which also carries the push notifications that
+wake wait_for_message; reconnects if the daemon restarts. Logs go to
+stderr only: stdout is the MCP wire.
+
+Claude Code (.mcp.json or .claude/settings.json):
+  {"mcpServers": {"thrum": {"type": "stdio", "command": "thrum", "args": ["mcp", "serve"]}}}
+
+Examples:
+  thrum mcp serve
+  thrum mcp serve --agent-id alice
+  thrum mcp serve --http 127.0.0.1:8765`
+}
+
+func (c *McpServeCmd) Run(ctx context.Context, g *Globals) error {
+	l, err := resolveLayout(ctx, g)
+	if err != nil {
+		return err
+	}
+	if _, err := health(ctx, l); err != nil {
+		return withCode(exitNoDaemon, "thrum daemon is not running for %s: start it with `thrum daemon start`", l.Root)
+	}
+	sel := identity.Selector{Name: g.AgentID, NameFromEnv: g.AgentID != "" && g.env("THRUM_NAME") == g.AgentID}
+	f, _, err := identity.Resolve(l.IDs, sel)
+	if err != nil {
+		return err
+	}
+	level := slog.LevelWarn
+	if g.Verbose {
+		level = slog.LevelDebug
+	}
+	logger := slog.New(slog.NewTextHandler(g.stderr, &slog.HandlerOptions{Level: level}))
+	dial := func(ctx context.Context, onNote func(string, json.RawMessage)) (*rpc.Client, error) {
+		return rpc.Dial(ctx, l.Socket, &rpc.ClientOptions{Logger: logger, OnNotification: onNote})
+	}
+	srv, err := mcpserver.New(ctx, dial, mcpserver.Identity{AgentID: f.AgentID, Role: f.Role, Module: f.Module, Token: f.Token},
+		&mcpserver.Options{Logger: logger, Version: thrum.Version})
+	if err != nil {
+		var re *rpc.Error
+		if errors.As(err, &re) && (re.Code == rpc.CodeNotFound || re.Code == rpc.CodeUnauthenticated) {
+			return withCode(exitNoIdentity, "%v: run `thrum quickstart --name %s --role %s --module %s`", err, f.AgentID, f.Role, f.Module)
+		}
+		return err
+	}
+	defer srv.Close()
+	if c.HTTP == "" {
+		err := srv.Run(ctx, &mcp.StdioTransport{})
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	host, _, err := net.SplitHostPort(c.HTTP)
+	if ip := net.ParseIP(host); err != nil || (host != "localhost" && (ip == nil || !ip.IsLoopback())) {
+		return withCode(exitUsage, "--http %q: use a loopback address such as 127.0.0.1:8765", c.HTTP)
+	}
+	ln, err := net.Listen("tcp", c.HTTP)
+	if err != nil {
+		return err
+	}
+	hs := &http.Server{Handler: srv.HTTPHandler(), ReadHeaderTimeout: 10 * time.Second}
+	logger.Warn("thrum MCP server on Streamable HTTP", "url", fmt.Sprintf("http://%s/", ln.Addr()), "agent", f.AgentID)
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case <-ctx.Done():
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		return hs.Shutdown(sctx)
+	case err := <-errc:
+		return err
+	}
+}

@@ -1,0 +1,258 @@
+// Package mcpserver gives AI agents thrum's messaging as native MCP tools
+// (spec/mcp-server.md): send_message, check_messages, wait_for_message,
+// list_agents, broadcast_message and six group tools.
+//
+// A Server acts as one agent, resolved once by its caller. It holds one
+// persistent rpc.Client to a thrum daemon — a Unix socket, or an
+// in-process pipe to an embedded node (thrum.Node.Dial); the code path is
+// the same — for calls and for push notifications: wait_for_message is
+// woken by a subscription on that connection, not by polling. If the
+// connection drops, the server redials, re-authenticates and resubscribes.
+//
+// Serve it over stdio with Run(ctx, &mcp.StdioTransport{}), or over
+// Streamable HTTP with HTTPHandler. The package logs only through the
+// given *slog.Logger: stdout belongs to the MCP wire.
+package mcpserver
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/thrumhq/thrum/rpc"
+)
+
+// Defaults of Options.
+const (
+	DefaultQueueSize   = 1000
+	DefaultWaitTimeout = 300 * time.Second
+	MaxWaitTimeout     = 600 * time.Second
+	DefaultCallTimeout = 30 * time.Second
+)
+
+// Dialer opens a connection to thrum whose notifications go to onNote.
+// rpc.Dial to a daemon's socket and thrum.Node.Dial both fit.
+type Dialer func(ctx context.Context, onNote func(method string, params json.RawMessage)) (*rpc.Client, error)
+
+// Identity is the agent a Server acts as.
+type Identity struct {
+	AgentID string
+	Role    string
+	Module  string
+	// Token authenticates the agent; required over a WebSocket, optional on
+	// a Unix socket or pipe.
+	Token string
+}
+
+// Options configure a Server. A nil *Options means all defaults.
+type Options struct {
+	// Logger receives warnings (to stderr, typically). Nil means silent.
+	Logger *slog.Logger
+	// QueueSize bounds the notifications waiting for wait_for_message;
+	// the oldest is dropped when full. Default DefaultQueueSize.
+	QueueSize int
+	// Version is reported to MCP clients. Default "dev".
+	Version string
+}
+
+// Server is an MCP server acting as one agent. Its methods may be called
+// concurrently.
+type Server struct {
+	id   Identity
+	dial Dialer
+	opts Options
+	mcp  *mcp.Server
+	log  *slog.Logger
+
+	mu      sync.Mutex
+	client  *rpc.Client   // current daemon connection; nil while reconnecting
+	ready   chan struct{} // closed when client is usable; replaced on loss
+	closed  bool
+	stopRec chan struct{}
+	recDone chan struct{}
+
+	queue  queue
+	waitMu sync.Mutex // held by the one active wait_for_message
+}
+
+// New connects to thrum through dial, authenticates as id and subscribes
+// to every message addressed to it (by name, role, group or @everyone),
+// then returns a Server with the 11 tools registered.
+func New(ctx context.Context, dial Dialer, id Identity, opts *Options) (*Server, error) {
+	if id.AgentID == "" {
+		return nil, errors.New("mcpserver: identity has no agent ID")
+	}
+	s := &Server{id: id, dial: dial, ready: make(chan struct{}), stopRec: make(chan struct{}), recDone: make(chan struct{})}
+	if opts != nil {
+		s.opts = *opts
+	}
+	if s.opts.QueueSize <= 0 {
+		s.opts.QueueSize = DefaultQueueSize
+	}
+	if s.opts.Version == "" {
+		s.opts.Version = "dev"
+	}
+	s.log = s.opts.Logger
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	s.queue.init(s.opts.QueueSize)
+	c, err := s.connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s.setClient(c)
+	go s.reconnectLoop()
+	s.mcp = mcp.NewServer(&mcp.Implementation{Name: "thrum", Title: "thrum messaging", Version: s.opts.Version}, &mcp.ServerOptions{
+		Instructions: "You are agent " + id.AgentID + " (role " + id.Role + "). Use check_messages for your backlog and " +
+			"wait_for_message to block until a message arrives; send_message addresses @role, a name, @group or @everyone.",
+		Capabilities: &mcp.ServerCapabilities{},
+	})
+	s.register()
+	return s, nil
+}
+
+// MCP returns the underlying go-sdk server.
+func (s *Server) MCP() *mcp.Server { return s.mcp }
+
+// Run serves MCP on t (e.g. &mcp.StdioTransport{}) until the client
+// disconnects or ctx ends.
+func (s *Server) Run(ctx context.Context, t mcp.Transport) error {
+	return s.mcp.Run(ctx, t)
+}
+
+// HTTPHandler serves MCP over Streamable HTTP. Mount it on a loopback
+// listener.
+func (s *Server) HTTPHandler() http.Handler {
+	return mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.mcp }, nil)
+}
+
+// Close ends the daemon connection and stops reconnecting. It is
+// idempotent.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	c := s.client
+	close(s.stopRec)
+	s.mu.Unlock()
+	if c != nil {
+		c.Close()
+	}
+	<-s.recDone
+	s.queue.close()
+	return nil
+}
+
+// connect dials, authenticates and subscribes.
+func (s *Server) connect(ctx context.Context) (*rpc.Client, error) {
+	c, err := s.dial(ctx, s.onNotification)
+	if err != nil {
+		return nil, fmt.Errorf("mcpserver: connect to thrum: %w", err)
+	}
+	if _, err := c.Auth(ctx, &rpc.AuthParams{AgentID: s.id.AgentID, Token: s.id.Token}); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("mcpserver: authenticate as %s: %w", s.id.AgentID, err)
+	}
+	if _, err := c.Subscribe(ctx, &rpc.SubscribeParams{MentionRole: s.id.AgentID}); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("mcpserver: subscribe: %w (is there an active session? run thrum session start)", err)
+	}
+	return c, nil
+}
+
+func (s *Server) setClient(c *rpc.Client) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.client = c
+	close(s.ready)
+}
+
+// reconnectLoop watches the connection and replaces it when it drops,
+// with backoff, until Close.
+func (s *Server) reconnectLoop() {
+	defer close(s.recDone)
+	for {
+		s.mu.Lock()
+		c := s.client
+		s.mu.Unlock()
+		select {
+		case <-s.stopRec:
+			return
+		case <-c.Done():
+		}
+		s.mu.Lock()
+		s.client, s.ready = nil, make(chan struct{})
+		s.mu.Unlock()
+		s.log.Warn("mcpserver: lost the thrum connection; reconnecting", "err", c.Err())
+		backoff := 50 * time.Millisecond
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			nc, err := s.connect(ctx)
+			cancel()
+			if err == nil {
+				s.setClient(nc)
+				s.queue.wake() // a waiter may have missed notifications: it re-checks
+				s.log.Info("mcpserver: reconnected to thrum")
+				break
+			}
+			s.log.Debug("mcpserver: reconnect failed", "err", err)
+			select {
+			case <-s.stopRec:
+				return
+			case <-time.After(backoff):
+			}
+			if backoff < 2*time.Second {
+				backoff *= 2
+			}
+		}
+	}
+}
+
+// conn returns the current connection, waiting a bounded time for a
+// reconnect in progress.
+func (s *Server) conn(ctx context.Context) (*rpc.Client, error) {
+	s.mu.Lock()
+	c, ready, closed := s.client, s.ready, s.closed
+	s.mu.Unlock()
+	if closed {
+		return nil, errors.New("the MCP server is shutting down")
+	}
+	if c != nil {
+		return c, nil
+	}
+	t := time.NewTimer(5 * time.Second)
+	defer t.Stop()
+	select {
+	case <-ready:
+		return s.conn(ctx)
+	case <-t.C:
+		return nil, errors.New("the thrum daemon is not reachable: start it with `thrum daemon start`")
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// onNotification queues notification.message pushes for the waiter. It
+// runs on the client's read goroutine and never blocks.
+func (s *Server) onNotification(method string, params json.RawMessage) {
+	if method != rpc.NotificationMessage {
+		return
+	}
+	var n rpc.MessageNotification
+	if err := json.Unmarshal(params, &n); err != nil {
+		s.log.Warn("mcpserver: bad notification", "err", err)
+		return
+	}
+	s.queue.push(&n)
+}

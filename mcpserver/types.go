@@ -1,0 +1,154 @@
+package mcpserver
+
+// The inputs and outputs of the 11 tools, as spec/mcp-server.md names
+// them. jsonschema tags are the descriptions agents see.
+
+// MessageInfo is one message as the tools return it.
+type MessageInfo struct {
+	MessageID string `json:"message_id" jsonschema:"message identifier"`
+	From      string `json:"from" jsonschema:"sender agent ID"`
+	Content   string `json:"content" jsonschema:"message content"`
+	Priority  string `json:"priority" jsonschema:"critical, high, normal or low"`
+	Timestamp string `json:"timestamp" jsonschema:"creation time, RFC 3339"`
+}
+
+type SendMessageInput struct {
+	To       string         `json:"to" jsonschema:"recipient: @role, an agent name, @groupname, @everyone, or a composite agent:role:hash ID"`
+	Content  string         `json:"content" jsonschema:"message text (markdown)"`
+	ReplyTo  string         `json:"reply_to,omitempty" jsonschema:"message ID this replies to"`
+	Priority string         `json:"priority,omitempty" jsonschema:"critical, high, normal (default) or low"`
+	Metadata map[string]any `json:"metadata,omitempty" jsonschema:"key-value metadata, stored as the message's structured data"`
+}
+
+// RecipientInfo says whom a send reached.
+type RecipientInfo struct {
+	Address string   `json:"address" jsonschema:"the address as resolved, without @"`
+	Kind    string   `json:"kind" jsonschema:"agent, role, group or everyone"`
+	Agents  []string `json:"agents" jsonschema:"agent IDs it reaches"`
+	Active  []string `json:"active" jsonschema:"those seen in the last 2 minutes"`
+}
+
+type SendMessageOutput struct {
+	Status          string          `json:"status" jsonschema:"delivered"`
+	MessageID       string          `json:"message_id" jsonschema:"ID of the sent message"`
+	RecipientStatus string          `json:"recipient_status" jsonschema:"active (a recipient was seen in the last 2 minutes), offline (recipients exist, none active) or no_agents (the role or group has no agents yet)"`
+	Recipients      []RecipientInfo `json:"recipients" jsonschema:"whom the address reached"`
+}
+
+type CheckMessagesInput struct {
+	Limit int `json:"limit,omitempty" jsonschema:"max messages to return (default 50, max 100)"`
+}
+
+type CheckMessagesOutput struct {
+	Status    string        `json:"status" jsonschema:"messages or empty"`
+	Messages  []MessageInfo `json:"messages" jsonschema:"the unread messages addressed to you, now marked read"`
+	Remaining int           `json:"remaining" jsonschema:"unread messages still waiting"`
+}
+
+type WaitForMessageInput struct {
+	Timeout        int    `json:"timeout,omitempty" jsonschema:"max seconds to wait (default 300, max 600)"`
+	PriorityFilter string `json:"priority_filter,omitempty" jsonschema:"all (default), critical, high_and_above or normal_and_above"`
+}
+
+type WaitForMessageOutput struct {
+	Status        string       `json:"status" jsonschema:"message_received or timeout"`
+	Message       *MessageInfo `json:"message" jsonschema:"the message, null on timeout"`
+	WaitedSeconds int          `json:"waited_seconds" jsonschema:"how long the wait lasted"`
+}
+
+type ListAgentsInput struct {
+	IncludeOffline *bool `json:"include_offline,omitempty" jsonschema:"include agents not seen in the last 2 minutes (default true)"`
+}
+
+type AgentInfo struct {
+	Name       string `json:"name" jsonschema:"agent name (its ID)"`
+	Role       string `json:"role"`
+	Module     string `json:"module"`
+	Status     string `json:"status" jsonschema:"active or offline"`
+	LastSeenAt string `json:"last_seen_at" jsonschema:"last activity, RFC 3339"`
+}
+
+type ListAgentsOutput struct {
+	Agents []AgentInfo `json:"agents"`
+	Count  int         `json:"count"`
+}
+
+type BroadcastFilter struct {
+	Status  string   `json:"status,omitempty" jsonschema:"all (default) or active (only agents seen in the last 2 minutes)"`
+	Exclude []string `json:"exclude,omitempty" jsonschema:"agent names or roles to leave out"`
+}
+
+type BroadcastMessageInput struct {
+	Content  string           `json:"content" jsonschema:"message text to broadcast"`
+	Priority string           `json:"priority,omitempty" jsonschema:"critical, high, normal (default) or low"`
+	Filter   *BroadcastFilter `json:"filter,omitempty" jsonschema:"optional recipient filters"`
+}
+
+type BroadcastMessageOutput struct {
+	Status     string   `json:"status" jsonschema:"sent, partial (some sends failed) or no_recipients"`
+	SentTo     []string `json:"sent_to" jsonschema:"agents that received the message"`
+	FailedTo   []string `json:"failed_to" jsonschema:"agents the send failed for"`
+	TotalSent  int      `json:"total_sent"`
+	MessageIDs []string `json:"message_ids"`
+}
+
+type CreateGroupInput struct {
+	Name        string `json:"name" jsonschema:"group name (a-z, 0-9, _), e.g. reviewers"`
+	Description string `json:"description,omitempty" jsonschema:"what the group is for"`
+}
+
+type GroupNameOutput struct {
+	Status string `json:"status" jsonschema:"created or deleted"`
+	Name   string `json:"name"`
+}
+
+type DeleteGroupInput struct {
+	Name string `json:"name" jsonschema:"group to delete (not everyone)"`
+}
+
+type GroupMemberInput struct {
+	Group      string `json:"group" jsonschema:"group name"`
+	MemberType string `json:"member_type" jsonschema:"agent or role"`
+	MemberID   string `json:"member_id" jsonschema:"agent name or role name"`
+}
+
+type GroupMemberOutput struct {
+	Status     string `json:"status" jsonschema:"added or removed"`
+	Group      string `json:"group"`
+	MemberType string `json:"member_type"`
+	MemberID   string `json:"member_id"`
+}
+
+type ListGroupsInput struct{}
+
+type GroupInfo struct {
+	Name        string `json:"name"`
+	Description string `json:"description"`
+	CreatedAt   string `json:"created_at"`
+	CreatedBy   string `json:"created_by"`
+	MemberCount int    `json:"member_count" jsonschema:"direct members"`
+}
+
+type ListGroupsOutput struct {
+	Groups []GroupInfo `json:"groups"`
+}
+
+type GetGroupInput struct {
+	Name   string `json:"name" jsonschema:"group name"`
+	Expand bool   `json:"expand,omitempty" jsonschema:"resolve roles (and everyone) to agent IDs"`
+}
+
+type GroupMember struct {
+	Type string `json:"type" jsonschema:"agent or role"`
+	ID   string `json:"id" jsonschema:"agent name or role name"`
+}
+
+type GetGroupOutput struct {
+	Name                string        `json:"name"`
+	Description         string        `json:"description"`
+	CreatedAt           string        `json:"created_at"`
+	CreatedBy           string        `json:"created_by"`
+	Members             []GroupMember `json:"members"`
+	ExpandedAgents      []string      `json:"expanded_agents,omitempty" jsonschema:"with expand: the agent IDs the group reaches"`
+	ExpandedAgentsCount *int          `json:"expanded_agents_count,omitempty" jsonschema:"with expand: how many"`
+}
