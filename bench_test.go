@@ -33,16 +33,18 @@ var benchRoles = []string{"implementer", "reviewer", "planner", "tester", "ops"}
 
 func benchAgentName(i int) string { return fmt.Sprintf("agent_%02d", i) }
 
-// seedNode registers benchAgents agents with sessions and groups, and
-// sends msgs messages with a realistic mix of mentions, scopes and refs,
-// from 8 goroutines.
+// seedNode registers benchAgents agents with sessions, a group and a
+// thread through the node, then appends msgs message events (with a
+// realistic mix of mentions of names, roles, the group and everyone,
+// scopes, refs, thread replies and reads by agent_01) straight to the log,
+// and reopens the node so that it catches up: the same state as sending
+// them one by one, built in seconds instead of minutes.
 func seedNode(tb testing.TB, dir string, msgs int) {
 	ctx := context.Background()
 	n, err := thrum.Open(dir, &thrum.Options{NoSync: true})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	defer n.Close()
 	for i := 0; i < benchAgents; i++ {
 		name := benchAgentName(i)
 		if _, err := n.RegisterAgent(ctx, &rpc.RegisterAgentParams{Name: name, Role: benchRoles[i%len(benchRoles)], Module: "m"}); err != nil {
@@ -56,39 +58,67 @@ func seedNode(tb testing.TB, dir string, msgs int) {
 	n.CreateGroup(a0, &rpc.CreateGroupParams{Name: "backend"})
 	n.AddGroupMember(a0, &rpc.GroupMemberParams{Group: "backend", MemberType: "role", MemberID: "reviewer"})
 	th, _ := n.CreateThread(a0, &rpc.CreateThreadParams{Title: "bench"})
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for w := 0; w < 8; w++ {
-		wg.Add(1)
-		go func(w int) {
-			defer wg.Done()
-			r := rand.New(rand.NewPCG(uint64(w), 7))
-			for {
-				i := next.Add(1)
-				if i > int64(msgs) {
-					return
-				}
-				from := benchAgentName(r.IntN(benchAgents))
-				p := benchMessage(r, int(i), th.ThreadID)
-				if _, err := n.SendMessage(thrum.AsAgent(ctx, from), p); err != nil {
-					panic(err)
-				}
+	sessions := map[string]string{}
+	for i := 0; i < benchAgents; i++ {
+		r, _ := n.ListSessions(ctx, &rpc.ListSessionsParams{AgentID: benchAgentName(i), ActiveOnly: true})
+		sessions[benchAgentName(i)] = r.Sessions[0].SessionID
+	}
+	n.Close()
+
+	lg, err := eventlog.Open(dir, &eventlog.Options{NoSync: true})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(3, 7))
+	reader := benchAgentName(1)
+	var batch, reads []*eventlog.Event
+	var readIDs []string
+	for i := 0; i < msgs; i++ {
+		from := benchAgentName(r.IntN(benchAgents))
+		p := benchMessage(r, i, th.ThreadID)
+		refs := make([]eventlog.Pair, 0, len(p.Refs)+len(p.Mentions))
+		for _, x := range p.Refs {
+			refs = append(refs, eventlog.Pair(x))
+		}
+		for _, m := range p.Mentions {
+			refs = append(refs, eventlog.Pair{Type: "mention", Value: m[1:]})
+		}
+		id := "msg_" + eventlog.NewID()
+		batch = append(batch, &eventlog.Event{Type: eventlog.TypeMessageCreate, Shard: from, Payload: eventlog.MessageCreate{
+			MessageID: id, AgentID: from, SessionID: sessions[from], ThreadID: p.ThreadID, Format: "markdown",
+			Content: p.Content, Scopes: toEventPairs(p.Scopes), Refs: refs, Priority: "normal"}})
+		if i%3 == 0 {
+			readIDs = append(readIDs, id)
+		}
+		if len(readIDs) == 100 {
+			reads = append(reads, &eventlog.Event{Type: eventlog.TypeMessageRead, Shard: reader, Payload: eventlog.MessageRead{
+				AgentID: reader, SessionID: sessions[reader], MessageIDs: readIDs}})
+			readIDs = nil
+		}
+		if len(batch) >= 2000 {
+			if err := lg.Append(ctx, append(batch, reads...)...); err != nil {
+				tb.Fatal(err)
 			}
-		}(w)
-	}
-	wg.Wait()
-	// A share of messages is read by agent_01, so unread filters have work to do.
-	l, _ := n.ListMessages(ctx, &rpc.ListMessagesParams{PageSize: 100, SortOrder: "asc"})
-	for p := 1; p <= l.TotalPages; p += 3 {
-		pg, _ := n.ListMessages(ctx, &rpc.ListMessagesParams{PageSize: 100, Page: p, SortOrder: "asc"})
-		var ids []string
-		for _, m := range pg.Messages {
-			ids = append(ids, m.MessageID)
-		}
-		if len(ids) > 0 {
-			n.MarkRead(thrum.AsAgent(ctx, benchAgentName(1)), &rpc.MarkReadParams{MessageIDs: ids})
+			batch, reads = batch[:0], reads[:0]
 		}
 	}
+	if err := lg.Append(ctx, append(batch, reads...)...); err != nil {
+		tb.Fatal(err)
+	}
+	lg.Close()
+	n, err = thrum.Open(dir, nil) // catches up
+	if err != nil {
+		tb.Fatal(err)
+	}
+	n.Close()
+}
+
+func toEventPairs(in []rpc.Scope) []eventlog.Pair {
+	out := make([]eventlog.Pair, len(in))
+	for i, p := range in {
+		out[i] = eventlog.Pair(p)
+	}
+	return out
 }
 
 func benchMessage(r *rand.Rand, i int, thread string) *rpc.SendMessageParams {
@@ -120,6 +150,18 @@ var (
 	fixtureDirs = map[int]string{}
 )
 
+// TestMain removes the benchmark fixtures when the run ends. With
+// THRUM_BENCH_CACHE=DIR they are kept there and reused by later runs.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if os.Getenv("THRUM_BENCH_CACHE") == "" {
+		for _, d := range fixtureDirs {
+			os.RemoveAll(d)
+		}
+	}
+	os.Exit(code)
+}
+
 // benchDir returns a fresh copy of a data directory seeded with msgs
 // messages.
 func benchDir(b *testing.B, msgs int) string {
@@ -127,14 +169,26 @@ func benchDir(b *testing.B, msgs int) string {
 	fixtureMu.Lock()
 	src, ok := fixtureDirs[msgs]
 	if !ok {
-		var err error
-		src, err = os.MkdirTemp("", fmt.Sprintf("thrum-bench-%d-", msgs))
-		if err != nil {
-			b.Fatal(err)
+		if cache := os.Getenv("THRUM_BENCH_CACHE"); cache != "" {
+			src = filepath.Join(cache, fmt.Sprintf("fixture-%d", msgs))
+			if _, err := os.Stat(filepath.Join(src, "complete")); err == nil {
+				ok = true
+			} else {
+				os.RemoveAll(src)
+				os.MkdirAll(src, 0o755)
+			}
+		} else {
+			var err error
+			if src, err = os.MkdirTemp("", fmt.Sprintf("thrum-bench-%d-", msgs)); err != nil {
+				b.Fatal(err)
+			}
 		}
-		start := time.Now()
-		seedNode(b, src, msgs)
-		b.Logf("seeded %d messages in %v", msgs, time.Since(start).Round(time.Millisecond))
+		if !ok {
+			start := time.Now()
+			seedNode(b, src, msgs)
+			os.WriteFile(filepath.Join(src, "complete"), nil, 0o644)
+			b.Logf("seeded %d messages in %v", msgs, time.Since(start).Round(time.Millisecond))
+		}
 		fixtureDirs[msgs] = src
 	}
 	fixtureMu.Unlock()
@@ -151,6 +205,9 @@ func copyTree(src, dst string) error {
 			return err
 		}
 		rel, _ := filepath.Rel(src, path)
+		if rel == "complete" || rel == thrum.LockFile {
+			return nil
+		}
 		target := filepath.Join(dst, rel)
 		if info.IsDir() {
 			return os.MkdirAll(target, 0o755)

@@ -57,7 +57,7 @@ func internal(op string, err error) error {
 		return err
 	}
 	if store.IsClosed(err) {
-		return rpc.Errorf(rpc.CodeUnavailable, "thrum is shut down")
+		return rpcUnavailable()
 	}
 	return &internalError{op: op, err: err}
 }
@@ -74,3 +74,5 @@ func (e *internalError) Unwrap() []error {
 
 // isNotFound reports a store lookup that found nothing.
 func isNotFound(err error) bool { return errors.Is(err, store.ErrNotFound) }
+
+func rpcUnavailable() error { return rpc.Errorf(rpc.CodeUnavailable, "thrum is shut down") }

@@ -391,15 +391,35 @@ func (n *Node) ListMessages(ctx context.Context, p *rpc.ListMessagesParams) (*rp
 		}
 		f.Mentions = mine
 	}
-	pg, err := n.store.Messages(ctx, f)
+	pg, err := n.messages(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	out := &rpc.ListMessagesResult{
+		Messages: pg.Messages, Total: pg.Total, Unread: pg.Unread,
+		Page: page, PageSize: size, TotalPages: totalPages(pg.Total, size),
+	}
+	return out, nil
+}
+
+type messagePage struct {
+	Messages      []rpc.MessageSummary
+	Total, Unread int
+}
+
+// messages runs a listing: the index picks the page and counts, the
+// projection supplies the page's rows.
+func (n *Node) messages(ctx context.Context, f store.MessageFilter) (*messagePage, error) {
+	ids, total, unread, err := n.idx.list(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := n.store.MessagesByID(ctx, ids, f.Reader)
 	if err != nil {
 		return nil, internal("list messages", err)
 	}
-	out := &rpc.ListMessagesResult{
-		Messages: make([]rpc.MessageSummary, 0, len(pg.Messages)),
-		Total:    pg.Total, Unread: pg.Unread, Page: page, PageSize: size, TotalPages: totalPages(pg.Total, size),
-	}
-	for _, m := range pg.Messages {
+	out := &messagePage{Messages: make([]rpc.MessageSummary, 0, len(rows)), Total: total, Unread: unread}
+	for _, m := range rows {
 		out.Messages = append(out.Messages, summary(m))
 	}
 	return out, nil

@@ -101,19 +101,14 @@ func (n *Node) GetThread(ctx context.Context, p *rpc.GetThreadParams) (*rpc.GetT
 	if err != nil {
 		return nil, internal("get thread", err)
 	}
-	pg, err := n.store.Messages(ctx, store.MessageFilter{
+	pg, err := n.messages(ctx, store.MessageFilter{
 		ThreadID: t.ThreadID, Reader: readerOf(ctx), Asc: true, Limit: size, Offset: (page - 1) * size,
 	})
 	if err != nil {
-		return nil, internal("get thread", err)
+		return nil, err
 	}
-	out := &rpc.GetThreadResult{
+	return &rpc.GetThreadResult{
 		Thread:   rpc.ThreadInfo{ThreadID: t.ThreadID, Title: t.Title, CreatedBy: t.CreatedBy, CreatedAt: t.CreatedAt},
-		Messages: make([]rpc.MessageSummary, 0, len(pg.Messages)),
-		Total:    pg.Total, Page: page, PageSize: size, TotalPages: totalPages(pg.Total, size),
-	}
-	for _, m := range pg.Messages {
-		out.Messages = append(out.Messages, summary(m))
-	}
-	return out, nil
+		Messages: pg.Messages, Total: pg.Total, Page: page, PageSize: size, TotalPages: totalPages(pg.Total, size),
+	}, nil
 }

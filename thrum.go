@@ -92,6 +92,8 @@ type Node struct {
 	ctlMu sync.Mutex // serializes check-then-write operations on agents, sessions and groups
 	dirc  directory  // agents and groups in memory, for addressing
 	subs  notifier
+	idx   *msgIndex      // messages in memory, for listing
+	bg    sync.WaitGroup // the index build
 
 	// sessCache maps an agent to its active session; sessGen counts
 	// invalidations, so a read that raced one is not cached.
@@ -115,7 +117,7 @@ type Node struct {
 // projection's checkpoint is applied before Open returns, and a torn final
 // line is repaired (see Repairs).
 func Open(dir string, opts *Options) (*Node, error) {
-	n := &Node{dir: dir, started: time.Now(), sessCache: map[string]*store.Session{}}
+	n := &Node{dir: dir, started: time.Now(), sessCache: map[string]*store.Session{}, idx: newMsgIndex()}
 	if opts != nil {
 		n.opts = *opts
 	}
@@ -167,6 +169,13 @@ func Open(dir string, opts *Options) (*Node, error) {
 		n.Close()
 		return nil, fmt.Errorf("thrum: open: %w", err)
 	}
+	// The message index builds in the background: Open (and a daemon's
+	// first health answer) need not wait for it; listings do.
+	n.bg.Add(1)
+	go func() {
+		defer n.bg.Done()
+		n.idx.build(ctx, st)
+	}()
 	if err := n.ensureEveryone(ctx); err != nil {
 		n.Close()
 		return nil, fmt.Errorf("thrum: open: %w", err)
@@ -191,6 +200,8 @@ func (n *Node) ensureEveryone(ctx context.Context) error {
 func (n *Node) Close() error {
 	n.closeOnce.Do(func() {
 		n.subs.closeAll()
+		n.bg.Wait()
+		n.idx.close()
 		var errs []error
 		if n.log != nil {
 			errs = append(errs, n.log.Close())
@@ -265,6 +276,7 @@ func (n *Node) onCommit(batch []*eventlog.Event) error {
 		}
 		return internal("apply", err)
 	}
+	n.idx.apply(batch)
 	reload, sessions := false, false
 	for _, e := range batch {
 		switch {

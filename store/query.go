@@ -234,7 +234,8 @@ func (s *Store) Message(ctx context.Context, id, reader string) (*Message, error
 	return &m, nil
 }
 
-// MessageFilter selects messages for Messages. Zero fields do not filter.
+// MessageFilter selects messages for a listing. Zero fields do not
+// filter. (The node evaluates it over its in-memory index.)
 type MessageFilter struct {
 	Scope    *Pair
 	Ref      *Pair
@@ -251,103 +252,6 @@ type MessageFilter struct {
 	SortBy         string // "created_at" (default) or "updated_at"
 	Asc            bool
 	Limit, Offset  int
-}
-
-// MessagePage is one page of Messages with the counts over all matches.
-type MessagePage struct {
-	Messages []*Message
-	Total    int // matching messages
-	Unread   int // of those, how many Reader has not read
-}
-
-// Messages lists messages matching f, one page, with total and unread
-// counts.
-func (s *Store) Messages(ctx context.Context, f MessageFilter) (*MessagePage, error) {
-	where, args := f.where()
-	page := &MessagePage{}
-	countQ := `SELECT COUNT(*) AS total, COALESCE(SUM(CASE WHEN ` + readExpr + ` THEN 0 ELSE 1 END), 0) AS unread
-		FROM messages m` + where
-	cargs := append([]any{f.Reader, f.Reader}, args...)
-	if f.Unread {
-		// Every match is unread: skip the per-row read check.
-		countQ = `SELECT COUNT(*) AS total, COUNT(*) AS unread FROM messages m` + where
-		cargs = args
-	}
-	var counts struct {
-		Total  int `db:"total"`
-		Unread int `db:"unread"`
-	}
-	if err := s.get(ctx, &counts, countQ, cargs...); err != nil {
-		return nil, fmt.Errorf("store: count messages: %w", err)
-	}
-	page.Total, page.Unread = counts.Total, counts.Unread
-	if f.Limit <= 0 || page.Total == 0 || f.Offset >= page.Total {
-		return page, nil
-	}
-	order := "m.created_at"
-	if f.SortBy == "updated_at" {
-		order = "COALESCE(m.updated_at, m.created_at)"
-	}
-	dir := " DESC"
-	if f.Asc {
-		dir = " ASC"
-	}
-	q := `SELECT ` + messageCols + `, ` + readExpr + ` AS is_read FROM messages m` + where +
-		` ORDER BY ` + order + dir + `, m.message_id` + dir + ` LIMIT ? OFFSET ?`
-	qargs := append([]any{f.Reader, f.Reader}, args...)
-	qargs = append(qargs, f.Limit, f.Offset)
-	var rows []*Message
-	if err := s.sel(ctx, &rows, q, qargs...); err != nil {
-		return nil, fmt.Errorf("store: list messages: %w", err)
-	}
-	if err := s.attachPairs(ctx, rows); err != nil {
-		return nil, err
-	}
-	page.Messages = rows
-	return page, nil
-}
-
-func (f *MessageFilter) where() (string, []any) {
-	var conds []string
-	var args []any
-	if !f.IncludeDeleted {
-		conds = append(conds, `COALESCE(m.deleted, 0) = 0`)
-	}
-	if f.Scope != nil {
-		conds = append(conds, `m.message_id IN (SELECT message_id FROM message_scopes WHERE scope_type = ? AND scope_value = ?)`)
-		args = append(args, f.Scope.Type, f.Scope.Value)
-	}
-	if f.Ref != nil {
-		conds = append(conds, `m.message_id IN (SELECT message_id FROM message_refs WHERE ref_type = ? AND ref_value = ?)`)
-		args = append(args, f.Ref.Type, f.Ref.Value)
-	}
-	if f.ThreadID != "" {
-		conds = append(conds, `m.thread_id = ?`)
-		args = append(args, f.ThreadID)
-	}
-	if f.AuthorID != "" {
-		conds = append(conds, `m.agent_id = ?`)
-		args = append(args, f.AuthorID)
-	}
-	if f.Mentions != nil {
-		if len(f.Mentions) == 0 {
-			conds = append(conds, `0`)
-		} else {
-			conds = append(conds, `m.message_id IN (SELECT message_id FROM message_refs WHERE ref_type = 'mention' AND ref_value IN (`+
-				placeholders(len(f.Mentions))+`))`)
-			for _, v := range f.Mentions {
-				args = append(args, v)
-			}
-		}
-	}
-	if f.Unread {
-		conds = append(conds, `NOT `+readExpr)
-		args = append(args, f.Reader, f.Reader)
-	}
-	if len(conds) == 0 {
-		return "", nil
-	}
-	return " WHERE " + strings.Join(conds, " AND "), args
 }
 
 func placeholders(n int) string {
@@ -567,4 +471,108 @@ func (s *Store) LastSeen(ctx context.Context) (map[string]string, error) {
 		out[id] = t
 	}
 	return out, rows.Err()
+}
+
+// MessagesByID returns the messages with the given IDs, in that order
+// (missing ones are skipped), with scopes, refs and read state for reader.
+func (s *Store) MessagesByID(ctx context.Context, ids []string, reader string) ([]*Message, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	args := make([]any, 0, len(ids)+2)
+	args = append(args, reader, reader)
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	var rows []*Message
+	q := `SELECT ` + messageCols + `, ` + readExpr + ` AS is_read FROM messages m WHERE m.message_id IN (` + placeholders(len(ids)) + `)`
+	if err := s.sel(ctx, &rows, q, args...); err != nil {
+		return nil, fmt.Errorf("store: messages by id: %w", err)
+	}
+	byID := make(map[string]*Message, len(rows))
+	for _, m := range rows {
+		byID[m.MessageID] = m
+	}
+	out := make([]*Message, 0, len(ids))
+	for _, id := range ids {
+		if m := byID[id]; m != nil {
+			out = append(out, m)
+		}
+	}
+	if err := s.attachPairs(ctx, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// IndexRow is what the node's in-memory message index keeps of a message.
+type IndexRow struct {
+	MessageID string         `db:"message_id"`
+	AgentID   string         `db:"agent_id"`
+	ThreadID  string         `db:"thread_id"`
+	CreatedAt string         `db:"created_at"`
+	UpdatedAt sql.NullString `db:"updated_at"`
+	Deleted   bool           `db:"deleted"`
+}
+
+// IndexSnapshot reads, in one read transaction, everything the node's
+// message index is built from, calling the given functions for each row:
+// messages in created order, then every scope, ref and read.
+func (s *Store) IndexSnapshot(ctx context.Context, msg func(IndexRow), pair func(id, kind, typ, value string), read func(id, agent string)) error {
+	tx, err := s.r.BeginTxx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	rows, err := tx.QueryxContext(ctx, `SELECT message_id, agent_id, thread_id, created_at, updated_at, COALESCE(deleted, 0) AS deleted
+		FROM messages ORDER BY created_at, message_id`)
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		var r IndexRow
+		if err := rows.StructScan(&r); err != nil {
+			rows.Close()
+			return err
+		}
+		msg(r)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for _, q := range []struct{ kind, sql string }{
+		{"s", `SELECT message_id, scope_type, scope_value FROM message_scopes`},
+		{"r", `SELECT message_id, ref_type, ref_value FROM message_refs`},
+	} {
+		rows, err := tx.QueryContext(ctx, q.sql)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var id, t, v string
+			if err := rows.Scan(&id, &t, &v); err != nil {
+				rows.Close()
+				return err
+			}
+			pair(id, q.kind, t, v)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+	}
+	rr, err := tx.QueryContext(ctx, `SELECT message_id, agent_id FROM message_reads`)
+	if err != nil {
+		return err
+	}
+	defer rr.Close()
+	for rr.Next() {
+		var id, a string
+		if err := rr.Scan(&id, &a); err != nil {
+			return err
+		}
+		read(id, a)
+	}
+	return rr.Err()
 }
