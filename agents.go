@@ -122,6 +122,7 @@ func (n *Node) RegisterAgent(ctx context.Context, p *rpc.RegisterAgentParams) (*
 	}
 	status := "registered"
 	typ := eventlog.TypeAgentRegister
+	revoke := false
 	if existing != nil {
 		if existing.Kind != KindAgent {
 			return nil, conflict("%q is a user, not an agent", id)
@@ -135,11 +136,12 @@ func (n *Node) RegisterAgent(ctx context.Context, p *rpc.RegisterAgentParams) (*
 			}}, nil
 		}
 		status, typ = "updated", eventlog.TypeAgentUpdate
+		revoke = !same && p.Force // a different agent takes the name over
 	}
 	token := identity.NewToken()
 	if err := n.append(ctx, &eventlog.Event{Type: typ, Payload: eventlog.AgentRegister{
 		AgentID: id, Kind: KindAgent, Name: p.Name, Role: p.Role, Module: p.Module,
-		Display: p.Display, RepoID: n.opts.RepoID, TokenHash: identity.HashToken(token),
+		Display: p.Display, RepoID: n.opts.RepoID, TokenHash: identity.HashToken(token), RevokeTokens: revoke,
 	}}); err != nil {
 		return nil, err
 	}

@@ -47,6 +47,7 @@ type imsg struct {
 	author  uint32
 	thread  uint32 // 0: not in a thread
 	deleted bool
+	proxied bool // a user sent it as author: the author has not read it
 	keys    []uint32 // interned "s\x00type\x00value" and "r\x00type\x00value"
 }
 
@@ -90,9 +91,11 @@ func (x *msgIndex) build(ctx context.Context, st *store.Store) {
 	}()
 	err := st.IndexSnapshot(ctx, func(r store.IndexRow) {
 		x.add(r.MessageID, r.AgentID, r.ThreadID, nanos(r.CreatedAt), r.Deleted)
+		m := &x.slots[x.byID[r.MessageID]]
 		if r.UpdatedAt.Valid {
-			x.slots[x.byID[r.MessageID]].updated = nanos(r.UpdatedAt.String)
+			m.updated = nanos(r.UpdatedAt.String)
 		}
+		m.proxied = r.ActingAs != ""
 	}, func(id, kind, typ, value string) {
 		if s, ok := x.byID[id]; ok {
 			x.slots[s].keys = append(x.slots[s].keys, x.intern(pairKey(kind, typ, value)))
@@ -194,6 +197,7 @@ func (x *msgIndex) applyLocked(e *eventlog.Event) {
 		}
 		s := x.add(p.MessageID, p.AgentID, p.ThreadID, e.Time.UnixNano(), false)
 		m := &x.slots[s]
+		m.proxied = p.ActingAs != ""
 		for _, sc := range p.Scopes {
 			m.keys = append(m.keys, x.intern(pairKey("s", sc.Type, sc.Value)))
 		}
@@ -285,7 +289,7 @@ func (q *query) read(x *msgIndex, s int32) bool {
 	if !q.hasReader {
 		return false
 	}
-	if x.slots[s].author == q.reader {
+	if m := &x.slots[s]; m.author == q.reader && !m.proxied {
 		return true
 	}
 	w := int(s) / 64

@@ -62,6 +62,9 @@ func (n *Node) StartSession(ctx context.Context, p *rpc.StartSessionParams) (*rp
 		return nil, invalid("agent_id is required")
 	}
 	id := identity.NormalizeAgentID(p.AgentID)
+	if a, ok := n.dirc.agent(id); !ok || a.Kind != KindAgent {
+		return nil, notFound("agent not found: %s is not registered", id)
+	}
 	if c, ok := CallerFrom(ctx); ok && identity.NormalizeAgentID(c.AgentID) != id {
 		if a, _ := n.dirc.agent(identity.NormalizeAgentID(c.AgentID)); a.Kind != KindUser {
 			return nil, forbidden("%s may not start a session for %s", c.AgentID, id)

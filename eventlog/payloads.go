@@ -43,6 +43,9 @@ type AgentRegister struct {
 	Display   string `json:"display,omitempty"`
 	RepoID    string `json:"repo_id,omitempty"`
 	TokenHash string `json:"token_hash,omitempty"`
+	// RevokeTokens drops every earlier token of the identity first: a
+	// forced takeover must lock the previous holder out.
+	RevokeTokens bool `json:"revoke_tokens,omitempty"`
 }
 
 // AgentCleanup removes an agent from the projection (agent.delete and

@@ -161,6 +161,11 @@ func (t *txApplier) event(ctx context.Context, e *eventlog.Event) error {
 		if err := t.exec(ctx, "agent.upsert", p.AgentID, p.Kind, p.Name, p.Role, p.Module, p.Display, p.RepoID, ts, ts); err != nil {
 			return err
 		}
+		if p.RevokeTokens {
+			if err := t.exec(ctx, "token.delete", p.AgentID); err != nil {
+				return err
+			}
+		}
 		if p.TokenHash != "" {
 			return t.exec(ctx, "token.add", p.TokenHash, p.AgentID)
 		}

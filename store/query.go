@@ -214,9 +214,10 @@ const messageCols = `m.message_id, m.agent_id, m.session_id, m.thread_id, m.crea
 	COALESCE(m.deleted, 0) AS deleted, m.deleted_at, m.delete_reason, m.body_format, m.body_content, m.body_structured,
 	m.priority, m.tags, m.acting_as, m.disclose, m.version`
 
-// readExpr is true when reader has read message m or wrote it. Its two
+// readExpr is true when reader has read message m or wrote it (a message
+// a user sent as the reader does not count as written by it). Its two
 // arguments are the reader's ID.
-const readExpr = `(m.agent_id = ? OR EXISTS (SELECT 1 FROM message_reads r WHERE r.agent_id = ? AND r.message_id = m.message_id))`
+const readExpr = `((m.agent_id = ? AND m.acting_as = '') OR EXISTS (SELECT 1 FROM message_reads r WHERE r.agent_id = ? AND r.message_id = m.message_id))`
 
 // Message returns one message, deleted or not, with its scopes and refs;
 // IsRead is for reader ("" for nobody).
@@ -513,6 +514,7 @@ type IndexRow struct {
 	CreatedAt string         `db:"created_at"`
 	UpdatedAt sql.NullString `db:"updated_at"`
 	Deleted   bool           `db:"deleted"`
+	ActingAs  string         `db:"acting_as"`
 }
 
 // IndexSnapshot reads, in one read transaction, everything the node's
@@ -524,8 +526,8 @@ func (s *Store) IndexSnapshot(ctx context.Context, msg func(IndexRow), pair func
 		return err
 	}
 	defer tx.Rollback()
-	rows, err := tx.QueryxContext(ctx, `SELECT message_id, agent_id, thread_id, created_at, updated_at, COALESCE(deleted, 0) AS deleted
-		FROM messages ORDER BY created_at, message_id`)
+	rows, err := tx.QueryxContext(ctx, `SELECT message_id, agent_id, thread_id, created_at, updated_at, COALESCE(deleted, 0) AS deleted,
+		acting_as FROM messages ORDER BY created_at, message_id`)
 	if err != nil {
 		return err
 	}
