@@ -47,7 +47,7 @@ type imsg struct {
 	author  uint32
 	thread  uint32 // 0: not in a thread
 	deleted bool
-	proxied bool // a user sent it as author: the author has not read it
+	proxied bool     // a user sent it as author: the author has not read it
 	keys    []uint32 // interned "s\x00type\x00value" and "r\x00type\x00value"
 }
 
