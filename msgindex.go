@@ -29,6 +29,7 @@ type msgIndex struct {
 	strs    map[string]uint32
 	reads   map[uint32][]uint64 // reader → bitset over slots
 	pending []*eventlog.Event   // committed while building
+	early   map[string][]string // reads of messages not indexed yet (synced out of order)
 	closed  bool
 }
 
@@ -121,6 +122,12 @@ func (x *msgIndex) add(id, author, thread string, created int64, deleted bool) i
 	slot := int32(len(x.slots))
 	x.slots = append(x.slots, imsg{id: id, created: created, author: x.intern(author), thread: x.intern(thread), deleted: deleted})
 	x.byID[id] = slot
+	if readers, ok := x.early[id]; ok {
+		delete(x.early, id)
+		for _, r := range readers {
+			x.markRead(r, id)
+		}
+	}
 	// Almost always the newest: append. A message synced from elsewhere
 	// may be older than some already here: insert it in place.
 	n := len(x.order)
@@ -146,6 +153,12 @@ func (x *msgIndex) less(a, b int32) bool {
 func (x *msgIndex) markRead(agent, id string) {
 	s, ok := x.byID[id]
 	if !ok {
+		// A read can arrive before its message when both came from other
+		// machines: keep it for when the message does.
+		if x.early == nil {
+			x.early = map[string][]string{}
+		}
+		x.early[id] = append(x.early[id], agent)
 		return
 	}
 	r := x.intern(agent)

@@ -70,6 +70,11 @@ type Options struct {
 	// "pending" or "error"). Default: always "synced".
 	SyncState func() string
 
+	// OnLocalCommit, if set, is called after each commit that holds events
+	// made here (not imported by a sync): a sync loop uses it as its
+	// trigger. It runs on the commit path and must not block.
+	OnLocalCommit func()
+
 	// NoSync skips fsync of the log: for tests and benchmarks only.
 	NoSync bool
 
@@ -300,6 +305,14 @@ func (n *Node) onCommit(batch []*eventlog.Event) error {
 		}
 	}
 	n.subs.publish(ctx, batch)
+	if n.opts.OnLocalCommit != nil {
+		for _, e := range batch {
+			if !e.Imported() {
+				n.opts.OnLocalCommit()
+				break
+			}
+		}
+	}
 	return nil
 }
 

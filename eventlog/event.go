@@ -39,6 +39,8 @@ type Event struct {
 	// file, set by Append and Scan: a projection records it as its
 	// checkpoint.
 	Offset int64
+
+	imported bool // Raw is written as is (Import)
 }
 
 // Decode unmarshals the event's payload fields into v. Events appended
@@ -54,6 +56,10 @@ func (e *Event) Decode(v any) error {
 	}
 	return json.Unmarshal(e.Raw, v)
 }
+
+// Imported reports whether the event came from another log through
+// Import (a sync), rather than from this process.
+func (e *Event) Imported() bool { return e.imported }
 
 // Timestamp is the event's time in TimeFormat.
 func (e *Event) Timestamp() string { return FormatTime(e.Time) }

@@ -191,6 +191,30 @@ func (l *Log) shards() ([]string, error) {
 	return out, nil
 }
 
+// Import appends lines that another log wrote (a peer's events, merged
+// by sync): each is validated, keeps its own ID, time and bytes, and goes
+// through the same durable commit and OnCommit as Append. shard names the
+// shard each line belongs to. The caller makes sure the log does not have
+// these events yet.
+func (l *Log) Import(ctx context.Context, shard string, lines [][]byte) ([]*Event, error) {
+	evs := make([]*Event, 0, len(lines))
+	for i, line := range lines {
+		if bytes.IndexByte(line, '\n') >= 0 {
+			return nil, fmt.Errorf("eventlog: import: line %d contains a newline", i+1)
+		}
+		e, err := DecodeLine(line)
+		if err != nil {
+			return nil, fmt.Errorf("eventlog: import: line %d: %w", i+1, err)
+		}
+		if len(line) > MaxLineBytes {
+			return nil, fmt.Errorf("%w: imported line %d", ErrTooLarge, i+1)
+		}
+		e.Shard, e.imported = shard, true
+		evs = append(evs, e)
+	}
+	return evs, l.Append(ctx, evs...)
+}
+
 // Append writes the events durably, assigning each its ID and Time if
 // unset and its Offset, and returns when they are fsynced (and, if
 // Options.OnCommit is set, applied). The events of one call are committed
@@ -361,6 +385,11 @@ func (l *Log) commit(batch []*appendReq) {
 			}
 			if _, ok := staged[rel]; !ok {
 				staged[rel] = sb.buf.Len()
+			}
+			if e.imported {
+				sb.buf.Write(e.Raw) // a line from another log: kept byte for byte
+				sb.buf.WriteByte('\n')
+				continue
 			}
 			start := sb.buf.Len()
 			if err = e.encode(&sb.buf); err != nil {

@@ -12,10 +12,12 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/thrumhq/thrum"
+	"github.com/thrumhq/thrum/eventlog/gitsync"
 	"github.com/thrumhq/thrum/rpc"
 )
 
@@ -66,7 +68,8 @@ type DaemonCmd struct {
 
 // DaemonRunCmd runs the daemon in the foreground until interrupted.
 type DaemonRunCmd struct {
-	WSAddr string `name:"ws-addr" default:"127.0.0.1:0" help:"Loopback address of the WebSocket (port 0 picks a free one)."`
+	WSAddr       string        `name:"ws-addr" default:"127.0.0.1:0" help:"Loopback address of the WebSocket (port 0 picks a free one)."`
+	SyncInterval time.Duration `default:"60s" help:"How often to sync with the git remote when idle."`
 }
 
 func (c *DaemonRunCmd) Help() string {
@@ -100,9 +103,27 @@ func (c *DaemonRunCmd) Run(ctx context.Context, g *Globals) error {
 		level = slog.LevelDebug
 	}
 	logger := slog.New(slog.NewTextHandler(g.stderr, &slog.HandlerOptions{Level: level}))
-	n, err := thrum.Open(l.LogDir, &thrum.Options{
-		Logger: logger, DBPath: l.DB, RepoID: l.RepoID, RepoDir: l.Root, IdentityDir: l.IDs,
-	})
+	// Sync runs only in a git repository with a remote. The syncer needs
+	// the open log, and the node needs the syncer's hooks: they meet
+	// through this pointer.
+	var syncer atomic.Pointer[gitsync.Syncer]
+	syncOn := l.Git && gitsync.HasRemote(ctx, l.Root, gitsync.DefaultRemote)
+	opts := &thrum.Options{Logger: logger, DBPath: l.DB, RepoID: l.RepoID, RepoDir: l.Root, IdentityDir: l.IDs}
+	if syncOn {
+		opts.OnLocalCommit = func() {
+			if s := syncer.Load(); s != nil {
+				s.Notify()
+			}
+		}
+		opts.SyncState = func() string {
+			s := syncer.Load()
+			if s == nil {
+				return "pending"
+			}
+			return healthSyncState(s.Status())
+		}
+	}
+	n, err := thrum.Open(l.LogDir, opts)
 	if err != nil {
 		if errors.Is(err, thrum.ErrLocked) {
 			return withCode(exitError, "%v", err)
@@ -136,6 +157,21 @@ func (c *DaemonRunCmd) Run(ctx context.Context, g *Globals) error {
 	defer os.Remove(l.PIDFile)
 	defer os.Remove(l.WSPort)
 
+	syncDone := make(chan struct{})
+	syncCtx, stopSync := context.WithCancel(context.Background())
+	defer stopSync()
+	if syncOn {
+		s, err := gitsync.New(n.EventLog(), &gitsync.Options{Interval: c.SyncInterval, Logger: logger})
+		if err != nil {
+			return err
+		}
+		syncer.Store(s)
+		srv.HandleSync(syncStatus(s), syncForce(s))
+		go func() { defer close(syncDone); s.Run(syncCtx) }()
+	} else {
+		close(syncDone)
+	}
+
 	errc := make(chan error, 2)
 	go func() { errc <- srv.Serve(ul) }()
 	go func() { errc <- hs.Serve(wl) }()
@@ -152,6 +188,16 @@ func (c *DaemonRunCmd) Run(ctx context.Context, g *Globals) error {
 	hs.Shutdown(sctx)
 	srv.Shutdown(sctx)
 	os.Remove(l.Socket)
+	stopSync()
+	<-syncDone
+	if s := syncer.Load(); s != nil {
+		// One last round, so events of the final moments reach the remote.
+		fctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if err := s.SyncOnce(fctx); err != nil {
+			logger.Warn("final sync failed; it will happen at the next start", "err", err)
+		}
+		cancel()
+	}
 	if serveErr != nil && !errors.Is(serveErr, rpc.ErrServerClosed) && !errors.Is(serveErr, http.ErrServerClosed) {
 		return serveErr
 	}
@@ -178,8 +224,9 @@ func alive(pid int) bool {
 
 // DaemonStartCmd starts the daemon in the background.
 type DaemonStartCmd struct {
-	WSAddr  string        `name:"ws-addr" default:"127.0.0.1:0" help:"Loopback address of the WebSocket."`
-	Timeout time.Duration `default:"10s" help:"How long to wait for the daemon to answer."`
+	WSAddr       string        `name:"ws-addr" default:"127.0.0.1:0" help:"Loopback address of the WebSocket."`
+	SyncInterval time.Duration `default:"60s" help:"How often to sync with the git remote when idle."`
+	Timeout      time.Duration `default:"10s" help:"How long to wait for the daemon to answer."`
 }
 
 func (c *DaemonStartCmd) Help() string {
@@ -213,7 +260,7 @@ func (c *DaemonStartCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	defer logf.Close()
-	args := []string{"--repo", l.Root, "daemon", "run", "--ws-addr", c.WSAddr}
+	args := []string{"--repo", l.Root, "daemon", "run", "--ws-addr", c.WSAddr, "--sync-interval", c.SyncInterval.String()}
 	if g.Home != "" {
 		args = append([]string{"--home", g.Home}, args...)
 	}
@@ -361,6 +408,38 @@ func (c *DaemonStatusCmd) Run(ctx context.Context, g *Globals) error {
 		}
 		fmt.Fprintf(w, "  version: %s  status: %s  sync: %s\n", h.Version, h.Status, h.SyncState)
 	})
+}
+
+func healthSyncState(st gitsync.Status) string {
+	switch {
+	case st.State == gitsync.StateError:
+		return "error"
+	case st.Pending || st.State == gitsync.StateIdle:
+		return "pending"
+	}
+	return "synced"
+}
+
+func syncTime(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format(time.RFC3339Nano)
+}
+
+func syncStatus(s *gitsync.Syncer) func(context.Context) (*rpc.SyncStatusResult, error) {
+	return func(context.Context) (*rpc.SyncStatusResult, error) {
+		st := s.Status()
+		return &rpc.SyncStatusResult{Running: st.Running, LastSyncAt: syncTime(st.LastSyncAt), LastError: st.LastError, SyncState: st.State}, nil
+	}
+}
+
+func syncForce(s *gitsync.Syncer) func(context.Context) (*rpc.SyncForceResult, error) {
+	return func(context.Context) (*rpc.SyncForceResult, error) {
+		triggered := s.Force()
+		st := s.Status()
+		return &rpc.SyncForceResult{Triggered: triggered, LastSyncAt: syncTime(st.LastSyncAt), SyncState: st.State}, nil
+	}
 }
 
 // errSilent marks an error already reported to the user.

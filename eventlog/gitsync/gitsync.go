@@ -1,0 +1,550 @@
+// Package gitsync carries an event log between machines through git: the
+// log's directory is a worktree of an orphan branch (a-sync), and a Syncer
+// commits local events, fetches the remote's, merges them and pushes.
+//
+// The merge is a union of events by event ID, done by thrum rather than by
+// git, so it never conflicts: for each shard file, the remote lines this
+// log lacks are appended to the local file through the log's own writer
+// (eventlog.Log.Import), which makes them durable, applies them to the
+// projection and notifies subscribers exactly once. Local files are only
+// ever appended to, so the projection's byte-offset checkpoints stay
+// valid. The merged tree is committed with both heads as parents, which
+// makes the push a fast-forward for the remote.
+//
+// The Syncer runs git with explicit arguments in the worktree only: the
+// user's working tree, index and current branch are never touched.
+package gitsync
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/thrumhq/thrum/eventlog"
+)
+
+// Defaults of Options.
+const (
+	DefaultRemote   = "origin"
+	DefaultBranch   = "a-sync"
+	DefaultInterval = 60 * time.Second
+	DefaultDebounce = 500 * time.Millisecond
+	maxPushTries    = 5
+)
+
+// Options configure a Syncer. A nil *Options means all defaults.
+type Options struct {
+	// Remote is the git remote to sync with. Default DefaultRemote.
+	Remote string
+	// Branch is the sync branch. Default DefaultBranch.
+	Branch string
+	// Interval is how often to sync without new local events (to pick up
+	// the remote's). Default DefaultInterval.
+	Interval time.Duration
+	// Debounce is how long after a local event the sync starts, so that a
+	// burst of events makes one commit. Default DefaultDebounce.
+	Debounce time.Duration
+	// Logger receives sync failures. Nil means silent.
+	Logger *slog.Logger
+}
+
+// Sync states, as sync.status reports them.
+const (
+	StateStopped = "stopped" // Run is not running
+	StateIdle    = "idle"    // running, no sync finished yet
+	StateSynced  = "synced"  // the last round succeeded
+	StateError   = "error"   // the last round failed (see LastError)
+)
+
+// Status is a snapshot of a Syncer.
+type Status struct {
+	Running    bool
+	State      string
+	LastSyncAt time.Time
+	LastError  string
+	Pending    bool // local events not synced yet
+	Rounds     int  // rounds completed successfully
+	Commits    int  // commits created
+	Imported   int  // remote events imported
+}
+
+// Syncer syncs one log worktree with a remote. Notify, Force and Status
+// may be called concurrently with Run.
+type Syncer struct {
+	dir  string // the worktree (the log's directory)
+	log  *eventlog.Log
+	opts Options
+
+	trigger chan struct{} // a sync is wanted (debounced)
+	force   chan struct{} // a sync is wanted now
+
+	mu      sync.Mutex
+	status  Status
+	running bool
+
+	roundMu sync.Mutex                     // one round at a time
+	have    map[string]map[string]struct{} // shard path → event IDs in the local file
+	scanned map[string]int64               // shard path → bytes of the local file read into have
+	merged  map[string]string              // shard path → the remote blob last merged
+}
+
+// New returns a Syncer for the log whose directory is a worktree of the
+// sync branch.
+func New(log *eventlog.Log, opts *Options) (*Syncer, error) {
+	s := &Syncer{dir: log.Dir(), log: log, trigger: make(chan struct{}, 1), force: make(chan struct{}, 1),
+		have: map[string]map[string]struct{}{}, scanned: map[string]int64{}, merged: map[string]string{}}
+	if opts != nil {
+		s.opts = *opts
+	}
+	if s.opts.Remote == "" {
+		s.opts.Remote = DefaultRemote
+	}
+	if s.opts.Branch == "" {
+		s.opts.Branch = DefaultBranch
+	}
+	if s.opts.Interval <= 0 {
+		s.opts.Interval = DefaultInterval
+	}
+	if s.opts.Debounce <= 0 {
+		s.opts.Debounce = DefaultDebounce
+	}
+	if _, err := s.git(context.Background(), "rev-parse", "--is-inside-work-tree"); err != nil {
+		return nil, fmt.Errorf("gitsync: %s is not a git worktree: %w", s.dir, err)
+	}
+	s.status.State = StateStopped
+	return s, nil
+}
+
+// HasRemote reports whether the repository at dir has the named remote.
+func HasRemote(ctx context.Context, dir, remote string) bool {
+	cmd := exec.CommandContext(ctx, "git", "remote")
+	cmd.Dir = dir
+	out, err := cmd.Output()
+	if err != nil {
+		return false
+	}
+	for _, r := range strings.Fields(string(out)) {
+		if r == remote {
+			return true
+		}
+	}
+	return false
+}
+
+// Notify tells the Syncer that local events were committed. It never
+// blocks.
+func (s *Syncer) Notify() {
+	s.mu.Lock()
+	s.status.Pending = true
+	s.mu.Unlock()
+	select {
+	case s.trigger <- struct{}{}:
+	default:
+	}
+}
+
+// Force asks for a sync now, without waiting for it. It reports whether
+// the request was queued (false: one is queued already).
+func (s *Syncer) Force() bool {
+	select {
+	case s.force <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
+// Status returns the Syncer's state.
+func (s *Syncer) Status() Status {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.status
+	st.Running = s.running
+	if !s.running {
+		st.State = StateStopped
+	} else if st.State == StateStopped {
+		st.State = StateIdle
+	}
+	return st
+}
+
+// Run syncs on triggers and every Interval until ctx ends. A failed round
+// is recorded in Status and retried at the next trigger; nothing is lost
+// while the remote is unreachable.
+func (s *Syncer) Run(ctx context.Context) error {
+	s.mu.Lock()
+	s.running = true
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.running = false
+		s.mu.Unlock()
+	}()
+	tick := time.NewTicker(s.opts.Interval)
+	defer tick.Stop()
+	s.round(ctx) // catch up with the remote at start
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-s.force:
+		case <-tick.C:
+		case <-s.trigger:
+			// Debounce: let a burst of events finish, unless forced.
+			select {
+			case <-time.After(s.opts.Debounce):
+			case <-s.force:
+			case <-ctx.Done():
+				return nil
+			}
+		}
+		s.round(ctx)
+	}
+}
+
+func (s *Syncer) round(ctx context.Context) {
+	err := s.SyncOnce(ctx)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil {
+		if ctx.Err() != nil {
+			return
+		}
+		s.status.State, s.status.LastError = StateError, err.Error()
+		if s.opts.Logger != nil {
+			s.opts.Logger.Warn("gitsync: sync failed; will retry", "err", err)
+		}
+		return
+	}
+	s.status.State, s.status.LastError, s.status.LastSyncAt = StateSynced, "", time.Now()
+	s.status.Rounds++
+}
+
+// SyncOnce runs one round: commit local events, fetch, import the remote's
+// new events, commit the merge, push (retrying a push race). Rounds never
+// overlap.
+func (s *Syncer) SyncOnce(ctx context.Context) error {
+	s.roundMu.Lock()
+	defer s.roundMu.Unlock()
+	s.mu.Lock()
+	s.status.Pending = false
+	s.mu.Unlock()
+	var err error
+	for try := 0; try < maxPushTries; try++ {
+		var pushed bool
+		pushed, err = s.attempt(ctx)
+		if err != nil || pushed {
+			return err
+		}
+	}
+	return fmt.Errorf("gitsync: push kept losing races after %d tries: %w", maxPushTries, errPushRejected)
+}
+
+var errPushRejected = errors.New("push rejected")
+
+// attempt is one fetch-merge-commit-push. pushed is false when the push
+// lost a race and the round should be tried again.
+func (s *Syncer) attempt(ctx context.Context) (pushed bool, err error) {
+	remoteRef := "refs/remotes/" + s.opts.Remote + "/" + s.opts.Branch
+	hasRemote := true
+	if _, err := s.git(ctx, "fetch", "--quiet", s.opts.Remote, "+refs/heads/"+s.opts.Branch+":"+remoteRef); err != nil {
+		if !strings.Contains(err.Error(), "couldn't find remote ref") {
+			return false, fmt.Errorf("fetch: %w", err)
+		}
+		hasRemote = false // the remote has no sync branch yet: our push creates it
+	}
+	if hasRemote {
+		if err := s.merge(ctx, remoteRef); err != nil {
+			return false, err
+		}
+	}
+	needPush, err := s.commit(ctx, remoteRef, hasRemote)
+	if err != nil || !needPush {
+		return err == nil, err
+	}
+	if _, err := s.git(ctx, "push", "--quiet", s.opts.Remote, "HEAD:refs/heads/"+s.opts.Branch); err != nil {
+		if strings.Contains(err.Error(), "rejected") || strings.Contains(err.Error(), "fetch first") || strings.Contains(err.Error(), "non-fast-forward") {
+			return false, nil
+		}
+		return false, fmt.Errorf("push: %w", err)
+	}
+	return true, nil
+}
+
+// refreshHave reads what was appended to the local shard files since the
+// last look, so that have lists every local event ID.
+func (s *Syncer) refreshHave() error {
+	shards, err := localShards(s.dir)
+	if err != nil {
+		return err
+	}
+	for _, rel := range shards {
+		f, err := os.Open(filepath.Join(s.dir, filepath.FromSlash(rel)))
+		if err != nil {
+			return err
+		}
+		off := s.scanned[rel]
+		if _, err := f.Seek(off, 0); err != nil {
+			f.Close()
+			return err
+		}
+		ids := s.have[rel]
+		if ids == nil {
+			ids = map[string]struct{}{}
+			s.have[rel] = ids
+		}
+		br := bufio.NewReaderSize(f, 256<<10)
+		for {
+			line, err := br.ReadBytes('\n')
+			if err != nil {
+				break // a partial last line is read again next time
+			}
+			off += int64(len(line))
+			if id := eventID(line[:len(line)-1]); id != "" {
+				ids[id] = struct{}{}
+			}
+		}
+		f.Close()
+		s.scanned[rel] = off
+	}
+	return nil
+}
+
+// merge imports, shard by shard, the remote's events this log lacks.
+func (s *Syncer) merge(ctx context.Context, remoteRef string) error {
+	if err := s.refreshHave(); err != nil {
+		return err
+	}
+	out, err := s.git(ctx, "ls-tree", "-r", "--full-tree", remoteRef)
+	if err != nil {
+		return fmt.Errorf("ls-tree: %w", err)
+	}
+	imported := 0
+	for _, row := range strings.Split(out, "\n") {
+		meta, path, ok := strings.Cut(row, "\t")
+		f := strings.Fields(meta)
+		if !ok || len(f) != 3 || f[1] != "blob" || !isShard(path) {
+			continue
+		}
+		if s.merged[path] == f[2] {
+			continue // unchanged since the last merge
+		}
+		// The remote file is one peer's version of the shard: its own
+		// lines and what it imported, in its order. Every line is checked
+		// against the IDs here.
+		blob, err := s.gitBytes(ctx, "cat-file", "blob", f[2])
+		if err != nil {
+			return fmt.Errorf("read %s: %w", path, err)
+		}
+		var lines [][]byte
+		ids := s.have[path]
+		if ids == nil {
+			ids = map[string]struct{}{}
+			s.have[path] = ids
+		}
+		off := 0
+		for _, line := range bytes.SplitAfter(blob, []byte("\n")) {
+			if len(line) == 0 || line[len(line)-1] != '\n' {
+				break // an unterminated tail: not a whole event
+			}
+			start := off
+			off += len(line)
+			line = line[:len(line)-1]
+			id := eventID(line)
+			if id == "" {
+				return fmt.Errorf("remote %s has a line that is not an event at byte %d: refusing to merge it", path, start)
+			}
+			if _, dup := ids[id]; dup {
+				continue
+			}
+			ids[id] = struct{}{}
+			lines = append(lines, append([]byte(nil), line...))
+		}
+		if len(lines) > 0 {
+			if _, err := s.log.Import(ctx, shardName(path), lines); err != nil {
+				for _, l := range lines { // not imported after all
+					delete(ids, eventID(l))
+				}
+				return fmt.Errorf("import %s: %w", path, err)
+			}
+			imported += len(lines)
+		}
+		s.merged[path] = f[2]
+	}
+	if imported > 0 {
+		s.mu.Lock()
+		s.status.Imported += imported
+		s.mu.Unlock()
+	}
+	return nil
+}
+
+// commit records the shard files in a commit and reports whether there
+// is something to push. A commit is made when the files changed, or when
+// HEAD must be pushed but the remote moved on; its parents are HEAD and,
+// when the remote has commits HEAD lacks, the remote head too, so that
+// the push is a fast-forward. With nothing new on either side it makes
+// no commit: two clones never trade empty merges.
+func (s *Syncer) commit(ctx context.Context, remoteRef string, hasRemote bool) (needPush bool, err error) {
+	args := []string{"add", "--"}
+	if _, err := os.Stat(filepath.Join(s.dir, eventlog.EventsFile)); err == nil {
+		args = append(args, eventlog.EventsFile)
+	}
+	if matches, _ := filepath.Glob(filepath.Join(s.dir, eventlog.MessagesDir, "*.jsonl")); len(matches) > 0 {
+		args = append(args, eventlog.MessagesDir+"/*.jsonl")
+	}
+	if len(args) > 2 {
+		if _, err := s.git(ctx, args...); err != nil {
+			return false, fmt.Errorf("add: %w", err)
+		}
+	}
+	tree, err := s.git(ctx, "write-tree")
+	if err != nil {
+		return false, fmt.Errorf("write-tree: %w", err)
+	}
+	head, err := s.git(ctx, "rev-parse", "HEAD")
+	if err != nil {
+		return false, fmt.Errorf("rev-parse HEAD: %w", err)
+	}
+	headTree, err := s.git(ctx, "rev-parse", "HEAD^{tree}")
+	if err != nil {
+		return false, err
+	}
+	changed := tree != headTree
+	parents := []string{head}
+	if !hasRemote {
+		needPush = true // create the remote branch
+	} else {
+		rh, err := s.git(ctx, "rev-parse", remoteRef)
+		if err != nil {
+			return false, err
+		}
+		remoteHasHead := s.isAncestor(ctx, head, rh)
+		headHasRemote := s.isAncestor(ctx, rh, head)
+		needPush = changed || !remoteHasHead
+		if needPush && !headHasRemote {
+			parents = append(parents, rh)
+		}
+	}
+	if !changed && len(parents) == 1 {
+		return needPush, nil // HEAD as it is is what to push (or nothing)
+	}
+	cargs := []string{"commit-tree", tree, "-m", s.message(parents)}
+	for _, p := range parents {
+		cargs = append(cargs, "-p", p)
+	}
+	c, err := s.gitEnv(ctx, identityEnv, cargs...)
+	if err != nil {
+		return false, fmt.Errorf("commit-tree: %w", err)
+	}
+	if _, err := s.git(ctx, "update-ref", "-m", "thrum sync", "HEAD", c, head); err != nil {
+		return false, fmt.Errorf("update-ref: %w", err)
+	}
+	s.mu.Lock()
+	s.status.Commits++
+	s.mu.Unlock()
+	return true, nil
+}
+
+func (s *Syncer) isAncestor(ctx context.Context, a, b string) bool {
+	if a == b {
+		return true
+	}
+	_, err := s.git(ctx, "merge-base", "--is-ancestor", a, b)
+	return err == nil
+}
+
+func (s *Syncer) message(parents []string) string {
+	host, _ := os.Hostname()
+	if len(parents) > 1 {
+		return "thrum: sync from " + host + " (merge)"
+	}
+	return "thrum: sync from " + host
+}
+
+// identityEnv lets commits work where user.name is not configured; a
+// configured identity still wins for the author shown in git log.
+var identityEnv = []string{
+	"GIT_AUTHOR_NAME=thrum", "GIT_AUTHOR_EMAIL=thrum@localhost",
+	"GIT_COMMITTER_NAME=thrum", "GIT_COMMITTER_EMAIL=thrum@localhost",
+}
+
+func (s *Syncer) git(ctx context.Context, args ...string) (string, error) {
+	b, err := s.gitEnvBytes(ctx, nil, args...)
+	return strings.TrimSpace(string(b)), err
+}
+
+func (s *Syncer) gitEnv(ctx context.Context, env []string, args ...string) (string, error) {
+	b, err := s.gitEnvBytes(ctx, env, args...)
+	return strings.TrimSpace(string(b)), err
+}
+
+func (s *Syncer) gitBytes(ctx context.Context, args ...string) ([]byte, error) {
+	return s.gitEnvBytes(ctx, nil, args...)
+}
+
+func (s *Syncer) gitEnvBytes(ctx context.Context, env []string, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, "git", args...)
+	cmd.Dir = s.dir
+	cmd.Env = append(os.Environ(), "GIT_TERMINAL_PROMPT=0")
+	cmd.Env = append(cmd.Env, env...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("git %s: %v: %s", args[0], err, strings.TrimSpace(errb.String()))
+	}
+	return out.Bytes(), nil
+}
+
+// localShards lists the shard files in the worktree.
+func localShards(dir string) ([]string, error) {
+	var out []string
+	if _, err := os.Stat(filepath.Join(dir, eventlog.EventsFile)); err == nil {
+		out = append(out, eventlog.EventsFile)
+	}
+	entries, err := os.ReadDir(filepath.Join(dir, eventlog.MessagesDir))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	for _, e := range entries {
+		if isShard(eventlog.MessagesDir + "/" + e.Name()) {
+			out = append(out, eventlog.MessagesDir+"/"+e.Name())
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+func isShard(path string) bool {
+	if path == eventlog.EventsFile {
+		return true
+	}
+	name, ok := strings.CutPrefix(path, eventlog.MessagesDir+"/")
+	return ok && !strings.Contains(name, "/") && strings.HasSuffix(name, ".jsonl") && len(name) > len(".jsonl")
+}
+
+func shardName(path string) string {
+	if path == eventlog.EventsFile {
+		return ""
+	}
+	return strings.TrimSuffix(strings.TrimPrefix(path, eventlog.MessagesDir+"/"), ".jsonl")
+}
+
+// eventID reads a line's event ID, "" if it is not an event.
+func eventID(line []byte) string {
+	e, err := eventlog.DecodeLine(line)
+	if err != nil {
+		return ""
+	}
+	return e.ID
+}
