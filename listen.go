@@ -15,7 +15,8 @@ import (
 // ListenUnix listens on a Unix socket at path for an RPCServer: the
 // socket is created mode 0600 in a directory made (or tightened to) 0700,
 // so only this user can connect. A stale socket file left by a crashed
-// process is replaced; a live one is an error.
+// process is replaced; a live one is an error, and so is any other kind
+// of file at path (it is never removed).
 func ListenUnix(path string) (net.Listener, error) {
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -24,7 +25,10 @@ func ListenUnix(path string) (net.Listener, error) {
 	if err := os.Chmod(dir, 0o700); err != nil {
 		return nil, err
 	}
-	if _, err := os.Stat(path); err == nil {
+	if st, err := os.Lstat(path); err == nil {
+		if st.Mode().Type() != os.ModeSocket {
+			return nil, fmt.Errorf("%s: exists and is not a socket: remove it or choose another path", path)
+		}
 		if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
 			c.Close()
 			return nil, fmt.Errorf("%s: a daemon is already listening there", path)

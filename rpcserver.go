@@ -215,12 +215,12 @@ func (s *RPCServer) bindAll(peer func(*rpc.Conn) error) {
 	n := s.n
 	bind(s, rpc.MethodHealth, open, peer, n.Health)
 	bind(s, rpc.MethodAuth, open, peer, s.auth)
-	bind(s, rpc.MethodAgentRegister, open, peer, n.RegisterAgent)
+	bind(s, rpc.MethodAgentRegister, open, peer, s.registerAgent)
 	bind(s, rpc.MethodAgentList, open, peer, n.ListAgents)
 	bind(s, rpc.MethodAgentWhoami, read, peer, n.Whoami)
 	bind(s, rpc.MethodAgentListContext, read, peer, n.ListContext)
-	bind(s, rpc.MethodAgentDelete, write, peer, n.DeleteAgent)
-	bind(s, rpc.MethodAgentCleanup, write, peer, n.CleanupAgents)
+	bind(s, rpc.MethodAgentDelete, write, peer, s.deleteAgent)
+	bind(s, rpc.MethodAgentCleanup, write, peer, s.cleanupAgents)
 	bind(s, rpc.MethodSessionStart, write, peer, s.startSession)
 	bind(s, rpc.MethodSessionEnd, write, peer, n.EndSession)
 	bind(s, rpc.MethodSessionHeartbeat, write, peer, n.Heartbeat)
@@ -311,12 +311,76 @@ func (s *RPCServer) startSession(ctx context.Context, p *rpc.StartSessionParams)
 	return r, nil
 }
 
+// onWebSocket reports whether the request came over a WebSocket, where
+// any local user may connect: there, changing an identity that exists
+// needs that identity's token.
+func onWebSocket(ctx context.Context) bool {
+	c := rpc.ConnFromContext(ctx)
+	return c != nil && c.Transport() == rpc.TransportWebSocket
+}
+
+// boundAs returns the identity a token bound the connection to, "" if none.
+func boundAs(ctx context.Context) string {
+	st := stateOf(rpc.ConnFromContext(ctx))
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if !st.token {
+		return ""
+	}
+	return st.agentID
+}
+
+// registerAgent is agent.register. Over a WebSocket, registering a new
+// agent needs nothing, but re-registering an existing one (which issues a
+// token for it) needs that agent's token on the connection.
+func (s *RPCServer) registerAgent(ctx context.Context, p *rpc.RegisterAgentParams) (*rpc.RegisterAgentResult, error) {
+	if onWebSocket(ctx) {
+		id := identity.AgentID(s.n.opts.RepoID, p.Role, p.Module, p.Name)
+		if _, exists := s.n.dirc.agent(id); exists && boundAs(ctx) != id {
+			return nil, rpc.Errorf(rpc.CodeForbidden, "agent %s exists: over a WebSocket, re-register it on a connection authenticated with its token (or use the Unix socket)", id)
+		}
+	}
+	return s.n.RegisterAgent(ctx, p)
+}
+
+// deleteAgent is agent.delete: over a WebSocket an agent may delete only
+// itself; users may delete any agent.
+func (s *RPCServer) deleteAgent(ctx context.Context, p *rpc.DeleteAgentParams) (*rpc.DeleteAgentResult, error) {
+	if onWebSocket(ctx) {
+		me, target := boundAs(ctx), identity.NormalizeAgentID(p.Name)
+		t, ok := s.n.dirc.agent(target)
+		exists := ok && t.Kind == KindAgent
+		if a, _ := s.n.dirc.agent(me); exists && a.Kind != KindUser && target != me {
+			return nil, rpc.Errorf(rpc.CodeForbidden, "%s may not delete agent %s: over a WebSocket an agent deletes only itself", me, p.Name)
+		}
+	}
+	return s.n.DeleteAgent(ctx, p)
+}
+
+// cleanupAgents is agent.cleanup: over a WebSocket only users may delete
+// other agents with it (a dry run is open to any authenticated caller).
+func (s *RPCServer) cleanupAgents(ctx context.Context, p *rpc.CleanupAgentsParams) (*rpc.CleanupAgentsResult, error) {
+	if onWebSocket(ctx) && p.Force && !p.DryRun {
+		if a, _ := s.n.dirc.agent(boundAs(ctx)); a.Kind != KindUser {
+			return nil, rpc.Errorf(rpc.CodeForbidden, "over a WebSocket only users may delete agents with agent.cleanup: use dry_run, or the Unix socket")
+		}
+	}
+	return s.n.CleanupAgents(ctx, p)
+}
+
 // registerUser is user.register: WebSocket only, and it binds the
-// connection to the user.
+// connection to the user. Registering again (a fresh token) needs the
+// user's current token on the connection: a local user may not take over
+// another's name.
 func (s *RPCServer) registerUser(ctx context.Context, p *rpc.RegisterUserParams) (*rpc.RegisterUserResult, error) {
 	c := rpc.ConnFromContext(ctx)
 	if c == nil || c.Transport() != rpc.TransportWebSocket {
 		return nil, rpc.Errorf(rpc.CodeTransport, "user.register is only available over WebSocket")
+	}
+	if id := "user:" + p.Username; p.Username != "" {
+		if _, exists := s.n.dirc.agent(id); exists && boundAs(ctx) != id {
+			return nil, rpc.Errorf(rpc.CodeForbidden, "user %s exists: call auth with its token first to register again", p.Username)
+		}
 	}
 	r, err := s.n.RegisterUser(ctx, p)
 	if err != nil {

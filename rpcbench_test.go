@@ -1,0 +1,187 @@
+package thrum_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/thrumhq/thrum/rpc"
+)
+
+// Benchmarks of the daemon's API over its real sockets: the durable send
+// and the send → push latency of DESIGN.md's performance budget, as a
+// client sees them. Run them with
+//
+//	go test -run '^$' -bench 'RPCSend|PushLatency' -benchtime 2000x .
+
+// rpcLatencies records the duration of each operation, from any goroutine.
+type rpcLatencies struct {
+	mu sync.Mutex
+	d  []time.Duration
+}
+
+func (l *rpcLatencies) add(d time.Duration) {
+	l.mu.Lock()
+	l.d = append(l.d, d)
+	l.mu.Unlock()
+}
+
+// report adds the p50 and p99 in milliseconds to the benchmark's line.
+func (l *rpcLatencies) report(b *testing.B) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.d) == 0 {
+		return
+	}
+	sort.Slice(l.d, func(i, j int) bool { return l.d[i] < l.d[j] })
+	pct := func(p float64) float64 {
+		return float64(l.d[int(p*float64(len(l.d)-1))]) / float64(time.Millisecond)
+	}
+	b.ReportMetric(pct(0.50), "p50-ms")
+	b.ReportMetric(pct(0.99), "p99-ms")
+}
+
+// benchConn opens a connection to d over transport, bound to agent: by
+// name over the Unix socket, by token over the WebSocket.
+func benchConn(b *testing.B, d *daemon, transport, agent string, onNote func(string, json.RawMessage)) *rpc.Client {
+	b.Helper()
+	ctx := context.Background()
+	var c *rpc.Client
+	auth := &rpc.AuthParams{AgentID: agent}
+	switch transport {
+	case "unix":
+		c = d.unix(b, onNote)
+	case "websocket":
+		c = d.ws(b, onNote)
+		auth = &rpc.AuthParams{Token: d.tokens[agent]}
+	default:
+		b.Fatalf("unknown transport %q", transport)
+	}
+	if r, err := c.Auth(ctx, auth); err != nil || r.AgentID != agent {
+		b.Fatalf("auth as %s over %s: %+v %v", agent, transport, r, err)
+	}
+	return c
+}
+
+var benchTransports = []string{"unix", "websocket"}
+
+// BenchmarkRPCSend measures message.send acknowledged by a durable daemon
+// (fsynced), from 1 and 8 clients, each on its own connection.
+func BenchmarkRPCSend(b *testing.B) {
+	for _, transport := range benchTransports {
+		b.Run(transport, func(b *testing.B) {
+			for _, clients := range []int{1, 8} {
+				b.Run("clients="+strconv.Itoa(clients), func(b *testing.B) {
+					benchRPCSend(b, transport, clients)
+				})
+			}
+		})
+	}
+}
+
+func benchRPCSend(b *testing.B, transport string, clients int) {
+	d := startDaemon(b)
+	conns := make([]*rpc.Client, clients)
+	for i := range conns {
+		conns[i] = benchConn(b, d, transport, "alice", nil)
+	}
+	ctx := context.Background()
+	var lat rpcLatencies
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	start := time.Now()
+	for i, c := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				n := next.Add(1)
+				if n > int64(b.N) {
+					return
+				}
+				p := &rpc.SendMessageParams{Content: fmt.Sprintf("bench %d from client %d", n, i), Mentions: []string{"@bob"}}
+				t0 := time.Now()
+				if _, err := c.SendMessage(ctx, p); err != nil {
+					b.Error(err)
+					return
+				}
+				lat.add(time.Since(t0))
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "sends/s")
+	lat.report(b)
+}
+
+// BenchmarkPushLatency measures, over each transport, the time from just
+// before alice's message.send to the moment bob's subscribed connection
+// receives the notification.message for it.
+func BenchmarkPushLatency(b *testing.B) {
+	for _, transport := range []string{"websocket", "unix"} {
+		b.Run(transport, func(b *testing.B) {
+			benchPushLatency(b, transport)
+		})
+	}
+}
+
+type pushArrival struct {
+	id string
+	at time.Time
+}
+
+func benchPushLatency(b *testing.B, transport string) {
+	d := startDaemon(b)
+	ctx := context.Background()
+	arrivals := make(chan pushArrival, 1024)
+	sub := benchConn(b, d, transport, "bob", func(method string, params json.RawMessage) {
+		at := time.Now() // first, before any decoding
+		if method != rpc.NotificationMessage {
+			return
+		}
+		var n struct {
+			MessageID string `json:"message_id"`
+		}
+		if json.Unmarshal(params, &n) == nil {
+			arrivals <- pushArrival{n.MessageID, at}
+		}
+	})
+	if _, err := sub.Subscribe(ctx, &rpc.SubscribeParams{MentionRole: "bob"}); err != nil {
+		b.Fatal(err)
+	}
+	snd := benchConn(b, d, transport, "alice", nil)
+	var lat rpcLatencies
+	b.ResetTimer()
+	for i := range b.N {
+		t0 := time.Now()
+		sent, err := snd.SendMessage(ctx, &rpc.SendMessageParams{Content: "push " + strconv.Itoa(i), Mentions: []string{"@bob"}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		// The notification may arrive before the reply: wait for its id.
+		timeout := time.After(10 * time.Second)
+	wait:
+		for {
+			select {
+			case a := <-arrivals:
+				if a.id == sent.MessageID {
+					lat.add(a.at.Sub(t0))
+					break wait
+				}
+			case <-timeout:
+				b.Fatalf("no notification for %s within 10s", sent.MessageID)
+			}
+		}
+	}
+	b.StopTimer()
+	lat.report(b)
+}

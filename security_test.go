@@ -1,0 +1,986 @@
+package thrum_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/thrumhq/thrum"
+	"github.com/thrumhq/thrum/rpc"
+)
+
+// Security tests: what the daemon refuses, over its real sockets. The
+// WebSocket side uses a hand-rolled client (rawWS) so that a test controls
+// every header and byte of a frame, which a well-behaved client library
+// would never send.
+
+// rawIOTimeout bounds every raw read and write, so that a daemon that
+// stops answering fails the test instead of hanging it.
+const rawIOTimeout = 10 * time.Second
+
+// wsClose status codes (RFC 6455 §7.4.1).
+const (
+	wsStatusNormal     = 1000
+	wsStatusMessageBig = 1009
+)
+
+// WebSocket opcodes.
+const (
+	wsOpCont  = 0x0
+	wsOpText  = 0x1
+	wsOpClose = 0x8
+	wsOpPing  = 0x9
+	wsOpPong  = 0xA
+)
+
+// rawWS is the client end of a WebSocket, spoken by hand.
+type rawWS struct {
+	nc net.Conn
+	br *bufio.Reader
+}
+
+// wsHandshake connects to the daemon's WebSocket endpoint at wsURL and
+// sends an opening handshake with the given Host header ("" for the
+// address dialled) and extra headers, which may replace the handshake's
+// own. It returns the response (its body
+// read into body) and, when the server switched protocols, the upgraded
+// connection; otherwise the connection is closed.
+func wsHandshake(t testing.TB, wsURL, host string, hdr http.Header) (resp *http.Response, body string, ws *rawWS) {
+	t.Helper()
+	u, err := url.Parse(wsURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := net.DialTimeout("tcp", u.Host, rawIOTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc.SetDeadline(time.Now().Add(rawIOTimeout))
+	key := make([]byte, 16)
+	for i := range key {
+		key[i] = byte(i * 7)
+	}
+	req := &http.Request{
+		Method:     http.MethodGet,
+		URL:        &url.URL{Scheme: "http", Host: u.Host, Path: u.Path},
+		Host:       host,
+		Proto:      "HTTP/1.1",
+		ProtoMajor: 1,
+		ProtoMinor: 1,
+		Header:     http.Header{},
+	}
+	for k, vs := range hdr {
+		req.Header[k] = append([]string(nil), vs...)
+	}
+	for k, v := range map[string]string{
+		"Upgrade":               "websocket",
+		"Connection":            "Upgrade",
+		"Sec-WebSocket-Version": "13",
+		"Sec-WebSocket-Key":     base64.StdEncoding.EncodeToString(key),
+	} {
+		if req.Header.Get(k) == "" { // hdr may override them, to send a broken handshake
+			req.Header.Set(k, v)
+		}
+	}
+	if err := req.Write(nc); err != nil {
+		nc.Close()
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(nc)
+	resp, err = http.ReadResponse(br, req)
+	if err != nil {
+		nc.Close()
+		t.Fatalf("handshake (Host %q, %v): %v", host, hdr, err)
+	}
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		resp.Body.Close()
+		nc.Close()
+		return resp, string(b), nil
+	}
+	nc.SetDeadline(time.Time{})
+	ws = &rawWS{nc: nc, br: br}
+	t.Cleanup(func() { nc.Close() })
+	return resp, "", ws
+}
+
+// dialRawWS opens a WebSocket to the daemon with no Origin header and
+// fails the test unless the upgrade succeeds.
+func dialRawWS(t testing.TB, wsURL string) *rawWS {
+	t.Helper()
+	resp, body, ws := wsHandshake(t, wsURL, "", nil)
+	if ws == nil {
+		t.Fatalf("websocket handshake refused: %s %q", resp.Status, body)
+	}
+	return ws
+}
+
+// writeFrame writes one final, masked frame.
+func (c *rawWS) writeFrame(op byte, payload []byte) error {
+	buf := make([]byte, 0, 14+len(payload))
+	buf = append(buf, 0x80|op)
+	switch n := len(payload); {
+	case n < 126:
+		buf = append(buf, 0x80|byte(n))
+	case n <= 0xFFFF:
+		buf = append(buf, 0x80|126)
+		buf = binary.BigEndian.AppendUint16(buf, uint16(n))
+	default:
+		buf = append(buf, 0x80|127)
+		buf = binary.BigEndian.AppendUint64(buf, uint64(n))
+	}
+	mask := [4]byte{0x5a, 0x13, 0xc7, 0x2e}
+	buf = append(buf, mask[:]...)
+	start := len(buf)
+	buf = append(buf, payload...)
+	// Mask 8 bytes at a time: frames of several MiB are sent under -race.
+	p := buf[start:]
+	m8 := binary.LittleEndian.Uint64(append(mask[:], mask[:]...))
+	for len(p) >= 8 {
+		binary.LittleEndian.PutUint64(p, binary.LittleEndian.Uint64(p)^m8)
+		p = p[8:]
+	}
+	for i := range p {
+		p[i] ^= mask[i%4]
+	}
+	c.nc.SetWriteDeadline(time.Now().Add(rawIOTimeout))
+	_, err := c.nc.Write(buf)
+	return err
+}
+
+// send writes one text message.
+func (c *rawWS) send(msg []byte) error { return c.writeFrame(wsOpText, msg) }
+
+// read returns the next data message, or for a close frame its opcode and
+// payload; it answers pings on the way.
+func (c *rawWS) read() (op byte, msg []byte, err error) {
+	c.nc.SetReadDeadline(time.Now().Add(rawIOTimeout))
+	var out []byte
+	var first byte
+	for {
+		var h [2]byte
+		if _, err := io.ReadFull(c.br, h[:]); err != nil {
+			return 0, nil, err
+		}
+		fin, fop := h[0]&0x80 != 0, h[0]&0x0F
+		if h[1]&0x80 != 0 {
+			return 0, nil, errors.New("server sent a masked frame")
+		}
+		n := uint64(h[1] & 0x7F)
+		switch n {
+		case 126:
+			var b [2]byte
+			if _, err := io.ReadFull(c.br, b[:]); err != nil {
+				return 0, nil, err
+			}
+			n = uint64(binary.BigEndian.Uint16(b[:]))
+		case 127:
+			var b [8]byte
+			if _, err := io.ReadFull(c.br, b[:]); err != nil {
+				return 0, nil, err
+			}
+			n = binary.BigEndian.Uint64(b[:])
+		}
+		if n > 64<<20 {
+			return 0, nil, fmt.Errorf("server frame of %d bytes", n)
+		}
+		p := make([]byte, n)
+		if _, err := io.ReadFull(c.br, p); err != nil {
+			return 0, nil, err
+		}
+		switch fop {
+		case wsOpPing:
+			if err := c.writeFrame(wsOpPong, p); err != nil {
+				return 0, nil, err
+			}
+			continue
+		case wsOpPong:
+			continue
+		case wsOpClose:
+			return wsOpClose, p, nil
+		case wsOpCont:
+		default:
+			first = fop
+		}
+		out = append(out, p...)
+		if fin {
+			return first, out, nil
+		}
+	}
+}
+
+// readReply returns the next data message; a close frame is an error
+// carrying its status.
+func (c *rawWS) readReply() ([]byte, error) {
+	op, msg, err := c.read()
+	if err != nil {
+		return nil, err
+	}
+	if op == wsOpClose {
+		return nil, &wsClosed{code: closeCode(msg), reason: string(msg[min(2, len(msg)):])}
+	}
+	return msg, nil
+}
+
+// closeAck answers the server's close frame and ends the connection.
+func (c *rawWS) closeAck() {
+	_ = c.writeFrame(wsOpClose, binary.BigEndian.AppendUint16(nil, wsStatusNormal))
+	c.nc.Close()
+}
+
+type wsClosed struct {
+	code   int
+	reason string
+}
+
+func (e *wsClosed) Error() string { return fmt.Sprintf("websocket closed: %d %s", e.code, e.reason) }
+
+func closeCode(p []byte) int {
+	if len(p) < 2 {
+		return 1005 // no status
+	}
+	return int(binary.BigEndian.Uint16(p))
+}
+
+// rawUnix is a newline-delimited JSON connection spoken by hand.
+type rawUnix struct {
+	nc net.Conn
+	br *bufio.Reader
+}
+
+func dialRawUnix(t testing.TB, path string) *rawUnix {
+	t.Helper()
+	nc, err := net.DialTimeout("unix", path, rawIOTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	return &rawUnix{nc: nc, br: bufio.NewReader(nc)}
+}
+
+// send writes msg and a newline.
+func (c *rawUnix) send(msg []byte) error {
+	c.nc.SetWriteDeadline(time.Now().Add(rawIOTimeout))
+	_, err := c.nc.Write(append(msg[:len(msg):len(msg)], '\n'))
+	return err
+}
+
+// readReply returns the next line without its newline.
+func (c *rawUnix) readReply() ([]byte, error) {
+	c.nc.SetReadDeadline(time.Now().Add(rawIOTimeout))
+	line, err := c.br.ReadBytes('\n')
+	if err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(line, []byte("\n")), nil
+}
+
+// wireReply is one JSON-RPC response as it crossed the wire.
+type wireReply struct {
+	JSONRPC string          `json:"jsonrpc"`
+	ID      json.RawMessage `json:"id"`
+	Result  json.RawMessage `json:"result"`
+	Error   *rpc.Error      `json:"error"`
+}
+
+func decodeReply(t testing.TB, b []byte) wireReply {
+	t.Helper()
+	var r wireReply
+	if err := json.Unmarshal(b, &r); err != nil || r.JSONRPC != "2.0" {
+		t.Fatalf("reply %.200q is not a JSON-RPC response: %v", b, err)
+	}
+	return r
+}
+
+// wantErrorReply checks a raw reply is an error with code whose message
+// contains want.
+func wantErrorReply(t testing.TB, b []byte, code int, want string) wireReply {
+	t.Helper()
+	r := decodeReply(t, b)
+	if r.Error == nil || r.Error.Code != code || !strings.Contains(r.Error.Message, want) {
+		t.Fatalf("reply %.300s: want error %d containing %q", b, code, want)
+	}
+	return r
+}
+
+// wantClosed checks that reading ends the connection (EOF or a reset),
+// with no further message.
+func wantClosed(t testing.TB, read func() ([]byte, error)) {
+	t.Helper()
+	b, err := read()
+	if err == nil {
+		t.Fatalf("connection still open: got %.200q", b)
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		t.Fatalf("connection not closed by the server: %v", err)
+	}
+	if !errors.Is(err, io.EOF) && !errors.Is(err, syscall.ECONNRESET) && !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("read after close: %v, want EOF", err)
+	}
+}
+
+const healthReq = `{"jsonrpc":"2.0","id":"h","method":"health"}`
+
+// wantHealthy checks the daemon answers health on fresh connections of
+// both transports.
+func wantHealthy(t testing.TB, d *daemon) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), rawIOTimeout)
+	defer cancel()
+	for _, c := range []*rpc.Client{d.unix(t, nil), d.ws(t, nil)} {
+		h, err := c.Health(ctx, &rpc.HealthParams{})
+		if err != nil || h.Status != "ok" {
+			t.Fatalf("health after abuse: %+v %v", h, err)
+		}
+		c.Close()
+	}
+}
+
+func wsPort(t testing.TB, wsURL string) string {
+	t.Helper()
+	u, err := url.Parse(wsURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u.Port()
+}
+
+func TestSecurityWebSocketOrigin(t *testing.T) {
+	d := startDaemon(t)
+	port := wsPort(t, d.wsURL)
+	tests := []struct {
+		name   string
+		origin string // "" sends no Origin header
+		allow  bool
+	}{
+		{"foreign", "https://evil.example", false},
+		{"foreign with loopback port", "http://evil.example:" + port, false},
+		{"null", "null", false},
+		{"loopback name as subdomain", "http://localhost.evil.example", false},
+		{"loopback IP as subdomain", "http://127.0.0.1.evil.example:" + port, false},
+		{"userinfo", "http://evil.example@localhost:" + port, false},
+		{"file scheme", "file:///etc/passwd", false},
+		{"not a URL", "::::", false},
+		{"none", "", true},
+		{"localhost", "http://localhost:" + port, true},
+		{"localhost https", "https://localhost:" + port, true},
+		{"127.0.0.1", "http://127.0.0.1:" + port, true},
+		{"ipv6 loopback", "http://[::1]:" + port, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			hdr := http.Header{}
+			if tt.origin != "" {
+				hdr.Set("Origin", tt.origin)
+			}
+			resp, body, ws := wsHandshake(t, d.wsURL, "", hdr)
+			checkHandshake(t, resp, body, ws, tt.allow, "Origin")
+		})
+	}
+	wantHealthy(t, d)
+}
+
+func TestSecurityWebSocketHost(t *testing.T) {
+	d := startDaemon(t)
+	port := wsPort(t, d.wsURL)
+	tests := []struct {
+		name  string
+		host  string
+		allow bool
+	}{
+		{"dns rebinding", "evil.example:1234", false},
+		{"rebinding on the daemon's port", "evil.example:" + port, false},
+		{"no port", "evil.example", false},
+		{"loopback name as subdomain", "localhost.evil.example:" + port, false},
+		{"short IPv4 form", "127.1:" + port, false},
+		{"unspecified address", "0.0.0.0:" + port, false},
+		{"127.0.0.1", "127.0.0.1:" + port, true},
+		{"localhost", "localhost:" + port, true},
+		{"LOCALHOST", "LOCALHOST:" + port, true},
+		{"ipv6 loopback", "[::1]:" + port, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			// Always connected to 127.0.0.1: only the Host header differs,
+			// as after a DNS rebinding.
+			resp, body, ws := wsHandshake(t, d.wsURL, tt.host, nil)
+			checkHandshake(t, resp, body, ws, tt.allow, "Host")
+		})
+	}
+	wantHealthy(t, d)
+}
+
+// checkHandshake checks a handshake was refused with 403 and no upgrade,
+// or accepted, in which case the connection answers health.
+func checkHandshake(t *testing.T, resp *http.Response, body string, ws *rawWS, allow bool, what string) {
+	t.Helper()
+	if !allow {
+		if resp.StatusCode != http.StatusForbidden || ws != nil {
+			t.Fatalf("status %s, want 403 Forbidden", resp.Status)
+		}
+		if up := resp.Header.Get("Upgrade"); up != "" || resp.Header.Get("Sec-WebSocket-Accept") != "" {
+			t.Fatalf("refused handshake carries upgrade headers: %v", resp.Header)
+		}
+		if !strings.Contains(body, what) {
+			t.Fatalf("refusal %q does not say the %s is the problem", body, what)
+		}
+		return
+	}
+	if ws == nil {
+		t.Fatalf("status %s %q, want 101 Switching Protocols", resp.Status, body)
+	}
+	if err := ws.send([]byte(healthReq)); err != nil {
+		t.Fatal(err)
+	}
+	b, err := ws.readReply()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := decodeReply(t, b); r.Error != nil || string(r.ID) != `"h"` {
+		t.Fatalf("health over an accepted websocket: %s", b)
+	}
+	ws.closeAck()
+}
+
+// paddedHealth returns a request of exactly n bytes: a health call padded with
+// spaces inside the object, so that it is valid JSON at any size.
+func paddedHealth(n int) []byte {
+	b := make([]byte, 0, n)
+	b = append(b, healthReq[:len(healthReq)-1]...)
+	for len(b) < n-1 {
+		b = append(b, ' ')
+	}
+	return append(b, '}')
+}
+
+func TestSecurityOversizeWebSocketFrame(t *testing.T) {
+	d := startDaemon(t)
+
+	// Exactly at the limit: still served.
+	ws := dialRawWS(t, d.wsURL)
+	if err := ws.send(paddedHealth(rpc.DefaultMaxLineBytes)); err != nil {
+		t.Fatal(err)
+	}
+	b, err := ws.readReply()
+	if err != nil {
+		t.Fatalf("a frame of exactly the limit: %v", err)
+	}
+	if r := decodeReply(t, b); r.Error != nil {
+		t.Fatalf("a frame of exactly the limit: %s", b)
+	}
+
+	// One byte over: closed with 1009, no reply.
+	errc := make(chan error, 1)
+	go func() { errc <- ws.send(paddedHealth(rpc.DefaultMaxLineBytes + 1)) }()
+	_, err = ws.readReply()
+	var closed *wsClosed
+	if !errors.As(err, &closed) || closed.code != wsStatusMessageBig {
+		t.Fatalf("after an oversize frame: %v, want close %d (message too big)", err, wsStatusMessageBig)
+	}
+	ws.closeAck()
+	<-errc // the write may fail once the server stopped reading; either is fine
+
+	// A much larger frame, announced but only partly sent: refused as soon
+	// as the limit is passed, not after buffering it all.
+	ws = dialRawWS(t, d.wsURL)
+	go func() {
+		big := make([]byte, 8*rpc.DefaultMaxLineBytes)
+		errc <- ws.send(big)
+	}()
+	_, err = ws.readReply()
+	if !errors.As(err, &closed) || closed.code != wsStatusMessageBig {
+		t.Fatalf("after an 8 MiB frame: %v, want close %d", err, wsStatusMessageBig)
+	}
+	ws.nc.Close() // the writer may be stuck mid-frame: no close frame can follow it
+	<-errc
+
+	wantHealthy(t, d)
+}
+
+func TestSecurityOversizeUnixLine(t *testing.T) {
+	d := startDaemon(t)
+
+	// Exactly at the limit: still served.
+	c := dialRawUnix(t, d.sock)
+	if err := c.send(paddedHealth(rpc.DefaultMaxLineBytes)); err != nil {
+		t.Fatal(err)
+	}
+	b, err := c.readReply()
+	if err != nil {
+		t.Fatalf("a line of exactly the limit: %v", err)
+	}
+	if r := decodeReply(t, b); r.Error != nil {
+		t.Fatalf("a line of exactly the limit: %s", b)
+	}
+
+	// One byte over: an error reply naming the limit, then close.
+	errc := make(chan error, 1)
+	go func() { errc <- c.send(paddedHealth(rpc.DefaultMaxLineBytes + 1)) }()
+	b, err = c.readReply()
+	if err != nil {
+		t.Fatalf("no reply to an oversize line: %v", err)
+	}
+	r := wantErrorReply(t, b, rpc.CodeInvalidRequest, "request too large: limit is "+strconv.Itoa(rpc.DefaultMaxLineBytes))
+	if string(r.ID) != "null" {
+		t.Fatalf("oversize reply id %s, want null", r.ID)
+	}
+	wantClosed(t, c.readReply)
+	<-errc
+
+	// Through the typed client: the call fails with the server's reason.
+	cl := d.unix(t, nil)
+	err = cl.Call(context.Background(), rpc.MethodMessageSend, map[string]any{
+		"caller_agent_id": "alice", "content": strings.Repeat("x", rpc.DefaultMaxLineBytes),
+	}, nil)
+	if !errors.Is(err, rpc.ErrConnClosed) || !errors.Is(err, rpc.ErrInvalidRequest) || !strings.Contains(err.Error(), "request too large") {
+		t.Fatalf("oversize call: %v, want the connection closed with the server's reason", err)
+	}
+	wantHealthy(t, d)
+	if got := messageTotal(t, d); got != 0 {
+		t.Fatalf("an oversize send created %d messages", got)
+	}
+}
+
+// messageTotal is the number of messages the daemon stores.
+func messageTotal(t testing.TB, d *daemon) int {
+	t.Helper()
+	r, err := d.n.ListMessages(context.Background(), &rpc.ListMessagesParams{IncludeDeleted: true, PageSize: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r.Total
+}
+
+func TestSecurityWrongToken(t *testing.T) {
+	d := startDaemon(t)
+	ctx := context.Background()
+	good := d.tokens["alice"]
+	flipped := []byte(good)
+	flipped[0] ^= 1
+	bad := []struct {
+		name  string
+		token string
+	}{
+		{"garbage", "bad"},
+		{"one bit off", string(flipped)},
+		{"truncated", good[:len(good)-1]},
+		{"padded", good + " "},
+		{"upper case", strings.ToUpper(good)},
+	}
+	for _, transport := range []string{"unix", "websocket"} {
+		t.Run(transport, func(t *testing.T) {
+			var c *rpc.Client
+			if transport == "unix" {
+				c = d.unix(t, nil)
+			} else {
+				c = d.ws(t, nil)
+			}
+			for _, b := range bad {
+				_, err := c.Auth(ctx, &rpc.AuthParams{Token: b.token})
+				wantCode(t, err, rpc.CodeUnauthenticated, "invalid token")
+				// A wrong token alongside a real agent name binds nothing either.
+				_, err = c.Auth(ctx, &rpc.AuthParams{AgentID: "alice", Token: b.token})
+				wantCode(t, err, rpc.CodeUnauthenticated, "invalid token")
+			}
+			// The connection is still anonymous: it cannot write.
+			_, err := c.SendMessage(ctx, &rpc.SendMessageParams{Content: "after a bad token", Mentions: []string{"bob"}})
+			wantCode(t, err, rpc.CodeUnauthenticated, "")
+			_, err = c.Subscribe(ctx, &rpc.SubscribeParams{All: true})
+			wantCode(t, err, rpc.CodeUnauthenticated, "")
+			_, err = c.CreateGroup(ctx, &rpc.CreateGroupParams{Name: "after_bad_token"})
+			wantCode(t, err, rpc.CodeUnauthenticated, "")
+			if transport == "websocket" {
+				// Naming an agent is not enough on a WebSocket.
+				_, err = c.Auth(ctx, &rpc.AuthParams{AgentID: "alice"})
+				wantCode(t, err, rpc.CodeUnauthenticated, "token is required")
+				_, err = c.SendMessage(ctx, &rpc.SendMessageParams{Content: "after naming alice"})
+				wantCode(t, err, rpc.CodeUnauthenticated, "call auth")
+			}
+			// The right token still works on the same connection.
+			if r, err := c.Auth(ctx, &rpc.AuthParams{Token: good}); err != nil || r.AgentID != "alice" {
+				t.Fatalf("auth with the right token: %+v %v", r, err)
+			}
+			if _, err := c.SendMessage(ctx, &rpc.SendMessageParams{Content: "authenticated", Mentions: []string{"bob"}}); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+	if got := messageTotal(t, d); got != 2 {
+		t.Fatalf("%d messages stored, want the 2 sent after a good auth", got)
+	}
+}
+
+func TestSecurityTokenCannotActAsAnother(t *testing.T) {
+	d := startDaemon(t)
+	ctx := context.Background()
+	bobsMsg, err := d.n.SendMessage(thrum.AsAgent(ctx, "bob"), &rpc.SendMessageParams{Content: "bob's", Mentions: []string{"alice"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := d.ws(t, nil)
+	if _, err := c.Auth(ctx, &rpc.AuthParams{Token: d.tokens["alice"]}); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name   string
+		method string
+		params map[string]any
+		code   int
+		msg    string
+	}{
+		{"send as bob", rpc.MethodMessageSend, map[string]any{"caller_agent_id": "bob", "content": "spoof", "mentions": []string{"alice"}}, rpc.CodeForbidden, "cannot act as bob"},
+		{"send as @bob", rpc.MethodMessageSend, map[string]any{"caller_agent_id": "@bob", "content": "spoof"}, rpc.CodeForbidden, "cannot act as bob"},
+		{"send as padded bob", rpc.MethodMessageSend, map[string]any{"caller_agent_id": " bob ", "content": "spoof"}, rpc.CodeForbidden, "cannot act as bob"},
+		{"send as a user", rpc.MethodMessageSend, map[string]any{"caller_agent_id": "user:leon", "content": "spoof"}, rpc.CodeForbidden, "cannot act as"},
+		{"read bob's unread", rpc.MethodMessageList, map[string]any{"caller_agent_id": "bob", "unread": true}, rpc.CodeForbidden, "cannot act as bob"},
+		{"mark read as bob", rpc.MethodMessageMarkRead, map[string]any{"caller_agent_id": "bob", "message_ids": []string{bobsMsg.MessageID}}, rpc.CodeForbidden, "cannot act as bob"},
+		{"subscribe as bob", rpc.MethodSubscribe, map[string]any{"caller_agent_id": "bob", "all": true}, rpc.CodeForbidden, "cannot act as bob"},
+		{"whoami as bob", rpc.MethodAgentWhoami, map[string]any{"caller_agent_id": "bob"}, rpc.CodeForbidden, "cannot act as bob"},
+		{"session for bob", rpc.MethodSessionStart, map[string]any{"agent_id": "bob"}, rpc.CodeForbidden, "may not start a session for bob"},
+		{"acting_as bob", rpc.MethodMessageSend, map[string]any{"content": "spoof", "acting_as": "bob"}, rpc.CodeForbidden, "only users"},
+		{"edit bob's message", rpc.MethodMessageEdit, map[string]any{"message_id": bobsMsg.MessageID, "content": "spoof"}, rpc.CodeForbidden, ""},
+		{"delete bob's message", rpc.MethodMessageDelete, map[string]any{"message_id": bobsMsg.MessageID}, rpc.CodeForbidden, ""},
+		{"bob's token for alice", rpc.MethodAuth, map[string]any{"agent_id": "bob", "token": d.tokens["alice"]}, rpc.CodeUnauthenticated, "belongs to alice"},
+		{"name bob without token", rpc.MethodAuth, map[string]any{"agent_id": "bob"}, rpc.CodeUnauthenticated, "token is required"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := c.Call(ctx, tt.method, tt.params, nil)
+			wantCode(t, err, tt.code, tt.msg)
+		})
+	}
+	// Nothing was sent, edited or deleted, and the connection is still alice.
+	if got := messageTotal(t, d); got != 1 {
+		t.Fatalf("%d messages stored, want only bob's", got)
+	}
+	g, err := d.n.GetMessage(ctx, &rpc.GetMessageParams{MessageID: bobsMsg.MessageID})
+	if err != nil || g.Message.Body.Content != "bob's" || g.Message.Deleted || g.Message.Version != 0 {
+		t.Fatalf("bob's message after the spoofs: %+v %v", g, err)
+	}
+	if w, err := c.Whoami(ctx, &rpc.WhoamiParams{}); err != nil || w.AgentID != "alice" {
+		t.Fatalf("whoami after the spoofs: %+v %v", w, err)
+	}
+}
+
+func TestSecuritySecondDaemon(t *testing.T) {
+	d := startDaemon(t)
+	dataDir := filepath.Join(filepath.Dir(filepath.Dir(d.sock)), "log")
+
+	t.Run("Open of a data dir in use", func(t *testing.T) {
+		n2, err := thrum.Open(dataDir, nil)
+		if err == nil {
+			n2.Close()
+			t.Fatal("a second Open of the same data directory succeeded")
+		}
+		if !errors.Is(err, thrum.ErrLocked) {
+			t.Fatalf("err = %v, want ErrLocked", err)
+		}
+		if pid := "process " + strconv.Itoa(os.Getpid()); !strings.Contains(err.Error(), pid) {
+			t.Fatalf("err = %q, want it to name the holder (%s)", err, pid)
+		}
+		if !strings.Contains(err.Error(), dataDir) {
+			t.Fatalf("err = %q, want it to name the directory", err)
+		}
+		// The first node is untouched.
+		wantHealthy(t, d)
+	})
+
+	t.Run("Open after Close", func(t *testing.T) {
+		dir := t.TempDir()
+		n1, err := thrum.Open(dir, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := thrum.Open(dir, nil); !errors.Is(err, thrum.ErrLocked) {
+			t.Fatalf("second Open: %v, want ErrLocked", err)
+		}
+		if err := n1.Close(); err != nil {
+			t.Fatal(err)
+		}
+		n2, err := thrum.Open(dir, nil)
+		if err != nil {
+			t.Fatalf("Open after the holder closed: %v", err)
+		}
+		n2.Close()
+	})
+
+	t.Run("ListenUnix on a live socket", func(t *testing.T) {
+		l, err := thrum.ListenUnix(d.sock)
+		if err == nil {
+			l.Close()
+			t.Fatal("a second listener on a live socket succeeded")
+		}
+		if !strings.Contains(err.Error(), "already listening") {
+			t.Fatalf("err = %v", err)
+		}
+		// The live daemon's socket is still there and served.
+		wantHealthy(t, d)
+	})
+
+	t.Run("ListenUnix on a file that is not a socket", func(t *testing.T) {
+		dir := filepath.Join(t.TempDir(), "var")
+		file := filepath.Join(dir, "thrum.sock")
+		sub := filepath.Join(dir, "sub.sock")
+		if err := os.MkdirAll(sub, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(file, []byte("precious"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range []string{file, sub} {
+			l, err := thrum.ListenUnix(p)
+			if err == nil {
+				l.Close()
+				t.Fatalf("ListenUnix over %s succeeded", p)
+			}
+			if !strings.Contains(err.Error(), "not a socket") {
+				t.Fatalf("ListenUnix over %s: %v", p, err)
+			}
+		}
+		if b, err := os.ReadFile(file); err != nil || string(b) != "precious" {
+			t.Fatalf("the file at the socket path was touched: %q %v", b, err)
+		}
+		if st, err := os.Stat(sub); err != nil || !st.IsDir() {
+			t.Fatalf("the directory at the socket path was touched: %v", err)
+		}
+	})
+
+	t.Run("ListenUnix on a stale socket", func(t *testing.T) {
+		sock := filepath.Join(t.TempDir(), "var", "stale.sock")
+		if err := os.MkdirAll(filepath.Dir(sock), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		old, err := net.Listen("unix", sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		old.(*net.UnixListener).SetUnlinkOnClose(false) // as if the process had crashed
+		old.Close()
+		if _, err := os.Stat(sock); err != nil {
+			t.Fatalf("stale socket file: %v", err)
+		}
+		l, err := thrum.ListenUnix(sock)
+		if err != nil {
+			t.Fatalf("ListenUnix over a stale socket: %v", err)
+		}
+		srv := d.n.RPCServer(nil)
+		done := make(chan error, 1)
+		go func() { done <- srv.Serve(l) }()
+		defer func() {
+			srv.Close()
+			if err := <-done; !errors.Is(err, rpc.ErrServerClosed) {
+				t.Errorf("Serve: %v", err)
+			}
+		}()
+		st, err := os.Stat(sock)
+		if err != nil || st.Mode().Perm() != 0o600 {
+			t.Fatalf("replaced socket mode %v, %v", st.Mode(), err)
+		}
+		c, err := rpc.Dial(context.Background(), sock, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if _, err := c.Health(context.Background(), &rpc.HealthParams{}); err != nil {
+			t.Fatalf("health on the replaced socket: %v", err)
+		}
+	})
+}
+
+// capServer serves d's node with a MaxConns of max on its own Unix socket
+// and WebSocket.
+func capServer(t *testing.T, d *daemon, max int) (sock, wsURL string) {
+	t.Helper()
+	srv := d.n.RPCServer(&thrum.RPCOptions{Server: rpc.ServerOptions{MaxConns: max}})
+	sock = filepath.Join(t.TempDir(), "cap.sock")
+	l, err := thrum.ListenUnix(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); srv.Serve(l) }()
+	hs := httptest.NewServer(srv)
+	t.Cleanup(func() {
+		srv.Close()
+		hs.Close()
+		<-done
+	})
+	return sock, "ws" + strings.TrimPrefix(hs.URL, "http") + "/ws"
+}
+
+func TestSecurityConnCap(t *testing.T) {
+	d := startDaemon(t)
+	ctx := context.Background()
+	const max = 3
+	sock, wsURL := capServer(t, d, max)
+
+	dial := func() *rpc.Client {
+		c, err := rpc.Dial(ctx, sock, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		if _, err := c.Health(ctx, &rpc.HealthParams{}); err != nil {
+			t.Fatalf("connection under the cap: %v", err)
+		}
+		return c
+	}
+	// Refused and failed handshakes hold no slot.
+	for range 2 * max {
+		resp, _, ws := wsHandshake(t, wsURL, "", http.Header{"Origin": {"https://evil.example"}})
+		if ws != nil || resp.StatusCode != http.StatusForbidden {
+			t.Fatalf("foreign origin: %s", resp.Status)
+		}
+		resp, _, ws = wsHandshake(t, wsURL, "", http.Header{"Sec-Websocket-Version": {"12"}})
+		if ws != nil || resp.StatusCode == http.StatusSwitchingProtocols {
+			t.Fatalf("bad websocket version: %s", resp.Status)
+		}
+	}
+	var held []*rpc.Client
+	for range max {
+		held = append(held, dial())
+	}
+
+	// The 4th stream connection gets one -32006 line and is closed.
+	c := dialRawUnix(t, sock)
+	b, err := c.readReply()
+	if err != nil {
+		t.Fatalf("4th unix connection: %v, want an error line", err)
+	}
+	r := wantErrorReply(t, b, rpc.CodeLimitExceeded, "too many connections: limit is 3")
+	if string(r.ID) != "null" {
+		t.Fatalf("refusal id %s, want null", r.ID)
+	}
+	wantClosed(t, c.readReply)
+
+	// The typed client reports the server's reason.
+	cl, err := rpc.Dial(ctx, sock, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = cl.Health(ctx, &rpc.HealthParams{})
+	cl.Close()
+	if !errors.Is(err, rpc.ErrConnClosed) || !errors.Is(err, rpc.ErrLimitExceeded) {
+		t.Fatalf("health on a refused connection: %v, want closed with -32006", err)
+	}
+
+	// The 4th WebSocket is refused before the upgrade with 503.
+	resp, body, ws := wsHandshake(t, wsURL, "", nil)
+	if ws != nil || resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(body, "too many connections") {
+		t.Fatalf("4th websocket: %s %q, want 503 too many connections", resp.Status, body)
+	}
+	if _, err := rpc.DialWebSocket(ctx, wsURL, nil); err == nil || !strings.Contains(err.Error(), "503") {
+		t.Fatalf("DialWebSocket over the cap: %v, want a 503 refusal", err)
+	}
+
+	// The held connections were not disturbed.
+	for _, c := range held {
+		if _, err := c.Health(ctx, &rpc.HealthParams{}); err != nil {
+			t.Fatalf("held connection after refusals: %v", err)
+		}
+	}
+
+	// A closed connection frees its slot (asynchronously): a WebSocket now fits.
+	held[0].Close()
+	var w *rpc.Client
+	deadline := time.Now().Add(rawIOTimeout)
+	for w == nil {
+		w, err = rpc.DialWebSocket(ctx, wsURL, nil)
+		if err != nil {
+			if time.Now().After(deadline) {
+				t.Fatalf("slot never freed: %v", err)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	defer w.Close()
+	if _, err := w.Health(ctx, &rpc.HealthParams{}); err != nil {
+		t.Fatal(err)
+	}
+	// The cap counts across transports: 2 unix + 1 websocket is full.
+	b, err = dialRawUnix(t, sock).readReply()
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantErrorReply(t, b, rpc.CodeLimitExceeded, "too many connections")
+
+	// The daemon's own server has its own, default budget.
+	wantHealthy(t, d)
+}
+
+func TestSecuritySubscriptionCap(t *testing.T) {
+	d := startDaemon(t)
+	ctx := context.Background()
+	for _, transport := range []string{"unix", "websocket"} {
+		t.Run(transport, func(t *testing.T) {
+			conn := func() *rpc.Client {
+				var c *rpc.Client
+				if transport == "unix" {
+					c = d.unix(t, nil)
+					if _, err := c.Auth(ctx, &rpc.AuthParams{AgentID: "bob"}); err != nil {
+						t.Fatal(err)
+					}
+				} else {
+					c = d.ws(t, nil)
+					if _, err := c.Auth(ctx, &rpc.AuthParams{Token: d.tokens["bob"]}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				return c
+			}
+			c := conn()
+			for i := range thrum.DefaultMaxSubscriptions {
+				if _, err := c.Subscribe(ctx, &rpc.SubscribeParams{MentionRole: fmt.Sprintf("r%d", i)}); err != nil {
+					t.Fatalf("subscription %d of %d: %v", i+1, thrum.DefaultMaxSubscriptions, err)
+				}
+			}
+			_, err := c.Subscribe(ctx, &rpc.SubscribeParams{All: true})
+			wantCode(t, err, rpc.CodeLimitExceeded, fmt.Sprintf("too many subscriptions on this connection: the limit is %d", thrum.DefaultMaxSubscriptions))
+			_, err = c.Subscribe(ctx, &rpc.SubscribeParams{MentionRole: "bob"})
+			wantCode(t, err, rpc.CodeLimitExceeded, "too many subscriptions")
+			// The connection still works, and the cap is per connection.
+			if _, err := c.Health(ctx, &rpc.HealthParams{}); err != nil {
+				t.Fatal(err)
+			}
+			c2 := conn()
+			if _, err := c2.Subscribe(ctx, &rpc.SubscribeParams{MentionRole: "bob"}); err != nil {
+				t.Fatalf("a second connection's first subscription: %v", err)
+			}
+			// Closing the full connection drops its subscriptions.
+			c.Close()
+			deadline := time.Now().Add(rawIOTimeout)
+			for {
+				subs, err := c2.ListSubscriptions(ctx, &rpc.ListSubscriptionsParams{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(subs.Subscriptions) == 1 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("%d subscriptions left after the full connection closed, want 1", len(subs.Subscriptions))
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			c2.Close()
+		})
+	}
+}
