@@ -271,7 +271,8 @@ func (c *InboxCmd) Run(ctx context.Context, g *Globals) error {
 		}
 	}
 	err = g.out(r, func(w io.Writer) {
-		renderInbox(w, r, inboxView{Filter: filter, FilterFlags: c.flags(), AllTotal: all, Now: time.Now(), Me: s.id.AgentID})
+		renderInbox(w, r, inboxView{Filter: filter, FilterFlags: c.flags(), AllTotal: all, Now: time.Now(), Me: s.id.AgentID,
+			NextCmd: strings.TrimSpace("thrum inbox "+c.flags()) + pageSizeFlag(c.PageSize)})
 	})
 	if err == nil && !c.Unread {
 		var ids []string
@@ -287,6 +288,14 @@ func (c *InboxCmd) Run(ctx context.Context, g *Globals) error {
 		}
 	}
 	return err
+}
+
+// pageSizeFlag is " --page-size N" for a size other than the default.
+func pageSizeFlag(n int) string {
+	if n == 10 {
+		return ""
+	}
+	return fmt.Sprintf(" --page-size %d", n)
 }
 
 func (c *InboxCmd) flags() string {
@@ -420,7 +429,9 @@ func (c *MessageReadCmd) Run(ctx context.Context, g *Globals) error {
 			return g.out(&rpc.MarkReadResult{}, func(w io.Writer) { fmt.Fprintln(w, "> No unread messages") })
 		}
 		res := &rpc.MarkReadResult{MarkedCount: len(ids)}
-		return g.out(res, func(w io.Writer) { fmt.Fprintf(w, "> Marked %d messages as read\n", len(ids)) })
+		return g.out(res, func(w io.Writer) {
+			fmt.Fprintf(w, "> Marked %d %s as read\n", len(ids), plural(len(ids), "message", "messages"))
+		})
 	}
 	r, err := s.c.MarkRead(ctx, &rpc.MarkReadParams{MessageIDs: ids})
 	if err != nil {

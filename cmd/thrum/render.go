@@ -21,6 +21,9 @@ type inboxView struct {
 	AllTotal    int       // messages without filters (for the empty state)
 	Now         time.Time // for relative times
 	Me          string
+	// NextCmd is the command the next-page hint shows before --page N,
+	// with the same filters; "thrum inbox" when empty.
+	NextCmd string
 }
 
 // renderInbox prints a page of messages: a box of entries, replies under
@@ -36,17 +39,38 @@ func renderInbox(w io.Writer, r *rpc.ListMessagesResult, v inboxView) {
 		return
 	}
 	if len(r.Messages) == 0 {
-		fmt.Fprintf(w, "No messages on page %d: there are %d pages.\n", r.Page, r.TotalPages)
+		fmt.Fprintf(w, "No messages on page %d: there %s %d %s.\n", r.Page,
+			plural(r.TotalPages, "is", "are"), r.TotalPages, plural(r.TotalPages, "page", "pages"))
 		return
 	}
 	onPage := map[string]bool{}
 	for _, m := range r.Messages {
 		onPage[m.MessageID] = true
 	}
+	parent := map[string]string{}
+	for _, m := range r.Messages {
+		if p := replyTo(m.Refs); p != "" && onPage[p] {
+			parent[m.MessageID] = p
+		}
+	}
+	// root is the on-page original a reply is shown under, following
+	// replies to replies up, so that none is left out; ok is false for a
+	// message with no on-page parent, or in a cycle of replies.
+	root := func(id string) (_ string, ok bool) {
+		seen := map[string]bool{id: true}
+		for parent[id] != "" {
+			id = parent[id]
+			if seen[id] {
+				return "", false
+			}
+			seen[id] = true
+		}
+		return id, len(seen) > 1
+	}
 	replies := map[string][]rpc.MessageSummary{}
 	var top []rpc.MessageSummary
 	for _, m := range r.Messages {
-		if p := replyTo(m.Refs); p != "" && onPage[p] {
+		if p, ok := root(m.MessageID); ok {
 			replies[p] = append(replies[p], m)
 			continue
 		}
@@ -80,7 +104,11 @@ func renderInbox(w io.Writer, r *rpc.ListMessagesResult, v inboxView) {
 	last := first + len(r.Messages) - 1
 	fmt.Fprintf(w, "Showing %d-%d of %d messages (%d unread)\n", first, last, r.Total, r.Unread)
 	if r.Page < r.TotalPages {
-		fmt.Fprintf(w, "Next page: thrum inbox --page %d\n", r.Page+1)
+		next := v.NextCmd
+		if next == "" {
+			next = "thrum inbox"
+		}
+		fmt.Fprintf(w, "Next page: %s --page %d\n", next, r.Page+1)
 	}
 }
 
