@@ -71,7 +71,9 @@ func (c *QuickstartCmd) Run(ctx context.Context, g *Globals) error {
 	return g.out(res, func(w io.Writer) {
 		fmt.Fprintf(w, "> Agent %s %s (role %s, module %s)\n", reg.AgentID, reg.Status, role, module)
 		fmt.Fprintf(w, "  Session: %s\n  Identity: %s\n", ses.SessionID, identity.Path(s.l.IDs, c.Name))
-		g.hint("Tip: with several agents here, select one with THRUM_NAME=%s", c.Name)
+		if files, err := identity.List(s.l.IDs); err == nil && len(files) > 1 {
+			g.hint("Tip: %d agents live here: select this one with THRUM_NAME=%s", len(files), c.Name)
+		}
 	})
 }
 
@@ -115,6 +117,7 @@ type SendCmd struct {
 	Priority   string   `default:"normal" enum:"low,normal,high,critical" help:"Priority: low, normal, high or critical."`
 	Structured string   `help:"Typed JSON payload, e.g. '{\"type\":\"test_result\",\"passed\":45}'."`
 	Thread     string   `help:"Thread ID to send in."`
+	Broadcast  bool     `hidden:"" help:"Deprecated: use --to @everyone."`
 }
 
 func (c *SendCmd) Help() string {
@@ -136,6 +139,10 @@ func (c *SendCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	p := &rpc.SendMessageParams{Content: c.Message, Format: c.Format, Priority: c.Priority, ThreadID: c.Thread,
 		Scopes: scopes, Refs: toRefs(refs), Mentions: append(append([]string{}, c.To...), c.Mention...)}
+	if c.Broadcast {
+		g.hint("--broadcast is deprecated: use --to @everyone")
+		p.Mentions = append(p.Mentions, "@everyone")
+	}
 	if c.Structured != "" {
 		if !json.Valid([]byte(c.Structured)) {
 			return withCode(exitUsage, "--structured is not valid JSON")
