@@ -6,9 +6,12 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"sort"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -451,4 +454,81 @@ func writeSyntheticLog(tb testing.TB, dir string, n int) {
 		}
 	}
 	flush()
+}
+
+// BenchmarkDaemonColdStart starts the real binary's daemon on an empty
+// data directory and on one holding 100,000 messages, and reports the
+// time from exec to the first answered health, and the daemon's resident
+// memory then (idle) and after a burst of inbox queries.
+func BenchmarkDaemonColdStart(b *testing.B) {
+	bin := filepath.Join(b.TempDir(), "thrum")
+	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/thrum").CombinedOutput(); err != nil {
+		b.Fatalf("build: %v\n%s", err, out)
+	}
+	for _, stored := range []int{0, 100_000} {
+		b.Run(fmt.Sprintf("stored=%d", stored), func(b *testing.B) {
+			src := benchDir(b, stored)
+			var startMs, idleMiB, busyMiB float64
+			for i := 0; i < b.N; i++ {
+				root := b.TempDir() // a plain directory: log in .thrum/log
+				if err := copyTree(src, filepath.Join(root, ".thrum", "log")); err != nil {
+					b.Fatal(err)
+				}
+				os.MkdirAll(filepath.Join(root, ".thrum", "var"), 0o700)
+				for _, f := range []string{thrum.DefaultDBName, thrum.DefaultDBName + "-wal", thrum.DefaultDBName + "-shm"} {
+					os.Rename(filepath.Join(root, ".thrum", "log", f), filepath.Join(root, ".thrum", "var", f))
+				}
+				sock := filepath.Join(root, ".thrum", "var", "thrum.sock")
+				cmd := exec.Command(bin, "--repo", root, "daemon", "run")
+				start := time.Now()
+				if err := cmd.Start(); err != nil {
+					b.Fatal(err)
+				}
+				var c *rpc.Client
+				for c == nil {
+					if cl, err := rpc.Dial(context.Background(), sock, nil); err == nil {
+						if _, err := cl.Health(context.Background(), &rpc.HealthParams{}); err == nil {
+							c = cl
+							break
+						}
+						cl.Close()
+					}
+					if time.Since(start) > 30*time.Second {
+						cmd.Process.Kill()
+						b.Fatal("daemon never answered")
+					}
+					time.Sleep(200 * time.Microsecond)
+				}
+				startMs += float64(time.Since(start).Microseconds()) / 1000
+				time.Sleep(300 * time.Millisecond) // let the index build settle
+				idleMiB += rssMiB(cmd.Process.Pid)
+				c.Auth(context.Background(), &rpc.AuthParams{AgentID: benchAgentName(1)})
+				for j := 0; j < 50; j++ {
+					c.ListMessages(context.Background(), &rpc.ListMessagesParams{Mentions: stored > 0, PageSize: 50, Page: 1 + j%5})
+				}
+				busyMiB += rssMiB(cmd.Process.Pid)
+				c.Close()
+				cmd.Process.Signal(os.Interrupt)
+				cmd.Wait()
+			}
+			b.ReportMetric(startMs/float64(b.N), "start-to-health-ms")
+			b.ReportMetric(idleMiB/float64(b.N), "rss-idle-MiB")
+			b.ReportMetric(busyMiB/float64(b.N), "rss-after-queries-MiB")
+		})
+	}
+}
+
+// rssMiB reads a process's resident set size.
+func rssMiB(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmRSS:" {
+			kb, _ := strconv.Atoi(f[1])
+			return float64(kb) / 1024
+		}
+	}
+	return 0
 }

@@ -72,10 +72,14 @@ func dsn(path string, readOnly bool) string {
 	// the projection (they are replayed from the log), never corrupt it.
 	q.Add("_pragma", "synchronous(NORMAL)")
 	q.Add("_pragma", "foreign_keys(OFF)")
-	q.Add("_pragma", "cache_size(-16000)")
+	// A small page cache per connection (2 MiB): the node's own index
+	// answers listings, so SQLite mostly fetches single rows, and six
+	// connections with large caches would blow the memory budget.
+	q.Add("_pragma", "cache_size(-2000)")
 	q.Add("_pragma", "temp_store(MEMORY)")
-	// Pages are read through a memory map instead of one pread each.
-	q.Add("_pragma", "mmap_size(1073741824)")
+	// No memory map: mapped pages count as resident memory, and reading
+	// the whole projection at open (the index build) would map it all.
+	q.Add("_pragma", "mmap_size(0)")
 	if readOnly {
 		q.Add("_pragma", "query_only(1)")
 	} else {
