@@ -110,6 +110,15 @@ func (n *Node) checkMember(p *rpc.GroupMemberParams) (string, string, error) {
 // AddGroupMember adds an agent (by ID) or a role to a group. An agent must
 // exist; a role need not have agents yet.
 func (n *Node) AddGroupMember(ctx context.Context, p *rpc.GroupMemberParams) (*rpc.GroupMemberResult, error) {
+	return n.changeMember(ctx, p, true)
+}
+
+// RemoveGroupMember removes a member from a group.
+func (n *Node) RemoveGroupMember(ctx context.Context, p *rpc.GroupMemberParams) (*rpc.GroupMemberResult, error) {
+	return n.changeMember(ctx, p, false)
+}
+
+func (n *Node) changeMember(ctx context.Context, p *rpc.GroupMemberParams, add bool) (*rpc.GroupMemberResult, error) {
 	me, err := n.registeredCaller(ctx, "changing a group")
 	if err != nil {
 		return nil, err
@@ -120,41 +129,28 @@ func (n *Node) AddGroupMember(ctx context.Context, p *rpc.GroupMemberParams) (*r
 	if err != nil {
 		return nil, err
 	}
-	if p.MemberType == rpc.MemberAgent {
-		if a, ok := n.dirc.agent(id); !ok || a.Kind != KindAgent {
-			return nil, notFound("agent not found: %s", id)
-		}
-	}
-	if n.isMember(group, p.MemberType, id) {
+	member := n.isMember(group, p.MemberType, id)
+	typ := eventlog.TypeGroupMemberAdd
+	switch {
+	case add && p.MemberType == rpc.MemberAgent && !n.isAgent(id):
+		return nil, notFound("agent not found: %s", id)
+	case add && member:
 		return nil, conflict("%s %s is already a member of %s", p.MemberType, id, group)
+	case !add && !member:
+		return nil, notFound("%s %s is not a member of %s", p.MemberType, id, group)
+	case !add:
+		typ = eventlog.TypeGroupMemberDel
 	}
-	if err := n.append(ctx, &eventlog.Event{Type: eventlog.TypeGroupMemberAdd, Payload: eventlog.GroupMember{
+	if err := n.append(ctx, &eventlog.Event{Type: typ, Payload: eventlog.GroupMember{
 		Group: group, MemberType: p.MemberType, MemberID: id, AgentID: me}}); err != nil {
 		return nil, err
 	}
 	return &rpc.GroupMemberResult{Group: group, MemberType: p.MemberType, MemberID: id}, nil
 }
 
-// RemoveGroupMember removes a member from a group.
-func (n *Node) RemoveGroupMember(ctx context.Context, p *rpc.GroupMemberParams) (*rpc.GroupMemberResult, error) {
-	me, err := n.registeredCaller(ctx, "changing a group")
-	if err != nil {
-		return nil, err
-	}
-	n.ctlMu.Lock()
-	defer n.ctlMu.Unlock()
-	group, id, err := n.checkMember(p)
-	if err != nil {
-		return nil, err
-	}
-	if !n.isMember(group, p.MemberType, id) {
-		return nil, notFound("%s %s is not a member of %s", p.MemberType, id, group)
-	}
-	if err := n.append(ctx, &eventlog.Event{Type: eventlog.TypeGroupMemberDel, Payload: eventlog.GroupMember{
-		Group: group, MemberType: p.MemberType, MemberID: id, AgentID: me}}); err != nil {
-		return nil, err
-	}
-	return &rpc.GroupMemberResult{Group: group, MemberType: p.MemberType, MemberID: id}, nil
+func (n *Node) isAgent(id string) bool {
+	a, ok := n.dirc.agent(id)
+	return ok && a.Kind == KindAgent
 }
 
 func (n *Node) isMember(group, typ, id string) bool {
