@@ -293,6 +293,12 @@ func (n *Node) onCommit(batch []*eventlog.Event) error {
 			sessions = true
 		}
 	}
+	if sessions || reload {
+		// Who is active changed: recipients' status must see it now.
+		n.seenMu.Lock()
+		n.seen = nil
+		n.seenMu.Unlock()
+	}
 	if sessions {
 		n.sessMu.Lock()
 		n.sessGen++

@@ -33,6 +33,33 @@ func (q *queue) push(n *rpc.MessageNotification) {
 	q.wake()
 }
 
+// pushMissing appends those of ns not queued already, as push does, and
+// returns how many it added.
+func (q *queue) pushMissing(ns []*rpc.MessageNotification) int {
+	q.mu.Lock()
+	queued := make(map[string]bool, len(q.items))
+	for _, n := range q.items {
+		queued[n.MessageID] = true
+	}
+	added := 0
+	for _, n := range ns {
+		if queued[n.MessageID] {
+			continue
+		}
+		if len(q.items) >= q.max {
+			q.items = q.items[1:]
+			q.dropped++
+		}
+		q.items = append(q.items, n)
+		added++
+	}
+	q.mu.Unlock()
+	if added > 0 {
+		q.wake()
+	}
+	return added
+}
+
 // wake tells a waiter to look again.
 func (q *queue) wake() {
 	select {

@@ -7,7 +7,8 @@
 // in-process pipe to an embedded node (thrum.Node.Dial); the code path is
 // the same — for calls and for push notifications: wait_for_message is
 // woken by a subscription on that connection, not by polling. If the
-// connection drops, the server redials, re-authenticates and resubscribes.
+// connection drops, the server redials, re-authenticates and resubscribes,
+// and queues the messages sent to it meanwhile.
 //
 // Serve it over stdio with Run(ctx, &mcp.StdioTransport{}), or over
 // Streamable HTTP with HTTPHandler. The package logs only through the
@@ -21,6 +22,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -80,6 +82,12 @@ type Server struct {
 
 	queue  queue
 	waitMu sync.Mutex // held by the one active wait_for_message
+
+	// since is how far the notifications are known complete: every
+	// message addressed to this agent created up to it was pushed to the
+	// queue. A reconnect re-reads what came after it.
+	sinceMu sync.Mutex
+	since   time.Time
 }
 
 // New connects to thrum through dial, authenticates as id and subscribes
@@ -104,11 +112,12 @@ func New(ctx context.Context, dial Dialer, id Identity, opts *Options) (*Server,
 		s.log = slog.New(slog.DiscardHandler)
 	}
 	s.queue.init(s.opts.QueueSize)
-	c, err := s.connect(ctx)
+	c, subAt, err := s.connect(ctx)
 	if err != nil {
 		return nil, err
 	}
 	s.setClient(c)
+	s.advance(subAt)
 	go s.reconnectLoop()
 	s.mcp = mcp.NewServer(&mcp.Implementation{Name: "thrum", Title: "thrum messaging", Version: s.opts.Version}, &mcp.ServerOptions{
 		Instructions: "You are agent " + id.AgentID + " (role " + id.Role + "). Use check_messages for your backlog and " +
@@ -154,21 +163,68 @@ func (s *Server) Close() error {
 	return nil
 }
 
-// connect dials, authenticates and subscribes.
-func (s *Server) connect(ctx context.Context) (*rpc.Client, error) {
+// connect dials, authenticates and subscribes. subAt is a time before
+// the subscription began: messages created after it are pushed.
+func (s *Server) connect(ctx context.Context) (_ *rpc.Client, subAt time.Time, _ error) {
 	c, err := s.dial(ctx, s.onNotification)
 	if err != nil {
-		return nil, fmt.Errorf("mcpserver: connect to thrum: %w", err)
+		return nil, subAt, fmt.Errorf("mcpserver: connect to thrum: %w", err)
 	}
 	if _, err := c.Auth(ctx, &rpc.AuthParams{AgentID: s.id.AgentID, Token: s.id.Token}); err != nil {
 		c.Close()
-		return nil, fmt.Errorf("mcpserver: authenticate as %s: %w", s.id.AgentID, err)
+		return nil, subAt, fmt.Errorf("mcpserver: authenticate as %s: %w", s.id.AgentID, err)
 	}
+	subAt = time.Now()
 	if _, err := c.Subscribe(ctx, &rpc.SubscribeParams{MentionRole: s.id.AgentID}); err != nil {
 		c.Close()
-		return nil, fmt.Errorf("mcpserver: subscribe: %w (is there an active session? run thrum session start)", err)
+		return nil, subAt, fmt.Errorf("mcpserver: subscribe: %w", err)
 	}
-	return c, nil
+	return c, subAt, nil
+}
+
+// advance moves since forward to t.
+func (s *Server) advance(t time.Time) {
+	s.sinceMu.Lock()
+	if t.After(s.since) {
+		s.since = t
+	}
+	s.sinceMu.Unlock()
+}
+
+// catchUp queues what was sent while the server was disconnected: the
+// unread messages addressed to this agent created after cutoff, oldest
+// first, at most a queue's worth. Notifications are not replayed, so a
+// resubscribed server re-reads them (DESIGN.md), or wait_for_message would
+// never see them.
+func (s *Server) catchUp(ctx context.Context, c *rpc.Client, cutoff time.Time) {
+	const pageSize = 100
+	var missed []*rpc.MessageNotification
+	for page := 1; len(missed) < s.opts.QueueSize; page++ {
+		r, err := c.ListMessages(ctx, &rpc.ListMessagesParams{Mentions: true, Unread: true, PageSize: pageSize, Page: page, SortOrder: "desc"})
+		if err != nil {
+			s.log.Warn("mcpserver: re-read messages missed while disconnected", "err", err)
+			break
+		}
+		done := len(r.Messages) < pageSize
+		for _, m := range r.Messages {
+			if t, err := time.Parse(time.RFC3339Nano, m.CreatedAt); err == nil && !t.After(cutoff) {
+				done = true
+				break
+			}
+			missed = append(missed, &rpc.MessageNotification{MessageID: m.MessageID, ThreadID: m.ThreadID,
+				Author: rpc.NotificationAuthor{AgentID: m.AgentID}, Timestamp: m.CreatedAt})
+		}
+		if done {
+			break
+		}
+	}
+	if len(missed) > s.opts.QueueSize {
+		missed = missed[:s.opts.QueueSize]
+	}
+	slices.Reverse(missed)
+	if n := s.queue.pushMissing(missed); n > 0 {
+		s.log.Info("mcpserver: queued messages sent while disconnected", "count", n)
+	}
 }
 
 func (s *Server) setClient(c *rpc.Client) {
@@ -192,16 +248,25 @@ func (s *Server) reconnectLoop() {
 		case <-c.Done():
 		}
 		s.mu.Lock()
-		s.client, s.ready = nil, make(chan struct{})
+		if s.client == c { // conn may have noticed first and done this
+			s.client, s.ready = nil, make(chan struct{})
+		}
 		s.mu.Unlock()
 		s.log.Warn("mcpserver: lost the thrum connection; reconnecting", "err", c.Err())
+		s.sinceMu.Lock()
+		cutoff := s.since
+		s.sinceMu.Unlock()
 		backoff := 50 * time.Millisecond
 		for {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			nc, err := s.connect(ctx)
+			nc, subAt, err := s.connect(ctx)
+			if err == nil {
+				s.catchUp(ctx, nc, cutoff)
+			}
 			cancel()
 			if err == nil {
 				s.setClient(nc)
+				s.advance(subAt)
 				s.queue.wake() // a waiter may have missed notifications: it re-checks
 				s.log.Info("mcpserver: reconnected to thrum")
 				break
@@ -229,7 +294,19 @@ func (s *Server) conn(ctx context.Context) (*rpc.Client, error) {
 		return nil, errors.New("the MCP server is shutting down")
 	}
 	if c != nil {
-		return c, nil
+		select {
+		case <-c.Done():
+			// Dropped, and the reconnect loop has not noticed yet: wait for
+			// it rather than hand out a dead connection.
+			s.mu.Lock()
+			if s.client == c {
+				s.client, s.ready = nil, make(chan struct{})
+			}
+			ready = s.ready
+			s.mu.Unlock()
+		default:
+			return c, nil
+		}
 	}
 	t := time.NewTimer(5 * time.Second)
 	defer t.Stop()
@@ -255,4 +332,7 @@ func (s *Server) onNotification(method string, params json.RawMessage) {
 		return
 	}
 	s.queue.push(&n)
+	if t, err := time.Parse(time.RFC3339Nano, n.Timestamp); err == nil {
+		s.advance(t)
+	}
 }

@@ -262,10 +262,14 @@ func (s *Server) wait(ctx context.Context, timer *time.Timer, floor int) (*Messa
 			if m.Deleted || m.IsRead || priorities[m.Priority] < floor {
 				continue // filtered out: it stays unread for check_messages
 			}
-			if _, err := callRPC(ctx, s, func(ctx context.Context, c *rpc.Client) (*rpc.MarkReadResult, error) {
-				return c.MarkRead(ctx, &rpc.MarkReadParams{MessageIDs: []string{m.MessageID}})
-			}); err != nil {
-				s.log.Warn("mcpserver: mark read", "err", err)
+			// Mark it read without waiting for the write: a JSON-RPC
+			// notification on the same connection, which the daemon runs
+			// before any later call of ours, so check_messages cannot
+			// return it again. Best effort, as the spec has it.
+			if c, err := s.conn(ctx); err == nil {
+				if err := c.Notify(ctx, rpc.MethodMessageMarkRead, &rpc.MarkReadParams{MessageIDs: []string{m.MessageID}}); err != nil {
+					s.log.Warn("mcpserver: mark read", "err", err)
+				}
 			}
 			return &MessageInfo{MessageID: m.MessageID, From: m.Author.AgentID, Content: m.Body.Content, Priority: m.Priority, Timestamp: m.CreatedAt}, nil
 		}

@@ -149,6 +149,6 @@ type GetGroupOutput struct {
 	CreatedAt           string        `json:"created_at"`
 	CreatedBy           string        `json:"created_by"`
 	Members             []GroupMember `json:"members"`
-	ExpandedAgents      []string      `json:"expanded_agents,omitempty" jsonschema:"with expand: the agent IDs the group reaches"`
+	ExpandedAgents      []string      `json:"expanded_agents,omitzero" jsonschema:"with expand: the agent IDs the group reaches"`
 	ExpandedAgentsCount *int          `json:"expanded_agents_count,omitempty" jsonschema:"with expand: how many"`
 }

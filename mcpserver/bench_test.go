@@ -1,0 +1,80 @@
+package mcpserver_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/thrumhq/thrum"
+	"github.com/thrumhq/thrum/mcpserver"
+)
+
+// BenchmarkSendToWait measures DESIGN.md's budget "send → wait_for_message
+// return: p50 < 1 ms, p99 < 5 ms" end to end through MCP: bob's
+// wait_for_message is already blocked, alice calls send_message, and the
+// time is from just before alice's call to bob's call returning the
+// message. Both agents use go-sdk clients over in-memory MCP transports;
+// their servers reach the node in process (Node.MCPServer) or over a
+// Unix socket, as thrum mcp serve reaches the daemon. ns/op includes a
+// pause per iteration that lets the wait block; read p50-ms and p99-ms.
+//
+//	go test -run '^$' -bench SendToWait -benchtime 500x ./mcpserver/
+func BenchmarkSendToWait(b *testing.B) {
+	b.Run("in-process", func(b *testing.B) { benchSendToWait(b, nil, false) })
+	b.Run("unix-socket", func(b *testing.B) { benchSendToWait(b, nil, true) })
+	// Without fsync: what the path costs beyond the durable write.
+	b.Run("in-process-nosync", func(b *testing.B) { benchSendToWait(b, &thrum.Options{NoSync: true}, false) })
+	b.Run("unix-socket-nosync", func(b *testing.B) { benchSendToWait(b, &thrum.Options{NoSync: true}, true) })
+}
+
+func benchSendToWait(b *testing.B, opts *thrum.Options, socket bool) {
+	n := newNode(b, opts)
+	aliceID := addAgent(b, n, "alice", "implementer", "auth")
+	bobID := addAgent(b, n, "bob", "reviewer", "auth")
+	var alice, bob *agentClient
+	if socket {
+		d := newSocketDaemon(b, n)
+		for _, p := range []struct {
+			id  mcpserver.Identity
+			out **agentClient
+		}{{aliceID, &alice}, {bobID, &bob}} {
+			srv, err := mcpserver.New(context.Background(), d.dialer(), p.id, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			*p.out = serve(b, srv, p.id)
+		}
+	} else {
+		alice, bob = connect(b, n, aliceID, nil), connect(b, n, bobID, nil)
+	}
+	ctx := context.Background()
+	in := args{"to": "@bob", "content": "ping"}
+
+	lat := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for range b.N {
+		b.StopTimer()
+		ch := startWait(bob, args{"timeout": 30})
+		time.Sleep(2 * time.Millisecond) // the wait reaches the server and blocks
+		b.StartTimer()
+		start := time.Now()
+		res, err := alice.rawCall(ctx, "send_message", in)
+		if err != nil || res.IsError {
+			b.Fatalf("send_message: %v %v", err, res)
+		}
+		r := <-ch
+		if r.err != nil || r.res.IsError {
+			b.Fatalf("wait_for_message: %v %v", r.err, r.res)
+		}
+		lat = append(lat, r.at.Sub(start))
+	}
+	b.StopTimer()
+	slices.Sort(lat)
+	pct := func(p float64) float64 {
+		return float64(lat[min(len(lat)-1, int(p*float64(len(lat))))]) / float64(time.Millisecond)
+	}
+	b.ReportMetric(pct(0.50), "p50-ms")
+	b.ReportMetric(pct(0.99), "p99-ms")
+	b.ReportMetric(float64(lat[len(lat)-1])/float64(time.Millisecond), "max-ms")
+}
