@@ -70,7 +70,17 @@ func lockDir(dir string) (*os.File, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+	// A process that just closed its node may still hold the lock for a
+	// moment through a child it is forking (the descriptor is copied until
+	// exec closes it): retry briefly before calling it in use.
+	var err2 error
+	for try := 0; try < 20; try++ {
+		if err2 = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err2 != syscall.EWOULDBLOCK {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := err2; err != nil {
 		b, _ := os.ReadFile(path)
 		f.Close()
 		holder := strings.TrimSpace(string(b))

@@ -83,32 +83,35 @@ func nanos(ts string) int64 {
 }
 
 // build fills the index from the projection, then applies what was
-// committed meanwhile. It runs in its own goroutine from Open.
+// committed meanwhile. It runs in its own goroutine from Open, and holds
+// the lock only to install the result, so writers never wait for it.
 func (x *msgIndex) build(ctx context.Context, st *store.Store) {
-	x.mu.Lock()
-	defer func() {
-		close(x.ready)
-		x.mu.Unlock()
-	}()
+	b := newMsgIndex()
 	err := st.IndexSnapshot(ctx, func(r store.IndexRow) {
-		x.add(r.MessageID, r.AgentID, r.ThreadID, nanos(r.CreatedAt), r.Deleted)
-		m := &x.slots[x.byID[r.MessageID]]
+		b.add(r.MessageID, r.AgentID, r.ThreadID, nanos(r.CreatedAt), r.Deleted)
+		m := &b.slots[b.byID[r.MessageID]]
 		if r.UpdatedAt.Valid {
 			m.updated = nanos(r.UpdatedAt.String)
 		}
 		m.proxied = r.ActingAs != ""
 	}, func(id, kind, typ, value string) {
-		if s, ok := x.byID[id]; ok {
-			x.slots[s].keys = append(x.slots[s].keys, x.intern(pairKey(kind, typ, value)))
+		if s, ok := b.byID[id]; ok {
+			b.slots[s].keys = append(b.slots[s].keys, b.intern(pairKey(kind, typ, value)))
 		}
 	}, func(id, agent string) {
-		x.markRead(agent, id)
+		b.markRead(agent, id)
 	})
+	x.mu.Lock()
+	defer func() {
+		close(x.ready)
+		x.mu.Unlock()
+	}()
 	if err != nil {
 		x.err = err
 		return
 	}
-	for _, e := range x.pending {
+	x.slots, x.order, x.byID, x.strs, x.reads, x.early = b.slots, b.order, b.byID, b.strs, b.reads, b.early
+	for _, e := range x.pending { // idempotent: some may be in the snapshot too
 		x.applyLocked(e)
 	}
 	x.pending = nil

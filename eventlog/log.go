@@ -136,7 +136,7 @@ func Open(dir string, opts *Options) (*Log, error) {
 		l.sizes[rel] = size
 	}
 	l.reqs = make(chan *appendReq, l.opts.MaxBatch)
-	l.applied = make(chan *commitBatch, 64)
+	l.applied = make(chan *commitBatch, 1)
 	l.quit = make(chan struct{})
 	l.done = make(chan struct{})
 	go l.commitLoop()

@@ -99,7 +99,9 @@ type Syncer struct {
 }
 
 // New returns a Syncer for the log whose directory is a worktree of the
-// sync branch.
+// sync branch. A worktree has one Syncer at a time (a thrum node holds
+// its directory's lock): New removes the git lock files that a Syncer's
+// git commands leave behind when they die with it (see removeStaleLocks).
 func New(log *eventlog.Log, opts *Options) (*Syncer, error) {
 	s := &Syncer{dir: log.Dir(), log: log, trigger: make(chan struct{}, 1), force: make(chan struct{}, 1),
 		have: map[string]map[string]struct{}{}, scanned: map[string]int64{}, merged: map[string]string{}}
@@ -121,8 +123,52 @@ func New(log *eventlog.Log, opts *Options) (*Syncer, error) {
 	if _, err := s.git(context.Background(), "rev-parse", "--is-inside-work-tree"); err != nil {
 		return nil, fmt.Errorf("gitsync: %s is not a git worktree: %w", s.dir, err)
 	}
+	if err := s.removeStaleLocks(context.Background()); err != nil {
+		return nil, fmt.Errorf("gitsync: %w", err)
+	}
 	s.status.State = StateStopped
 	return s, nil
+}
+
+// removeStaleLocks deletes the lock files of the worktree's index and
+// HEAD, of the sync branch and of its remote-tracking ref. A git command
+// killed with its Syncer (a crash, SIGKILL, the OOM killer) leaves them
+// behind, and git then refuses every later add, commit or fetch ("Unable
+// to create '….lock': File exists"), so sync would stop for good. They
+// belong to the Syncer: the index and HEAD are the worktree's own, the
+// branch is checked out here (so no other worktree updates it), and the
+// remote-tracking ref is written by a fetch for a moment at most.
+func (s *Syncer) removeStaleLocks(ctx context.Context) error {
+	abs := func(p string) string {
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(s.dir, p)
+		}
+		return filepath.Clean(p)
+	}
+	gitDir, err := s.git(ctx, "rev-parse", "--git-dir")
+	if err != nil {
+		return err
+	}
+	common, err := s.git(ctx, "rev-parse", "--git-common-dir")
+	if err != nil {
+		return err
+	}
+	branch := filepath.FromSlash(s.opts.Branch)
+	for _, p := range []string{
+		filepath.Join(abs(gitDir), "index.lock"),
+		filepath.Join(abs(gitDir), "HEAD.lock"),
+		filepath.Join(abs(common), "refs", "heads", branch+".lock"),
+		filepath.Join(abs(common), "refs", "remotes", s.opts.Remote, branch+".lock"),
+	} {
+		err := os.Remove(p)
+		if err == nil && s.opts.Logger != nil {
+			s.opts.Logger.Warn("gitsync: removed a stale git lock left by a crash", "file", p)
+		}
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("remove stale git lock: %w", err)
+		}
+	}
+	return nil
 }
 
 // HasRemote reports whether the repository at dir has the named remote.
@@ -213,72 +259,78 @@ func (s *Syncer) Run(ctx context.Context) error {
 }
 
 func (s *Syncer) round(ctx context.Context) {
-	err := s.SyncOnce(ctx)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err != nil {
-		if ctx.Err() != nil {
-			return
-		}
-		s.status.State, s.status.LastError = StateError, err.Error()
-		if s.opts.Logger != nil {
-			s.opts.Logger.Warn("gitsync: sync failed; will retry", "err", err)
-		}
-		return
+	if err := s.SyncOnce(ctx); err != nil && ctx.Err() == nil && s.opts.Logger != nil {
+		s.opts.Logger.Warn("gitsync: sync failed; will retry", "err", err)
 	}
-	s.status.State, s.status.LastError, s.status.LastSyncAt = StateSynced, "", time.Now()
-	s.status.Rounds++
 }
 
 // SyncOnce runs one round: commit local events, fetch, import the remote's
 // new events, commit the merge, push (retrying a push race). Rounds never
-// overlap.
-func (s *Syncer) SyncOnce(ctx context.Context) error {
+// overlap. The outcome is recorded in Status (LastError, LastSyncAt,
+// Rounds), whether the round was Run's or the caller's.
+func (s *Syncer) SyncOnce(ctx context.Context) (err error) {
 	s.roundMu.Lock()
 	defer s.roundMu.Unlock()
 	s.mu.Lock()
 	s.status.Pending = false
 	s.mu.Unlock()
-	var err error
+	defer func() { s.record(ctx, err) }()
+	var rejected error
 	for try := 0; try < maxPushTries; try++ {
 		var pushed bool
-		pushed, err = s.attempt(ctx)
+		pushed, rejected, err = s.attempt(ctx)
 		if err != nil || pushed {
 			return err
 		}
 	}
-	return fmt.Errorf("gitsync: push kept losing races after %d tries: %w", maxPushTries, errPushRejected)
+	// Keep git's words: a remote that refuses every push (a protected
+	// branch, a hook) looks like a lost race from here.
+	return fmt.Errorf("gitsync: push kept losing races after %d tries: %w (last: %v)", maxPushTries, errPushRejected, rejected)
+}
+
+// record notes the outcome of a round in Status. A round cut short by the
+// end of its context is not a failure of sync: it is not recorded.
+func (s *Syncer) record(ctx context.Context, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case err == nil:
+		s.status.State, s.status.LastError, s.status.LastSyncAt = StateSynced, "", time.Now()
+		s.status.Rounds++
+	case ctx.Err() == nil:
+		s.status.State, s.status.LastError = StateError, err.Error()
+	}
 }
 
 var errPushRejected = errors.New("push rejected")
 
 // attempt is one fetch-merge-commit-push. pushed is false when the push
-// lost a race and the round should be tried again.
-func (s *Syncer) attempt(ctx context.Context) (pushed bool, err error) {
+// lost a race (rejected says how) and the round should be tried again.
+func (s *Syncer) attempt(ctx context.Context) (pushed bool, rejected, err error) {
 	remoteRef := "refs/remotes/" + s.opts.Remote + "/" + s.opts.Branch
 	hasRemote := true
 	if _, err := s.git(ctx, "fetch", "--quiet", s.opts.Remote, "+refs/heads/"+s.opts.Branch+":"+remoteRef); err != nil {
 		if !strings.Contains(err.Error(), "couldn't find remote ref") {
-			return false, fmt.Errorf("fetch: %w", err)
+			return false, nil, fmt.Errorf("fetch: %w", err)
 		}
 		hasRemote = false // the remote has no sync branch yet: our push creates it
 	}
 	if hasRemote {
 		if err := s.merge(ctx, remoteRef); err != nil {
-			return false, err
+			return false, nil, err
 		}
 	}
 	needPush, err := s.commit(ctx, remoteRef, hasRemote)
 	if err != nil || !needPush {
-		return err == nil, err
+		return err == nil, nil, err
 	}
 	if _, err := s.git(ctx, "push", "--quiet", s.opts.Remote, "HEAD:refs/heads/"+s.opts.Branch); err != nil {
 		if strings.Contains(err.Error(), "rejected") || strings.Contains(err.Error(), "fetch first") || strings.Contains(err.Error(), "non-fast-forward") {
-			return false, nil
+			return false, err, nil
 		}
-		return false, fmt.Errorf("push: %w", err)
+		return false, nil, fmt.Errorf("push: %w", err)
 	}
-	return true, nil
+	return true, nil, nil
 }
 
 // refreshHave reads what was appended to the local shard files since the
@@ -542,6 +594,14 @@ func shardName(path string) string {
 
 // eventID reads a line's event ID, "" if it is not an event.
 func eventID(line []byte) string {
+	// Lines thrum wrote start with their ID: take it without parsing the
+	// line (Import validates every line it appends in full).
+	const prefix = `{"event_id":"`
+	if len(line) > len(prefix)+26 && string(line[:len(prefix)]) == prefix {
+		if id := line[len(prefix) : len(prefix)+26]; line[len(prefix)+26] == '"' && bytes.IndexByte(id, '\\') < 0 {
+			return string(id)
+		}
+	}
 	e, err := eventlog.DecodeLine(line)
 	if err != nil {
 		return ""
