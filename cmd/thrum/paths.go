@@ -30,6 +30,7 @@ type layout struct {
 	PIDFile string
 	LogFile string
 	IDs     string // identity files
+	Shared  string // the main worktree's .thrum, when this is a feature worktree
 }
 
 // resolveLayout works out the paths for g.Repo without creating anything.
@@ -67,7 +68,22 @@ func resolveLayout(ctx context.Context, g *Globals) (*layout, error) {
 			l.RepoID = first[:16] // the same on every clone
 		}
 	}
+	// A feature worktree of the same repository shares the main
+	// worktree's daemon (one log, one projection, one socket) through
+	// .thrum/redirect, while its identities stay its own.
 	v := filepath.Join(l.Home, "var")
+	if b, err := os.ReadFile(filepath.Join(l.Home, "redirect")); err == nil {
+		if target := strings.TrimSpace(string(b)); target != "" {
+			l.Shared = target
+		}
+	} else if l.Git && g.Home == "" && filepath.Base(l.GitDir) == ".git" {
+		if main := filepath.Dir(l.GitDir); main != l.Root {
+			l.Shared = filepath.Join(main, ".thrum")
+		}
+	}
+	if l.Shared != "" {
+		v = filepath.Join(l.Shared, "var")
+	}
 	l.DB = filepath.Join(v, "messages.db")
 	l.Socket = filepath.Join(v, "thrum.sock")
 	l.WSPort = filepath.Join(v, "ws.port")
@@ -105,7 +121,11 @@ func gitEnv(ctx context.Context, dir string, env []string, args ...string) (stri
 // current branch are never touched; .thrum/ is excluded through
 // .git/info/exclude rather than a .gitignore in the working tree.
 func (l *layout) setup(ctx context.Context) (created []string, err error) {
-	for _, d := range []string{l.Home, filepath.Join(l.Home, "var"), l.IDs} {
+	dirs := []string{l.Home, filepath.Join(l.Home, "var"), l.IDs}
+	if l.Shared != "" {
+		dirs = []string{l.Home, l.IDs} // the runtime state is the main worktree's
+	}
+	for _, d := range dirs {
 		if _, err := os.Stat(d); errors.Is(err, os.ErrNotExist) {
 			created = append(created, d)
 		}
@@ -121,6 +141,18 @@ func (l *layout) setup(ctx context.Context) (created []string, err error) {
 	}
 	if err := l.exclude(); err != nil {
 		return nil, err
+	}
+	if l.Shared != "" {
+		redirect := filepath.Join(l.Home, "redirect")
+		if _, err := os.Stat(redirect); errors.Is(err, os.ErrNotExist) {
+			if err := os.WriteFile(redirect, []byte(l.Shared+"\n"), 0o600); err != nil {
+				return nil, err
+			}
+			created = append(created, redirect+" (shares "+l.Shared+")")
+		}
+		if err := os.MkdirAll(filepath.Join(l.Shared, "var"), 0o700); err != nil {
+			return nil, err
+		}
 	}
 	made, err := l.ensureSyncWorktree(ctx)
 	if err != nil {
