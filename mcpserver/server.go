@@ -81,6 +81,13 @@ type Server struct {
 	recDone chan struct{}
 
 	queue  queue
+
+	// delivered holds the last messages wait_for_message handed out. Their
+	// read marks travel as notifications, without a reply: after a
+	// reconnect they are marked again, in case the connection dropped
+	// before the daemon ran them, so no message is handed out twice.
+	deliveredMu sync.Mutex
+	delivered   []string
 	waitMu sync.Mutex // held by the one active wait_for_message
 
 	// since is how far the notifications are known complete: every
@@ -196,6 +203,30 @@ func (s *Server) advance(t time.Time) {
 // first, at most a queue's worth. Notifications are not replayed, so a
 // resubscribed server re-reads them (DESIGN.md), or wait_for_message would
 // never see them.
+// delivered notes a message handed out by wait_for_message.
+func (s *Server) noteDelivered(id string) {
+	s.deliveredMu.Lock()
+	defer s.deliveredMu.Unlock()
+	if len(s.delivered) >= s.opts.QueueSize {
+		s.delivered = s.delivered[1:]
+	}
+	s.delivered = append(s.delivered, id)
+}
+
+// remark marks read again every delivered message (idempotent: the daemon
+// skips what is read already).
+func (s *Server) remark(ctx context.Context, c *rpc.Client) {
+	s.deliveredMu.Lock()
+	ids := append([]string(nil), s.delivered...)
+	s.deliveredMu.Unlock()
+	if len(ids) == 0 {
+		return
+	}
+	if _, err := c.MarkRead(ctx, &rpc.MarkReadParams{MessageIDs: ids}); err != nil {
+		s.log.Warn("mcpserver: re-mark delivered messages read", "err", err)
+	}
+}
+
 func (s *Server) catchUp(ctx context.Context, c *rpc.Client, cutoff time.Time) {
 	const pageSize = 100
 	var missed []*rpc.MessageNotification
@@ -261,6 +292,7 @@ func (s *Server) reconnectLoop() {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			nc, subAt, err := s.connect(ctx)
 			if err == nil {
+				s.remark(ctx, nc)
 				s.catchUp(ctx, nc, cutoff)
 			}
 			cancel()

@@ -266,6 +266,7 @@ func (s *Server) wait(ctx context.Context, timer *time.Timer, floor int) (*Messa
 			// notification on the same connection, which the daemon runs
 			// before any later call of ours, so check_messages cannot
 			// return it again. Best effort, as the spec has it.
+			s.noteDelivered(m.MessageID)
 			if c, err := s.conn(ctx); err == nil {
 				if err := c.Notify(ctx, rpc.MethodMessageMarkRead, &rpc.MarkReadParams{MessageIDs: []string{m.MessageID}}); err != nil {
 					s.log.Warn("mcpserver: mark read", "err", err)
