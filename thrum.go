@@ -152,6 +152,16 @@ func Open(dir string, opts *Options) (*Node, error) {
 		return nil, fmt.Errorf("thrum: open: %w", err)
 	}
 	st, err := store.Open(o.DBPath, &store.Options{Logger: o.Logger})
+	if errors.Is(err, store.ErrOutdated) {
+		// The projection is a cache of the log: drop it and replay.
+		if o.Logger != nil {
+			o.Logger.Warn("thrum: rebuilding the projection from the log", "reason", err)
+		}
+		for _, suffix := range []string{"", "-wal", "-shm"} {
+			os.Remove(o.DBPath + suffix)
+		}
+		st, err = store.Open(o.DBPath, &store.Options{Logger: o.Logger})
+	}
 	if err != nil {
 		lock.Close()
 		return nil, fmt.Errorf("thrum: open: %w", err)

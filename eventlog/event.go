@@ -40,6 +40,10 @@ type Event struct {
 	// checkpoint.
 	Offset int64
 
+	// Decoded, if set, is the payload already decoded from Raw into its
+	// typed struct (a cache for replay; see store.Predecode).
+	Decoded any
+
 	imported bool // Raw is written as is (Import)
 }
 

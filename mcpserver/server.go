@@ -80,7 +80,7 @@ type Server struct {
 	stopRec chan struct{}
 	recDone chan struct{}
 
-	queue  queue
+	queue queue
 
 	// delivered holds the last messages wait_for_message handed out. Their
 	// read marks travel as notifications, without a reply: after a
@@ -88,7 +88,7 @@ type Server struct {
 	// before the daemon ran them, so no message is handed out twice.
 	deliveredMu sync.Mutex
 	delivered   []string
-	waitMu sync.Mutex // held by the one active wait_for_message
+	waitMu      sync.Mutex // held by the one active wait_for_message
 
 	// since is how far the notifications are known complete: every
 	// message addressed to this agent created up to it was pushed to the

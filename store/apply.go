@@ -104,7 +104,7 @@ func (a *applier) apply(ctx context.Context, evs []*eventlog.Event) error {
 		return fmt.Errorf("store: apply: %w", err)
 	}
 	defer tx.Rollback() // no-op after Commit
-	t := &txApplier{tx: tx, a: a, stmts: map[string]*sqlx.Stmt{}}
+	t := &txApplier{tx: tx, a: a, stmts: map[string]*sqlx.Stmt{}, agentSeen: map[string]string{}, sessionSeen: map[string]string{}}
 	ends := map[string]int64{}
 	for _, e := range evs {
 		if err := t.event(ctx, e); err != nil {
@@ -113,6 +113,9 @@ func (a *applier) apply(ctx context.Context, evs []*eventlog.Event) error {
 		if e.Offset > ends[eventlog.ShardPath(e.Shard)] {
 			ends[eventlog.ShardPath(e.Shard)] = e.Offset
 		}
+	}
+	if err := t.flushSeen(ctx); err != nil {
+		return fmt.Errorf("store: apply: last seen: %w", err)
 	}
 	for shard, off := range ends {
 		if err := t.exec(ctx, "checkpoint", shard, off); err != nil {
@@ -129,6 +132,8 @@ type txApplier struct {
 	tx    *sqlx.Tx
 	a     *applier
 	stmts map[string]*sqlx.Stmt
+
+	agentSeen, sessionSeen map[string]string // latest activity in this batch
 }
 
 func (t *txApplier) stmt(ctx context.Context, name string) *sqlx.Stmt {
@@ -151,8 +156,8 @@ func (t *txApplier) event(ctx context.Context, e *eventlog.Event) error {
 	ts := e.Timestamp()
 	switch e.Type {
 	case eventlog.TypeAgentRegister, eventlog.TypeAgentUpdate:
-		var p eventlog.AgentRegister
-		if err := e.Decode(&p); err != nil {
+		p, err := payload[eventlog.AgentRegister](e)
+		if err != nil {
 			return err
 		}
 		if p.Kind == "" {
@@ -172,8 +177,8 @@ func (t *txApplier) event(ctx context.Context, e *eventlog.Event) error {
 		return nil
 
 	case eventlog.TypeAgentCleanup:
-		var p eventlog.AgentCleanup
-		if err := e.Decode(&p); err != nil {
+		p, err := payload[eventlog.AgentCleanup](e)
+		if err != nil {
 			return err
 		}
 		if err := t.exec(ctx, "agent.delete", p.AgentID); err != nil {
@@ -182,8 +187,8 @@ func (t *txApplier) event(ctx context.Context, e *eventlog.Event) error {
 		return t.exec(ctx, "token.delete", p.AgentID)
 
 	case eventlog.TypeSessionStart:
-		var p eventlog.SessionStart
-		if err := e.Decode(&p); err != nil {
+		p, err := payload[eventlog.SessionStart](e)
+		if err != nil {
 			return err
 		}
 		if err := t.exec(ctx, "session.start", p.SessionID, p.AgentID, ts, ts); err != nil {
@@ -198,15 +203,15 @@ func (t *txApplier) event(ctx context.Context, e *eventlog.Event) error {
 		return t.seen(ctx, p.AgentID, "", ts)
 
 	case eventlog.TypeSessionEnd:
-		var p eventlog.SessionEnd
-		if err := e.Decode(&p); err != nil {
+		p, err := payload[eventlog.SessionEnd](e)
+		if err != nil {
 			return err
 		}
 		return t.exec(ctx, "session.end", ts, p.Reason, ts, p.SessionID)
 
 	case eventlog.TypeSessionHeartbeat:
-		var p eventlog.SessionHeartbeat
-		if err := e.Decode(&p); err != nil {
+		p, err := payload[eventlog.SessionHeartbeat](e)
+		if err != nil {
 			return err
 		}
 		for _, step := range []struct {
@@ -223,8 +228,8 @@ func (t *txApplier) event(ctx context.Context, e *eventlog.Event) error {
 		return t.seen(ctx, p.AgentID, p.SessionID, ts)
 
 	case eventlog.TypeSessionIntent:
-		var p eventlog.SessionIntent
-		if err := e.Decode(&p); err != nil {
+		p, err := payload[eventlog.SessionIntent](e)
+		if err != nil {
 			return err
 		}
 		if err := t.exec(ctx, "session.intent", p.Intent, ts, p.SessionID); err != nil {
@@ -233,8 +238,8 @@ func (t *txApplier) event(ctx context.Context, e *eventlog.Event) error {
 		return t.seen(ctx, p.AgentID, p.SessionID, ts)
 
 	case eventlog.TypeSessionTask:
-		var p eventlog.SessionTask
-		if err := e.Decode(&p); err != nil {
+		p, err := payload[eventlog.SessionTask](e)
+		if err != nil {
 			return err
 		}
 		if err := t.exec(ctx, "session.task", p.Task, ts, p.SessionID); err != nil {
@@ -243,16 +248,16 @@ func (t *txApplier) event(ctx context.Context, e *eventlog.Event) error {
 		return t.seen(ctx, p.AgentID, p.SessionID, ts)
 
 	case eventlog.TypeSessionContext:
-		var p eventlog.SessionContext
-		if err := e.Decode(&p); err != nil {
+		p, err := payload[eventlog.SessionContext](e)
+		if err != nil {
 			return err
 		}
 		return t.exec(ctx, "session.context", p.SessionID, p.AgentID, p.Branch, p.WorktreePath,
 			jsonText(p.UnmergedCommits), jsonText(p.UncommittedFiles), jsonText(p.ChangedFiles), ts)
 
 	case eventlog.TypeMessageCreate:
-		var p eventlog.MessageCreate
-		if err := e.Decode(&p); err != nil {
+		p, err := payload[eventlog.MessageCreate](e)
+		if err != nil {
 			return err
 		}
 		tags := ""
@@ -272,8 +277,8 @@ func (t *txApplier) event(ctx context.Context, e *eventlog.Event) error {
 		return t.seen(ctx, p.AgentID, "", ts)
 
 	case eventlog.TypeMessageEdit:
-		var p eventlog.MessageEdit
-		if err := e.Decode(&p); err != nil {
+		p, err := payload[eventlog.MessageEdit](e)
+		if err != nil {
 			return err
 		}
 		var old struct {
@@ -304,15 +309,15 @@ func (t *txApplier) event(ctx context.Context, e *eventlog.Event) error {
 		return t.exec(ctx, "message.edited", newContent, newStructured, ts, p.MessageID)
 
 	case eventlog.TypeMessageDelete:
-		var p eventlog.MessageDelete
-		if err := e.Decode(&p); err != nil {
+		p, err := payload[eventlog.MessageDelete](e)
+		if err != nil {
 			return err
 		}
 		return t.exec(ctx, "message.delete", ts, p.Reason, p.MessageID)
 
 	case eventlog.TypeMessageRead:
-		var p eventlog.MessageRead
-		if err := e.Decode(&p); err != nil {
+		p, err := payload[eventlog.MessageRead](e)
+		if err != nil {
 			return err
 		}
 		for _, id := range p.MessageIDs {
@@ -323,8 +328,8 @@ func (t *txApplier) event(ctx context.Context, e *eventlog.Event) error {
 		return t.seen(ctx, p.AgentID, "", ts)
 
 	case eventlog.TypeThreadCreate:
-		var p eventlog.ThreadCreate
-		if err := e.Decode(&p); err != nil {
+		p, err := payload[eventlog.ThreadCreate](e)
+		if err != nil {
 			return err
 		}
 		if err := t.exec(ctx, "thread.create", p.ThreadID, p.Title, p.CreatedBy, ts); err != nil {
@@ -333,15 +338,15 @@ func (t *txApplier) event(ctx context.Context, e *eventlog.Event) error {
 		return t.pairs(ctx, "thread.scope", p.ThreadID, p.Scopes)
 
 	case eventlog.TypeGroupCreate:
-		var p eventlog.GroupCreate
-		if err := e.Decode(&p); err != nil {
+		p, err := payload[eventlog.GroupCreate](e)
+		if err != nil {
 			return err
 		}
 		return t.exec(ctx, "group.create", p.Name, p.Description, ts, p.CreatedBy)
 
 	case eventlog.TypeGroupDelete:
-		var p eventlog.GroupDelete
-		if err := e.Decode(&p); err != nil {
+		p, err := payload[eventlog.GroupDelete](e)
+		if err != nil {
 			return err
 		}
 		if err := t.exec(ctx, "group.delete", p.Name); err != nil {
@@ -350,8 +355,8 @@ func (t *txApplier) event(ctx context.Context, e *eventlog.Event) error {
 		return t.exec(ctx, "group.purge", p.Name)
 
 	case eventlog.TypeGroupMemberAdd, eventlog.TypeGroupMemberDel:
-		var p eventlog.GroupMember
-		if err := e.Decode(&p); err != nil {
+		p, err := payload[eventlog.GroupMember](e)
+		if err != nil {
 			return err
 		}
 		if e.Type == eventlog.TypeGroupMemberAdd {
@@ -363,14 +368,84 @@ func (t *txApplier) event(ctx context.Context, e *eventlog.Event) error {
 }
 
 // seen moves an agent's (and a session's) last_seen_at forward to ts.
-func (t *txApplier) seen(ctx context.Context, agentID, sessionID, ts string) error {
-	if agentID != "" {
-		if err := t.exec(ctx, "agent.seen", ts, agentID, ts); err != nil {
+// payload returns the event's payload as T: the one Predecode cached, or
+// decoded from the line now.
+func payload[T any](e *eventlog.Event) (T, error) {
+	if d, ok := e.Decoded.(T); ok {
+		return d, nil
+	}
+	var p T
+	err := e.Decode(&p)
+	return p, err
+}
+
+// Predecode decodes the payload of a scanned event ahead of Apply and
+// caches it on the event, so that replay can decode on one core while
+// SQLite writes on the other. Unknown types are left alone.
+func Predecode(e *eventlog.Event) {
+	var err error
+	switch e.Type {
+	case eventlog.TypeAgentRegister, eventlog.TypeAgentUpdate:
+		e.Decoded, err = payload[eventlog.AgentRegister](e)
+	case eventlog.TypeAgentCleanup:
+		e.Decoded, err = payload[eventlog.AgentCleanup](e)
+	case eventlog.TypeSessionStart:
+		e.Decoded, err = payload[eventlog.SessionStart](e)
+	case eventlog.TypeSessionEnd:
+		e.Decoded, err = payload[eventlog.SessionEnd](e)
+	case eventlog.TypeSessionHeartbeat:
+		e.Decoded, err = payload[eventlog.SessionHeartbeat](e)
+	case eventlog.TypeSessionIntent:
+		e.Decoded, err = payload[eventlog.SessionIntent](e)
+	case eventlog.TypeSessionTask:
+		e.Decoded, err = payload[eventlog.SessionTask](e)
+	case eventlog.TypeSessionContext:
+		e.Decoded, err = payload[eventlog.SessionContext](e)
+	case eventlog.TypeMessageCreate:
+		e.Decoded, err = payload[eventlog.MessageCreate](e)
+	case eventlog.TypeMessageEdit:
+		e.Decoded, err = payload[eventlog.MessageEdit](e)
+	case eventlog.TypeMessageDelete:
+		e.Decoded, err = payload[eventlog.MessageDelete](e)
+	case eventlog.TypeMessageRead:
+		e.Decoded, err = payload[eventlog.MessageRead](e)
+	case eventlog.TypeThreadCreate:
+		e.Decoded, err = payload[eventlog.ThreadCreate](e)
+	case eventlog.TypeGroupCreate:
+		e.Decoded, err = payload[eventlog.GroupCreate](e)
+	case eventlog.TypeGroupDelete:
+		e.Decoded, err = payload[eventlog.GroupDelete](e)
+	case eventlog.TypeGroupMemberAdd, eventlog.TypeGroupMemberDel:
+		e.Decoded, err = payload[eventlog.GroupMember](e)
+	}
+	if err != nil {
+		e.Decoded = nil // Apply decodes again and reports the error
+	}
+}
+
+// seen notes that an agent (and a session) was active at ts. The updates
+// are coalesced per batch (see flushSeen): last_seen_at only ever moves
+// forward, so one update with the latest time gives the same rows.
+func (t *txApplier) seen(_ context.Context, agentID, sessionID, ts string) error {
+	if agentID != "" && ts > t.agentSeen[agentID] {
+		t.agentSeen[agentID] = ts
+	}
+	if sessionID != "" && ts > t.sessionSeen[sessionID] {
+		t.sessionSeen[sessionID] = ts
+	}
+	return nil
+}
+
+func (t *txApplier) flushSeen(ctx context.Context) error {
+	for id, ts := range t.agentSeen {
+		if err := t.exec(ctx, "agent.seen", ts, id, ts); err != nil {
 			return err
 		}
 	}
-	if sessionID != "" {
-		return t.exec(ctx, "session.seen", ts, sessionID, ts)
+	for id, ts := range t.sessionSeen {
+		if err := t.exec(ctx, "session.seen", ts, id, ts); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -5,8 +5,10 @@ package store
 // columns; the rest hold agents, sessions, threads, groups and the
 // checkpoint. Every list filter has an index.
 //
-// Version history: 1 = initial.
-const schemaVersion = 1
+// Version history: 1 = initial; 2 = clustered (WITHOUT ROWID) pair and
+// read tables, indexes built after a rebuild's load. A projection with an
+// older version is dropped and rebuilt from the log (ErrOutdated).
+const schemaVersion = 2
 
 const schema = `
 CREATE TABLE IF NOT EXISTS meta (
@@ -17,7 +19,7 @@ CREATE TABLE IF NOT EXISTS meta (
 CREATE TABLE IF NOT EXISTS checkpoints (
   shard TEXT PRIMARY KEY,
   offset INTEGER NOT NULL
-);
+) WITHOUT ROWID;
 
 CREATE TABLE IF NOT EXISTS agents (
   agent_id TEXT PRIMARY KEY,
@@ -30,13 +32,11 @@ CREATE TABLE IF NOT EXISTS agents (
   registered_at TEXT NOT NULL,
   last_seen_at TEXT NOT NULL DEFAULT ''
 );
-CREATE INDEX IF NOT EXISTS idx_agents_role ON agents(role, module);
 
 CREATE TABLE IF NOT EXISTS tokens (
   token_hash TEXT PRIMARY KEY,
   agent_id TEXT NOT NULL
 );
-CREATE INDEX IF NOT EXISTS idx_tokens_agent ON tokens(agent_id);
 
 CREATE TABLE IF NOT EXISTS sessions (
   session_id TEXT PRIMARY KEY,
@@ -50,21 +50,20 @@ CREATE TABLE IF NOT EXISTS sessions (
   current_task TEXT NOT NULL DEFAULT '',
   task_updated_at TEXT NOT NULL DEFAULT ''
 );
-CREATE INDEX IF NOT EXISTS idx_sessions_agent ON sessions(agent_id, started_at);
 
 CREATE TABLE IF NOT EXISTS session_scopes (
   session_id TEXT NOT NULL,
   scope_type TEXT NOT NULL,
   scope_value TEXT NOT NULL,
   PRIMARY KEY (session_id, scope_type, scope_value)
-);
+) WITHOUT ROWID;
 
 CREATE TABLE IF NOT EXISTS session_refs (
   session_id TEXT NOT NULL,
   ref_type TEXT NOT NULL,
   ref_value TEXT NOT NULL,
   PRIMARY KEY (session_id, ref_type, ref_value)
-);
+) WITHOUT ROWID;
 
 CREATE TABLE IF NOT EXISTS work_contexts (
   session_id TEXT PRIMARY KEY,
@@ -96,25 +95,20 @@ CREATE TABLE IF NOT EXISTS messages (
   disclose INTEGER NOT NULL DEFAULT 0,
   version INTEGER NOT NULL DEFAULT 0
 );
-CREATE INDEX IF NOT EXISTS idx_messages_time ON messages(created_at);
-CREATE INDEX IF NOT EXISTS idx_messages_agent ON messages(agent_id, created_at);
-CREATE INDEX IF NOT EXISTS idx_messages_thread ON messages(thread_id, created_at);
 
 CREATE TABLE IF NOT EXISTS message_scopes (
   message_id TEXT NOT NULL,
   scope_type TEXT NOT NULL,
   scope_value TEXT NOT NULL,
   PRIMARY KEY (message_id, scope_type, scope_value)
-);
-CREATE INDEX IF NOT EXISTS idx_scopes_lookup ON message_scopes(scope_type, scope_value, message_id);
+) WITHOUT ROWID;
 
 CREATE TABLE IF NOT EXISTS message_refs (
   message_id TEXT NOT NULL,
   ref_type TEXT NOT NULL,
   ref_value TEXT NOT NULL,
   PRIMARY KEY (message_id, ref_type, ref_value)
-);
-CREATE INDEX IF NOT EXISTS idx_refs_lookup ON message_refs(ref_type, ref_value, message_id);
+) WITHOUT ROWID;
 
 CREATE TABLE IF NOT EXISTS message_edits (
   id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -128,7 +122,6 @@ CREATE TABLE IF NOT EXISTS message_edits (
   old_structured TEXT,
   new_structured TEXT
 );
-CREATE INDEX IF NOT EXISTS idx_edits_message ON message_edits(message_id, edited_at);
 
 CREATE TABLE IF NOT EXISTS message_reads (
   message_id TEXT NOT NULL,
@@ -136,9 +129,7 @@ CREATE TABLE IF NOT EXISTS message_reads (
   agent_id TEXT NOT NULL,
   read_at TEXT NOT NULL,
   PRIMARY KEY (message_id, session_id)
-);
-CREATE INDEX IF NOT EXISTS idx_message_reads_agent ON message_reads(agent_id, message_id);
-CREATE INDEX IF NOT EXISTS idx_message_reads_message ON message_reads(message_id);
+) WITHOUT ROWID;
 
 CREATE TABLE IF NOT EXISTS threads (
   thread_id TEXT PRIMARY KEY,
@@ -151,8 +142,7 @@ CREATE TABLE IF NOT EXISTS thread_scopes (
   scope_type TEXT NOT NULL,
   scope_value TEXT NOT NULL,
   PRIMARY KEY (thread_id, scope_type, scope_value)
-);
-CREATE INDEX IF NOT EXISTS idx_thread_scopes_lookup ON thread_scopes(scope_type, scope_value);
+) WITHOUT ROWID;
 
 CREATE TABLE IF NOT EXISTS groups (
   name TEXT PRIMARY KEY,
@@ -166,7 +156,25 @@ CREATE TABLE IF NOT EXISTS group_members (
   member_id TEXT NOT NULL,
   added_at TEXT NOT NULL,
   PRIMARY KEY (group_name, member_type, member_id)
-);
+) WITHOUT ROWID;
+`
+
+// indexes are the secondary indexes: created with the tables on a normal
+// open, and only after the bulk load in Rebuild, where building them
+// once from sorted data beats maintaining them row by row.
+const indexes = `
+CREATE INDEX IF NOT EXISTS idx_agents_role ON agents(role, module);
+CREATE INDEX IF NOT EXISTS idx_tokens_agent ON tokens(agent_id);
+CREATE INDEX IF NOT EXISTS idx_sessions_agent ON sessions(agent_id, started_at);
+CREATE INDEX IF NOT EXISTS idx_messages_time ON messages(created_at);
+CREATE INDEX IF NOT EXISTS idx_messages_agent ON messages(agent_id, created_at);
+CREATE INDEX IF NOT EXISTS idx_messages_thread ON messages(thread_id, created_at);
+CREATE INDEX IF NOT EXISTS idx_scopes_lookup ON message_scopes(scope_type, scope_value, message_id);
+CREATE INDEX IF NOT EXISTS idx_refs_lookup ON message_refs(ref_type, ref_value, message_id);
+CREATE INDEX IF NOT EXISTS idx_edits_message ON message_edits(message_id, edited_at);
+CREATE INDEX IF NOT EXISTS idx_message_reads_agent ON message_reads(agent_id, message_id);
+CREATE INDEX IF NOT EXISTS idx_message_reads_message ON message_reads(message_id);
+CREATE INDEX IF NOT EXISTS idx_thread_scopes_lookup ON thread_scopes(scope_type, scope_value);
 CREATE INDEX IF NOT EXISTS idx_group_members_member ON group_members(member_type, member_id);
 `
 

@@ -33,7 +33,7 @@ import (
 const DefaultReaders = 4
 
 // DefaultRebuildBatch is how many events Rebuild applies per transaction.
-const DefaultRebuildBatch = 5000
+const DefaultRebuildBatch = 20000
 
 // Options configure a Store. A nil *Options means all defaults.
 type Options struct {
@@ -42,6 +42,8 @@ type Options struct {
 	// Readers is the size of the read connection pool. Default
 	// DefaultReaders, at least 2.
 	Readers int
+
+	bulk bool // Rebuild: no secondary indexes until the load is done
 }
 
 // Store is an open projection. All methods may be called concurrently;
@@ -60,6 +62,11 @@ type Store struct {
 	closeOnce sync.Once
 	closeErr  error
 }
+
+// ErrOutdated is returned by Open for a projection made by an older
+// thrum: it is a cache of the log, so the remedy is to delete it and
+// replay the log (thrum.Open does).
+var ErrOutdated = errors.New("store: projection schema is outdated")
 
 // ErrNotFound is returned by lookups of a single thing that does not exist.
 var ErrNotFound = errors.New("store: not found")
@@ -110,7 +117,7 @@ func Open(path string, opts *Options) (*Store, error) {
 	w.SetMaxOpenConns(1)
 	w.SetMaxIdleConns(1)
 	w.SetConnMaxLifetime(0)
-	if err := migrate(w); err != nil {
+	if err := migrate(w, s.opts.bulk); err != nil {
 		w.Close()
 		return nil, fmt.Errorf("store: %s: %w", path, err)
 	}
@@ -145,7 +152,7 @@ func Open(path string, opts *Options) (*Store, error) {
 	return s, nil
 }
 
-func migrate(w *sqlx.DB) error {
+func migrate(w *sqlx.DB, bulk bool) error {
 	var v string
 	err := w.Get(&v, `SELECT value FROM meta WHERE key = 'schema_version'`)
 	if err == nil {
@@ -156,9 +163,15 @@ func migrate(w *sqlx.DB) error {
 		if n == schemaVersion {
 			return nil
 		}
+		return fmt.Errorf("%w: version %d, this thrum uses %d", ErrOutdated, n, schemaVersion)
 	}
 	if _, err := w.Exec(schema); err != nil {
 		return fmt.Errorf("create schema: %w", err)
+	}
+	if !bulk {
+		if _, err := w.Exec(indexes); err != nil {
+			return fmt.Errorf("create indexes: %w", err)
+		}
 	}
 	_, err = w.Exec(`INSERT INTO meta(key, value) VALUES('schema_version', ?)
 		ON CONFLICT(key) DO UPDATE SET value = excluded.value`, strconv.Itoa(schemaVersion))
@@ -248,34 +261,54 @@ func (s *Store) Apply(ctx context.Context, evs []*eventlog.Event) error {
 }
 
 // CatchUp applies every event of log past the projection's checkpoint, in
-// batches, and returns how many it applied.
+// batches, and returns how many it applied. Reading and decoding the log
+// run in a second goroutine, overlapping SQLite's writes.
 func (s *Store) CatchUp(ctx context.Context, log *eventlog.Log) (int, error) {
 	from, err := s.Positions(ctx)
 	if err != nil {
 		return 0, err
 	}
-	batch := make([]*eventlog.Event, 0, DefaultRebuildBatch)
-	n := 0
-	flush := func() error {
-		if len(batch) == 0 {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	batches := make(chan []*eventlog.Event, 2)
+	scanErr := make(chan error, 1)
+	go func() {
+		defer close(batches)
+		batch := make([]*eventlog.Event, 0, DefaultRebuildBatch)
+		_, err := log.Scan(ctx, from, func(e *eventlog.Event) error {
+			Predecode(e)
+			batch = append(batch, e)
+			if len(batch) == cap(batch) {
+				select {
+				case batches <- batch:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+				batch = make([]*eventlog.Event, 0, DefaultRebuildBatch)
+			}
 			return nil
+		})
+		if err == nil && len(batch) > 0 {
+			select {
+			case batches <- batch:
+			case <-ctx.Done():
+				err = ctx.Err()
+			}
 		}
-		err := s.Apply(ctx, batch)
+		scanErr <- err
+	}()
+	n := 0
+	for batch := range batches {
+		if err := s.Apply(ctx, batch); err != nil {
+			cancel()
+			for range batches { // let the scanner finish
+			}
+			<-scanErr
+			return n, err
+		}
 		n += len(batch)
-		batch = batch[:0]
-		return err
 	}
-	_, err = log.Scan(ctx, from, func(e *eventlog.Event) error {
-		batch = append(batch, e)
-		if len(batch) == cap(batch) {
-			return flush()
-		}
-		return nil
-	})
-	if err != nil {
-		return n, err
-	}
-	return n, flush()
+	return n, <-scanErr
 }
 
 // Rebuild creates a fresh projection at path from every event of log. An
@@ -286,13 +319,30 @@ func Rebuild(ctx context.Context, log *eventlog.Log, path string, opts *Options)
 			return nil, fmt.Errorf("store: rebuild: %w", err)
 		}
 	}
-	s, err := Open(path, opts)
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	o.bulk = true
+	s, err := Open(path, &o)
 	if err != nil {
 		return nil, err
+	}
+	// A fresh file that is thrown away if the rebuild fails: no need to
+	// sync while loading it.
+	if _, err := s.w.ExecContext(ctx, `PRAGMA synchronous = OFF`); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("store: rebuild: %w", err)
 	}
 	if _, err := s.CatchUp(ctx, log); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("store: rebuild: %w", err)
+	}
+	for _, q := range []string{indexes, `PRAGMA synchronous = NORMAL`} {
+		if _, err := s.w.ExecContext(ctx, q); err != nil {
+			s.Close()
+			return nil, fmt.Errorf("store: rebuild: %w", err)
+		}
 	}
 	return s, nil
 }
