@@ -33,7 +33,7 @@ import (
 const DefaultReaders = 4
 
 // DefaultRebuildBatch is how many events Rebuild applies per transaction.
-const DefaultRebuildBatch = 20000
+const DefaultRebuildBatch = 5000
 
 // Options configure a Store. A nil *Options means all defaults.
 type Options struct {
