@@ -21,7 +21,8 @@
 //
 // # Packages
 //
-//   - eventlog: the append-only JSONL log, the source of truth.
+//   - eventlog: the append-only JSONL log, the source of truth;
+//     eventlog/gitsync carries it between clones through git.
 //   - store: the SQLite projection that answers queries.
 //   - rpc: the JSON-RPC 2.0 wire protocol, its types, and a client.
 //   - identity: agent names, IDs and identity files.
