@@ -1,0 +1,129 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"reflect"
+	"testing"
+
+	"github.com/thrumhq/thrum/eventlog"
+	"github.com/thrumhq/thrum/store"
+)
+
+// events appends a small history to a fresh log and returns it scanned
+// back, as replay would see it.
+func events(t *testing.T) (*eventlog.Log, []*eventlog.Event) {
+	t.Helper()
+	lg, err := eventlog.Open(t.TempDir(), &eventlog.Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lg.Close() })
+	content := "edited"
+	ctx := context.Background()
+	for _, e := range []*eventlog.Event{
+		{Type: eventlog.TypeAgentRegister, Payload: eventlog.AgentRegister{AgentID: "alice", Kind: "agent", Name: "alice", Role: "dev", Module: "m", TokenHash: "h1"}},
+		{Type: eventlog.TypeSessionStart, Payload: eventlog.SessionStart{SessionID: "ses_1", AgentID: "alice"}},
+		{Type: eventlog.TypeMessageCreate, Shard: "alice", Payload: eventlog.MessageCreate{MessageID: "msg_1", AgentID: "alice", SessionID: "ses_1",
+			Format: "markdown", Content: "hi", Priority: "normal", Refs: []eventlog.Pair{{Type: "mention", Value: "bob"}}, Scopes: []eventlog.Pair{{Type: "module", Value: "m"}}}},
+		{Type: eventlog.TypeMessageEdit, Shard: "alice", Payload: eventlog.MessageEdit{MessageID: "msg_1", AgentID: "alice", SessionID: "ses_1", Content: &content}},
+		{Type: eventlog.TypeMessageRead, Shard: "bob", Payload: eventlog.MessageRead{AgentID: "bob", SessionID: "ses_2", MessageIDs: []string{"msg_1"}}},
+		{Type: eventlog.TypeGroupCreate, Payload: eventlog.GroupCreate{Name: "team", CreatedBy: "alice"}},
+		{Type: eventlog.TypeGroupMemberAdd, Payload: eventlog.GroupMember{Group: "team", MemberType: "role", MemberID: "dev", AgentID: "alice"}},
+		{Type: eventlog.TypeMessageDelete, Shard: "alice", Payload: eventlog.MessageDelete{MessageID: "msg_1", AgentID: "alice", Reason: "done"}},
+	} {
+		if err := lg.Append(ctx, e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var out []*eventlog.Event
+	if _, err := lg.Scan(ctx, nil, func(e *eventlog.Event) error { out = append(out, e); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	return lg, out
+}
+
+func TestApplyIsIdempotentAndMatchesRebuild(t *testing.T) {
+	ctx := context.Background()
+	lg, evs := events(t)
+	st, err := store.Open(filepath.Join(t.TempDir(), "p.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if err := st.Apply(ctx, evs); err != nil {
+		t.Fatal(err)
+	}
+	once, err := st.Dump(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(once["message_edits"]) != 1 || len(once["message_reads"]) != 1 || len(once["group_members"]) != 1 {
+		t.Fatalf("projection after one apply: %v", once)
+	}
+	m, err := st.Message(ctx, "msg_1", "bob")
+	if err != nil || m.Content != "edited" || !m.Deleted || !m.IsRead || m.Version != 1 || len(m.Refs) != 1 || len(m.Scopes) != 1 {
+		t.Fatalf("message: %+v %v", m, err)
+	}
+	// Every event a second time, one by one and as a batch: nothing changes.
+	for _, e := range evs {
+		if err := st.Apply(ctx, []*eventlog.Event{e}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.Apply(ctx, evs); err != nil {
+		t.Fatal(err)
+	}
+	twice, _ := st.Dump(ctx)
+	if !reflect.DeepEqual(once, twice) {
+		t.Fatalf("applying again changed the projection:\n%v\n%v", once, twice)
+	}
+	rebuilt, err := store.Rebuild(ctx, lg, filepath.Join(t.TempDir(), "r.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rebuilt.Close()
+	fromLog, _ := rebuilt.Dump(ctx)
+	if !reflect.DeepEqual(once, fromLog) {
+		t.Fatalf("rebuild differs:\n%v\n%v", once, fromLog)
+	}
+	pos, _ := rebuilt.Positions(ctx)
+	if !reflect.DeepEqual(pos, lg.Positions()) {
+		t.Fatalf("checkpoint %v, log ends at %v", pos, lg.Positions())
+	}
+	if _, err := st.AgentByToken(ctx, "h1"); err != nil {
+		t.Fatalf("token: %v", err)
+	}
+	if _, err := st.Agent(ctx, "nobody"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("missing agent: %v", err)
+	}
+}
+
+func TestClosedAndOutdated(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "p.db")
+	st, err := store.Open(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	st.Close() // idempotent
+	if _, err := st.Agents(ctx, "", ""); !store.IsClosed(err) {
+		t.Fatalf("query after Close: %v", err)
+	}
+	// Pretend an older thrum wrote it: Open asks for a rebuild.
+	w, err := store.Open(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	store.SetVersion(t, path, "1")
+	if _, err := store.Open(path, nil); !errors.Is(err, store.ErrOutdated) {
+		t.Fatalf("open of an older schema: %v", err)
+	}
+	store.SetVersion(t, path, "99")
+	if _, err := store.Open(path, nil); err == nil || errors.Is(err, store.ErrOutdated) {
+		t.Fatalf("open of a newer schema: %v", err)
+	}
+}
