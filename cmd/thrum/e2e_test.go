@@ -431,7 +431,8 @@ func TestHelpEveryCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Commands whose help must carry an example.
+	// Commands whose help must carry an example: these, and every command
+	// that has no subcommands (checked below).
 	withExample := map[string]bool{
 		"init": true, "daemon start": true, "daemon stop": true, "daemon run": true, "quickstart": true,
 		"send": true, "reply": true, "inbox": true,
@@ -440,11 +441,18 @@ func TestHelpEveryCommand(t *testing.T) {
 		"agent list": true, "agent delete": true, "agent cleanup": true, "thread create": true,
 	}
 	var paths []string
+	leaf := map[string]bool{}
 	var walk func(n *kong.Node)
 	walk = func(n *kong.Node) {
 		for _, ch := range n.Children {
 			if ch.Type == kong.CommandNode {
 				paths = append(paths, ch.Path())
+				leaf[ch.Path()] = true
+				for _, g := range ch.Children {
+					if g.Type == kong.CommandNode {
+						leaf[ch.Path()] = false
+					}
+				}
 				walk(ch)
 			}
 		}
@@ -471,7 +479,7 @@ func TestHelpEveryCommand(t *testing.T) {
 		}
 		contains(t, p+" --help", r.stdout, strings.TrimSpace("Usage: thrum "+p))
 		hasExample := strings.Contains(r.stdout, "Example:") || strings.Contains(r.stdout, "Examples:")
-		if withExample[p] && !hasExample {
+		if (withExample[p] || leaf[p]) && !hasExample {
 			t.Errorf("%s --help has no example:\n%s", p, r.stdout)
 		}
 		if hasExample && !strings.Contains(r.stdout, "    thrum "+p) {
