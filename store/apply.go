@@ -104,15 +104,29 @@ func (a *applier) apply(ctx context.Context, evs []*eventlog.Event) error {
 		return fmt.Errorf("store: apply: %w", err)
 	}
 	defer tx.Rollback() // no-op after Commit
-	t := &txApplier{tx: tx, a: a, stmts: map[string]*sqlx.Stmt{}, agentSeen: map[string]string{}, sessionSeen: map[string]string{}}
+	t := &txApplier{tx: tx, a: a, stmts: map[string]*sqlx.Stmt{}, agentSeen: map[string]string{}, sessionSeen: map[string]string{},
+		msgRows: rowBuf{cols: 12, head: `INSERT OR IGNORE INTO messages(message_id, agent_id, session_id, thread_id, created_at,
+			body_format, body_content, body_structured, priority, tags, acting_as, disclose) VALUES`},
+		scopeRows: rowBuf{cols: 3, head: `INSERT OR IGNORE INTO message_scopes(message_id, scope_type, scope_value) VALUES`},
+		refRows:   rowBuf{cols: 3, head: `INSERT OR IGNORE INTO message_refs(message_id, ref_type, ref_value) VALUES`},
+		readRows:  rowBuf{cols: 4, head: `INSERT OR IGNORE INTO message_reads(message_id, session_id, agent_id, read_at) VALUES`},
+	}
 	ends := map[string]int64{}
 	for _, e := range evs {
+		if e.Type != eventlog.TypeMessageCreate && e.Type != eventlog.TypeMessageRead {
+			if err := t.flushRows(ctx); err != nil {
+				return fmt.Errorf("store: apply: %w", err)
+			}
+		}
 		if err := t.event(ctx, e); err != nil {
 			return fmt.Errorf("store: apply %s %s: %w", e.Type, e.ID, err)
 		}
 		if e.Offset > ends[eventlog.ShardPath(e.Shard)] {
 			ends[eventlog.ShardPath(e.Shard)] = e.Offset
 		}
+	}
+	if err := t.flushRows(ctx); err != nil {
+		return fmt.Errorf("store: apply: %w", err)
 	}
 	if err := t.flushSeen(ctx); err != nil {
 		return fmt.Errorf("store: apply: last seen: %w", err)
@@ -134,6 +148,66 @@ type txApplier struct {
 	stmts map[string]*sqlx.Stmt
 
 	agentSeen, sessionSeen map[string]string // latest activity in this batch
+
+	// Rows of the hot tables, inserted many per statement (see flushRows):
+	// per-statement overhead dominates the cost of a row in SQLite.
+	msgRows, scopeRows, refRows, readRows rowBuf
+}
+
+// rowBuf collects rows for multi-row INSERT OR IGNOREs.
+type rowBuf struct {
+	head string // "INSERT OR IGNORE INTO t(a, b) VALUES"
+	cols int
+	args []any
+	n    int
+}
+
+// rowsPerInsert rows go in one statement (its variables stay well under
+// SQLite's limit); fewer go one by one.
+const rowsPerInsert = 100
+
+func (b *rowBuf) add(args ...any) { b.args = append(b.args, args...); b.n++ }
+
+func (b *rowBuf) query(rows int) string {
+	row := "(" + strings.TrimSuffix(strings.Repeat("?,", b.cols), ",") + ")"
+	return b.head + strings.TrimSuffix(strings.Repeat(row+",", rows), ",")
+}
+
+// flush writes the rows: full chunks through one statement prepared on
+// the transaction, the rest one row at a time.
+func (b *rowBuf) flush(ctx context.Context, t *txApplier) error {
+	for b.n > 0 {
+		k := rowsPerInsert
+		if b.n < k {
+			k = 1
+		}
+		q := b.query(k)
+		st := t.stmts[q]
+		if st == nil {
+			var err error
+			if st, err = t.tx.PreparexContext(ctx, q); err != nil {
+				return err
+			}
+			t.stmts[q] = st
+		}
+		if _, err := st.ExecContext(ctx, b.args[:k*b.cols]...); err != nil {
+			return err
+		}
+		b.args, b.n = b.args[k*b.cols:], b.n-k
+	}
+	b.args = b.args[:0]
+	return nil
+}
+
+// flushRows writes the buffered rows, parents first. It runs before any
+// event that may read or change them, and at the end of the batch.
+func (t *txApplier) flushRows(ctx context.Context) error {
+	for _, b := range []*rowBuf{&t.msgRows, &t.scopeRows, &t.refRows, &t.readRows} {
+		if err := b.flush(ctx, t); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (t *txApplier) stmt(ctx context.Context, name string) *sqlx.Stmt {
@@ -264,15 +338,13 @@ func (t *txApplier) event(ctx context.Context, e *eventlog.Event) error {
 		if len(p.Tags) > 0 {
 			tags = jsonText(p.Tags)
 		}
-		if err := t.exec(ctx, "message.create", p.MessageID, p.AgentID, p.SessionID, p.ThreadID, ts,
-			p.Format, p.Content, nullJSON(p.Structured), p.Priority, tags, p.ActingAs, p.Disclose); err != nil {
-			return err
+		t.msgRows.add(p.MessageID, p.AgentID, p.SessionID, p.ThreadID, ts,
+			p.Format, p.Content, nullJSON(p.Structured), p.Priority, tags, p.ActingAs, p.Disclose)
+		for _, sc := range p.Scopes {
+			t.scopeRows.add(p.MessageID, sc.Type, sc.Value)
 		}
-		if err := t.pairs(ctx, "message.scope", p.MessageID, p.Scopes); err != nil {
-			return err
-		}
-		if err := t.pairs(ctx, "message.ref", p.MessageID, p.Refs); err != nil {
-			return err
+		for _, r := range p.Refs {
+			t.refRows.add(p.MessageID, r.Type, r.Value)
 		}
 		return t.seen(ctx, p.AgentID, "", ts)
 
@@ -321,9 +393,7 @@ func (t *txApplier) event(ctx context.Context, e *eventlog.Event) error {
 			return err
 		}
 		for _, id := range p.MessageIDs {
-			if err := t.exec(ctx, "message.read", id, p.SessionID, p.AgentID, ts); err != nil {
-				return err
-			}
+			t.readRows.add(id, p.SessionID, p.AgentID, ts)
 		}
 		return t.seen(ctx, p.AgentID, "", ts)
 
