@@ -52,18 +52,12 @@ var applySQL = map[string]string{
 		unmerged_commits = excluded.unmerged_commits, uncommitted_files = excluded.uncommitted_files,
 		changed_files = excluded.changed_files, git_updated_at = excluded.git_updated_at`,
 
-	"message.create": `INSERT OR IGNORE INTO messages(message_id, agent_id, session_id, thread_id, created_at,
-		body_format, body_content, body_structured, priority, tags, acting_as, disclose)
-		VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-	"message.scope": `INSERT OR IGNORE INTO message_scopes(message_id, scope_type, scope_value) VALUES(?, ?, ?)`,
-	"message.ref":   `INSERT OR IGNORE INTO message_refs(message_id, ref_type, ref_value) VALUES(?, ?, ?)`,
-	"message.body":  `SELECT body_content, body_structured FROM messages WHERE message_id = ?`,
+	"message.body": `SELECT body_content, body_structured FROM messages WHERE message_id = ?`,
 	"message.edit": `INSERT OR IGNORE INTO message_edits(event_id, message_id, edited_at, edited_by, session_id,
 		old_content, new_content, old_structured, new_structured) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 	"message.edited": `UPDATE messages SET body_content = ?, body_structured = ?, updated_at = ?, version = version + 1
 		WHERE message_id = ?`,
 	"message.delete": `UPDATE messages SET deleted = 1, deleted_at = ?, delete_reason = ? WHERE message_id = ? AND deleted = 0`,
-	"message.read":   `INSERT OR IGNORE INTO message_reads(message_id, session_id, agent_id, read_at) VALUES(?, ?, ?, ?)`,
 
 	"thread.create": `INSERT OR IGNORE INTO threads(thread_id, title, created_by, created_at) VALUES(?, ?, ?, ?)`,
 	"thread.scope":  `INSERT OR IGNORE INTO thread_scopes(thread_id, scope_type, scope_value) VALUES(?, ?, ?)`,
