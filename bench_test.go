@@ -244,7 +244,10 @@ func (l *latencies) add(d time.Duration) {
 	l.mu.Unlock()
 }
 
+// report adds the p50 and p99 in milliseconds to the benchmark's line.
 func (l *latencies) report(b *testing.B) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	if len(l.d) == 0 {
 		return
 	}

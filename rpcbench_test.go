@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"sort"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -19,33 +18,6 @@ import (
 // client sees them. Run them with
 //
 //	go test -run '^$' -bench 'RPCSend|PushLatency' -benchtime 2000x .
-
-// rpcLatencies records the duration of each operation, from any goroutine.
-type rpcLatencies struct {
-	mu sync.Mutex
-	d  []time.Duration
-}
-
-func (l *rpcLatencies) add(d time.Duration) {
-	l.mu.Lock()
-	l.d = append(l.d, d)
-	l.mu.Unlock()
-}
-
-// report adds the p50 and p99 in milliseconds to the benchmark's line.
-func (l *rpcLatencies) report(b *testing.B) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if len(l.d) == 0 {
-		return
-	}
-	sort.Slice(l.d, func(i, j int) bool { return l.d[i] < l.d[j] })
-	pct := func(p float64) float64 {
-		return float64(l.d[int(p*float64(len(l.d)-1))]) / float64(time.Millisecond)
-	}
-	b.ReportMetric(pct(0.50), "p50-ms")
-	b.ReportMetric(pct(0.99), "p99-ms")
-}
 
 // benchConn opens a connection to d over transport, bound to agent: by
 // name over the Unix socket, by token over the WebSocket.
@@ -92,7 +64,7 @@ func benchRPCSend(b *testing.B, transport string, clients int) {
 		conns[i] = benchConn(b, d, transport, "alice", nil)
 	}
 	ctx := context.Background()
-	var lat rpcLatencies
+	var lat latencies
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	b.ResetTimer()
@@ -159,7 +131,7 @@ func benchPushLatency(b *testing.B, transport string) {
 		b.Fatal(err)
 	}
 	snd := benchConn(b, d, transport, "alice", nil)
-	var lat rpcLatencies
+	var lat latencies
 	b.ResetTimer()
 	for i := range b.N {
 		t0 := time.Now()
