@@ -279,15 +279,3 @@ func unread(t testing.TB, n *thrum.Node, agent string) []string {
 	return ids
 }
 
-// waitQueued polls until srv has queued want notifications: pushes are
-// asynchronous, and some tests need all of them in before they wait.
-func waitQueued(t testing.TB, srv *mcpserver.Server, want int) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for mcpserver.QueueLen(srv) != want {
-		if time.Now().After(deadline) {
-			t.Fatalf("queue holds %d notifications, want %d", mcpserver.QueueLen(srv), want)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}

@@ -82,6 +82,3 @@ func (s *session) identify(ctx context.Context) error {
 	s.g.debugf("acting as %s (%s)", f.AgentID, src)
 	return nil
 }
-
-// isNoIdentity reports an identity error.
-func isNoIdentity(err error) bool { return errors.Is(err, identity.ErrNoIdentity) }
