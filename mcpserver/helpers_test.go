@@ -278,4 +278,3 @@ func unread(t testing.TB, n *thrum.Node, agent string) []string {
 	}
 	return ids
 }
-
