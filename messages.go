@@ -552,23 +552,18 @@ func (n *Node) MarkRead(ctx context.Context, p *rpc.MarkReadParams) (*rpc.MarkRe
 		sid = s.SessionID
 	}
 	ids := dedupe(p.MessageIDs)
-	exist, err := n.store.ExistingMessages(ctx, ids)
+	state, err := n.store.ReadState(ctx, ids, me)
 	if err != nil {
 		return nil, internal("mark read", err)
 	}
-	var known []string
+	var known, unread []string
 	for _, id := range ids {
-		if exist[id] {
-			known = append(known, id)
+		read, ok := state[id]
+		if !ok {
+			continue // unknown IDs are skipped
 		}
-	}
-	var unread []string
-	for _, id := range known {
-		m, err := n.store.Message(ctx, id, me)
-		if err != nil {
-			return nil, internal("mark read", err)
-		}
-		if !m.IsRead {
+		known = append(known, id)
+		if !read {
 			unread = append(unread, id)
 		}
 	}

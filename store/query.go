@@ -302,24 +302,32 @@ func (s *Store) attachPairs(ctx context.Context, ms []*Message) error {
 	return nil
 }
 
-// ExistingMessages returns which of ids exist.
-func (s *Store) ExistingMessages(ctx context.Context, ids []string) (map[string]bool, error) {
+// ReadState returns, for each of ids that exists, whether reader has read
+// it (or wrote it), in one query.
+func (s *Store) ReadState(ctx context.Context, ids []string, reader string) (map[string]bool, error) {
 	out := map[string]bool{}
 	if len(ids) == 0 {
 		return out, nil
 	}
-	q, args, err := sqlx.In(`SELECT message_id FROM messages WHERE message_id IN (?)`, ids)
+	args := make([]any, 0, len(ids)+2)
+	args = append(args, reader, reader)
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	rows, err := s.query(ctx, `SELECT m.message_id, `+readExpr+` FROM messages m WHERE m.message_id IN (`+placeholders(len(ids))+`)`, args...)
 	if err != nil {
 		return nil, err
 	}
-	var found []string
-	if err := s.sel(ctx, &found, q, args...); err != nil {
-		return nil, err
+	defer rows.Close()
+	for rows.Next() {
+		var id string
+		var read bool
+		if err := rows.Scan(&id, &read); err != nil {
+			return nil, err
+		}
+		out[id] = read
 	}
-	for _, id := range found {
-		out[id] = true
-	}
-	return out, nil
+	return out, rows.Err()
 }
 
 // Readers returns, for each of ids, the other agents (not except) that
