@@ -70,11 +70,10 @@ func stateOf(c *rpc.Conn) *connState {
 	if st, ok := c.Value(connStateKey{}).(*connState); ok {
 		return st
 	}
+	// Requests of one connection run one at a time, so no other handler
+	// can be creating the state concurrently.
 	st := &connState{}
 	c.SetValue(connStateKey{}, st)
-	if v, ok := c.Value(connStateKey{}).(*connState); ok {
-		st = v
-	}
 	return st
 }
 
