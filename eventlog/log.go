@@ -95,6 +95,10 @@ type Log struct {
 	done    chan struct{} // closed when both loops have stopped
 	closed  sync.Once
 
+	// commitHook, if set (by tests), sees the number of Append calls each
+	// group commit takes: OnCommit may merge several commits into one call.
+	commitHook func(appends int)
+
 	mu    sync.Mutex // guards files and sizes (used by the committer and Positions)
 	files map[string]*os.File
 	sizes map[string]int64
@@ -356,6 +360,9 @@ func (l *Log) drain() {
 // in one write, fsync each touched shard, then pass it to applyLoop.
 // An event that fails to encode fails only its own request.
 func (l *Log) commit(batch []*appendReq) {
+	if l.commitHook != nil {
+		l.commitHook(len(batch))
+	}
 	bufs := map[string]*shardBuf{}
 	var order []*shardBuf
 	errs := make([]error, len(batch))
