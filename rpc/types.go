@@ -323,6 +323,11 @@ type SendMessageParams struct {
 	Priority   string          `json:"priority,omitempty"`
 	ActingAs   string          `json:"acting_as,omitempty"`
 	Disclose   bool            `json:"disclose,omitempty"`
+	// IdempotencyKey, if set, makes a retry safe: a send that repeats the
+	// key of an earlier send by the same author (within the daemon's
+	// idempotency window) returns the first send's result instead of
+	// storing a second message.
+	IdempotencyKey string `json:"idempotency_key,omitempty"`
 }
 
 type SendMessageResult struct {
@@ -473,6 +478,8 @@ type CreateThreadParams struct {
 	Message   *ThreadMessage `json:"message,omitempty"`
 	ActingAs  string         `json:"acting_as,omitempty"`
 	Disclose  bool           `json:"disclose,omitempty"`
+	// IdempotencyKey makes a retry safe, as for SendMessageParams.
+	IdempotencyKey string `json:"idempotency_key,omitempty"`
 }
 
 type CreateThreadResult struct {
