@@ -92,9 +92,11 @@ func (n *Node) activeSession(ctx context.Context, id string) (*store.Session, er
 }
 
 // RegisterAgent registers an agent, or updates it when the same agent
-// returns (same role and module, or re_register). A different agent
-// holding the ID is a conflict unless force is set. Successful
-// registrations issue a token, the agent's secret for authenticating.
+// returns (same role and module). A different agent holding the ID is a
+// conflict result unless force is set; re_register with a different role
+// or module is a conflict error, since re_register claims to be the same
+// agent. Successful registrations issue a token, the agent's secret for
+// authenticating.
 func (n *Node) RegisterAgent(ctx context.Context, p *rpc.RegisterAgentParams) (*rpc.RegisterAgentResult, error) {
 	if err := identity.ValidateRole("role", p.Role); err != nil {
 		return nil, invalid("%v", err)
@@ -128,7 +130,14 @@ func (n *Node) RegisterAgent(ctx context.Context, p *rpc.RegisterAgentParams) (*
 			return nil, conflict("%q is a user, not an agent", id)
 		}
 		same := existing.Role == p.Role && existing.Module == p.Module
-		if !same && !p.Force && !p.ReRegister {
+		if !same && p.ReRegister && !p.Force {
+			// re_register says "the same agent returning"; a different
+			// role or module says otherwise, and only force may take a
+			// name over from another agent.
+			return nil, conflict("cannot re-register %s as %s/%s: it is registered as %s/%s, so this is a different agent; re-register with its role and module, or use force to take the name over",
+				id, p.Role, p.Module, existing.Role, existing.Module)
+		}
+		if !same && !p.Force {
 			return &rpc.RegisterAgentResult{AgentID: id, Status: "conflict", Conflict: &rpc.AgentConflict{
 				ExistingAgentID: existing.AgentID,
 				RegisteredAt:    existing.RegisteredAt,

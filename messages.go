@@ -1,6 +1,7 @@
 package thrum
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"strings"
@@ -70,16 +71,34 @@ func (n *Node) resolveAuthor(ctx context.Context, actingAs string) (author, erro
 	return author{agentID: id, sessionID: s.SessionID}, nil
 }
 
-// checkStructured validates a structured payload: any JSON value (an
-// object, usually); null or absent means none.
+// checkStructured validates a structured payload: the spec makes it a
+// typed payload object, so anything but a JSON object (a string, a
+// number, an array) is refused; null or absent means none.
 func checkStructured(raw json.RawMessage) error {
-	if len(raw) == 0 {
+	s := bytes.TrimSpace(raw)
+	if len(s) == 0 || bytes.Equal(s, []byte("null")) {
 		return nil
 	}
-	if !json.Valid(raw) {
+	if !json.Valid(s) {
 		return invalid("structured is not valid JSON")
 	}
+	if s[0] != '{' {
+		return invalid("structured must be a JSON object, as {\"type\":\"test_result\",\"passed\":45}: got %s", jsonKindOf(s[0]))
+	}
 	return nil
+}
+
+// jsonKindOf names the kind of the JSON value that starts with c.
+func jsonKindOf(c byte) string {
+	switch c {
+	case '"':
+		return "a string"
+	case '[':
+		return "an array"
+	case 't', 'f':
+		return "a boolean"
+	}
+	return "a number"
 }
 
 // SendMessage sends a message as the caller. Mentions ("@name", "@role",

@@ -267,9 +267,11 @@ type HeartbeatResult struct {
 	LastSeenAt string `json:"last_seen_at"`
 }
 
+// SetIntentParams: Intent is required, as the spec says; nil (absent on
+// the wire) is an invalid-params error, and a pointer to "" clears it.
 type SetIntentParams struct {
-	SessionID string `json:"session_id"`
-	Intent    string `json:"intent"`
+	SessionID string  `json:"session_id"`
+	Intent    *string `json:"intent,omitempty"`
 }
 
 type SetIntentResult struct {
@@ -278,9 +280,11 @@ type SetIntentResult struct {
 	IntentUpdatedAt string `json:"intent_updated_at"`
 }
 
+// SetTaskParams: CurrentTask is required, as the spec says; nil (absent
+// on the wire) is an invalid-params error, and a pointer to "" clears it.
 type SetTaskParams struct {
-	SessionID   string `json:"session_id"`
-	CurrentTask string `json:"current_task"`
+	SessionID   string  `json:"session_id"`
+	CurrentTask *string `json:"current_task,omitempty"`
 }
 
 type SetTaskResult struct {

@@ -1,0 +1,142 @@
+package thrum_test
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/thrumhq/thrum"
+	"github.com/thrumhq/thrum/rpc"
+)
+
+func ptr[T any](v T) *T { return &v }
+
+// Issue 12 item 5: thread.list's unread counts are the caller's, so
+// without a caller it is refused (the spec's error), the same rule as
+// message.list's unread and mentions filters; with one it counts.
+func TestThreadListNeedsCaller(t *testing.T) {
+	f := newFixture(t, nil)
+	if _, err := f.n.CreateThread(f.as("alice"), &rpc.CreateThreadParams{Title: "t", Recipient: "@bob",
+		Message: &rpc.ThreadMessage{Content: "hi"}}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := f.n.ListThreads(f.ctx, &rpc.ListThreadsParams{})
+	wantCode(t, err, rpc.CodeUnauthenticated, "caller_agent_id")
+	_, err = f.n.ListMessages(f.ctx, &rpc.ListMessagesParams{Unread: true})
+	wantCode(t, err, rpc.CodeUnauthenticated, "caller_agent_id")
+	for who, unread := range map[string]int{"alice": 0, "bob": 1} {
+		l, err := f.n.ListThreads(f.as(who), &rpc.ListThreadsParams{})
+		if err != nil || len(l.Threads) != 1 || l.Threads[0].UnreadCount != unread {
+			t.Fatalf("thread.list as %s: %+v %v, want unread %d", who, l, err, unread)
+		}
+	}
+}
+
+// Issue 12 item 6: intent and current_task are required; leaving one out
+// is -32602 and keeps the value, an explicit "" clears it. Checked in
+// process and over the socket, where "absent" is a missing key.
+func TestSetIntentTaskRequireTheField(t *testing.T) {
+	d := startDaemon(t)
+	ctx := thrum.AsAgent(t.Context(), "alice")
+	ss, err := d.n.ListSessions(ctx, &rpc.ListSessionsParams{AgentID: "alice", ActiveOnly: true})
+	if err != nil || len(ss.Sessions) != 1 {
+		t.Fatalf("sessions: %+v %v", ss, err)
+	}
+	sid := ss.Sessions[0].SessionID
+	if _, err := d.n.SetIntent(ctx, &rpc.SetIntentParams{SessionID: sid, Intent: ptr("refactor auth")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.n.SetTask(ctx, &rpc.SetTaskParams{SessionID: sid, CurrentTask: ptr("beads:1")}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = d.n.SetIntent(ctx, &rpc.SetIntentParams{SessionID: sid})
+	wantCode(t, err, rpc.CodeInvalidParams, "intent is required")
+	_, err = d.n.SetTask(ctx, &rpc.SetTaskParams{SessionID: sid})
+	wantCode(t, err, rpc.CodeInvalidParams, "current_task is required")
+
+	c := d.unix(t, nil)
+	for _, tt := range []struct{ method, params, msg string }{
+		{rpc.MethodSessionSetIntent, `{"session_id":"` + sid + `","caller_agent_id":"alice"}`, "intent is required"},
+		{rpc.MethodSessionSetIntent, `{"session_id":"` + sid + `","intent":null,"caller_agent_id":"alice"}`, "intent is required"},
+		{rpc.MethodSessionSetTask, `{"session_id":"` + sid + `","caller_agent_id":"alice"}`, "current_task is required"},
+	} {
+		err := c.Call(t.Context(), tt.method, json.RawMessage(tt.params), nil)
+		wantCode(t, err, rpc.CodeInvalidParams, tt.msg)
+	}
+	contexts := func() rpc.WorkContext {
+		t.Helper()
+		l, err := d.n.ListContext(ctx, &rpc.ListContextParams{AgentID: "alice"})
+		if err != nil || len(l.Contexts) != 1 {
+			t.Fatalf("contexts: %+v %v", l, err)
+		}
+		return l.Contexts[0]
+	}
+	if w := contexts(); w.Intent != "refactor auth" || w.CurrentTask != "beads:1" {
+		t.Fatalf("a call without the field changed the session: %+v", w)
+	}
+	var ri rpc.SetIntentResult
+	if err := c.Call(t.Context(), rpc.MethodSessionSetIntent, json.RawMessage(`{"session_id":"`+sid+`","intent":"","caller_agent_id":"alice"}`), &ri); err != nil || ri.Intent != "" {
+		t.Fatalf("clear intent: %+v %v", ri, err)
+	}
+	if _, err := d.n.SetTask(ctx, &rpc.SetTaskParams{SessionID: sid, CurrentTask: ptr("")}); err != nil {
+		t.Fatal(err)
+	}
+	if w := contexts(); w.Intent != "" || w.CurrentTask != "" {
+		t.Fatalf("an explicit empty string did not clear: %+v", w)
+	}
+}
+
+// Issue 12 item 7: re_register is "the same agent returning"; with another
+// role it is refused and does not act like force: the holder keeps its
+// role and its token.
+func TestReRegisterIsNotForce(t *testing.T) {
+	f := newFixture(t, nil)
+	first, err := f.n.RegisterAgent(f.ctx, &rpc.RegisterAgentParams{Name: "dan", Role: "tester", Module: "qa"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = f.n.RegisterAgent(f.ctx, &rpc.RegisterAgentParams{Name: "dan", Role: "lead", Module: "qa", ReRegister: true})
+	wantCode(t, err, rpc.CodeConflict, "registered as tester/qa")
+	if id, err := f.n.Authenticate(f.ctx, first.Token); err != nil || id != "dan" {
+		t.Fatalf("the holder's token stopped working: %q %v", id, err)
+	}
+	l, _ := f.n.ListAgents(f.ctx, &rpc.ListAgentsParams{Role: "lead"})
+	if len(l.Agents) != 0 {
+		t.Fatalf("re_register changed the role: %+v", l.Agents)
+	}
+	again, err := f.n.RegisterAgent(f.ctx, &rpc.RegisterAgentParams{Name: "dan", Role: "tester", Module: "qa", ReRegister: true})
+	if err != nil || again.Status != "updated" {
+		t.Fatalf("re_register of the same agent: %+v %v", again, err)
+	}
+}
+
+// Issue 12 item 8: structured is a typed payload object. message.send,
+// thread.create's message and message.edit refuse any other JSON value.
+func TestStructuredMustBeAnObject(t *testing.T) {
+	f := newFixture(t, nil)
+	m := f.send("alice", rpc.SendMessageParams{Content: "x", Structured: json.RawMessage(` {"ok":true} `)})
+	for _, tt := range []struct{ raw, kind string }{
+		{`"just a string"`, "a string"}, {`[1,2]`, "an array"}, {`42`, "a number"}, {`true`, "a boolean"},
+	} {
+		raw := json.RawMessage(tt.raw)
+		_, err := f.n.SendMessage(f.as("alice"), &rpc.SendMessageParams{Content: "x", Structured: raw})
+		wantCode(t, err, rpc.CodeInvalidParams, "structured must be a JSON object")
+		wantCode(t, err, rpc.CodeInvalidParams, tt.kind)
+		_, err = f.n.CreateThread(f.as("alice"), &rpc.CreateThreadParams{Title: "t", Recipient: "@bob",
+			Message: &rpc.ThreadMessage{Content: "x", Structured: raw}})
+		wantCode(t, err, rpc.CodeInvalidParams, "structured must be a JSON object")
+		_, err = f.n.EditMessage(f.as("alice"), &rpc.EditMessageParams{MessageID: m.MessageID, Structured: raw})
+		wantCode(t, err, rpc.CodeInvalidParams, "structured must be a JSON object")
+	}
+	if l, _ := f.n.ListThreads(f.as("alice"), &rpc.ListThreadsParams{}); l.Total != 0 {
+		t.Fatalf("a refused first message left a thread: %+v", l)
+	}
+	// null means none, over the wire too.
+	d := startDaemon(t)
+	c := d.unix(t, nil)
+	var r rpc.SendMessageResult
+	if err := c.Call(t.Context(), rpc.MethodMessageSend, json.RawMessage(`{"content":"x","structured":null,"caller_agent_id":"alice"}`), &r); err != nil {
+		t.Fatal(err)
+	}
+	err := c.Call(t.Context(), rpc.MethodMessageSend, json.RawMessage(`{"content":"x","structured":"{\"a\":1}","caller_agent_id":"alice"}`), nil)
+	wantCode(t, err, rpc.CodeInvalidParams, "structured must be a JSON object")
+}
