@@ -1,10 +1,19 @@
 package thrum_test
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/thrumhq/thrum"
+	"github.com/thrumhq/thrum/identity"
 	"github.com/thrumhq/thrum/rpc"
 )
 
@@ -139,4 +148,118 @@ func TestStructuredMustBeAnObject(t *testing.T) {
 	}
 	err := c.Call(t.Context(), rpc.MethodMessageSend, json.RawMessage(`{"content":"x","structured":"{\"a\":1}","caller_agent_id":"alice"}`), nil)
 	wantCode(t, err, rpc.CodeInvalidParams, "structured must be a JSON object")
+}
+
+// Issue 12 item 2: agent.cleanup never removes an agent that is active or
+// whose identity file is in any worktree's identity directory (the binary
+// lists them through Options.IdentityDirs), and says why each orphan is
+// one.
+func TestCleanupSparesOtherWorktreesAndSaysWhy(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("git not installed")
+	}
+	mainIDs, featIDs := t.TempDir(), t.TempDir()
+	var offset time.Duration
+	var dirsErr error
+	opts := &thrum.Options{
+		IdentityDir:  mainIDs,
+		IdentityDirs: func(context.Context) ([]string, error) { return []string{mainIDs, featIDs}, dirsErr },
+		Now:          func() time.Time { return time.Now().Add(offset) },
+	}
+	f := newFixture(t, opts) // alice, bob, carol: registered over RPC, no files
+	identity.Save(mainIDs, &identity.File{Name: "alice", AgentID: "alice", Role: "implementer", Module: "auth"})
+	identity.Save(featIDs, &identity.File{Name: "dan", AgentID: "dan", Role: "tester", Module: "qa"})
+	os.WriteFile(filepath.Join(featIDs, "erin.json"), []byte("{not json"), 0o600) // still names erin
+	f.register(rpc.RegisterAgentParams{Name: "dan", Role: "tester", Module: "qa"})
+	f.register(rpc.RegisterAgentParams{Name: "erin", Role: "tester", Module: "ui"})
+
+	// frank worked in a worktree that has since been removed.
+	wt := filepath.Join(t.TempDir(), "gone")
+	gitInit(t, wt)
+	frank := f.register(rpc.RegisterAgentParams{Name: "frank", Role: "tester", Module: "core"})
+	s, err := f.n.StartSession(f.ctx, &rpc.StartSessionParams{AgentID: frank, Refs: []rpc.Ref{{Type: thrum.RefWorktree, Value: wt}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.n.Heartbeat(f.ctx, &rpc.HeartbeatParams{SessionID: s.SessionID}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(wt); err != nil {
+		t.Fatal(err)
+	}
+
+	// Everyone is active: no orphans, not even agents without a file.
+	c, err := f.n.CleanupAgents(f.ctx, &rpc.CleanupAgentsParams{Force: true})
+	if err != nil || len(c.Orphans) != 0 || len(c.Deleted) != 0 {
+		t.Fatalf("cleanup while everyone is active: %+v %v", c, err)
+	}
+
+	// An hour on, nobody is active and nobody is stale: only frank, whose
+	// worktree is gone, is an orphan.
+	offset = time.Hour
+	c, err = f.n.CleanupAgents(f.ctx, &rpc.CleanupAgentsParams{DryRun: true})
+	if err != nil || len(c.Orphans) != 1 || c.Orphans[0].AgentID != "frank" || !c.Orphans[0].WorktreeMissing ||
+		c.Orphans[0].Reason != "no identity file in any worktree; worktree "+wt+" is gone; idle 0 days" {
+		t.Fatalf("dry run an hour on: %+v %v", c, err)
+	}
+
+	// If the worktrees cannot be listed, cleanup refuses rather than guess.
+	offset = 40 * 24 * time.Hour
+	dirsErr = errors.New("git worktree list: exit status 128")
+	if _, err := f.n.CleanupAgents(f.ctx, &rpc.CleanupAgentsParams{Force: true}); !errors.Is(err, thrum.ErrInternal) {
+		t.Fatalf("cleanup without the worktree list: %v", err)
+	}
+	dirsErr = nil
+
+	// 40 days on: everyone is stale, but alice (main worktree), dan
+	// (feature worktree) and erin (a file that does not parse, named
+	// after her) keep their identities and stay.
+	c, err = f.n.CleanupAgents(f.ctx, &rpc.CleanupAgentsParams{Force: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, o := range c.Orphans {
+		got[o.AgentID] = o.Reason
+	}
+	want := map[string]string{
+		"bob":   "no identity file in any worktree; idle 40 days",
+		"carol": "no identity file in any worktree; idle 40 days",
+		"frank": "no identity file in any worktree; worktree " + wt + " is gone; idle 40 days",
+	}
+	if !reflect.DeepEqual(got, want) || strings.Join(c.Deleted, ",") != "bob,carol,frank" {
+		t.Fatalf("forced cleanup 40 days on: orphans %v deleted %v", got, c.Deleted)
+	}
+	l, _ := f.n.ListAgents(f.ctx, &rpc.ListAgentsParams{})
+	var left []string
+	for _, a := range l.Agents {
+		left = append(left, a.AgentID)
+	}
+	if strings.Join(left, ",") != "alice,dan,erin" {
+		t.Fatalf("agents after cleanup: %v", left)
+	}
+
+	// agent.delete removes the identity file from whichever worktree
+	// holds it.
+	if _, err := f.n.DeleteAgent(f.ctx, &rpc.DeleteAgentParams{Name: "dan"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(identity.Path(featIDs, "dan")); !os.IsNotExist(err) {
+		t.Fatalf("dan's identity file in the feature worktree remains: %v", err)
+	}
+}
+
+// gitInit makes dir a git repository with one commit.
+func gitInit(t *testing.T, dir string) {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"init", "-q"}, {"commit", "-q", "--allow-empty", "-m", "base"}} {
+		cmd := exec.Command("git", append([]string{"-c", "user.name=T", "-c", "user.email=t@x", "-c", "init.defaultBranch=main"}, args...)...)
+		cmd.Dir = dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+	}
 }

@@ -797,19 +797,19 @@ func TestWhoamiDeleteCleanup(t *testing.T) {
 	_, err = f.n.Whoami(f.ctx, &rpc.WhoamiParams{})
 	wantCode(t, err, rpc.CodeUnauthenticated, "resolve identity")
 
-	// carol has no identity file: an orphan. Nobody is stale yet.
+	// carol has no identity file but is active: not an orphan.
 	c, err := f.n.CleanupAgents(f.ctx, &rpc.CleanupAgentsParams{DryRun: true})
-	if err != nil || len(c.Orphans) != 1 || c.Orphans[0].AgentID != "carol" || len(c.Deleted) != 0 || !c.DryRun {
+	if err != nil || len(c.Orphans) != 0 || len(c.Deleted) != 0 || !c.DryRun {
 		t.Fatalf("dry run: %+v %v", c, err)
 	}
+	// 40 days on, carol is stale; alice and bob keep their files.
 	offset = 40 * 24 * time.Hour
 	c, _ = f.n.CleanupAgents(f.ctx, &rpc.CleanupAgentsParams{Threshold: 30, Force: true})
-	if len(c.Orphans) != 3 || len(c.Deleted) != 3 || c.DryRun || c.Orphans[0].DaysSinceLastSeen < 39 {
+	if len(c.Orphans) != 1 || len(c.Deleted) != 1 || c.DryRun || c.Orphans[0].DaysSinceLastSeen < 39 ||
+		c.Orphans[0].Reason != fmt.Sprintf("no identity file in any worktree; idle %d days", c.Orphans[0].DaysSinceLastSeen) {
 		t.Fatalf("forced cleanup: %+v", c)
 	}
-	if _, err := os.Stat(identity.Path(idDir, "alice")); !os.IsNotExist(err) {
-		t.Fatalf("identity file of a deleted agent remains: %v", err)
-	}
+	offset = 0
 	f2 := newFixture(t, &thrum.Options{IdentityDir: idDir})
 	identity.Save(idDir, &identity.File{Name: "bob", AgentID: "bob", Role: "reviewer", Module: "auth"})
 	d, err := f2.n.DeleteAgent(f2.ctx, &rpc.DeleteAgentParams{Name: "bob"})

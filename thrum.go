@@ -49,9 +49,18 @@ type Options struct {
 	RepoDir string
 
 	// IdentityDir is where identity files live (.thrum/identities).
-	// agent.delete removes the agent's file from it and agent.cleanup
-	// counts an agent whose file is gone as orphaned. Default: none.
+	// agent.delete removes the agent's file from it, and agent.cleanup
+	// never deletes an agent whose file is in it. Default: none.
 	IdentityDir string
+
+	// IdentityDirs, if set, lists the other directories where identity
+	// files of this node's agents live: with git worktrees sharing one
+	// node, each worktree's .thrum/identities. It is called on each
+	// agent.cleanup and agent.delete, so worktrees added while the node
+	// runs count. agent.cleanup fails rather than guess when it returns an
+	// error. The node never looks for such directories itself. Default:
+	// IdentityDir alone.
+	IdentityDirs func(ctx context.Context) ([]string, error)
 
 	// MaxContentBytes caps a message's content. Default
 	// DefaultMaxContentBytes.

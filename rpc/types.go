@@ -227,6 +227,9 @@ type OrphanAgent struct {
 	BranchMissing     bool   `json:"branch_missing"`
 	DaysSinceLastSeen int    `json:"days_since_last_seen"`
 	MessageCount      int    `json:"message_count"`
+	// Reason says why the agent is an orphan, as "no identity file in
+	// any worktree; idle 34 days".
+	Reason string `json:"reason"`
 }
 
 // ---- sessions ----

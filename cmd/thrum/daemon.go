@@ -108,7 +108,8 @@ func (c *DaemonRunCmd) Run(ctx context.Context, g *Globals) error {
 	// through this pointer.
 	var syncer atomic.Pointer[gitsync.Syncer]
 	syncOn := l.Git && gitsync.HasRemote(ctx, l.Root, gitsync.DefaultRemote)
-	opts := &thrum.Options{Logger: logger, DBPath: l.DB, RepoID: l.RepoID, RepoDir: l.Root, IdentityDir: l.IDs}
+	opts := &thrum.Options{Logger: logger, DBPath: l.DB, RepoID: l.RepoID, RepoDir: l.Root, IdentityDir: l.IDs,
+		IdentityDirs: worktreeIdentityDirs(l)}
 	if syncOn {
 		opts.OnLocalCommit = func() {
 			if s := syncer.Load(); s != nil {
