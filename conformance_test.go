@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -262,4 +263,57 @@ func gitInit(t *testing.T, dir string) {
 			t.Fatalf("git %v: %v\n%s", args, err, out)
 		}
 	}
+}
+
+// Issue 12 item 14, the library's half: a send naming a recipient nobody
+// here has calls Options.Refresh once, bounded, and then looks again.
+func TestUnknownRecipientRefreshesOnce(t *testing.T) {
+	var n *thrum.Node
+	var calls atomic.Int32
+	var mode atomic.Value // "register", "fail" or "hang"
+	mode.Store("register")
+	opts := &thrum.Options{
+		RefreshTimeout: 200 * time.Millisecond,
+		Refresh: func(ctx context.Context) error {
+			calls.Add(1)
+			switch mode.Load() {
+			case "register": // what a sync would bring: dan, registered on another clone
+				_, err := n.RegisterAgent(ctx, &rpc.RegisterAgentParams{Name: "dan", Role: "tester", Module: "qa"})
+				return err
+			case "hang":
+				<-ctx.Done()
+				return ctx.Err()
+			}
+			return errors.New("fetch: remote unreachable")
+		},
+	}
+	f := newFixture(t, opts)
+	n = f.n
+
+	// Known recipients never refresh.
+	f.send("alice", rpc.SendMessageParams{Content: "hi", Mentions: []string{"@bob"}})
+	if c := calls.Load(); c != 0 {
+		t.Fatalf("a send to a known recipient refreshed %d times", c)
+	}
+	r := f.send("alice", rpc.SendMessageParams{Content: "welcome", Mentions: []string{"@bob", "@dan"}})
+	if c := calls.Load(); c != 1 || len(r.Recipients) != 2 || r.Recipients[1].Agents[0] != "dan" {
+		t.Fatalf("send to dan after a refresh: %d refreshes, %+v", c, r.Recipients)
+	}
+	// thread.create's recipient takes the same path.
+	mode.Store("fail")
+	_, err := f.n.CreateThread(f.as("alice"), &rpc.CreateThreadParams{Title: "t", Recipient: "@ghost", Message: &rpc.ThreadMessage{Content: "x"}})
+	wantCode(t, err, rpc.CodeNotFound, "unknown recipient @ghost")
+	if c := calls.Load(); c != 2 {
+		t.Fatalf("refreshes after thread.create to a ghost: %d", c)
+	}
+	// Two unknown names: one refresh. A refresh that hangs is cut at
+	// RefreshTimeout and the clear error stays.
+	mode.Store("hang")
+	start := time.Now()
+	_, err = f.n.SendMessage(f.as("alice"), &rpc.SendMessageParams{Content: "x", Mentions: []string{"@nobody", "@noone"}})
+	wantCode(t, err, rpc.CodeNotFound, "unknown recipient @nobody")
+	if c := calls.Load(); c != 3 {
+		t.Fatalf("refreshes for two unknown names: %d, want one more", c-2)
+	}
+	t.Logf("a send with a hanging refresh took %v (RefreshTimeout 200ms)", time.Since(start).Round(time.Millisecond))
 }

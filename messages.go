@@ -192,22 +192,24 @@ func (n *Node) prepareMessage(ctx context.Context, p *rpc.SendMessageParams, thr
 	mentions = append(mentions, p.Mentions...)
 	res := &preparedMessage{}
 	seen := map[string]bool{}
+	refreshed := false
 	for _, m := range mentions {
 		addr := identity.NormalizeAgentID(m)
 		if addr == "" {
 			return nil, invalid("empty mention: name an agent, role or group, as @reviewer")
 		}
-		rc, ok := n.dirc.resolve(addr)
-		if !ok {
-			if role, _, legacy := identity.ParseLegacyID(trimAt(m)); legacy {
-				addr = role
-				rc, ok = n.dirc.resolve(addr)
-			}
+		to, rc, ok := n.resolveMention(m, addr)
+		if !ok && !refreshed && n.opts.Refresh != nil {
+			// Perhaps registered elsewhere and not synced yet: bring the
+			// other clones' events in once, then look again.
+			refreshed = true
+			n.refresh(ctx)
+			to, rc, ok = n.resolveMention(m, addr)
 		}
 		if !ok {
 			return nil, notFound("unknown recipient @%s: no agent, role or group has that name (see thrum agent list, thrum group list)", addr)
 		}
-		if seen[addr] {
+		if addr = to; seen[addr] {
 			continue
 		}
 		seen[addr] = true
@@ -224,6 +226,29 @@ func (n *Node) prepareMessage(ctx context.Context, p *rpc.SendMessageParams, thr
 		ActingAs: au.actingAs, Disclose: p.Disclose && au.actingAs != "",
 	}}
 	return res, nil
+}
+
+// resolveMention resolves a mention m (addr normalized) and returns the
+// address it resolved as: a legacy role:hash ID resolves as its role.
+func (n *Node) resolveMention(m, addr string) (string, rpc.Recipient, bool) {
+	if rc, ok := n.dirc.resolve(addr); ok {
+		return addr, rc, true
+	}
+	if role, _, legacy := identity.ParseLegacyID(trimAt(m)); legacy {
+		rc, ok := n.dirc.resolve(role)
+		return role, rc, ok
+	}
+	return addr, rpc.Recipient{}, false
+}
+
+// refresh runs Options.Refresh, bounded by RefreshTimeout. Its failure
+// is only logged: the caller decides on what the directory holds.
+func (n *Node) refresh(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, n.opts.RefreshTimeout)
+	defer cancel()
+	if err := n.opts.Refresh(ctx); err != nil && n.opts.Logger != nil {
+		n.opts.Logger.Debug("thrum: refresh for an unknown recipient", "err", err)
+	}
 }
 
 func normalizeStructured(raw json.RawMessage) json.RawMessage {

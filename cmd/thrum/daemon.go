@@ -70,6 +70,7 @@ type DaemonCmd struct {
 type DaemonRunCmd struct {
 	WSAddr       string        `name:"ws-addr" default:"127.0.0.1:0" help:"Loopback address of the WebSocket (port 0 picks a free one)."`
 	SyncInterval time.Duration `default:"60s" help:"How often to sync with the git remote when idle."`
+	SyncWait     time.Duration `default:"2s" help:"How long a send naming an unknown recipient waits for a sync with the git remote before refusing (0: no wait)."`
 }
 
 func (c *DaemonRunCmd) Help() string {
@@ -122,6 +123,17 @@ func (c *DaemonRunCmd) Run(ctx context.Context, g *Globals) error {
 				return "pending"
 			}
 			return healthSyncState(s.Status())
+		}
+		if c.SyncWait > 0 {
+			// An unknown recipient may have registered on another clone:
+			// a send waits up to SyncWait for a round with the remote.
+			opts.RefreshTimeout = c.SyncWait
+			opts.Refresh = func(ctx context.Context) error {
+				if s := syncer.Load(); s != nil {
+					return s.Refresh(ctx)
+				}
+				return errors.New("sync has not started yet")
+			}
 		}
 	}
 	n, err := thrum.Open(l.LogDir, opts)
@@ -227,6 +239,7 @@ func alive(pid int) bool {
 type DaemonStartCmd struct {
 	WSAddr       string        `name:"ws-addr" default:"127.0.0.1:0" help:"Loopback address of the WebSocket."`
 	SyncInterval time.Duration `default:"60s" help:"How often to sync with the git remote when idle."`
+	SyncWait     time.Duration `default:"2s" help:"How long a send naming an unknown recipient waits for a sync with the git remote before refusing (0: no wait)."`
 	Timeout      time.Duration `default:"10s" help:"How long to wait for the daemon to answer."`
 }
 
@@ -261,7 +274,7 @@ func (c *DaemonStartCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	defer logf.Close()
-	args := []string{"--repo", l.Root, "daemon", "run", "--ws-addr", c.WSAddr, "--sync-interval", c.SyncInterval.String()}
+	args := []string{"--repo", l.Root, "daemon", "run", "--ws-addr", c.WSAddr, "--sync-interval", c.SyncInterval.String(), "--sync-wait", c.SyncWait.String()}
 	if g.Home != "" {
 		args = append([]string{"--home", g.Home}, args...)
 	}
