@@ -250,9 +250,9 @@ func (n *Node) ListContext(ctx context.Context, p *rpc.ListContextParams) (*rpc.
 }
 
 // DeleteAgent removes an agent: an agent.cleanup event, and its identity
-// file from each identity directory (Options.IdentityDir, IdentityDirs). Its messages stay in the log and
-// the projection: the log is append-only, and a rebuild must give the
-// same projection.
+// file from each identity directory (Options.IdentityDir and
+// IdentityDirs). Its messages stay in the log and the projection: the
+// log is append-only, and a rebuild must give the same projection.
 func (n *Node) DeleteAgent(ctx context.Context, p *rpc.DeleteAgentParams) (*rpc.DeleteAgentResult, error) {
 	if p.Name == "" {
 		return nil, invalid("agent name is required")
