@@ -267,16 +267,19 @@ func TestEndToEndRun(t *testing.T) {
 	c.fails(exitUsage, "alice", []string{"group", "add", "reviewers", "@bob", "--role", "reviewer"}, "not both")
 	c.fails(exitUsage, "alice", []string{"group", "add", "reviewers"}, "name a member")
 	r = c.ok("alice", "group", "list")
-	matches(t, "group list", r.stdout, `(?m)^@everyone\s+all agents\s+`, `(?m)^@reviewers\s+2\s+Code review team$`)
+	matches(t, "group list", r.stdout, `(?m)^@everyone\s+2 \(all agents\)\s+`, `(?m)^@reviewers\s+2\s+Code review team$`)
 	var gl map[string]any
 	c.okJSON(&gl, "", "group", "list")
-	found := false
+	found, everyone := false, false
 	for _, g := range gl["groups"].([]any) {
-		if str(g, "name") == "reviewers" {
+		switch str(g, "name") {
+		case "reviewers":
 			found = num(g, "member_count") == 2 && str(g, "description") == "Code review team"
+		case "everyone":
+			everyone = num(g, "member_count") == 2 // the two agents
 		}
 	}
-	if !found {
+	if !found || !everyone {
 		t.Errorf("group list --json = %v", gl)
 	}
 	r = c.ok("alice", "group", "info", "reviewers")
@@ -286,6 +289,15 @@ func TestEndToEndRun(t *testing.T) {
 	hasKeys(t, "group info", gi, "name", "description", "created_at", "created_by", "members")
 	r = c.ok("alice", "group", "members", "reviewers", "--expand")
 	contains(t, "group members --expand", r.stdout, "Members of @reviewers: @alice, role:reviewer\n", "Reaches: alice, bob\n")
+	r = c.ok("", "group", "members", "@everyone", "--expand")
+	if r.stdout != "Members of @everyone: every agent\nReaches: alice, bob\n" {
+		t.Errorf("group members @everyone --expand:\n%s", r)
+	}
+	// Two identities and none named: the owner manages groups.
+	contains(t, "group create as the owner", c.ok("", "group", "create", "backend").stdout, "> Group created: @backend\n")
+	contains(t, "group add as the owner", c.ok("", "group", "add", "backend", "--role", "reviewer").stdout, "> Added role reviewer to @backend\n")
+	contains(t, "owner's group info", c.ok("", "group", "info", "backend").stdout, " by owner\n", "  Members:     role:reviewer\n")
+	contains(t, "group delete as the owner", c.ok("", "group", "delete", "backend").stdout, "> Group deleted: @backend\n")
 	var gm map[string]any
 	c.okJSON(&gm, "", "group", "members", "everyone", "--expand")
 	if ea, _ := gm["expanded_agents"].([]any); len(ea) != 2 {

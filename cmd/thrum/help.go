@@ -7,8 +7,6 @@ func (c *DaemonStatusCmd) Help() string {
 	return "Exit code 3 when no daemon is running.\n\nExamples:\n  thrum daemon status\n  thrum daemon status --json"
 }
 
-func (c *GroupDeleteCmd) Help() string { return "Example:\n  thrum group delete reviewers" }
-
 func (c *GroupListCmd) Help() string { return "Example:\n  thrum group list --json" }
 
 func (c *GroupInfoCmd) Help() string { return "Example:\n  thrum group info reviewers" }
