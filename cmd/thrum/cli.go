@@ -27,7 +27,7 @@ const (
 // Globals are the flags every command takes.
 type Globals struct {
 	JSON    bool   `help:"Print machine-readable JSON on stdout."`
-	Quiet   bool   `short:"q" help:"Print only what was asked for: no hints or tips."`
+	Quiet   bool   `short:"q" help:"Print only what was asked for: no hints, tips or next-page line; send and reply print just the new ID."`
 	Verbose bool   `short:"v" help:"Print debug output on stderr."`
 	Role    string `help:"Agent role, to select an identity (or THRUM_ROLE)."`
 	Module  string `help:"Agent module, to select an identity (or THRUM_MODULE)."`

@@ -348,6 +348,20 @@ func TestEndToEndRun(t *testing.T) {
 	r = c.ok("bob", "inbox", "--mentions", "--page-size", "1")
 	contains(t, "inbox --page-size 1", r.stdout, "Showing 1-1 of ", "Next page: thrum inbox --mentions --page-size 1 --page 2\n")
 	contains(t, "inbox --page-size 2", c.ok("bob", "inbox", "--page-size", "2", "--page", "2").stdout, "Showing 3-4 of ", "Next page: thrum inbox --page-size 2 --page 3\n")
+	// --quiet leaves out the hint, and the recipient lines of send.
+	r = c.ok("bob", "inbox", "--page-size", "2", "--page", "2", "--quiet")
+	contains(t, "inbox --quiet", r.stdout, "Showing 3-4 of ")
+	lacks(t, "inbox --quiet", r.stdout, "Next page")
+	lacks(t, "thread get --quiet", c.ok("bob", "thread", "get", tid, "--page-size", "1", "-q").stdout, "Next page")
+	r = c.ok("alice", "send", "Quietly", "--to", "@reviewer", "--quiet")
+	if !regexp.MustCompile(`^msg_\w+\n$`).MatchString(r.stdout) || r.stderr != "" {
+		t.Errorf("send --quiet printed more than the ID:\n%s", r)
+	}
+	quiet := strings.TrimSpace(r.stdout)
+	r = c.ok("bob", "reply", quiet, "Heard", "-q")
+	if !regexp.MustCompile(`^msg_\w+\n$`).MatchString(r.stdout) || r.stderr != "" || strings.TrimSpace(r.stdout) == quiet {
+		t.Errorf("reply --quiet printed more than the new ID:\n%s", r)
+	}
 	contains(t, "inbox past the end", c.ok("bob", "inbox", "--page-size", "100", "--page", "3").stdout, "No messages on page 3: there is 1 page.\n")
 
 	// Agents.

@@ -125,7 +125,8 @@ func (c *SendCmd) Help() string {
   thrum send "Test suite is green, ready for review" --to @reviewer
   thrum send "Auth module complete" --to @reviewer --scope module:auth --ref issue:beads-42
   thrum send "Deploy complete" --to @everyone --priority high
-  thrum send "Test results" --structured '{"type":"test_result","passed":45,"failed":2}'`
+  thrum send "Test results" --structured '{"type":"test_result","passed":45,"failed":2}'
+  MSG=$(thrum send "Ready for review" --to @reviewer --quiet)   # --quiet prints just the ID`
 }
 
 func (c *SendCmd) Run(ctx context.Context, g *Globals) error {
@@ -159,6 +160,10 @@ func (c *SendCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	return g.out(r, func(w io.Writer) {
+		if g.Quiet { // just the ID, for MSG=$(thrum send ... --quiet)
+			fmt.Fprintln(w, r.MessageID)
+			return
+		}
 		fmt.Fprintf(w, "> Message sent: %s\n", r.MessageID)
 		for _, rc := range r.Recipients {
 			fmt.Fprintf(w, "  To @%s (%s): %s\n", rc.Address, rc.Kind, reach(rc))
@@ -190,8 +195,11 @@ func (c *ReplyCmd) Help() string {
 	return `Sends a message with a reply_to ref to the original, addressed to its
 author and in its thread, and marks the original read.
 
-Example:
-  thrum reply msg_01HXE... "Looks good, merging now"`
+With --quiet it prints just the reply's ID.
+
+Examples:
+  thrum reply msg_01HXE... "Looks good, merging now"
+  thrum reply "$MSG" "On it" --quiet`
 }
 
 func (c *ReplyCmd) Run(ctx context.Context, g *Globals) error {
@@ -215,6 +223,10 @@ func (c *ReplyCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	_, _ = s.c.MarkRead(ctx, &rpc.MarkReadParams{MessageIDs: []string{c.MessageID}}) // best effort
 	return g.out(map[string]any{"message_id": r.MessageID, "reply_to": c.MessageID, "thread_id": r.ThreadID, "created_at": r.CreatedAt}, func(w io.Writer) {
+		if g.Quiet {
+			fmt.Fprintln(w, r.MessageID)
+			return
+		}
 		fmt.Fprintf(w, "> Reply sent: %s\n  In reply to: %s\n", r.MessageID, c.MessageID)
 	})
 }
@@ -278,7 +290,7 @@ func (c *InboxCmd) Run(ctx context.Context, g *Globals) error {
 		}
 	}
 	err = g.out(r, func(w io.Writer) {
-		renderInbox(w, r, inboxView{Filter: filter, FilterFlags: c.flags(), AllTotal: all, Now: time.Now(), Me: s.id.AgentID,
+		renderInbox(w, r, inboxView{Quiet: g.Quiet, Filter: filter, FilterFlags: c.flags(), AllTotal: all, Now: time.Now(), Me: s.id.AgentID,
 			NextCmd: strings.TrimSpace("thrum inbox "+c.flags()) + pageSizeFlag(c.PageSize)})
 	})
 	if err == nil && !c.Unread {

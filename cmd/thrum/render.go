@@ -24,6 +24,8 @@ type inboxView struct {
 	// NextCmd is the command the next-page hint shows before --page N,
 	// with the same filters; "thrum inbox" when empty.
 	NextCmd string
+	// Quiet leaves out the next-page hint.
+	Quiet bool
 }
 
 // renderInbox prints a page of messages: a box of entries, replies under
@@ -103,7 +105,7 @@ func renderInbox(w io.Writer, r *rpc.ListMessagesResult, v inboxView) {
 	first := (r.Page-1)*r.PageSize + 1
 	last := first + len(r.Messages) - 1
 	fmt.Fprintf(w, "Showing %d-%d of %d messages (%d unread)\n", first, last, r.Total, r.Unread)
-	if r.Page < r.TotalPages {
+	if r.Page < r.TotalPages && !v.Quiet {
 		next := v.NextCmd
 		if next == "" {
 			next = "thrum inbox"

@@ -101,7 +101,7 @@ func (c *ThreadGetCmd) Run(ctx context.Context, g *Globals) error {
 			return
 		}
 		renderInbox(w, &rpc.ListMessagesResult{Messages: r.Messages, Total: r.Total, Page: r.Page, PageSize: r.PageSize, TotalPages: r.TotalPages,
-			Unread: countUnread(r.Messages)}, inboxView{Now: time.Now(), NextCmd: "thrum thread get " + c.ThreadID + pageSizeFlag(c.PageSize)})
+			Unread: countUnread(r.Messages)}, inboxView{Quiet: g.Quiet, Now: time.Now(), NextCmd: "thrum thread get " + c.ThreadID + pageSizeFlag(c.PageSize)})
 	})
 }
 
