@@ -242,8 +242,10 @@ type InboxCmd struct {
 
 func (c *InboxCmd) Help() string {
 	return `Shows ● for unread and ○ for read messages, replies grouped under their
-original with ↳, (edited) on edited messages, and marks what it shows as
-read — except with --unread, so checking does not clear them.
+original with ↳ (an original that is not in the list, e.g. with
+--mentions, is shown above them for context), (edited) on edited
+messages, and marks what it shows as read — except with --unread, so
+checking does not clear them.
 
 Examples:
   thrum inbox
@@ -290,7 +292,7 @@ func (c *InboxCmd) Run(ctx context.Context, g *Globals) error {
 		}
 	}
 	err = g.out(r, func(w io.Writer) {
-		renderInbox(w, r, inboxView{Quiet: g.Quiet, Filter: filter, FilterFlags: c.flags(), AllTotal: all, Now: time.Now(), Me: s.id.AgentID,
+		renderInbox(w, r, inboxView{Originals: originals(ctx, s, r.Messages), Quiet: g.Quiet, Filter: filter, FilterFlags: c.flags(), AllTotal: all, Now: time.Now(), Me: s.id.AgentID,
 			NextCmd: strings.TrimSpace("thrum inbox "+c.flags()) + pageSizeFlag(c.PageSize)})
 	})
 	if err == nil && !c.Unread {
@@ -307,6 +309,36 @@ func (c *InboxCmd) Run(ctx context.Context, g *Globals) error {
 		}
 	}
 	return err
+}
+
+// originals fetches the messages that replies in ms answer but that ms
+// does not hold, so the inbox can show a reply under its original (or say
+// it was deleted). One that cannot be fetched is left out: the inbox then
+// says the reply's original is not in the list. Fetching does not mark
+// them read.
+func originals(ctx context.Context, s *session, ms []rpc.MessageSummary) map[string]rpc.MessageSummary {
+	have := map[string]bool{}
+	for _, m := range ms {
+		have[m.MessageID] = true
+	}
+	out := map[string]rpc.MessageSummary{}
+	for _, m := range ms {
+		p := replyTo(m.Refs)
+		if p == "" || have[p] {
+			continue
+		}
+		have[p] = true
+		r, err := s.c.GetMessage(ctx, &rpc.GetMessageParams{MessageID: p})
+		if err != nil {
+			s.g.debugf("original %s of %s: %v", p, m.MessageID, err)
+			continue
+		}
+		o := r.Message
+		out[p] = rpc.MessageSummary{MessageID: o.MessageID, ThreadID: o.ThreadID, AgentID: o.Author.AgentID, Body: o.Body,
+			CreatedAt: o.CreatedAt, UpdatedAt: o.UpdatedAt, Deleted: o.Deleted, IsRead: o.IsRead, Priority: o.Priority,
+			Scopes: o.Scopes, Refs: o.Refs, Tags: o.Tags, Version: o.Version}
+	}
+	return out
 }
 
 // pageSizeFlag is " --page-size N" for a size other than the default.

@@ -26,6 +26,12 @@ type inboxView struct {
 	NextCmd string
 	// Quiet leaves out the next-page hint.
 	Quiet bool
+	// Originals are the messages that replies on the page answer but
+	// that are not on the page themselves (another page, or left out by
+	// a filter), by ID: such a reply is shown under its original, as
+	// context. A reply whose original is missing here, or deleted, says
+	// so instead.
+	Originals map[string]rpc.MessageSummary
 }
 
 // renderInbox prints a page of messages: a box of entries, replies under
@@ -71,10 +77,23 @@ func renderInbox(w io.Writer, r *rpc.ListMessagesResult, v inboxView) {
 	}
 	replies := map[string][]rpc.MessageSummary{}
 	var top []rpc.MessageSummary
+	context := map[string]bool{} // IDs in top that are off-page originals
 	for _, m := range r.Messages {
 		if p, ok := root(m.MessageID); ok {
 			replies[p] = append(replies[p], m)
 			continue
+		}
+		// A reply whose original is off the page goes under that
+		// original, shown as context where the first such reply is.
+		if p := replyTo(m.Refs); p != "" {
+			if o, ok := v.Originals[p]; ok && !onPage[p] && !o.Deleted {
+				if !context[p] {
+					context[p] = true
+					top = append(top, o)
+				}
+				replies[p] = append(replies[p], m)
+				continue
+			}
 		}
 		top = append(top, m)
 	}
@@ -87,8 +106,18 @@ func renderInbox(w io.Writer, r *rpc.ListMessagesResult, v inboxView) {
 		if !m.IsRead {
 			lead = "● "
 		}
-		if p := replyTo(m.Refs); p != "" {
+		switch p := replyTo(m.Refs); {
+		case context[m.MessageID]:
+			m.Body.Content += "\n(the original: not in this list)"
+		case p != "":
 			lead = "↳ " + lead // a reply whose original is not on this page
+			switch {
+			case onPage[p]: // in a cycle of replies
+			case v.Originals[p].Deleted:
+				m.Body.Content += "\n(in reply to a deleted message)"
+			default:
+				m.Body.Content += "\n(in reply to " + p + ", not in this list)"
+			}
 		}
 		entry(w, lead, m, v.Now, "  ")
 		rs := replies[m.MessageID]
