@@ -31,8 +31,9 @@ where the event log lives; your working tree, index and current branch are
 not touched. Runtime state goes to .thrum/, which init adds to
 .git/info/exclude. Outside git, the log is .thrum/log.
 
-Example:
-  thrum init && thrum daemon start`
+Examples:
+  thrum init && thrum daemon start
+  thrum init --repo ~/src/project --json`
 }
 
 func (c *InitCmd) Run(ctx context.Context, g *Globals) error {
@@ -77,8 +78,9 @@ func (c *DaemonRunCmd) Help() string {
 WebSocket at ws://ADDR/ws (loopback only; its port is written to
 .thrum/var/ws.port). Stops gracefully on SIGINT or SIGTERM.
 
-Example:
-  thrum daemon run --ws-addr 127.0.0.1:9999`
+Examples:
+  thrum daemon run --ws-addr 127.0.0.1:9999
+  thrum daemon run --sync-interval 5m --verbose`
 }
 
 func (c *DaemonRunCmd) Run(ctx context.Context, g *Globals) error {
@@ -233,8 +235,9 @@ func (c *DaemonStartCmd) Help() string {
 	return `Starts "thrum daemon run" detached, logging to .thrum/var/daemon.log, and
 returns once it answers health. Runs init first if needed.
 
-Example:
-  thrum daemon start`
+Examples:
+  thrum daemon start
+  thrum daemon start --ws-addr 127.0.0.1:9999 --json`
 }
 
 func (c *DaemonStartCmd) Run(ctx context.Context, g *Globals) error {
@@ -339,7 +342,7 @@ type DaemonStopCmd struct {
 }
 
 func (c *DaemonStopCmd) Help() string {
-	return "Sends SIGTERM and waits for the daemon to finish in-flight calls and exit.\n\nExample:\n  thrum daemon stop"
+	return "Sends SIGTERM and waits for the daemon to finish in-flight calls and exit.\n\nExamples:\n  thrum daemon stop\n  thrum daemon stop --timeout 1m"
 }
 
 func (c *DaemonStopCmd) Run(ctx context.Context, g *Globals) error {

@@ -27,8 +27,9 @@ agent left open), and writes .thrum/identities/NAME.json (mode 0600) with
 the agent's token. Later commands find the identity through THRUM_NAME,
 --agent-id, or the single file in .thrum/identities.
 
-Example:
-  thrum quickstart --name alice --role implementer --module auth --intent "Refactor login"`
+Examples:
+  thrum quickstart --name alice --role implementer --module auth --intent "Refactor login"
+  thrum quickstart --name bob --role reviewer --module auth --display "Bob (review bot)"`
 }
 
 func (c *QuickstartCmd) Run(ctx context.Context, g *Globals) error {
@@ -375,7 +376,9 @@ type MessageGetCmd struct {
 	MessageID string `arg:"" name:"msg-id" help:"Message ID."`
 }
 
-func (c *MessageGetCmd) Help() string { return "Example:\n  thrum message get msg_01HXE..." }
+func (c *MessageGetCmd) Help() string {
+	return "Examples:\n  thrum message get msg_01HXE...\n  thrum message get msg_01HXE... --json"
+}
 
 func (c *MessageGetCmd) Run(ctx context.Context, g *Globals) error {
 	s, err := connectAs(ctx, g)
@@ -397,7 +400,7 @@ type MessageEditCmd struct {
 }
 
 func (c *MessageEditCmd) Help() string {
-	return "Example:\n  thrum message edit msg_01HXE... \"Updated: auth module complete with rate limiting\""
+	return "Examples:\n  thrum message edit msg_01HXE... \"Updated: auth module complete with rate limiting\"\n  thrum message edit \"$MSG\" \"Fixed a typo\" --json"
 }
 
 func (c *MessageEditCmd) Run(ctx context.Context, g *Globals) error {
@@ -420,7 +423,7 @@ type MessageDeleteCmd struct {
 }
 
 func (c *MessageDeleteCmd) Help() string {
-	return "Deleted messages stay in the log and in message get, marked DELETED.\n\nExample:\n  thrum message delete msg_01HXE... --force"
+	return "Deleted messages stay in the log and in message get, marked DELETED.\n\nExamples:\n  thrum message delete msg_01HXE... --force\n  thrum message delete msg_01HXE... --force --reason \"sent to the wrong group\""
 }
 
 func (c *MessageDeleteCmd) Run(ctx context.Context, g *Globals) error {

@@ -25,7 +25,7 @@ type ThreadCreateCmd struct {
 }
 
 func (c *ThreadCreateCmd) Help() string {
-	return "Example:\n  thrum thread create \"Auth review\" --to @reviewer --message \"PR #42 is ready\""
+	return "Examples:\n  thrum thread create \"Auth review\" --to @reviewer --message \"PR #42 is ready\"\n  thrum thread create \"Release 1.2\" --scope module:release"
 }
 
 func (c *ThreadCreateCmd) Run(ctx context.Context, g *Globals) error {
