@@ -488,6 +488,14 @@ func TestEditDeleteGet(t *testing.T) {
 			_, err := f.n.DeleteMessage(f.as("bob"), &rpc.DeleteMessageParams{MessageID: m.MessageID})
 			return err
 		}, rpc.CodeForbidden, "only message author can delete"},
+		{"delete without caller", func() error {
+			_, err := f.n.DeleteMessage(f.ctx, &rpc.DeleteMessageParams{MessageID: m.MessageID})
+			return err
+		}, rpc.CodeUnauthenticated, "deleting a message needs the calling agent"},
+		{"edit without caller", func() error {
+			_, err := f.n.EditMessage(f.ctx, &rpc.EditMessageParams{MessageID: m.MessageID, Content: &newContent})
+			return err
+		}, rpc.CodeUnauthenticated, "editing a message needs the calling agent"},
 		{"get no id", func() error { _, err := f.n.GetMessage(f.ctx, &rpc.GetMessageParams{}); return err }, rpc.CodeInvalidParams, "message_id is required"},
 		{"get unknown", func() error {
 			_, err := f.n.GetMessage(f.ctx, &rpc.GetMessageParams{MessageID: "msg_x"})

@@ -282,8 +282,12 @@ func (c *DaemonStartCmd) Run(ctx context.Context, g *Globals) error {
 	deadline := time.Now().Add(c.Timeout)
 	for {
 		if h, err := health(ctx, l); err == nil {
-			return g.out(statusJSON(l, cmd.Process.Pid, h), func(w io.Writer) {
-				fmt.Fprintf(w, "Daemon started (pid %d)\n  socket: %s\n", cmd.Process.Pid, l.Socket)
+			st := statusJSON(l, cmd.Process.Pid, h)
+			return g.out(st, func(w io.Writer) {
+				fmt.Fprintf(w, "Daemon started (pid %d)\n  socket:    %s\n", cmd.Process.Pid, l.Socket)
+				if p, ok := st["ws_port"]; ok {
+					fmt.Fprintf(w, "  websocket: %s\n", wsURL(c.WSAddr, p))
+				}
 			})
 		}
 		select {
@@ -298,6 +302,16 @@ func (c *DaemonStartCmd) Run(ctx context.Context, g *Globals) error {
 			return fmt.Errorf("daemon did not answer within %v; see %s", c.Timeout, l.LogFile)
 		}
 	}
+}
+
+// wsURL is the daemon's WebSocket address: the host of --ws-addr with the
+// port it listens on.
+func wsURL(addr string, port any) string {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil || host == "" {
+		host = "127.0.0.1"
+	}
+	return fmt.Sprintf("ws://%s/ws", net.JoinHostPort(host, fmt.Sprint(port)))
 }
 
 func tailFile(path string, n int) (string, error) {

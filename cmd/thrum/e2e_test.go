@@ -140,7 +140,7 @@ func TestEndToEndRun(t *testing.T) {
 	}
 	// Filters.
 	r = c.ok("bob", "inbox", "--scope", "module:auth", "--unread")
-	contains(t, "inbox --scope", r.stdout, m1, "Showing 1-1 of 1 messages (1 unread)")
+	contains(t, "inbox --scope", r.stdout, m1, "Showing 1-1 of 1 message (1 unread)")
 	lacks(t, "inbox --scope", r.stdout, m2)
 	r = c.ok("bob", "inbox", "--scope", "module:billing")
 	contains(t, "inbox --scope (empty)", r.stdout, "No messages matching filter --scope module:billing\n",
@@ -334,7 +334,7 @@ func TestEndToEndRun(t *testing.T) {
 		t.Errorf("thread list --scope --json = %v", tl)
 	}
 	r = c.ok("bob", "thread", "get", tid)
-	contains(t, "thread get", r.stdout, "Thread: "+tid+" — Auth review (by @alice)\n", "PR #42 is ready", "Showing 1-1 of 1 messages")
+	contains(t, "thread get", r.stdout, "Thread: "+tid+" — Auth review (by @alice)\n", "PR #42 is ready", "Showing 1-1 of 1 message")
 	var tg map[string]any
 	c.okJSON(&tg, "bob", "thread", "get", tid)
 	if str(tg, "thread.title") != "Auth review" || len(tg["messages"].([]any)) != 1 {

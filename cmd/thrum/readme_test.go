@@ -77,8 +77,9 @@ func TestReadmeQuickstart(t *testing.T) {
 			}
 			outs := runQuickstart(t, dir, lines)
 			// What the block promises, checked on the lines' own output.
+			matches(t, "daemon start", outs[lineOf(t, lines, "thrum daemon start")], `(?m)^  websocket: ws://127\.0\.0\.1:\d+/ws$`)
 			inbox := outs[lineOf(t, lines, "THRUM_NAME=bob   thrum inbox")]
-			contains(t, "bob's inbox", inbox, "● msg_", "Auth module complete, tests pass")
+			contains(t, "bob's inbox", inbox, "● msg_", "Auth module complete, tests pass", "Showing 1-1 of 1 message (1 unread)\n")
 			mentions := outs[lineOf(t, lines, "thrum inbox --mentions")]
 			contains(t, "alice's inbox --mentions", mentions, "Looks good, merging now", "Auth module complete, tests pass", "↳ ● msg_")
 			checkGrouped(t, mentions, idAfter(t, inbox, "│ ● "), idAfter(t, mentions, "↳ ● "))

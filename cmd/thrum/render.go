@@ -43,7 +43,7 @@ func renderInbox(w io.Writer, r *rpc.ListMessagesResult, v inboxView) {
 			return
 		}
 		fmt.Fprintf(w, "No messages matching filter %s\n", v.FilterFlags)
-		fmt.Fprintf(w, "Showing 0 of %d total messages (filter: %s)\n", v.AllTotal, strings.Join(v.Filter, ", "))
+		fmt.Fprintf(w, "Showing 0 of %d total %s (filter: %s)\n", v.AllTotal, plural(v.AllTotal, "message", "messages"), strings.Join(v.Filter, ", "))
 		return
 	}
 	if len(r.Messages) == 0 {
@@ -133,7 +133,7 @@ func renderInbox(w io.Writer, r *rpc.ListMessagesResult, v inboxView) {
 	fmt.Fprintln(w, "└"+strings.Repeat("─", boxWidth+2)+"┘")
 	first := (r.Page-1)*r.PageSize + 1
 	last := first + len(r.Messages) - 1
-	fmt.Fprintf(w, "Showing %d-%d of %d messages (%d unread)\n", first, last, r.Total, r.Unread)
+	fmt.Fprintf(w, "Showing %d-%d of %d %s (%d unread)\n", first, last, r.Total, plural(r.Total, "message", "messages"), r.Unread)
 	if r.Page < r.TotalPages && !v.Quiet {
 		next := v.NextCmd
 		if next == "" {

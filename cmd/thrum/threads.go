@@ -80,7 +80,7 @@ func (c *ThreadListCmd) Run(ctx context.Context, g *Globals) error {
 			t.row(th.ThreadID, th.Title, fmt.Sprint(th.MessageCount), fmt.Sprint(th.UnreadCount), last)
 		}
 		t.flush()
-		fmt.Fprintf(w, "Showing page %d of %d (%d threads)\n", r.Page, r.TotalPages, r.Total)
+		fmt.Fprintf(w, "Showing page %d of %d (%d %s)\n", r.Page, r.TotalPages, r.Total, plural(r.Total, "thread", "threads"))
 	})
 }
 
