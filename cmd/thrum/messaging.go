@@ -63,7 +63,7 @@ func (c *QuickstartCmd) Run(ctx context.Context, g *Globals) error {
 		}
 	}
 	f := &identity.File{Name: c.Name, AgentID: reg.AgentID, Role: role, Module: module, Display: c.Display,
-		RepoID: s.l.RepoID, Token: reg.Token, SessionID: ses.SessionID, UpdatedAt: time.Now().UTC().Format(time.RFC3339)}
+		RepoID: s.l.RepoID(ctx), Token: reg.Token, SessionID: ses.SessionID, UpdatedAt: time.Now().UTC().Format(time.RFC3339)}
 	if err := identity.Save(s.l.IDs, f); err != nil {
 		return fmt.Errorf("write identity file: %w", err)
 	}
