@@ -77,7 +77,7 @@ func renderInbox(w io.Writer, r *rpc.ListMessagesResult, v inboxView) {
 	}
 	replies := map[string][]rpc.MessageSummary{}
 	var top []rpc.MessageSummary
-	context := map[string]bool{} // IDs in top that are off-page originals
+	asContext := map[string]bool{} // IDs in top that are off-page originals
 	for _, m := range r.Messages {
 		if p, ok := root(m.MessageID); ok {
 			replies[p] = append(replies[p], m)
@@ -87,8 +87,8 @@ func renderInbox(w io.Writer, r *rpc.ListMessagesResult, v inboxView) {
 		// original, shown as context where the first such reply is.
 		if p := replyTo(m.Refs); p != "" {
 			if o, ok := v.Originals[p]; ok && !onPage[p] && !o.Deleted {
-				if !context[p] {
-					context[p] = true
+				if !asContext[p] {
+					asContext[p] = true
 					top = append(top, o)
 				}
 				replies[p] = append(replies[p], m)
@@ -96,6 +96,14 @@ func renderInbox(w io.Writer, r *rpc.ListMessagesResult, v inboxView) {
 			}
 		}
 		top = append(top, m)
+	}
+	// The replies grouped under a reply that went under an off-page
+	// original go there too, so that none is left out.
+	for p := range asContext {
+		for _, m := range append([]rpc.MessageSummary(nil), replies[p]...) {
+			replies[p] = append(replies[p], replies[m.MessageID]...)
+			delete(replies, m.MessageID)
+		}
 	}
 	fmt.Fprintln(w, "┌"+strings.Repeat("─", boxWidth+2)+"┐")
 	for i, m := range top {
@@ -107,7 +115,7 @@ func renderInbox(w io.Writer, r *rpc.ListMessagesResult, v inboxView) {
 			lead = "● "
 		}
 		switch p := replyTo(m.Refs); {
-		case context[m.MessageID]:
+		case asContext[m.MessageID]:
 			m.Body.Content += "\n(the original: not in this list)"
 		case p != "":
 			lead = "↳ " + lead // a reply whose original is not on this page

@@ -111,6 +111,12 @@ func TestInboxGolden(t *testing.T) {
 			other,
 			replyOf(msg("msg_01HXG0000000000000MREPL1", "reviewer", 2*time.Minute, false, "First answer"), orig.MessageID)),
 			inboxView{Filter: []string{"mentions"}, Originals: map[string]rpc.MessageSummary{orig.MessageID: orig}}},
+		// A reply to a reply, both on the page, the original not: all
+		// under the original.
+		{"reply_chain_original_fetched", page(2, 2, 1, 10,
+			replyOf(msg("msg_01HXG0000000000000000RR2", "implementer", time.Minute, false, "Reply to the reply"), "msg_01HXG0000000000000000RR1"),
+			replyOf(msg("msg_01HXG0000000000000000RR1", "reviewer", 2*time.Minute, false, "First reply"), orig.MessageID)),
+			inboxView{Filter: []string{"unread"}, Originals: map[string]rpc.MessageSummary{orig.MessageID: orig}}},
 		{"reply_original_deleted", page(1, 1, 1, 10,
 			replyOf(msg("msg_01HXG0000000000000MREPL1", "reviewer", 2*time.Minute, false, "First answer"), orig.MessageID)),
 			inboxView{Originals: map[string]rpc.MessageSummary{orig.MessageID: {MessageID: orig.MessageID, Deleted: true}}}},
