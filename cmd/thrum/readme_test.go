@@ -56,8 +56,8 @@ func quickstartBlock(t testing.TB) []string {
 
 // TestReadmeQuickstart runs the README's Quickstart block as written, line
 // by line in one shell, with the built binary first on PATH, in a fresh
-// git repository and in a plain directory, with no THRUM_* variables and
-// no global git configuration. Every line must exit 0. The block is read
+// git repository (just `git init`) and in a plain directory, with no
+// THRUM_* variables and no global git configuration. Every line must exit 0. The block is read
 // from README.md, so editing the README changes what this runs.
 func TestReadmeQuickstart(t *testing.T) {
 	t.Parallel()
@@ -73,7 +73,12 @@ func TestReadmeQuickstart(t *testing.T) {
 			t.Parallel()
 			dir := t.TempDir()
 			if where == "git repository" {
-				dir = gitRepo(t)
+				// Just `git init`: no commit and no user configured.
+				cmd := exec.Command("git", "init", "-q", dir)
+				cmd.Env = append(cleanEnv(), "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL="+os.DevNull)
+				if out, err := cmd.CombinedOutput(); err != nil {
+					t.Fatalf("git init: %v\n%s", err, out)
+				}
 			}
 			outs := runQuickstart(t, dir, lines)
 			// What the block promises, checked on the lines' own output.
@@ -83,6 +88,11 @@ func TestReadmeQuickstart(t *testing.T) {
 			mentions := outs[lineOf(t, lines, "thrum inbox --mentions")]
 			contains(t, "alice's inbox --mentions", mentions, "Looks good, merging now", "Auth module complete, tests pass", "↳ ● msg_")
 			checkGrouped(t, mentions, idAfter(t, inbox, "│ ● "), idAfter(t, mentions, "↳ ● "))
+			if b, err := os.ReadFile(filepath.Join(dir, ".thrum", "var", "daemon.log")); err != nil {
+				t.Error(err)
+			} else {
+				lacks(t, "the daemon's log", string(b), "level=ERROR", "level=WARN", "panic:")
+			}
 			contains(t, "send to @backend", outs[lineOf(t, lines, `--to @backend`)], "To @backend (group): bob (active)")
 		})
 	}
