@@ -250,8 +250,12 @@ func (c *DaemonStartCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	if h, err := health(ctx, l); err == nil {
 		pid := readPID(l.PIDFile)
-		return g.out(statusJSON(l, pid, h), func(w io.Writer) {
+		st := statusJSON(l, pid, h)
+		return g.out(st, func(w io.Writer) {
 			fmt.Fprintf(w, "Daemon already running (pid %d)\n", pid)
+			if p, ok := st["ws_port"]; ok {
+				fmt.Fprintf(w, "  websocket: %s\n", wsURL("", p))
+			}
 		})
 	}
 	exe, err := os.Executable()

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -60,7 +61,8 @@ func TestEndToEndRun(t *testing.T) {
 	}
 	r = c.ok("", "daemon", "status")
 	contains(t, "daemon status", r.stdout, "Daemon running (pid ", "socket:  "+socket, "ws port: ", "version: "+thrum.Version)
-	contains(t, "daemon start again", c.ok("", "daemon", "start").stdout, "Daemon already running (pid ")
+	contains(t, "daemon start again", c.ok("", "daemon", "start").stdout, "Daemon already running (pid ",
+		"\n  websocket: ws://127.0.0.1:"+strconv.Itoa(int(num(st, "ws_port")))+"/ws\n")
 
 	// Two agents.
 	r = c.ok("", "quickstart", "--name", "alice", "--role", "implementer", "--module", "auth")
