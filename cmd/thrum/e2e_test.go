@@ -267,6 +267,15 @@ func TestEndToEndRun(t *testing.T) {
 		t.Errorf("group add --role --json = %v", ga)
 	}
 	c.fails(exitUsage, "alice", []string{"group", "add", "reviewers", "@bob", "--role", "reviewer"}, "not both")
+	// THRUM_ROLE in an agent's environment is not a member.
+	r = c.withEnv(map[string]string{"THRUM_ROLE": "implementer"}, "group", "add", "reviewers", "@bob")
+	if r.code != 0 || !strings.Contains(r.stdout, "> Added agent bob to @reviewers\n") {
+		t.Errorf("group add @bob with THRUM_ROLE set:\n%s", r)
+	}
+	r = c.withEnv(map[string]string{"THRUM_ROLE": "implementer"}, "group", "remove", "reviewers", "@bob")
+	if r.code != 0 || !strings.Contains(r.stdout, "> Removed agent bob from @reviewers\n") {
+		t.Errorf("group remove @bob with THRUM_ROLE set:\n%s", r)
+	}
 	c.fails(exitUsage, "alice", []string{"group", "add", "reviewers"}, "name a member")
 	r = c.ok("alice", "group", "list")
 	matches(t, "group list", r.stdout, `(?m)^@everyone\s+2 \(all agents\)\s+`, `(?m)^@reviewers\s+2\s+Code review team$`)

@@ -61,14 +61,18 @@ func (c *GroupDeleteCmd) Run(ctx context.Context, g *Globals) error {
 
 // memberArgs are how add and remove name a member: "@alice" (an agent) or
 // --role reviewer (the global --role flag: for these two commands it names
-// the member, not the caller's identity).
+// the member, not the caller's identity). THRUM_ROLE, which an agent's
+// environment may well set, names neither.
 type memberArgs struct {
 	Group  string `arg:"" help:"Group name."`
 	Member string `arg:"" optional:"" help:"Agent, as @name; or give --role ROLE to add every agent of a role, now and later."`
 }
 
 func (m *memberArgs) params(g *Globals) (*rpc.GroupMemberParams, error) {
-	role := g.Role
+	role := ""
+	if g.roleFlag {
+		role = g.Role
+	}
 	g.Role, g.Module = "", "" // not an identity selector here
 	switch {
 	case m.Member != "" && role != "":
