@@ -45,6 +45,7 @@ func TestCrashLosesNoAcknowledgedMessage(t *testing.T) {
 	if testing.Short() {
 		t.Skip("kills a child process 20 times: skipped in -short mode")
 	}
+	t.Parallel() // its own directory and child processes; mostly waiting on them
 	seed := uint64(time.Now().UnixNano())
 	if s := os.Getenv("THRUM_SEED"); s != "" {
 		v, err := strconv.ParseUint(s, 10, 64)

@@ -171,11 +171,12 @@ var (
 		` { "jsonrpc" : "2.0" , "id" : %[1]s , "method" : "health" } `,
 	}
 	// Well-formed calls that act as an agent, with none given: refused,
-	// and nothing written.
+	// and nothing written. (Not group changes: on the Unix socket those
+	// need no agent, being the owner's.)
 	floodNoIdentity = []string{
 		`{"jsonrpc":"2.0","id":%[1]s,"method":"message.send","params":{"content":"junk","mentions":["bob"]}}`,
 		`{"jsonrpc":"2.0","id":%[1]s,"method":"subscribe","params":{"all":true}}`,
-		`{"jsonrpc":"2.0","id":%[1]s,"method":"group.create","params":{"name":"junk"}}`,
+		`{"jsonrpc":"2.0","id":%[1]s,"method":"thread.create","params":{"title":"junk"}}`,
 		`{"jsonrpc":"2.0","id":%[1]s,"method":"auth","params":{"token":"not-a-token"}}`,
 	}
 	// Notifications (no id): never answered, even when wrong.
@@ -185,7 +186,7 @@ var (
 		`{"jsonrpc":"2.0","method":"message.send","params":{"content":5}}`,
 		`{"jsonrpc":"2.0","method":"message.send","params":{"content":"junk","mentions":["bob"]}}`,
 		`{"jsonrpc":"2.0","ID":1,"method":"message.list"}`, // "ID" is not "id"
-		`{"jsonrpc":"2.0","method":"group.create","params":{"name":"junk"}}`,
+		`{"jsonrpc":"2.0","method":"thread.create","params":{"title":"junk"}}`,
 	}
 	// Bases that truncation cuts into invalid JSON.
 	floodBases = []string{

@@ -11,6 +11,22 @@ import (
 
 const maxDescription = 1024
 
+// Owner is the created_by (and the actor in the log) of a group change
+// made with no calling agent: over the daemon's Unix socket, which only
+// the repository's owner can reach, or by a Go program calling the Node
+// directly. A WebSocket caller always has an identity here, because the
+// RPC server refuses changes from a WebSocket that has not authenticated.
+const Owner = "owner"
+
+// groupActor is who a group change is recorded as: the calling agent,
+// which must be registered, or Owner when there is none.
+func (n *Node) groupActor(ctx context.Context, what string) (string, error) {
+	if _, ok := CallerFrom(ctx); !ok {
+		return Owner, nil
+	}
+	return n.registeredCaller(ctx, what)
+}
+
 func checkGroupName(name string) error {
 	if name == "" {
 		return invalid("name is required")
@@ -31,7 +47,7 @@ func (n *Node) CreateGroup(ctx context.Context, p *rpc.CreateGroupParams) (*rpc.
 		return nil, tooLarge("description is too long: at most %d bytes", maxDescription)
 	}
 	name := trimAt(p.Name)
-	me, err := n.registeredCaller(ctx, "creating a group")
+	me, err := n.groupActor(ctx, "creating a group")
 	if err != nil {
 		return nil, err
 	}
@@ -63,7 +79,7 @@ func (n *Node) DeleteGroup(ctx context.Context, p *rpc.DeleteGroupParams) (*rpc.
 	if name == EveryoneGroup {
 		return nil, forbidden("the everyone group is built in and cannot be deleted")
 	}
-	me, err := n.registeredCaller(ctx, "deleting a group")
+	me, err := n.groupActor(ctx, "deleting a group")
 	if err != nil {
 		return nil, err
 	}
@@ -119,7 +135,7 @@ func (n *Node) RemoveGroupMember(ctx context.Context, p *rpc.GroupMemberParams) 
 }
 
 func (n *Node) changeMember(ctx context.Context, p *rpc.GroupMemberParams, add bool) (*rpc.GroupMemberResult, error) {
-	me, err := n.registeredCaller(ctx, "changing a group")
+	me, err := n.groupActor(ctx, "changing a group")
 	if err != nil {
 		return nil, err
 	}
@@ -168,7 +184,8 @@ func groupInfo(g *store.Group) rpc.GroupInfo {
 	return rpc.GroupInfo{Name: g.Name, Description: g.Description, CreatedAt: g.CreatedAt, CreatedBy: g.CreatedBy, MemberCount: g.MemberCount}
 }
 
-// ListGroups lists every group with its direct member count.
+// ListGroups lists every group with its direct member count; everyone's
+// members are every agent, so its count is the number of agents.
 func (n *Node) ListGroups(ctx context.Context, _ *rpc.ListGroupsParams) (*rpc.ListGroupsResult, error) {
 	gs, err := n.store.Groups(ctx)
 	if err != nil {
@@ -176,7 +193,11 @@ func (n *Node) ListGroups(ctx context.Context, _ *rpc.ListGroupsParams) (*rpc.Li
 	}
 	out := &rpc.ListGroupsResult{Groups: make([]rpc.GroupInfo, 0, len(gs))}
 	for i := range gs {
-		out.Groups = append(out.Groups, groupInfo(&gs[i]))
+		gi := groupInfo(&gs[i])
+		if gi.Name == EveryoneGroup {
+			gi.MemberCount = len(n.dirc.expand(EveryoneGroup))
+		}
+		out.Groups = append(out.Groups, gi)
 	}
 	return out, nil
 }

@@ -495,7 +495,7 @@ func (n *Node) ownMessage(ctx context.Context, id, verb string) (*store.Message,
 	if err != nil {
 		return nil, author{}, internal(verb+" message", err)
 	}
-	me, err := n.registeredCaller(ctx, verb+"ing a message")
+	me, err := n.registeredCaller(ctx, strings.TrimSuffix(verb, "e")+"ing a message") // editing, deleting
 	if err != nil {
 		return nil, author{}, err
 	}

@@ -490,6 +490,14 @@ func TestEditDeleteGet(t *testing.T) {
 			_, err := f.n.DeleteMessage(f.as("bob"), &rpc.DeleteMessageParams{MessageID: m.MessageID})
 			return err
 		}, rpc.CodeForbidden, "only message author can delete"},
+		{"delete without caller", func() error {
+			_, err := f.n.DeleteMessage(f.ctx, &rpc.DeleteMessageParams{MessageID: m.MessageID})
+			return err
+		}, rpc.CodeUnauthenticated, "deleting a message needs the calling agent"},
+		{"edit without caller", func() error {
+			_, err := f.n.EditMessage(f.ctx, &rpc.EditMessageParams{MessageID: m.MessageID, Content: &newContent})
+			return err
+		}, rpc.CodeUnauthenticated, "editing a message needs the calling agent"},
 		{"get no id", func() error { _, err := f.n.GetMessage(f.ctx, &rpc.GetMessageParams{}); return err }, rpc.CodeInvalidParams, "message_id is required"},
 		{"get unknown", func() error {
 			_, err := f.n.GetMessage(f.ctx, &rpc.GetMessageParams{MessageID: "msg_x"})
@@ -587,8 +595,9 @@ func TestGroups(t *testing.T) {
 	if strings.Join(every.ExpandedAgents, ",") != "alice,bob,carol" {
 		t.Fatalf("everyone: %+v", every)
 	}
+	// everyone's member count is the number of agents it reaches.
 	list, _ := f.n.ListGroups(f.ctx, &rpc.ListGroupsParams{})
-	if len(list.Groups) != 2 || list.Groups[0].Name != "everyone" || list.Groups[1].MemberCount != 2 {
+	if len(list.Groups) != 2 || list.Groups[0].Name != "everyone" || list.Groups[0].MemberCount != 3 || list.Groups[1].MemberCount != 2 {
 		t.Fatalf("list: %+v", list)
 	}
 	tests := []struct {
@@ -601,7 +610,7 @@ func TestGroups(t *testing.T) {
 		{"create agent name", func() error { _, err := f.n.CreateGroup(a, &rpc.CreateGroupParams{Name: "bob"}); return err }, rpc.CodeConflict, "agent"},
 		{"create role name", func() error { _, err := f.n.CreateGroup(a, &rpc.CreateGroupParams{Name: "reviewer"}); return err }, rpc.CodeConflict, "role"},
 		{"create bad name", func() error { _, err := f.n.CreateGroup(a, &rpc.CreateGroupParams{Name: "Bad Name"}); return err }, rpc.CodeInvalidParams, "group name"},
-		{"create no caller", func() error { _, err := f.n.CreateGroup(f.ctx, &rpc.CreateGroupParams{Name: "x"}); return err }, rpc.CodeUnauthenticated, ""},
+		{"create as unregistered", func() error { _, err := f.n.CreateGroup(f.as("zed"), &rpc.CreateGroupParams{Name: "x"}); return err }, rpc.CodeNotFound, "not registered"},
 		{"delete everyone", func() error { _, err := f.n.DeleteGroup(a, &rpc.DeleteGroupParams{Name: "everyone"}); return err }, rpc.CodeForbidden, "cannot be deleted"},
 		{"delete unknown", func() error { _, err := f.n.DeleteGroup(a, &rpc.DeleteGroupParams{Name: "nope"}); return err }, rpc.CodeNotFound, "group not found"},
 		{"add unknown agent", func() error {

@@ -40,6 +40,7 @@ import (
 // The run is seeded; set THRUM_SEED to replay one (the sequential half
 // replays exactly, the concurrent half approximately).
 func TestRebuildEqualsLive(t *testing.T) {
+	t.Parallel() // its own directories and Nodes
 	seed := uint64(time.Now().UnixNano())
 	if s := os.Getenv("THRUM_SEED"); s != "" {
 		v, err := strconv.ParseUint(s, 10, 64)

@@ -84,6 +84,51 @@ func (d *daemon) ws(t testing.TB, onNote func(string, json.RawMessage)) *rpc.Cli
 	return c
 }
 
+// TestGroupsByOwner: on the owner's Unix socket a group can be managed
+// without an agent identity and is recorded as made by thrum.Owner; a
+// WebSocket needs a token for the same, and an identified caller is
+// recorded as itself.
+func TestGroupsByOwner(t *testing.T) {
+	d := startDaemon(t)
+	ctx := context.Background()
+	u := d.unix(t, nil)
+	if _, err := u.CreateGroup(ctx, &rpc.CreateGroupParams{Name: "backend"}); err != nil {
+		t.Fatalf("create on the socket without identity: %v", err)
+	}
+	if _, err := u.AddGroupMember(ctx, &rpc.GroupMemberParams{Group: "backend", MemberType: rpc.MemberRole, MemberID: "reviewer"}); err != nil {
+		t.Fatalf("add on the socket without identity: %v", err)
+	}
+	info, err := u.GroupInfo(ctx, &rpc.GroupInfoParams{Name: "backend"})
+	if err != nil || info.CreatedBy != thrum.Owner || len(info.Members) != 1 {
+		t.Fatalf("info = %+v, %v; want created_by %q and one member", info, err, thrum.Owner)
+	}
+	// The owner's group routes like any other.
+	r, err := d.n.SendMessage(thrum.AsAgent(ctx, "alice"), &rpc.SendMessageParams{Content: "deploy at 5", Mentions: []string{"@backend"}})
+	if err != nil || len(r.Recipients) != 1 || strings.Join(r.Recipients[0].Agents, ",") != "bob" {
+		t.Fatalf("send to the owner's group: %+v, %v", r, err)
+	}
+
+	w := d.ws(t, nil)
+	_, err = w.CreateGroup(ctx, &rpc.CreateGroupParams{Name: "frontend"})
+	wantCode(t, err, rpc.CodeUnauthenticated, "call auth")
+	_, err = w.DeleteGroup(ctx, &rpc.DeleteGroupParams{Name: "backend"})
+	wantCode(t, err, rpc.CodeUnauthenticated, "call auth")
+	_, err = w.AddGroupMember(ctx, &rpc.GroupMemberParams{Group: "backend", MemberType: rpc.MemberAgent, MemberID: "alice"})
+	wantCode(t, err, rpc.CodeUnauthenticated, "call auth")
+	if _, err := w.Auth(ctx, &rpc.AuthParams{Token: d.tokens["alice"]}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.CreateGroup(ctx, &rpc.CreateGroupParams{Name: "frontend"}); err != nil {
+		t.Fatal(err)
+	}
+	if info, err := u.GroupInfo(ctx, &rpc.GroupInfoParams{Name: "frontend"}); err != nil || info.CreatedBy != "alice" {
+		t.Fatalf("frontend info = %+v, %v; want created_by alice", info, err)
+	}
+	if _, err := u.DeleteGroup(ctx, &rpc.DeleteGroupParams{Name: "frontend"}); err != nil {
+		t.Fatalf("delete on the socket without identity: %v", err)
+	}
+}
+
 func TestSocketIsOwnerOnly(t *testing.T) {
 	d := startDaemon(t)
 	st, err := os.Stat(d.sock)

@@ -79,7 +79,7 @@ type AgentDeleteCmd struct {
 }
 
 func (c *AgentDeleteCmd) Help() string {
-	return "Removes the agent and its identity file; its messages stay in the log.\n\nExample:\n  thrum agent delete old_agent --force"
+	return "Removes the agent and its identity file; its messages stay in the log.\n\nExamples:\n  thrum agent delete old_agent --force\n  thrum agent delete old_agent --force --json"
 }
 
 func (c *AgentDeleteCmd) Run(ctx context.Context, g *Globals) error {

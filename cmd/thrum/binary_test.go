@@ -61,7 +61,7 @@ func TestEndToEndBinary(t *testing.T) {
 	m1 := idAfter(t, r.stdout, "> Message sent: ")
 
 	r = c.ok("bob", "inbox", "--unread")
-	contains(t, "bob inbox --unread", r.stdout, "│ ● "+m1+"  @alice  just now", "│   Auth module complete, all tests passing", "Showing 1-1 of 1 messages (1 unread)\n")
+	contains(t, "bob inbox --unread", r.stdout, "│ ● "+m1+"  @alice  just now", "│   Auth module complete, all tests passing", "Showing 1-1 of 1 message (1 unread)\n")
 	r = c.ok("bob", "inbox")
 	contains(t, "bob inbox", r.stdout, "│ ● "+m1, "(1 unread)")
 	r = c.ok("bob", "inbox")

@@ -27,7 +27,7 @@ const (
 // Globals are the flags every command takes.
 type Globals struct {
 	JSON    bool   `help:"Print machine-readable JSON on stdout."`
-	Quiet   bool   `short:"q" help:"Print only what was asked for: no hints or tips."`
+	Quiet   bool   `short:"q" help:"Print only what was asked for: no hints, tips or next-page line; send and reply print just the new ID."`
 	Verbose bool   `short:"v" help:"Print debug output on stderr."`
 	Role    string `help:"Agent role, to select an identity (or THRUM_ROLE)."`
 	Module  string `help:"Agent module, to select an identity (or THRUM_MODULE)."`
@@ -36,7 +36,10 @@ type Globals struct {
 	Home    string `help:"Directory for thrum's runtime state (default: REPO/.thrum; or THRUM_HOME)." type:"path"`
 
 	stdout, stderr io.Writer
-	env            func(string) string
+	// roleFlag is whether --role is on the command line, not only in
+	// THRUM_ROLE: group add and remove take only the flag as a member.
+	roleFlag bool
+	env      func(string) string
 }
 
 // CLI is the command tree.
@@ -83,6 +86,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (code int
 func runEnv(ctx context.Context, args []string, stdout, stderr io.Writer, env func(string) string) (code int) {
 	var cli CLI
 	cli.stdout, cli.stderr, cli.env = stdout, stderr, env
+	cli.roleFlag = hasFlag(args, "--role")
 	defer func() {
 		if r := recover(); r != nil {
 			c, ok := r.(kongExit)
@@ -116,6 +120,20 @@ func runEnv(ctx context.Context, args []string, stdout, stderr io.Writer, env fu
 		return exitOK
 	}
 	return report(&cli.Globals, err)
+}
+
+// hasFlag reports whether args name the long flag (as "--flag" or
+// "--flag=value") before a "--" that ends the flags.
+func hasFlag(args []string, flag string) bool {
+	for _, a := range args {
+		if a == "--" {
+			return false
+		}
+		if a == flag || strings.HasPrefix(a, flag+"=") {
+			return true
+		}
+	}
+	return false
 }
 
 // flagEnv maps global flags to the environment variables that set them

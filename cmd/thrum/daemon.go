@@ -31,8 +31,9 @@ where the event log lives; your working tree, index and current branch are
 not touched. Runtime state goes to .thrum/, which init adds to
 .git/info/exclude. Outside git, the log is .thrum/log.
 
-Example:
-  thrum init && thrum daemon start`
+Examples:
+  thrum init && thrum daemon start
+  thrum init --repo ~/src/project --json`
 }
 
 func (c *InitCmd) Run(ctx context.Context, g *Globals) error {
@@ -78,8 +79,9 @@ func (c *DaemonRunCmd) Help() string {
 WebSocket at ws://ADDR/ws (loopback only; its port is written to
 .thrum/var/ws.port). Stops gracefully on SIGINT or SIGTERM.
 
-Example:
-  thrum daemon run --ws-addr 127.0.0.1:9999`
+Examples:
+  thrum daemon run --ws-addr 127.0.0.1:9999
+  thrum daemon run --sync-interval 5m --verbose`
 }
 
 func (c *DaemonRunCmd) Run(ctx context.Context, g *Globals) error {
@@ -109,7 +111,7 @@ func (c *DaemonRunCmd) Run(ctx context.Context, g *Globals) error {
 	// through this pointer.
 	var syncer atomic.Pointer[gitsync.Syncer]
 	syncOn := l.Git && gitsync.HasRemote(ctx, l.Root, gitsync.DefaultRemote)
-	opts := &thrum.Options{Logger: logger, DBPath: l.DB, RepoID: l.RepoID, RepoDir: l.Root, IdentityDir: l.IDs,
+	opts := &thrum.Options{Logger: logger, DBPath: l.DB, RepoID: l.RepoID(ctx), RepoDir: l.Root, IdentityDir: l.IDs,
 		IdentityDirs: worktreeIdentityDirs(l)}
 	if syncOn {
 		opts.OnLocalCommit = func() {
@@ -247,8 +249,9 @@ func (c *DaemonStartCmd) Help() string {
 	return `Starts "thrum daemon run" detached, logging to .thrum/var/daemon.log, and
 returns once it answers health. Runs init first if needed.
 
-Example:
-  thrum daemon start`
+Examples:
+  thrum daemon start
+  thrum daemon start --ws-addr 127.0.0.1:9999 --json`
 }
 
 func (c *DaemonStartCmd) Run(ctx context.Context, g *Globals) error {
@@ -261,8 +264,12 @@ func (c *DaemonStartCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	if h, err := health(ctx, l); err == nil {
 		pid := readPID(l.PIDFile)
-		return g.out(statusJSON(l, pid, h), func(w io.Writer) {
+		st := statusJSON(l, pid, h)
+		return g.out(st, func(w io.Writer) {
 			fmt.Fprintf(w, "Daemon already running (pid %d)\n", pid)
+			if p, ok := st["ws_port"]; ok {
+				fmt.Fprintf(w, "  websocket: %s\n", wsURL("", p))
+			}
 		})
 	}
 	exe, err := os.Executable()
@@ -293,8 +300,12 @@ func (c *DaemonStartCmd) Run(ctx context.Context, g *Globals) error {
 	deadline := time.Now().Add(c.Timeout)
 	for {
 		if h, err := health(ctx, l); err == nil {
-			return g.out(statusJSON(l, cmd.Process.Pid, h), func(w io.Writer) {
-				fmt.Fprintf(w, "Daemon started (pid %d)\n  socket: %s\n", cmd.Process.Pid, l.Socket)
+			st := statusJSON(l, cmd.Process.Pid, h)
+			return g.out(st, func(w io.Writer) {
+				fmt.Fprintf(w, "Daemon started (pid %d)\n  socket:    %s\n", cmd.Process.Pid, l.Socket)
+				if p, ok := st["ws_port"]; ok {
+					fmt.Fprintf(w, "  websocket: %s\n", wsURL(c.WSAddr, p))
+				}
 			})
 		}
 		select {
@@ -309,6 +320,16 @@ func (c *DaemonStartCmd) Run(ctx context.Context, g *Globals) error {
 			return fmt.Errorf("daemon did not answer within %v; see %s", c.Timeout, l.LogFile)
 		}
 	}
+}
+
+// wsURL is the daemon's WebSocket address: the host of --ws-addr with the
+// port it listens on.
+func wsURL(addr string, port any) string {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil || host == "" {
+		host = "127.0.0.1"
+	}
+	return fmt.Sprintf("ws://%s/ws", net.JoinHostPort(host, fmt.Sprint(port)))
 }
 
 func tailFile(path string, n int) (string, error) {
@@ -353,7 +374,7 @@ type DaemonStopCmd struct {
 }
 
 func (c *DaemonStopCmd) Help() string {
-	return "Sends SIGTERM and waits for the daemon to finish in-flight calls and exit.\n\nExample:\n  thrum daemon stop"
+	return "Sends SIGTERM and waits for the daemon to finish in-flight calls and exit.\n\nExamples:\n  thrum daemon stop\n  thrum daemon stop --timeout 1m"
 }
 
 func (c *DaemonStopCmd) Run(ctx context.Context, g *Globals) error {

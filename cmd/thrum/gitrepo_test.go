@@ -76,7 +76,7 @@ func lines(s string) []string {
 // user's repository as it was: working tree, index, staged and unstaged
 // changes, untracked files, HEAD, branch, stash and refs. Only the a-sync
 // branch, its worktree under .git/thrum-sync/ and the .thrum/ exclude are
-// added.
+// added. It runs the built binary, daemon included.
 func TestGitRepoUntouched(t *testing.T) {
 	t.Parallel()
 	repo := gitRepo(t)
@@ -111,7 +111,14 @@ func TestGitRepoUntouched(t *testing.T) {
 		t.Fatalf("the fixture lacks work in progress: %+v", before)
 	}
 
-	c := &thrumCLI{t: t, repo: repo}
+	// The real binary, as a user runs it: this test is about what thrum
+	// does to the repository, and the race-instrumented daemon and
+	// in-process CLI (TestEndToEndRun covers them) would make its ~330
+	// commands several times slower.
+	if thrumBinErr != nil {
+		t.Fatalf("building the binary: %v", thrumBinErr)
+	}
+	c := &thrumCLI{t: t, repo: repo, bin: thrumBin}
 	c.ok("", "init")
 	c.ok("", "init") // twice: the exclude line is added once
 	startDaemon(t, c)

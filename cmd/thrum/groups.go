@@ -26,11 +26,17 @@ type GroupCreateCmd struct {
 }
 
 func (c *GroupCreateCmd) Help() string {
-	return "Example:\n  thrum group create reviewers --description \"Code review team\""
+	return ownerNote + "\n\nExamples:\n  thrum group create reviewers --description \"Code review team\"\n  THRUM_NAME=alice thrum group create backend"
 }
 
+// ownerNote is the help text of the commands that change groups.
+const ownerNote = `Groups are the repository owner's to manage: without --agent-id or
+THRUM_NAME the change is made by the owner (created_by "owner"), over the
+daemon's Unix socket, which only the owner can reach. Naming an agent
+makes the change as that agent.`
+
 func (c *GroupCreateCmd) Run(ctx context.Context, g *Globals) error {
-	return call(ctx, g, true, func(s *session) (any, error) {
+	return call(ctx, g, false, func(s *session) (any, error) {
 		return s.c.CreateGroup(ctx, &rpc.CreateGroupParams{Name: c.Name, Description: c.Description})
 	}, func(w io.Writer, v any) {
 		fmt.Fprintf(w, "> Group created: @%s\n", v.(*rpc.CreateGroupResult).Name)
@@ -41,8 +47,12 @@ type GroupDeleteCmd struct {
 	Name string `arg:"" help:"Group name."`
 }
 
+func (c *GroupDeleteCmd) Help() string {
+	return ownerNote + "\n\nExamples:\n  thrum group delete reviewers\n  thrum group delete reviewers --json"
+}
+
 func (c *GroupDeleteCmd) Run(ctx context.Context, g *Globals) error {
-	return call(ctx, g, true, func(s *session) (any, error) {
+	return call(ctx, g, false, func(s *session) (any, error) {
 		return s.c.DeleteGroup(ctx, &rpc.DeleteGroupParams{Name: c.Name})
 	}, func(w io.Writer, v any) {
 		fmt.Fprintf(w, "> Group deleted: @%s\n", v.(*rpc.DeleteGroupResult).Name)
@@ -51,14 +61,18 @@ func (c *GroupDeleteCmd) Run(ctx context.Context, g *Globals) error {
 
 // memberArgs are how add and remove name a member: "@alice" (an agent) or
 // --role reviewer (the global --role flag: for these two commands it names
-// the member, not the caller's identity).
+// the member, not the caller's identity). THRUM_ROLE, which an agent's
+// environment may well set, names neither.
 type memberArgs struct {
 	Group  string `arg:"" help:"Group name."`
 	Member string `arg:"" optional:"" help:"Agent, as @name; or give --role ROLE to add every agent of a role, now and later."`
 }
 
 func (m *memberArgs) params(g *Globals) (*rpc.GroupMemberParams, error) {
-	role := g.Role
+	role := ""
+	if g.roleFlag {
+		role = g.Role
+	}
 	g.Role, g.Module = "", "" // not an identity selector here
 	switch {
 	case m.Member != "" && role != "":
@@ -74,7 +88,7 @@ func (m *memberArgs) params(g *Globals) (*rpc.GroupMemberParams, error) {
 type GroupAddCmd struct{ memberArgs }
 
 func (c *GroupAddCmd) Help() string {
-	return "Examples:\n  thrum group add reviewers @alice\n  thrum group add reviewers --role reviewer"
+	return ownerNote + "\n\nExamples:\n  thrum group add reviewers @alice\n  thrum group add reviewers --role reviewer"
 }
 
 func (c *GroupAddCmd) Run(ctx context.Context, g *Globals) error {
@@ -82,7 +96,7 @@ func (c *GroupAddCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	return call(ctx, g, true, func(s *session) (any, error) { return s.c.AddGroupMember(ctx, p) }, func(w io.Writer, v any) {
+	return call(ctx, g, false, func(s *session) (any, error) { return s.c.AddGroupMember(ctx, p) }, func(w io.Writer, v any) {
 		r := v.(*rpc.GroupMemberResult)
 		fmt.Fprintf(w, "> Added %s %s to @%s\n", r.MemberType, r.MemberID, r.Group)
 	})
@@ -91,7 +105,7 @@ func (c *GroupAddCmd) Run(ctx context.Context, g *Globals) error {
 type GroupRemoveCmd struct{ memberArgs }
 
 func (c *GroupRemoveCmd) Help() string {
-	return "Examples:\n  thrum group remove reviewers @alice\n  thrum group remove reviewers --role reviewer"
+	return ownerNote + "\n\nExamples:\n  thrum group remove reviewers @alice\n  thrum group remove reviewers --role reviewer"
 }
 
 func (c *GroupRemoveCmd) Run(ctx context.Context, g *Globals) error {
@@ -99,7 +113,7 @@ func (c *GroupRemoveCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	return call(ctx, g, true, func(s *session) (any, error) { return s.c.RemoveGroupMember(ctx, p) }, func(w io.Writer, v any) {
+	return call(ctx, g, false, func(s *session) (any, error) { return s.c.RemoveGroupMember(ctx, p) }, func(w io.Writer, v any) {
 		r := v.(*rpc.GroupMemberResult)
 		fmt.Fprintf(w, "> Removed %s %s from @%s\n", r.MemberType, r.MemberID, r.Group)
 	})
@@ -114,7 +128,7 @@ func (c *GroupListCmd) Run(ctx context.Context, g *Globals) error {
 		for _, gr := range r.Groups {
 			members := fmt.Sprint(gr.MemberCount)
 			if gr.Name == "everyone" {
-				members = "all agents"
+				members += " (all agents)"
 			}
 			tw.row("@"+gr.Name, members, gr.Description)
 		}
@@ -168,7 +182,8 @@ func (c *GroupMembersCmd) Run(ctx context.Context, g *Globals) error {
 		return s.c.GroupMembers(ctx, &rpc.GroupMembersParams{Name: c.Name, Expand: c.Expand})
 	}, func(w io.Writer, v any) {
 		r := v.(*rpc.GroupMembersResult)
-		fmt.Fprintf(w, "Members of @%s: %s\n", c.Name, members(r.Members, c.Name))
+		name := strings.TrimPrefix(c.Name, "@")
+		fmt.Fprintf(w, "Members of @%s: %s\n", name, members(r.Members, name))
 		if c.Expand {
 			if len(r.ExpandedAgents) == 0 {
 				fmt.Fprintln(w, "Reaches: no agents")

@@ -7,14 +7,16 @@ func (c *DaemonStatusCmd) Help() string {
 	return "Exit code 3 when no daemon is running.\n\nExamples:\n  thrum daemon status\n  thrum daemon status --json"
 }
 
-func (c *GroupDeleteCmd) Help() string { return "Example:\n  thrum group delete reviewers" }
+func (c *GroupListCmd) Help() string {
+	return "The everyone group's member count is the number of agents.\n\nExamples:\n  thrum group list\n  thrum group list --json"
+}
 
-func (c *GroupListCmd) Help() string { return "Example:\n  thrum group list --json" }
-
-func (c *GroupInfoCmd) Help() string { return "Example:\n  thrum group info reviewers" }
+func (c *GroupInfoCmd) Help() string {
+	return "Examples:\n  thrum group info reviewers\n  thrum group info @everyone --json"
+}
 
 func (c *GroupMembersCmd) Help() string {
-	return "Examples:\n  thrum group members reviewers\n  thrum group members everyone --expand"
+	return "Examples:\n  thrum group members reviewers\n  thrum group members @everyone --expand"
 }
 
 func (c *AgentWhoamiCmd) Help() string {
@@ -49,14 +51,16 @@ func (c *ThreadListCmd) Help() string {
 	return "Examples:\n  thrum thread list\n  thrum thread list --scope module:auth --page 2"
 }
 
-func (c *ThreadGetCmd) Help() string { return "Example:\n  thrum thread get thr_01HXE..." }
+func (c *ThreadGetCmd) Help() string {
+	return "Examples:\n  thrum thread get thr_01HXE...\n  thrum thread get thr_01HXE... --page-size 20 --page 2"
+}
 
 func (c *SyncStatusCmd) Help() string {
-	return "Sync runs when the repository has a remote (origin).\n\nExample:\n  thrum sync status --json"
+	return "Sync runs when the repository has a remote (origin).\n\nExamples:\n  thrum sync status\n  thrum sync status --json"
 }
 
 func (c *SyncForceCmd) Help() string {
-	return "Starts a sync round now and returns; watch it with thrum sync status.\n\nExample:\n  thrum sync force"
+	return "Starts a sync round now and returns; watch it with thrum sync status.\n\nExamples:\n  thrum sync force\n  thrum sync force && thrum sync status"
 }
 
-func (c *VersionCmd) Help() string { return "Example:\n  thrum version --json" }
+func (c *VersionCmd) Help() string { return "Examples:\n  thrum version\n  thrum version --json" }

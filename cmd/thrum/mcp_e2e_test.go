@@ -32,6 +32,7 @@ func TestMCPServeEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binary")
 	}
+	t.Parallel() // its own repository, daemon and servers
 	e := newMCPE2E(t)
 	e.thrum("", "init")
 	e.startDaemon()

@@ -27,8 +27,9 @@ agent left open), and writes .thrum/identities/NAME.json (mode 0600) with
 the agent's token. Later commands find the identity through THRUM_NAME,
 --agent-id, or the single file in .thrum/identities.
 
-Example:
-  thrum quickstart --name alice --role implementer --module auth --intent "Refactor login"`
+Examples:
+  thrum quickstart --name alice --role implementer --module auth --intent "Refactor login"
+  thrum quickstart --name bob --role reviewer --module auth --display "Bob (review bot)"`
 }
 
 func (c *QuickstartCmd) Run(ctx context.Context, g *Globals) error {
@@ -62,7 +63,7 @@ func (c *QuickstartCmd) Run(ctx context.Context, g *Globals) error {
 		}
 	}
 	f := &identity.File{Name: c.Name, AgentID: reg.AgentID, Role: role, Module: module, Display: c.Display,
-		RepoID: s.l.RepoID, Token: reg.Token, SessionID: ses.SessionID, UpdatedAt: time.Now().UTC().Format(time.RFC3339)}
+		RepoID: s.l.RepoID(ctx), Token: reg.Token, SessionID: ses.SessionID, UpdatedAt: time.Now().UTC().Format(time.RFC3339)}
 	if err := identity.Save(s.l.IDs, f); err != nil {
 		return fmt.Errorf("write identity file: %w", err)
 	}
@@ -125,7 +126,8 @@ func (c *SendCmd) Help() string {
   thrum send "Test suite is green, ready for review" --to @reviewer
   thrum send "Auth module complete" --to @reviewer --scope module:auth --ref issue:beads-42
   thrum send "Deploy complete" --to @everyone --priority high
-  thrum send "Test results" --structured '{"type":"test_result","passed":45,"failed":2}'`
+  thrum send "Test results" --structured '{"type":"test_result","passed":45,"failed":2}'
+  MSG=$(thrum send "Ready for review" --to @reviewer --quiet)   # --quiet prints just the ID`
 }
 
 func (c *SendCmd) Run(ctx context.Context, g *Globals) error {
@@ -159,6 +161,10 @@ func (c *SendCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	return g.out(r, func(w io.Writer) {
+		if g.Quiet { // just the ID, for MSG=$(thrum send ... --quiet)
+			fmt.Fprintln(w, r.MessageID)
+			return
+		}
 		fmt.Fprintf(w, "> Message sent: %s\n", r.MessageID)
 		for _, rc := range r.Recipients {
 			fmt.Fprintf(w, "  To @%s (%s): %s\n", rc.Address, rc.Kind, reach(rc))
@@ -190,8 +196,11 @@ func (c *ReplyCmd) Help() string {
 	return `Sends a message with a reply_to ref to the original, addressed to its
 author and in its thread, and marks the original read.
 
-Example:
-  thrum reply msg_01HXE... "Looks good, merging now"`
+With --quiet it prints just the reply's ID.
+
+Examples:
+  thrum reply msg_01HXE... "Looks good, merging now"
+  thrum reply "$MSG" "On it" --quiet`
 }
 
 func (c *ReplyCmd) Run(ctx context.Context, g *Globals) error {
@@ -215,6 +224,10 @@ func (c *ReplyCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	_, _ = s.c.MarkRead(ctx, &rpc.MarkReadParams{MessageIDs: []string{c.MessageID}}) // best effort
 	return g.out(map[string]any{"message_id": r.MessageID, "reply_to": c.MessageID, "thread_id": r.ThreadID, "created_at": r.CreatedAt}, func(w io.Writer) {
+		if g.Quiet {
+			fmt.Fprintln(w, r.MessageID)
+			return
+		}
 		fmt.Fprintf(w, "> Reply sent: %s\n  In reply to: %s\n", r.MessageID, c.MessageID)
 	})
 }
@@ -230,8 +243,10 @@ type InboxCmd struct {
 
 func (c *InboxCmd) Help() string {
 	return `Shows ● for unread and ○ for read messages, replies grouped under their
-original with ↳, (edited) on edited messages, and marks what it shows as
-read — except with --unread, so checking does not clear them.
+original with ↳ (an original that is not in the list, e.g. with
+--mentions, is shown above them for context), (edited) on edited
+messages, and marks what it shows as read — except with --unread, so
+checking does not clear them.
 
 Examples:
   thrum inbox
@@ -278,7 +293,7 @@ func (c *InboxCmd) Run(ctx context.Context, g *Globals) error {
 		}
 	}
 	err = g.out(r, func(w io.Writer) {
-		renderInbox(w, r, inboxView{Filter: filter, FilterFlags: c.flags(), AllTotal: all, Now: time.Now(), Me: s.id.AgentID,
+		renderInbox(w, r, inboxView{Originals: originals(ctx, s, r.Messages), Quiet: g.Quiet, Filter: filter, FilterFlags: c.flags(), AllTotal: all, Now: time.Now(), Me: s.id.AgentID,
 			NextCmd: strings.TrimSpace("thrum inbox "+c.flags()) + pageSizeFlag(c.PageSize)})
 	})
 	if err == nil && !c.Unread {
@@ -295,6 +310,36 @@ func (c *InboxCmd) Run(ctx context.Context, g *Globals) error {
 		}
 	}
 	return err
+}
+
+// originals fetches the messages that replies in ms answer but that ms
+// does not hold, so the inbox can show a reply under its original (or say
+// it was deleted). One that cannot be fetched is left out: the inbox then
+// says the reply's original is not in the list. Fetching does not mark
+// them read.
+func originals(ctx context.Context, s *session, ms []rpc.MessageSummary) map[string]rpc.MessageSummary {
+	have := map[string]bool{}
+	for _, m := range ms {
+		have[m.MessageID] = true
+	}
+	out := map[string]rpc.MessageSummary{}
+	for _, m := range ms {
+		p := replyTo(m.Refs)
+		if p == "" || have[p] {
+			continue
+		}
+		have[p] = true
+		r, err := s.c.GetMessage(ctx, &rpc.GetMessageParams{MessageID: p})
+		if err != nil {
+			s.g.debugf("original %s of %s: %v", p, m.MessageID, err)
+			continue
+		}
+		o := r.Message
+		out[p] = rpc.MessageSummary{MessageID: o.MessageID, ThreadID: o.ThreadID, AgentID: o.Author.AgentID, Body: o.Body,
+			CreatedAt: o.CreatedAt, UpdatedAt: o.UpdatedAt, Deleted: o.Deleted, IsRead: o.IsRead, Priority: o.Priority,
+			Scopes: o.Scopes, Refs: o.Refs, Tags: o.Tags, Version: o.Version}
+	}
+	return out
 }
 
 // pageSizeFlag is " --page-size N" for a size other than the default.
@@ -331,7 +376,9 @@ type MessageGetCmd struct {
 	MessageID string `arg:"" name:"msg-id" help:"Message ID."`
 }
 
-func (c *MessageGetCmd) Help() string { return "Example:\n  thrum message get msg_01HXE..." }
+func (c *MessageGetCmd) Help() string {
+	return "Examples:\n  thrum message get msg_01HXE...\n  thrum message get msg_01HXE... --json"
+}
 
 func (c *MessageGetCmd) Run(ctx context.Context, g *Globals) error {
 	s, err := connectAs(ctx, g)
@@ -353,7 +400,7 @@ type MessageEditCmd struct {
 }
 
 func (c *MessageEditCmd) Help() string {
-	return "Example:\n  thrum message edit msg_01HXE... \"Updated: auth module complete with rate limiting\""
+	return "Examples:\n  thrum message edit msg_01HXE... \"Updated: auth module complete with rate limiting\"\n  thrum message edit \"$MSG\" \"Fixed a typo\" --json"
 }
 
 func (c *MessageEditCmd) Run(ctx context.Context, g *Globals) error {
@@ -376,7 +423,7 @@ type MessageDeleteCmd struct {
 }
 
 func (c *MessageDeleteCmd) Help() string {
-	return "Deleted messages stay in the log and in message get, marked DELETED.\n\nExample:\n  thrum message delete msg_01HXE... --force"
+	return "Deleted messages stay in the log and in message get, marked DELETED.\n\nExamples:\n  thrum message delete msg_01HXE... --force\n  thrum message delete msg_01HXE... --force --reason \"sent to the wrong group\""
 }
 
 func (c *MessageDeleteCmd) Run(ctx context.Context, g *Globals) error {

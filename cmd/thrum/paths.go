@@ -23,7 +23,7 @@ type layout struct {
 	GitDir  string // the repository's common git dir
 	Home    string // runtime state: .thrum
 	LogDir  string // the event log: <git-common-dir>/thrum-sync/a-sync, or .thrum/log
-	RepoID  string
+	repoID  string // see (*layout).RepoID
 	DB      string
 	Socket  string
 	WSPort  string
@@ -43,10 +43,11 @@ func resolveLayout(ctx context.Context, g *Globals) (*layout, error) {
 		return nil, fmt.Errorf("--repo %s is not a directory", g.Repo)
 	}
 	l := &layout{Root: repo}
-	if top, err := git(ctx, repo, "rev-parse", "--show-toplevel"); err == nil {
-		common, err := git(ctx, repo, "rev-parse", "--git-common-dir")
-		if err != nil {
-			return nil, err
+	// One git process for both answers: every command resolves the layout.
+	if out, err := git(ctx, repo, "rev-parse", "--show-toplevel", "--git-common-dir"); err == nil {
+		top, common, ok := strings.Cut(out, "\n")
+		if !ok || top == "" || common == "" {
+			return nil, fmt.Errorf("git rev-parse --show-toplevel --git-common-dir in %s: unexpected output %q", repo, out)
 		}
 		if !filepath.IsAbs(common) {
 			common = filepath.Join(repo, common)
@@ -60,13 +61,6 @@ func resolveLayout(ctx context.Context, g *Globals) (*layout, error) {
 	}
 	if !l.Git {
 		l.LogDir = filepath.Join(l.Home, "log")
-	}
-	sum := sha256.Sum256([]byte(l.LogDir))
-	l.RepoID = hex.EncodeToString(sum[:8])
-	if l.Git {
-		if first, err := git(ctx, l.Root, "rev-list", "--max-parents=0", "--max-count=1", "HEAD"); err == nil && first != "" {
-			l.RepoID = first[:16] // the same on every clone
-		}
 	}
 	// A feature worktree of the same repository shares the main
 	// worktree's daemon (one log, one projection, one socket) through
@@ -91,6 +85,24 @@ func resolveLayout(ctx context.Context, g *Globals) (*layout, error) {
 	l.LogFile = filepath.Join(v, "daemon.log")
 	l.IDs = filepath.Join(l.Home, "identities")
 	return l, nil
+}
+
+// RepoID identifies the repository: the first 16 hex digits of its root
+// commit, the same on every clone, or (outside git, or before the first
+// commit) a hash of the log's path. It costs a git process, so only the
+// commands that need it ask.
+func (l *layout) RepoID(ctx context.Context) string {
+	if l.repoID != "" {
+		return l.repoID
+	}
+	sum := sha256.Sum256([]byte(l.LogDir))
+	l.repoID = hex.EncodeToString(sum[:8])
+	if l.Git {
+		if first, err := git(ctx, l.Root, "rev-list", "--max-parents=0", "--max-count=1", "HEAD"); err == nil && len(first) >= 16 {
+			l.repoID = first[:16]
+		}
+	}
+	return l.repoID
 }
 
 // initialized reports whether init has run here.

@@ -24,6 +24,14 @@ type inboxView struct {
 	// NextCmd is the command the next-page hint shows before --page N,
 	// with the same filters; "thrum inbox" when empty.
 	NextCmd string
+	// Quiet leaves out the next-page hint.
+	Quiet bool
+	// Originals are the messages that replies on the page answer but
+	// that are not on the page themselves (another page, or left out by
+	// a filter), by ID: such a reply is shown under its original, as
+	// context. A reply whose original is missing here, or deleted, says
+	// so instead.
+	Originals map[string]rpc.MessageSummary
 }
 
 // renderInbox prints a page of messages: a box of entries, replies under
@@ -35,7 +43,7 @@ func renderInbox(w io.Writer, r *rpc.ListMessagesResult, v inboxView) {
 			return
 		}
 		fmt.Fprintf(w, "No messages matching filter %s\n", v.FilterFlags)
-		fmt.Fprintf(w, "Showing 0 of %d total messages (filter: %s)\n", v.AllTotal, strings.Join(v.Filter, ", "))
+		fmt.Fprintf(w, "Showing 0 of %d total %s (filter: %s)\n", v.AllTotal, plural(v.AllTotal, "message", "messages"), strings.Join(v.Filter, ", "))
 		return
 	}
 	if len(r.Messages) == 0 {
@@ -69,12 +77,33 @@ func renderInbox(w io.Writer, r *rpc.ListMessagesResult, v inboxView) {
 	}
 	replies := map[string][]rpc.MessageSummary{}
 	var top []rpc.MessageSummary
+	asContext := map[string]bool{} // IDs in top that are off-page originals
 	for _, m := range r.Messages {
 		if p, ok := root(m.MessageID); ok {
 			replies[p] = append(replies[p], m)
 			continue
 		}
+		// A reply whose original is off the page goes under that
+		// original, shown as context where the first such reply is.
+		if p := replyTo(m.Refs); p != "" {
+			if o, ok := v.Originals[p]; ok && !onPage[p] && !o.Deleted {
+				if !asContext[p] {
+					asContext[p] = true
+					top = append(top, o)
+				}
+				replies[p] = append(replies[p], m)
+				continue
+			}
+		}
 		top = append(top, m)
+	}
+	// The replies grouped under a reply that went under an off-page
+	// original go there too, so that none is left out.
+	for p := range asContext {
+		for _, m := range append([]rpc.MessageSummary(nil), replies[p]...) {
+			replies[p] = append(replies[p], replies[m.MessageID]...)
+			delete(replies, m.MessageID)
+		}
 	}
 	fmt.Fprintln(w, "┌"+strings.Repeat("─", boxWidth+2)+"┐")
 	for i, m := range top {
@@ -85,8 +114,18 @@ func renderInbox(w io.Writer, r *rpc.ListMessagesResult, v inboxView) {
 		if !m.IsRead {
 			lead = "● "
 		}
-		if p := replyTo(m.Refs); p != "" {
+		switch p := replyTo(m.Refs); {
+		case asContext[m.MessageID]:
+			m.Body.Content += "\n(the original: not in this list)"
+		case p != "":
 			lead = "↳ " + lead // a reply whose original is not on this page
+			switch {
+			case onPage[p]: // in a cycle of replies
+			case v.Originals[p].Deleted:
+				m.Body.Content += "\n(in reply to a deleted message)"
+			default:
+				m.Body.Content += "\n(in reply to " + p + ", not in this list)"
+			}
 		}
 		entry(w, lead, m, v.Now, "  ")
 		rs := replies[m.MessageID]
@@ -102,8 +141,8 @@ func renderInbox(w io.Writer, r *rpc.ListMessagesResult, v inboxView) {
 	fmt.Fprintln(w, "└"+strings.Repeat("─", boxWidth+2)+"┘")
 	first := (r.Page-1)*r.PageSize + 1
 	last := first + len(r.Messages) - 1
-	fmt.Fprintf(w, "Showing %d-%d of %d messages (%d unread)\n", first, last, r.Total, r.Unread)
-	if r.Page < r.TotalPages {
+	fmt.Fprintf(w, "Showing %d-%d of %d %s (%d unread)\n", first, last, r.Total, plural(r.Total, "message", "messages"), r.Unread)
+	if r.Page < r.TotalPages && !v.Quiet {
 		next := v.NextCmd
 		if next == "" {
 			next = "thrum inbox"

@@ -104,6 +104,22 @@ func TestInboxGolden(t *testing.T) {
 		{"reply_original_elsewhere", page(12, 1, 2, 10,
 			replyOf(msg("msg_01HXG0000000000000ORPHAN", "reviewer", time.Minute, false, "Replying to something on page 1"), "msg_01HXE00000000000000PAGE1"),
 			msg("msg_01HXF0000000000000000LAST", "implementer", 2*time.Minute, true, "Last one")), inboxView{}},
+		// inbox --mentions: the replies are listed, their original is
+		// not, and is shown as context above them.
+		{"reply_original_fetched", page(3, 2, 1, 10,
+			replyOf(msg("msg_01HXG0000000000000MREPL2", "tester", time.Minute, false, "Second answer"), orig.MessageID),
+			other,
+			replyOf(msg("msg_01HXG0000000000000MREPL1", "reviewer", 2*time.Minute, false, "First answer"), orig.MessageID)),
+			inboxView{Filter: []string{"mentions"}, Originals: map[string]rpc.MessageSummary{orig.MessageID: orig}}},
+		// A reply to a reply, both on the page, the original not: all
+		// under the original.
+		{"reply_chain_original_fetched", page(2, 2, 1, 10,
+			replyOf(msg("msg_01HXG0000000000000000RR2", "implementer", time.Minute, false, "Reply to the reply"), "msg_01HXG0000000000000000RR1"),
+			replyOf(msg("msg_01HXG0000000000000000RR1", "reviewer", 2*time.Minute, false, "First reply"), orig.MessageID)),
+			inboxView{Filter: []string{"unread"}, Originals: map[string]rpc.MessageSummary{orig.MessageID: orig}}},
+		{"reply_original_deleted", page(1, 1, 1, 10,
+			replyOf(msg("msg_01HXG0000000000000MREPL1", "reviewer", 2*time.Minute, false, "First answer"), orig.MessageID)),
+			inboxView{Originals: map[string]rpc.MessageSummary{orig.MessageID: {MessageID: orig.MessageID, Deleted: true}}}},
 		{"reply_to_reply", page(3, 1, 1, 10,
 			replyOf(msg("msg_01HXG0000000000000000RR2", "implementer", time.Minute, false, "Reply to the reply"), "msg_01HXG0000000000000000RR1"),
 			replyOf(msg("msg_01HXG0000000000000000RR1", "reviewer", 2*time.Minute, true, "First reply"), orig.MessageID),

@@ -25,7 +25,7 @@ type ThreadCreateCmd struct {
 }
 
 func (c *ThreadCreateCmd) Help() string {
-	return "Example:\n  thrum thread create \"Auth review\" --to @reviewer --message \"PR #42 is ready\""
+	return "Examples:\n  thrum thread create \"Auth review\" --to @reviewer --message \"PR #42 is ready\"\n  thrum thread create \"Release 1.2\" --scope module:release"
 }
 
 func (c *ThreadCreateCmd) Run(ctx context.Context, g *Globals) error {
@@ -82,7 +82,7 @@ func (c *ThreadListCmd) Run(ctx context.Context, g *Globals) error {
 			t.row(th.ThreadID, th.Title, fmt.Sprint(th.MessageCount), fmt.Sprint(th.UnreadCount), last)
 		}
 		t.flush()
-		fmt.Fprintf(w, "Showing page %d of %d (%d threads)\n", r.Page, r.TotalPages, r.Total)
+		fmt.Fprintf(w, "Showing page %d of %d (%d %s)\n", r.Page, r.TotalPages, r.Total, plural(r.Total, "thread", "threads"))
 	})
 }
 
@@ -103,7 +103,7 @@ func (c *ThreadGetCmd) Run(ctx context.Context, g *Globals) error {
 			return
 		}
 		renderInbox(w, &rpc.ListMessagesResult{Messages: r.Messages, Total: r.Total, Page: r.Page, PageSize: r.PageSize, TotalPages: r.TotalPages,
-			Unread: countUnread(r.Messages)}, inboxView{Now: time.Now(), NextCmd: "thrum thread get " + c.ThreadID + pageSizeFlag(c.PageSize)})
+			Unread: countUnread(r.Messages)}, inboxView{Quiet: g.Quiet, Now: time.Now(), NextCmd: "thrum thread get " + c.ThreadID + pageSizeFlag(c.PageSize)})
 	})
 }
 
