@@ -11,12 +11,14 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/thrumhq/thrum/eventlog"
+	"github.com/thrumhq/thrum/internal/fault"
 )
 
 // applier holds the prepared statements of Apply, on the writer
 // connection.
 type applier struct {
 	mu    sync.Mutex
+	path  string // the database file, for fault injection
 	w     *sqlx.DB
 	stmts map[string]*sqlx.Stmt
 }
@@ -69,8 +71,8 @@ var applySQL = map[string]string{
 	"member.del":   `DELETE FROM group_members WHERE group_name = ? AND member_type = ? AND member_id = ?`,
 }
 
-func newApplier(w *sqlx.DB) (*applier, error) {
-	a := &applier{w: w, stmts: map[string]*sqlx.Stmt{}}
+func newApplier(w *sqlx.DB, path string) (*applier, error) {
+	a := &applier{w: w, path: path, stmts: map[string]*sqlx.Stmt{}}
 	for name, q := range applySQL {
 		st, err := w.Preparex(q)
 		if err != nil {
@@ -129,6 +131,9 @@ func (a *applier) apply(ctx context.Context, evs []*eventlog.Event) error {
 		if err := t.exec(ctx, "checkpoint", shard, off); err != nil {
 			return fmt.Errorf("store: apply: checkpoint: %w", err)
 		}
+	}
+	if err := fault.Check(fault.StoreApply, a.path); err != nil {
+		return fmt.Errorf("store: apply: commit: %w", err) // the deferred Rollback undoes the batch
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("store: apply: commit: %w", err)
