@@ -58,7 +58,7 @@ func (n *Node) CreateThread(ctx context.Context, p *rpc.CreateThreadParams) (*rp
 // ListThreads lists threads, most recently active first, with unread
 // counts for the caller.
 func (n *Node) ListThreads(ctx context.Context, p *rpc.ListThreadsParams) (*rpc.ListThreadsResult, error) {
-	page, size, err := pageParams(p.Page, p.PageSize)
+	page, size, offset, err := pageParams(p.Page, p.PageSize)
 	if err != nil {
 		return nil, err
 	}
@@ -66,7 +66,7 @@ func (n *Node) ListThreads(ctx context.Context, p *rpc.ListThreadsParams) (*rpc.
 	if p.Scope != nil {
 		scope = &store.Pair{Type: p.Scope.Type, Value: p.Scope.Value}
 	}
-	ts, total, err := n.store.Threads(ctx, scope, readerOf(ctx), size, (page-1)*size)
+	ts, total, err := n.store.Threads(ctx, scope, readerOf(ctx), size, offset)
 	if err != nil {
 		return nil, internal("list threads", err)
 	}
@@ -90,7 +90,7 @@ func (n *Node) GetThread(ctx context.Context, p *rpc.GetThreadParams) (*rpc.GetT
 	if p.ThreadID == "" {
 		return nil, invalid("thread_id is required")
 	}
-	page, size, err := pageParams(p.Page, p.PageSize)
+	page, size, offset, err := pageParams(p.Page, p.PageSize)
 	if err != nil {
 		return nil, err
 	}
@@ -102,7 +102,7 @@ func (n *Node) GetThread(ctx context.Context, p *rpc.GetThreadParams) (*rpc.GetT
 		return nil, internal("get thread", err)
 	}
 	pg, err := n.messages(ctx, store.MessageFilter{
-		ThreadID: t.ThreadID, Reader: readerOf(ctx), Asc: true, Limit: size, Offset: (page - 1) * size,
+		ThreadID: t.ThreadID, Reader: readerOf(ctx), Asc: true, Limit: size, Offset: offset,
 	})
 	if err != nil {
 		return nil, err
