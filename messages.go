@@ -95,6 +95,20 @@ func (n *Node) SendMessage(ctx context.Context, p *rpc.SendMessageParams) (*rpc.
 			return nil, internal("send", err)
 		}
 	}
+	if p.IdempotencyKey != "" {
+		caller, err := n.callerID(ctx, "sending")
+		if err != nil {
+			return nil, err
+		}
+		k, unlock, err := n.keyed(ctx, caller, p.IdempotencyKey)
+		if err != nil {
+			return nil, err
+		}
+		defer unlock()
+		if k != nil {
+			return n.replaySend(ctx, k, p.IdempotencyKey)
+		}
+	}
 	pm, err := n.prepareMessage(ctx, p, p.ThreadID)
 	if err != nil {
 		return nil, err
@@ -204,6 +218,7 @@ func (n *Node) prepareMessage(ctx context.Context, p *rpc.SendMessageParams, thr
 		Format: format, Content: p.Content, Structured: normalizeStructured(p.Structured),
 		Scopes: toPairs(p.Scopes), Refs: refs, Tags: p.Tags, Priority: priority,
 		ActingAs: au.actingAs, Disclose: p.Disclose && au.actingAs != "",
+		IdempotencyKey: p.IdempotencyKey,
 	}}
 	return res, nil
 }

@@ -178,6 +178,9 @@ func (x *msgIndex) markRead(agent, id string) {
 func (x *msgIndex) apply(batch []*eventlog.Event) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
+	if x.closed { // a batch committed while the node closes
+		return
+	}
 	select {
 	case <-x.ready:
 	default:

@@ -60,6 +60,7 @@ func (d *faultyDisk) check(op, path string) error {
 // to be applied), the projection equals a rebuild from the log, and every
 // acknowledged message is in both. The checkpoint never passes an event
 // that was not applied, so a later good batch cannot hide a failed one.
+// Senders retry with an idempotency key, and no message is stored twice.
 func TestStorageFaultsKeepProjectionEqualToLog(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
@@ -89,7 +90,7 @@ func TestStorageFaultsKeepProjectionEqualToLog(t *testing.T) {
 	acked := map[string]string{} // message ID → content
 	codes := map[int]int{}
 	var mu sync.Mutex
-	const rounds, perAgent = 9, 12
+	const rounds, perAgent = 6, 10
 	for round := range rounds {
 		disk.percent.Store(25)
 		var wg sync.WaitGroup
@@ -98,20 +99,27 @@ func TestStorageFaultsKeepProjectionEqualToLog(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				for i := range perAgent {
+					// A client that retries with its key, a few times.
 					content := fmt.Sprintf("r%d %s %d", round, a, i)
-					r, err := n.SendMessage(thrum.AsAgent(ctx, a), &rpc.SendMessageParams{Content: content})
-					mu.Lock()
-					if err == nil {
-						acked[r.MessageID] = content
-					} else {
-						var re *rpc.Error
-						if !errors.As(err, &re) {
-							t.Errorf("send: %v is not an *rpc.Error", err)
+					for range 4 {
+						r, err := n.SendMessage(thrum.AsAgent(ctx, a), &rpc.SendMessageParams{Content: content, IdempotencyKey: content})
+						mu.Lock()
+						if err == nil {
+							acked[r.MessageID] = content
 						} else {
-							codes[re.Code]++
+							var re *rpc.Error
+							if !errors.As(err, &re) {
+								t.Errorf("send: %v is not an *rpc.Error", err)
+							} else {
+								codes[re.Code]++
+							}
 						}
+						mu.Unlock()
+						if err == nil {
+							break
+						}
+						time.Sleep(5 * time.Millisecond)
 					}
-					mu.Unlock()
 				}
 			}()
 		}
@@ -149,10 +157,19 @@ func TestStorageFaultsKeepProjectionEqualToLog(t *testing.T) {
 
 	// Every acknowledged message is in the log, and the log's messages are
 	// exactly the projection's.
+	// Retries with a key never stored a message twice.
 	inLog := map[string]bool{}
+	contents := map[string]int{}
 	if _, err := n.EventLog().Scan(ctx, nil, func(e *eventlog.Event) error {
 		if e.Type == eventlog.TypeMessageCreate {
 			inLog[messageIDOf(e.Raw)] = true
+			var p eventlog.MessageCreate
+			if err := e.Decode(&p); err != nil {
+				return err
+			}
+			if contents[p.Content]++; contents[p.Content] == 2 {
+				t.Errorf("%q is in the log twice", p.Content)
+			}
 		}
 		return nil
 	}); err != nil {

@@ -30,9 +30,19 @@ func (n *Node) CreateThread(ctx context.Context, p *rpc.CreateThreadParams) (*rp
 	if _, ok := n.dirc.agent(me); !ok {
 		return nil, notFound("agent %q is not registered: run thrum quickstart", me)
 	}
+	if p.IdempotencyKey != "" {
+		k, unlock, err := n.keyed(ctx, me, p.IdempotencyKey)
+		if err != nil {
+			return nil, err
+		}
+		defer unlock()
+		if k != nil {
+			return n.replayThread(ctx, k, p.IdempotencyKey)
+		}
+	}
 	tid := "thr_" + eventlog.NewID()
 	te := &eventlog.Event{Type: eventlog.TypeThreadCreate, Payload: eventlog.ThreadCreate{
-		ThreadID: tid, Title: p.Title, Scopes: toPairs(p.Scopes), CreatedBy: me}}
+		ThreadID: tid, Title: p.Title, Scopes: toPairs(p.Scopes), CreatedBy: me, IdempotencyKey: p.IdempotencyKey}}
 	if p.Message == nil {
 		if err := n.append(ctx, te); err != nil {
 			return nil, err
@@ -44,6 +54,7 @@ func (n *Node) CreateThread(ctx context.Context, p *rpc.CreateThreadParams) (*rp
 	sp := &rpc.SendMessageParams{
 		Content: p.Message.Content, Format: p.Message.Format, Structured: p.Message.Structured,
 		Scopes: p.Scopes, Mentions: []string{p.Recipient}, ActingAs: p.ActingAs, Disclose: p.Disclose,
+		IdempotencyKey: p.IdempotencyKey,
 	}
 	me2, err := n.prepareMessage(ctx, sp, tid)
 	if err != nil {

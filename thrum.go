@@ -95,6 +95,7 @@ type Node struct {
 	started time.Time
 
 	ctlMu sync.Mutex // serializes check-then-write operations on agents, sessions and groups
+	keys  keyLocks   // serialize calls with the same idempotency key
 	dirc  directory  // agents and groups in memory, for addressing
 	subs  notifier
 	idx   *msgIndex      // messages in memory, for listing
@@ -178,6 +179,7 @@ func Open(dir string, opts *Options) (*Node, error) {
 	}
 	n.store = st
 	n.subs.init(n)
+	n.keys.init()
 	n.kick, n.quit, n.retryDone = make(chan struct{}, 1), make(chan struct{}), make(chan struct{})
 	go n.retryLoop()
 	lg, err := eventlog.Open(dir, &eventlog.Options{Logger: o.Logger, OnCommit: n.onCommit, NoSync: o.NoSync})
@@ -230,9 +232,9 @@ func (n *Node) Close() error {
 	n.closeOnce.Do(func() {
 		n.subs.closeAll()
 		n.bg.Wait()
-		n.idx.close()
 		close(n.quit)
 		<-n.retryDone
+		n.idx.close()
 		var errs []error
 		if n.log != nil {
 			errs = append(errs, n.log.Close())

@@ -64,6 +64,17 @@ var applySQL = map[string]string{
 	"thread.create": `INSERT OR IGNORE INTO threads(thread_id, title, created_by, created_at) VALUES(?, ?, ?, ?)`,
 	"thread.scope":  `INSERT OR IGNORE INTO thread_scopes(thread_id, scope_type, scope_value) VALUES(?, ?, ?)`,
 
+	"idem.thread": `INSERT INTO idempotency_keys(caller, key, kind, thread_id, message_id, created_at) VALUES(?, ?, 'thread', ?, '', ?)
+		ON CONFLICT(caller, key) DO UPDATE SET kind = 'thread', thread_id = excluded.thread_id, message_id = '',
+		created_at = excluded.created_at`,
+	// A message right after its thread.create with the same key (one
+	// thread.create call) completes the thread's row; any other replaces it.
+	"idem.message": `INSERT INTO idempotency_keys(caller, key, kind, thread_id, message_id, created_at) VALUES(?, ?, 'message', ?, ?, ?)
+		ON CONFLICT(caller, key) DO UPDATE SET
+		kind = CASE WHEN kind = 'thread' AND message_id = '' AND thread_id = excluded.thread_id THEN 'thread' ELSE 'message' END,
+		created_at = CASE WHEN kind = 'thread' AND message_id = '' AND thread_id = excluded.thread_id THEN created_at ELSE excluded.created_at END,
+		thread_id = excluded.thread_id, message_id = excluded.message_id`,
+
 	"group.create": `INSERT OR IGNORE INTO groups(name, description, created_at, created_by) VALUES(?, ?, ?, ?)`,
 	"group.delete": `DELETE FROM groups WHERE name = ?`,
 	"group.purge":  `DELETE FROM group_members WHERE group_name = ?`,
@@ -345,6 +356,15 @@ func (t *txApplier) event(ctx context.Context, e *eventlog.Event) error {
 		for _, r := range p.Refs {
 			t.refRows.add(p.MessageID, r.Type, r.Value)
 		}
+		if p.IdempotencyKey != "" {
+			caller := p.AgentID
+			if p.ActingAs != "" {
+				caller = p.ActingAs
+			}
+			if err := t.exec(ctx, "idem.message", caller, p.IdempotencyKey, p.ThreadID, p.MessageID, ts); err != nil {
+				return err
+			}
+		}
 		return t.seen(ctx, p.AgentID, "", ts)
 
 	case eventlog.TypeMessageEdit:
@@ -403,6 +423,11 @@ func (t *txApplier) event(ctx context.Context, e *eventlog.Event) error {
 		}
 		if err := t.exec(ctx, "thread.create", p.ThreadID, p.Title, p.CreatedBy, ts); err != nil {
 			return err
+		}
+		if p.IdempotencyKey != "" {
+			if err := t.exec(ctx, "idem.thread", p.CreatedBy, p.IdempotencyKey, p.ThreadID, ts); err != nil {
+				return err
+			}
 		}
 		return t.pairs(ctx, "thread.scope", p.ThreadID, p.Scopes)
 

@@ -7,8 +7,9 @@ package store
 //
 // Version history: 1 = initial; 2 = clustered (WITHOUT ROWID) pair and
 // read tables, indexes built after a rebuild's load. A projection with an
-// older version is dropped and rebuilt from the log (ErrOutdated).
-const schemaVersion = 2
+// older version is dropped and rebuilt from the log (ErrOutdated). 3 =
+// idempotency_keys.
+const schemaVersion = 3
 
 const schema = `
 CREATE TABLE IF NOT EXISTS meta (
@@ -19,6 +20,18 @@ CREATE TABLE IF NOT EXISTS meta (
 CREATE TABLE IF NOT EXISTS checkpoints (
   shard TEXT PRIMARY KEY,
   offset INTEGER NOT NULL
+) WITHOUT ROWID;
+
+-- The latest message or thread each caller created with each idempotency
+-- key: a retry with the key finds the first result here.
+CREATE TABLE IF NOT EXISTS idempotency_keys (
+  caller TEXT NOT NULL,
+  key TEXT NOT NULL,
+  kind TEXT NOT NULL, -- 'thread' (thread.create, with its first message if any) or 'message'
+  thread_id TEXT NOT NULL DEFAULT '',
+  message_id TEXT NOT NULL DEFAULT '',
+  created_at TEXT NOT NULL,
+  PRIMARY KEY (caller, key)
 ) WITHOUT ROWID;
 
 CREATE TABLE IF NOT EXISTS agents (
@@ -183,4 +196,5 @@ var Tables = []string{
 	"agents", "tokens", "sessions", "session_scopes", "session_refs", "work_contexts",
 	"messages", "message_scopes", "message_refs", "message_edits", "message_reads",
 	"threads", "thread_scopes", "groups", "group_members", "checkpoints",
+	"idempotency_keys",
 }
