@@ -804,7 +804,8 @@ func (r *shardReader) read() error {
 }
 
 // readLine returns the next line without its newline; io.EOF with a
-// non-empty line means the data ended without one.
+// non-empty line means the data ended without one. A line longer than
+// MaxLineBytes is consumed whole and returned as (nil, error).
 func readLine(br *bufio.Reader) ([]byte, error) {
 	line, err := br.ReadSlice('\n')
 	if err == nil {
@@ -820,6 +821,11 @@ func readLine(br *bufio.Reader) ([]byte, error) {
 		line, err = br.ReadSlice('\n')
 		buf = append(buf, line...)
 		if len(buf) > MaxLineBytes+1 {
+			// Skip the rest of the line, so that a reader that goes on
+			// (Verify) starts at the next one.
+			for err == bufio.ErrBufferFull {
+				_, err = br.ReadSlice('\n')
+			}
 			return nil, fmt.Errorf("line longer than %d bytes", MaxLineBytes)
 		}
 		if err == nil {

@@ -25,8 +25,9 @@ type applier struct {
 
 // statements used by apply, by name.
 var applySQL = map[string]string{
-	"checkpoint": `INSERT INTO checkpoints(shard, offset) VALUES(?, ?)
-		ON CONFLICT(shard) DO UPDATE SET offset = max(offset, excluded.offset)`,
+	"checkpoint": `INSERT INTO checkpoints(shard, offset, event_id) VALUES(?, ?, ?)
+		ON CONFLICT(shard) DO UPDATE SET offset = max(offset, excluded.offset),
+		event_id = CASE WHEN excluded.offset >= offset THEN excluded.event_id ELSE event_id END`,
 
 	"agent.upsert": `INSERT INTO agents(agent_id, kind, name, role, module, display, repo_id, registered_at, last_seen_at)
 		VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?)
@@ -118,7 +119,7 @@ func (a *applier) apply(ctx context.Context, evs []*eventlog.Event) error {
 		refRows:   rowBuf{cols: 3, head: `INSERT OR IGNORE INTO message_refs(message_id, ref_type, ref_value) VALUES`},
 		readRows:  rowBuf{cols: 4, head: `INSERT OR IGNORE INTO message_reads(message_id, session_id, agent_id, read_at) VALUES`},
 	}
-	ends := map[string]int64{}
+	ends, lastIDs := map[string]int64{}, map[string]string{}
 	for _, e := range evs {
 		if e.Type != eventlog.TypeMessageCreate && e.Type != eventlog.TypeMessageRead {
 			if err := t.flushRows(ctx); err != nil {
@@ -128,8 +129,8 @@ func (a *applier) apply(ctx context.Context, evs []*eventlog.Event) error {
 		if err := t.event(ctx, e); err != nil {
 			return fmt.Errorf("store: apply %s %s: %w", e.Type, e.ID, err)
 		}
-		if e.Offset > ends[eventlog.ShardPath(e.Shard)] {
-			ends[eventlog.ShardPath(e.Shard)] = e.Offset
+		if rel := eventlog.ShardPath(e.Shard); e.Offset > ends[rel] {
+			ends[rel], lastIDs[rel] = e.Offset, e.ID
 		}
 	}
 	if err := t.flushRows(ctx); err != nil {
@@ -139,7 +140,7 @@ func (a *applier) apply(ctx context.Context, evs []*eventlog.Event) error {
 		return fmt.Errorf("store: apply: last seen: %w", err)
 	}
 	for shard, off := range ends {
-		if err := t.exec(ctx, "checkpoint", shard, off); err != nil {
+		if err := t.exec(ctx, "checkpoint", shard, off, lastIDs[shard]); err != nil {
 			return fmt.Errorf("store: apply: checkpoint: %w", err)
 		}
 	}

@@ -8,7 +8,7 @@ package store
 // Version history: 1 = initial; 2 = clustered (WITHOUT ROWID) pair and
 // read tables, indexes built after a rebuild's load. A projection with an
 // older version is dropped and rebuilt from the log (ErrOutdated). 3 =
-// idempotency_keys.
+// idempotency_keys, checkpoints.event_id.
 const schemaVersion = 3
 
 const schema = `
@@ -19,7 +19,8 @@ CREATE TABLE IF NOT EXISTS meta (
 
 CREATE TABLE IF NOT EXISTS checkpoints (
   shard TEXT PRIMARY KEY,
-  offset INTEGER NOT NULL
+  offset INTEGER NOT NULL,
+  event_id TEXT NOT NULL DEFAULT '' -- the event whose line ends at offset
 ) WITHOUT ROWID;
 
 -- The latest message or thread each caller created with each idempotency

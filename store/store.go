@@ -303,10 +303,27 @@ func (s *Store) Apply(ctx context.Context, evs []*eventlog.Event) error {
 // CatchUp applies every event of log past the projection's checkpoint, in
 // batches, and returns how many it applied. Reading and decoding the log
 // run in a second goroutine, overlapping SQLite's writes.
+//
+// It first checks that each shard's checkpoint still ends the line of the
+// event it last applied (eventlog.Log.CheckAt): a shard changed before its
+// checkpoint is reported as an *eventlog.CorruptError, not replayed from
+// the middle of a line.
 func (s *Store) CatchUp(ctx context.Context, log *eventlog.Log) (int, error) {
 	from, err := s.Positions(ctx)
 	if err != nil {
 		return 0, err
+	}
+	var ids []struct {
+		Shard string `db:"shard"`
+		ID    string `db:"event_id"`
+	}
+	if err := s.w.SelectContext(ctx, &ids, `SELECT shard, event_id FROM checkpoints`); err != nil {
+		return 0, fmt.Errorf("store: positions: %w", err)
+	}
+	for _, c := range ids {
+		if _, err := log.CheckAt(c.Shard, from[c.Shard], c.ID); err != nil {
+			return 0, err
+		}
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
