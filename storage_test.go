@@ -219,3 +219,55 @@ func waitHealthy(t *testing.T, n *thrum.Node) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestDiskFullIsReportedAndResolvesItself fills the disk under the
+// projection: the send fails with CodeStorageFull naming the database,
+// health is degraded with the cause, further writes are refused without
+// touching the log, and when space returns the node catches up by itself:
+// the first message appears, and writes work again.
+func TestDiskFullIsReportedAndResolvesItself(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	n, err := thrum.Open(dir, &thrum.Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	n.RegisterAgent(ctx, &rpc.RegisterAgentParams{Name: "alice", Role: "dev", Module: "m"})
+	n.StartSession(ctx, &rpc.StartSessionParams{AgentID: "alice"})
+	alice := thrum.AsAgent(ctx, "alice")
+	var full atomic.Bool
+	full.Store(true)
+	defer fault.Set(func(op, path string) error {
+		if full.Load() && op == fault.StoreApply && strings.HasPrefix(path, dir) {
+			return &fs.PathError{Op: "write", Path: path, Err: syscall.ENOSPC}
+		}
+		return nil
+	})()
+	_, err = n.SendMessage(alice, &rpc.SendMessageParams{Content: "first", IdempotencyKey: "k"})
+	wantCode(t, err, rpc.CodeStorageFull, "disk full: no space left on the device holding "+filepath.Join(dir, thrum.DefaultDBName))
+	h, _ := n.Health(ctx, &rpc.HealthParams{})
+	if h.Status != "degraded" || len(h.Problems) != 1 || !strings.Contains(h.Problems[0], "disk full") {
+		t.Fatalf("health while the disk is full: %+v", h)
+	}
+	before := n.EventLog().Positions()
+	_, err = n.SendMessage(alice, &rpc.SendMessageParams{Content: "second"})
+	wantCode(t, err, rpc.CodeStorageFull, "writes are refused")
+	if after := n.EventLog().Positions(); fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Fatalf("a refused write reached the log: %v → %v", before, after)
+	}
+	full.Store(false)
+	waitHealthy(t, n)
+	r, err := n.SendMessage(alice, &rpc.SendMessageParams{Content: "first", IdempotencyKey: "k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := n.GetMessage(ctx, &rpc.GetMessageParams{MessageID: r.MessageID})
+	if err != nil || g.Message.Body.Content != "first" {
+		t.Fatalf("the message committed while the disk was full: %+v %v", g, err)
+	}
+	l, _ := n.ListMessages(alice, &rpc.ListMessagesParams{})
+	if l.Total != 1 {
+		t.Fatalf("%d messages, want 1 (the retry returned the first)", l.Total)
+	}
+}

@@ -53,7 +53,7 @@ func (p Problem) String() string {
 func (n *Node) Verify(ctx context.Context) (*VerifyReport, error) {
 	n.applyMu.Lock()
 	defer n.applyMu.Unlock()
-	rep := &VerifyReport{}
+	rep := &VerifyReport{Problems: []Problem{}}
 	for _, r := range n.log.Repairs() {
 		rep.Repairs = append(rep.Repairs, r.String())
 	}
@@ -186,7 +186,7 @@ func VerifyLog(ctx context.Context, dir string) (*VerifyReport, error) {
 		return nil, fmt.Errorf("thrum: verify: %w", err)
 	}
 	defer lg.Close()
-	rep := &VerifyReport{}
+	rep := &VerifyReport{Problems: []Problem{}}
 	for _, r := range lg.Repairs() {
 		rep.Repairs = append(rep.Repairs, r.String())
 	}
