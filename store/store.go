@@ -58,7 +58,7 @@ type Store struct {
 	rc   stmtCache // prepared reads on r
 	ck   *sqlx.DB  // one connection for WAL checkpoints
 
-	applies atomic.Uint64 // Apply calls, so the checkpointer knows when the store is idle
+	applies atomic.Uint64 // successful Apply calls, so the checkpointer knows when the store is idle
 
 	ckStop, ckDone chan struct{}
 
@@ -232,6 +232,7 @@ func (s *Store) checkpointLoop() {
 	t := time.NewTicker(checkpointInterval)
 	defer t.Stop()
 	var lastApplies uint64
+	var lastErr error
 	idle, truncated := 0, false
 	for {
 		select {
@@ -248,13 +249,19 @@ func (s *Store) checkpointLoop() {
 		if !truncated && idle >= idleTicks || s.walSize() > walMaxSize {
 			mode = "TRUNCATE"
 		}
-		if _, err := s.ck.Exec(`PRAGMA wal_checkpoint(` + mode + `)`); err != nil {
-			if s.opts.Logger != nil {
-				s.opts.Logger.Warn("store: checkpoint", "mode", mode, "err", err)
-			}
-		} else if mode == "TRUNCATE" {
+		_, err := s.ck.Exec(`PRAGMA wal_checkpoint(` + mode + `)`)
+		if err == nil && mode == "TRUNCATE" {
 			truncated = true
 		}
+		// Warn once per run of failures (a full disk fails every tick).
+		if s.opts.Logger != nil && (err == nil) != (lastErr == nil) {
+			if err != nil {
+				s.opts.Logger.Warn("store: WAL checkpoints fail; retrying every tick", "mode", mode, "err", err)
+			} else {
+				s.opts.Logger.Info("store: WAL checkpoints work again")
+			}
+		}
+		lastErr = err
 	}
 }
 
@@ -296,8 +303,11 @@ func (s *Store) Apply(ctx context.Context, evs []*eventlog.Event) error {
 	if len(evs) == 0 {
 		return nil
 	}
+	if err := s.ap.apply(ctx, evs); err != nil {
+		return err // rolled back: the store is as idle as before
+	}
 	s.applies.Add(1)
-	return s.ap.apply(ctx, evs)
+	return nil
 }
 
 // CatchUp applies every event of log past the projection's checkpoint, in
