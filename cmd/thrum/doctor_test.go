@@ -77,7 +77,7 @@ func TestStartsDoctorAndRepairs(t *testing.T) {
 
 	lines := strings.SplitAfter(string(orig), "\n")
 	os.WriteFile(shard, []byte(lines[0]+"garbage\n"+strings.Join(lines[1:], "")), 0o644)
-	r = c.fails(exitError, "", []string{"daemon", "start"}, "messages/alice.jsonl:2: corrupt event", "thrum doctor")
+	r = c.fails(exitError, "", []string{"daemon", "start"}, "messages/alice.jsonl:2: corrupt event: line is not valid JSON\n", "thrum doctor")
 	if strings.Contains(r.stderr, "thrum daemon ready") {
 		t.Errorf("the failed start shows an earlier run's log:\n%s", r)
 	}
