@@ -212,7 +212,8 @@ func (c *ReplyCmd) Run(ctx context.Context, g *Globals) error {
 	if orig.Message.Author.AgentID != s.id.AgentID {
 		p.Mentions = []string{"@" + orig.Message.Author.AgentID}
 	}
-	r, err := s.c.SendMessage(ctx, p)
+	p.IdempotencyKey = newIdempotencyKey()
+	r, err := sendRetrying(ctx, g, p)
 	if err != nil {
 		return err
 	}
