@@ -220,7 +220,7 @@ func (n *Node) problems() []string {
 			if isDiskFull(err) {
 				what = "disk full at " + n.opts.DBPath
 			}
-			out = append(out, fmt.Sprintf("%d committed events are not yet in the projection (%s: %v); writes are refused until a retry applies them", k, what, err))
+			out = append(out, fmt.Sprintf("%d committed event(s) not yet in the projection (%s: %v): writes are refused until a retry applies them", k, what, err))
 		}
 	}
 	n.faultMu.Lock()

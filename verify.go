@@ -58,7 +58,7 @@ func (n *Node) Verify(ctx context.Context) (*VerifyReport, error) {
 		rep.Repairs = append(rep.Repairs, r.String())
 	}
 	if k := len(n.fault.pending); k > 0 {
-		rep.Problems = append(rep.Problems, Problem{Message: fmt.Sprintf("%d committed events wait to be applied to the projection (%v)", k, n.fault.applyErr)})
+		rep.Problems = append(rep.Problems, Problem{Message: fmt.Sprintf("%d committed event(s) wait to be applied to the projection (%v)", k, n.fault.applyErr)})
 	}
 	seen, bad, err := verifyLines(ctx, n.log, rep)
 	if err != nil {
