@@ -92,9 +92,11 @@ func (n *Node) activeSession(ctx context.Context, id string) (*store.Session, er
 }
 
 // RegisterAgent registers an agent, or updates it when the same agent
-// returns (same role and module, or re_register). A different agent
-// holding the ID is a conflict unless force is set. Successful
-// registrations issue a token, the agent's secret for authenticating.
+// returns (same role and module). A different agent holding the ID is a
+// conflict result unless force is set; re_register with a different role
+// or module is a conflict error, since re_register claims to be the same
+// agent. Successful registrations issue a token, the agent's secret for
+// authenticating.
 func (n *Node) RegisterAgent(ctx context.Context, p *rpc.RegisterAgentParams) (*rpc.RegisterAgentResult, error) {
 	if err := identity.ValidateRole("role", p.Role); err != nil {
 		return nil, invalid("%v", err)
@@ -128,7 +130,14 @@ func (n *Node) RegisterAgent(ctx context.Context, p *rpc.RegisterAgentParams) (*
 			return nil, conflict("%q is a user, not an agent", id)
 		}
 		same := existing.Role == p.Role && existing.Module == p.Module
-		if !same && !p.Force && !p.ReRegister {
+		if !same && p.ReRegister && !p.Force {
+			// re_register says "the same agent returning"; a different
+			// role or module says otherwise, and only force may take a
+			// name over from another agent.
+			return nil, conflict("cannot re-register %s as %s/%s: it is registered as %s/%s, so this is a different agent; re-register with its role and module, or use force to take the name over",
+				id, p.Role, p.Module, existing.Role, existing.Module)
+		}
+		if !same && !p.Force {
 			return &rpc.RegisterAgentResult{AgentID: id, Status: "conflict", Conflict: &rpc.AgentConflict{
 				ExistingAgentID: existing.AgentID,
 				RegisteredAt:    existing.RegisteredAt,
@@ -241,9 +250,9 @@ func (n *Node) ListContext(ctx context.Context, p *rpc.ListContextParams) (*rpc.
 }
 
 // DeleteAgent removes an agent: an agent.cleanup event, and its identity
-// file if Options.IdentityDir is set. Its messages stay in the log and
-// the projection: the log is append-only, and a rebuild must give the
-// same projection.
+// file from each identity directory (Options.IdentityDir and
+// IdentityDirs). Its messages stay in the log and the projection: the
+// log is append-only, and a rebuild must give the same projection.
 func (n *Node) DeleteAgent(ctx context.Context, p *rpc.DeleteAgentParams) (*rpc.DeleteAgentResult, error) {
 	if p.Name == "" {
 		return nil, invalid("agent name is required")
@@ -285,9 +294,13 @@ func (n *Node) deleteAgents(ctx context.Context, ids []string, reason string) er
 	if err := n.append(ctx, evs...); err != nil {
 		return err
 	}
-	if n.opts.IdentityDir != "" {
+	dirs, err := n.identityDirs(ctx)
+	if err != nil && n.opts.Logger != nil {
+		n.opts.Logger.Warn("thrum: list identity directories; removing identity files from IdentityDir only", "err", err)
+	}
+	for _, dir := range dirs {
 		for _, id := range ids {
-			if err := os.Remove(identity.Path(n.opts.IdentityDir, id)); err != nil && !errors.Is(err, os.ErrNotExist) && n.opts.Logger != nil {
+			if err := os.Remove(identity.Path(dir, id)); err != nil && !errors.Is(err, os.ErrNotExist) && n.opts.Logger != nil {
 				n.opts.Logger.Warn("thrum: remove identity file", "agent", id, "err", err)
 			}
 		}
@@ -295,9 +308,71 @@ func (n *Node) deleteAgents(ctx context.Context, ids []string, reason string) er
 	return nil
 }
 
-// CleanupAgents finds orphaned agents — identity file gone (when
-// Options.IdentityDir is set), worktree gone, or not seen for threshold
-// days — and deletes them when force is set and dry_run is not.
+// identityDirs returns Options.IdentityDir and what Options.IdentityDirs
+// lists, without duplicates. On an error it still returns IdentityDir.
+func (n *Node) identityDirs(ctx context.Context) ([]string, error) {
+	var dirs []string
+	seen := map[string]bool{}
+	add := func(d string) {
+		if d = filepath.Clean(d); d != "." && !seen[d] {
+			seen[d] = true
+			dirs = append(dirs, d)
+		}
+	}
+	if n.opts.IdentityDir != "" {
+		add(n.opts.IdentityDir)
+	}
+	if n.opts.IdentityDirs == nil {
+		return dirs, nil
+	}
+	more, err := n.opts.IdentityDirs(ctx)
+	if err != nil {
+		return dirs, err
+	}
+	for _, d := range more {
+		if d != "" {
+			add(d)
+		}
+	}
+	return dirs, nil
+}
+
+// identityHolders returns the agents that have an identity file in one
+// of dirs: each file's agent_id, and its file name, so that a file that
+// does not parse still protects the agent it is named after.
+func identityHolders(dirs []string) (map[string]bool, error) {
+	held := map[string]bool{}
+	for _, dir := range dirs {
+		entries, err := os.ReadDir(dir)
+		if errors.Is(err, os.ErrNotExist) {
+			continue // a worktree without thrum identities
+		}
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range entries {
+			name := e.Name()
+			if e.IsDir() || !strings.HasSuffix(name, ".json") || strings.HasPrefix(name, ".") {
+				continue
+			}
+			held[identity.NormalizeAgentID(strings.TrimSuffix(name, ".json"))] = true
+			if f, err := identity.Load(filepath.Join(dir, name)); err == nil {
+				held[identity.NormalizeAgentID(f.AgentID)] = true
+			}
+		}
+	}
+	return held, nil
+}
+
+// CleanupAgents finds orphaned agents and deletes them when force is set
+// and dry_run is not. An agent is never an orphan while it is active, or
+// while an identity file of it exists in any identity directory (see
+// Options.IdentityDir and IdentityDirs). Otherwise it is an orphan when
+// the worktree its sessions recorded is gone, or it has not been seen for
+// threshold days. A missing identity file alone does not make an orphan:
+// agents registered over RPC (an MCP client, a web UI, a program
+// embedding thrum) never had one, and the node cannot tell them from an
+// agent whose file was lost. Each orphan's Reason says why.
 func (n *Node) CleanupAgents(ctx context.Context, p *rpc.CleanupAgentsParams) (*rpc.CleanupAgentsResult, error) {
 	if p.Threshold < 0 {
 		return nil, invalid("threshold must be a number of days, 0 or more")
@@ -305,6 +380,14 @@ func (n *Node) CleanupAgents(ctx context.Context, p *rpc.CleanupAgentsParams) (*
 	days := p.Threshold
 	if days == 0 {
 		days = DefaultCleanupDays
+	}
+	dirs, err := n.identityDirs(ctx)
+	if err != nil {
+		return nil, internal("cleanup: list identity directories", err)
+	}
+	held, err := identityHolders(dirs)
+	if err != nil {
+		return nil, internal("cleanup: read identity files", err)
 	}
 	n.ctlMu.Lock()
 	defer n.ctlMu.Unlock()
@@ -315,29 +398,35 @@ func (n *Node) CleanupAgents(ctx context.Context, p *rpc.CleanupAgentsParams) (*
 	out := &rpc.CleanupAgentsResult{Orphans: []rpc.OrphanAgent{}, Deleted: []string{}, DryRun: p.DryRun || !p.Force}
 	now := n.now()
 	for _, a := range agents {
-		if a.Kind != KindAgent {
+		if a.Kind != KindAgent || held[a.AgentID] || n.status(a.LastSeenAt) == "active" {
 			continue
 		}
 		o := rpc.OrphanAgent{AgentID: a.AgentID, Role: a.Role, Module: a.Module, LastSeenAt: a.LastSeenAt}
 		if t, err := eventlog.ParseTime(a.LastSeenAt); err == nil {
 			o.DaysSinceLastSeen = int(now.Sub(t) / (24 * time.Hour))
 		}
-		stale := o.DaysSinceLastSeen >= days
-		fileMissing := false
-		if n.opts.IdentityDir != "" {
-			_, err := os.Stat(identity.Path(n.opts.IdentityDir, a.AgentID))
-			fileMissing = errors.Is(err, os.ErrNotExist)
-		}
+		wt := ""
 		if wcs, err := n.store.WorkContexts(ctx, a.AgentID, "", ""); err == nil && len(wcs) > 0 {
-			o.Worktree, o.Branch = filepath.Base(wcs[0].WorktreePath), wcs[0].Branch
-			if wcs[0].WorktreePath != "" {
-				_, err := os.Stat(wcs[0].WorktreePath)
+			wt = wcs[0].WorktreePath
+			o.Worktree, o.Branch = filepath.Base(wt), wcs[0].Branch
+			if wt != "" {
+				_, err := os.Stat(wt)
 				o.WorktreeMissing = errors.Is(err, os.ErrNotExist)
 			}
 		}
-		if !stale && !fileMissing && !o.WorktreeMissing {
+		stale := o.DaysSinceLastSeen >= days
+		if !stale && !o.WorktreeMissing {
 			continue
 		}
+		var why []string
+		if len(dirs) > 0 {
+			why = append(why, "no identity file in any worktree")
+		}
+		if o.WorktreeMissing {
+			why = append(why, fmt.Sprintf("worktree %s is gone", wt))
+		}
+		why = append(why, fmt.Sprintf("idle %d %s", o.DaysSinceLastSeen, plural(o.DaysSinceLastSeen, "day", "days")))
+		o.Reason = strings.Join(why, "; ")
 		if o.MessageCount, err = n.store.MessageCount(ctx, a.AgentID); err != nil {
 			return nil, internal("cleanup", err)
 		}
@@ -357,11 +446,18 @@ func (n *Node) CleanupAgents(ctx context.Context, p *rpc.CleanupAgentsParams) (*
 	case len(out.Orphans) == 0:
 		out.Message = "No orphaned agents found"
 	case out.DryRun:
-		out.Message = fmt.Sprintf("Found %d orphaned agent(s); run with force to delete them", len(out.Orphans))
+		out.Message = fmt.Sprintf("Found %d orphaned %s; run with force to delete them", len(out.Orphans), plural(len(out.Orphans), "agent", "agents"))
 	default:
-		out.Message = fmt.Sprintf("Deleted %d orphaned agent(s)", len(out.Deleted))
+		out.Message = fmt.Sprintf("Deleted %d orphaned %s", len(out.Deleted), plural(len(out.Deleted), "agent", "agents"))
 	}
 	return out, nil
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 var usernameRE = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,32}$`)

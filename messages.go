@@ -1,6 +1,7 @@
 package thrum
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"math"
@@ -71,16 +72,34 @@ func (n *Node) resolveAuthor(ctx context.Context, actingAs string) (author, erro
 	return author{agentID: id, sessionID: s.SessionID}, nil
 }
 
-// checkStructured validates a structured payload: any JSON value (an
-// object, usually); null or absent means none.
+// checkStructured validates a structured payload: the spec makes it a
+// typed payload object, so anything but a JSON object (a string, a
+// number, an array) is refused; null or absent means none.
 func checkStructured(raw json.RawMessage) error {
-	if len(raw) == 0 {
+	s := bytes.TrimSpace(raw)
+	if len(s) == 0 || bytes.Equal(s, []byte("null")) {
 		return nil
 	}
-	if !json.Valid(raw) {
+	if !json.Valid(s) {
 		return invalid("structured is not valid JSON")
 	}
+	if s[0] != '{' {
+		return invalid("structured must be a JSON object, as {\"type\":\"test_result\",\"passed\":45}: got %s", jsonKindOf(s[0]))
+	}
 	return nil
+}
+
+// jsonKindOf names the kind of the JSON value that starts with c.
+func jsonKindOf(c byte) string {
+	switch c {
+	case '"':
+		return "a string"
+	case '[':
+		return "an array"
+	case 't', 'f':
+		return "a boolean"
+	}
+	return "a number"
 }
 
 // SendMessage sends a message as the caller. Mentions ("@name", "@role",
@@ -188,22 +207,24 @@ func (n *Node) prepareMessage(ctx context.Context, p *rpc.SendMessageParams, thr
 	mentions = append(mentions, p.Mentions...)
 	res := &preparedMessage{}
 	seen := map[string]bool{}
+	refreshed := false
 	for _, m := range mentions {
 		addr := identity.NormalizeAgentID(m)
 		if addr == "" {
 			return nil, invalid("empty mention: name an agent, role or group, as @reviewer")
 		}
-		rc, ok := n.dirc.resolve(addr)
-		if !ok {
-			if role, _, legacy := identity.ParseLegacyID(trimAt(m)); legacy {
-				addr = role
-				rc, ok = n.dirc.resolve(addr)
-			}
+		to, rc, ok := n.resolveMention(m, addr)
+		if !ok && !refreshed && n.opts.Refresh != nil {
+			// Perhaps registered elsewhere and not synced yet: bring the
+			// other clones' events in once, then look again.
+			refreshed = true
+			n.refresh(ctx)
+			to, rc, ok = n.resolveMention(m, addr)
 		}
 		if !ok {
 			return nil, notFound("unknown recipient @%s: no agent, role or group has that name (see thrum agent list, thrum group list)", addr)
 		}
-		if seen[addr] {
+		if addr = to; seen[addr] {
 			continue
 		}
 		seen[addr] = true
@@ -221,6 +242,29 @@ func (n *Node) prepareMessage(ctx context.Context, p *rpc.SendMessageParams, thr
 		IdempotencyKey: p.IdempotencyKey,
 	}}
 	return res, nil
+}
+
+// resolveMention resolves a mention m (addr normalized) and returns the
+// address it resolved as: a legacy role:hash ID resolves as its role.
+func (n *Node) resolveMention(m, addr string) (string, rpc.Recipient, bool) {
+	if rc, ok := n.dirc.resolve(addr); ok {
+		return addr, rc, true
+	}
+	if role, _, legacy := identity.ParseLegacyID(trimAt(m)); legacy {
+		rc, ok := n.dirc.resolve(role)
+		return role, rc, ok
+	}
+	return addr, rpc.Recipient{}, false
+}
+
+// refresh runs Options.Refresh, bounded by RefreshTimeout. Its failure
+// is only logged: the caller decides on what the directory holds.
+func (n *Node) refresh(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, n.opts.RefreshTimeout)
+	defer cancel()
+	if err := n.opts.Refresh(ctx); err != nil && n.opts.Logger != nil {
+		n.opts.Logger.Debug("thrum: refresh for an unknown recipient", "err", err)
+	}
 }
 
 func normalizeStructured(raw json.RawMessage) json.RawMessage {

@@ -353,7 +353,7 @@ var (
 		"<b>html</b> & co", "line\u2028separator", "nul\x00byte", "ünïcode", "{\"looks\":\"like json\"}",
 	}
 	propStructured = []string{
-		`{"k":1}`, `[1, 2, 3]`, `"just a string"`, `null`, `{"html":"<b>&amp;</b>"}`,
+		`{"k":1}`, `{"list": [1, 2, 3]}`, `{"s":"just a string"}`, `null`, `{"html":"<b>&amp;</b>"}`,
 		` {"a": {"b": [true, null, 1.5e3]}} `, `{"unicode":"\u00e9\ud83c\udf89"}`,
 	}
 )
@@ -687,7 +687,7 @@ func (g *propGen) intent(ctx context.Context) {
 	if g.r.IntN(4) > 0 {
 		intent = g.content()
 	}
-	res, err := g.w.n.SetIntent(ctx, &rpc.SetIntentParams{SessionID: sid, Intent: intent})
+	res, err := g.w.n.SetIntent(ctx, &rpc.SetIntentParams{SessionID: sid, Intent: &intent})
 	if g.w.outcome("session.intent", err, sessionErrs...) && res.Intent != intent {
 		g.w.errorf("session.intent: %+v, want intent %q", res, intent)
 	}
@@ -699,7 +699,7 @@ func (g *propGen) task(ctx context.Context) {
 	if g.r.IntN(4) > 0 {
 		task = "task " + strconv.Itoa(g.r.IntN(100))
 	}
-	_, err := g.w.n.SetTask(ctx, &rpc.SetTaskParams{SessionID: sid, CurrentTask: task})
+	_, err := g.w.n.SetTask(ctx, &rpc.SetTaskParams{SessionID: sid, CurrentTask: &task})
 	g.w.outcome("session.task", err, sessionErrs...)
 }
 
@@ -1120,7 +1120,7 @@ func (g *propGen) invalid(ctx context.Context) {
 		w.mustFail("session.heartbeat", err, rpc.CodeLimitExceeded)
 	case 7:
 		ctx, sid := g.sessionCaller(ctx)
-		_, err = n.SetTask(ctx, &rpc.SetTaskParams{SessionID: sid, CurrentTask: long})
+		_, err = n.SetTask(ctx, &rpc.SetTaskParams{SessionID: sid, CurrentTask: &long})
 		w.mustFail("session.task", err, rpc.CodeLimitExceeded)
 	case 8:
 		ctx, _ := g.caller(ctx)

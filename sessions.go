@@ -215,36 +215,52 @@ func (n *Node) worktreeOf(ctx context.Context, sid string, p *rpc.HeartbeatParam
 	return ""
 }
 
-// SetIntent sets (or, with "", clears) a session's intent.
+// SetIntent sets (or, with "", clears) a session's intent. The intent is
+// required: a call without it is an error rather than a silent clear.
 func (n *Node) SetIntent(ctx context.Context, p *rpc.SetIntentParams) (*rpc.SetIntentResult, error) {
-	if len(p.Intent) > maxPairLen*4 {
+	if p.SessionID == "" {
+		return nil, invalid("session_id is required")
+	}
+	if p.Intent == nil {
+		return nil, invalid("intent is required: pass \"\" to clear it")
+	}
+	intent := *p.Intent
+	if len(intent) > maxPairLen*4 {
 		return nil, tooLarge("intent is too long: at most %d bytes", maxPairLen*4)
 	}
 	s, err := n.openSession(ctx, p.SessionID)
 	if err != nil {
 		return nil, err
 	}
-	e := &eventlog.Event{Type: eventlog.TypeSessionIntent, Payload: eventlog.SessionIntent{SessionID: s.SessionID, AgentID: s.AgentID, Intent: p.Intent}}
+	e := &eventlog.Event{Type: eventlog.TypeSessionIntent, Payload: eventlog.SessionIntent{SessionID: s.SessionID, AgentID: s.AgentID, Intent: intent}}
 	if err := n.append(ctx, e); err != nil {
 		return nil, err
 	}
-	return &rpc.SetIntentResult{SessionID: s.SessionID, Intent: p.Intent, IntentUpdatedAt: e.Timestamp()}, nil
+	return &rpc.SetIntentResult{SessionID: s.SessionID, Intent: intent, IntentUpdatedAt: e.Timestamp()}, nil
 }
 
-// SetTask sets (or, with "", clears) a session's current task.
+// SetTask sets (or, with "", clears) a session's current task. The task
+// is required: a call without it is an error rather than a silent clear.
 func (n *Node) SetTask(ctx context.Context, p *rpc.SetTaskParams) (*rpc.SetTaskResult, error) {
-	if len(p.CurrentTask) > maxPairLen {
+	if p.SessionID == "" {
+		return nil, invalid("session_id is required")
+	}
+	if p.CurrentTask == nil {
+		return nil, invalid("current_task is required: pass \"\" to clear it")
+	}
+	task := *p.CurrentTask
+	if len(task) > maxPairLen {
 		return nil, tooLarge("current_task is too long: at most %d bytes", maxPairLen)
 	}
 	s, err := n.openSession(ctx, p.SessionID)
 	if err != nil {
 		return nil, err
 	}
-	e := &eventlog.Event{Type: eventlog.TypeSessionTask, Payload: eventlog.SessionTask{SessionID: s.SessionID, AgentID: s.AgentID, Task: p.CurrentTask}}
+	e := &eventlog.Event{Type: eventlog.TypeSessionTask, Payload: eventlog.SessionTask{SessionID: s.SessionID, AgentID: s.AgentID, Task: task}}
 	if err := n.append(ctx, e); err != nil {
 		return nil, err
 	}
-	return &rpc.SetTaskResult{SessionID: s.SessionID, CurrentTask: p.CurrentTask, TaskUpdatedAt: e.Timestamp()}, nil
+	return &rpc.SetTaskResult{SessionID: s.SessionID, CurrentTask: task, TaskUpdatedAt: e.Timestamp()}, nil
 }
 
 // ListSessions lists sessions, newest first.

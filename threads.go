@@ -67,9 +67,16 @@ func (n *Node) CreateThread(ctx context.Context, p *rpc.CreateThreadParams) (*rp
 }
 
 // ListThreads lists threads, most recently active first, with unread
-// counts for the caller.
+// counts for the caller. Every summary carries an unread count, which
+// means nothing without a reader, so a call without a caller is an
+// unauthenticated error (as message.list's unread and mentions filters
+// are), never counts for nobody.
 func (n *Node) ListThreads(ctx context.Context, p *rpc.ListThreadsParams) (*rpc.ListThreadsResult, error) {
 	page, size, offset, err := pageParams(p.Page, p.PageSize)
+	if err != nil {
+		return nil, err
+	}
+	reader, err := n.callerID(ctx, "thread.list (its unread counts are the caller's)")
 	if err != nil {
 		return nil, err
 	}
@@ -77,7 +84,7 @@ func (n *Node) ListThreads(ctx context.Context, p *rpc.ListThreadsParams) (*rpc.
 	if p.Scope != nil {
 		scope = &store.Pair{Type: p.Scope.Type, Value: p.Scope.Value}
 	}
-	ts, total, err := n.store.Threads(ctx, scope, readerOf(ctx), size, offset)
+	ts, total, err := n.store.Threads(ctx, scope, reader, size, offset)
 	if err != nil {
 		return nil, internal("list threads", err)
 	}

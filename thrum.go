@@ -28,6 +28,7 @@ const (
 	DefaultActiveWindow     = 2 * time.Minute
 	DefaultDBName           = "messages.db"
 	DefaultCleanupDays      = 30
+	DefaultRefreshTimeout   = 2 * time.Second
 )
 
 // Options configure a Node. A nil *Options means all defaults; the struct
@@ -49,9 +50,18 @@ type Options struct {
 	RepoDir string
 
 	// IdentityDir is where identity files live (.thrum/identities).
-	// agent.delete removes the agent's file from it and agent.cleanup
-	// counts an agent whose file is gone as orphaned. Default: none.
+	// agent.delete removes the agent's file from it, and agent.cleanup
+	// never deletes an agent whose file is in it. Default: none.
 	IdentityDir string
+
+	// IdentityDirs, if set, lists the other directories where identity
+	// files of this node's agents live: with git worktrees sharing one
+	// node, each worktree's .thrum/identities. It is called on each
+	// agent.cleanup and agent.delete, so worktrees added while the node
+	// runs count. agent.cleanup fails rather than guess when it returns an
+	// error. The node never looks for such directories itself. Default:
+	// IdentityDir alone.
+	IdentityDirs func(ctx context.Context) ([]string, error)
 
 	// MaxContentBytes caps a message's content. Default
 	// DefaultMaxContentBytes.
@@ -74,6 +84,21 @@ type Options struct {
 	// made here (not imported by a sync): a sync loop uses it as its
 	// trigger. It runs on the commit path and must not block.
 	OnLocalCommit func()
+
+	// Refresh, if set, brings in events made elsewhere and returns once
+	// they are applied: for the reference daemon, a git sync round (fetch
+	// and merge) with the remote. A message.send or thread.create that
+	// names a recipient nobody here has calls it once, waiting at most
+	// RefreshTimeout, then resolves the names again, so an agent that
+	// registered on another clone is found without a manual sync. A name
+	// still unknown after it (or a Refresh that failed or ran out of time)
+	// is the usual not-found error. Refresh must return when its ctx
+	// ends. Default: none.
+	Refresh func(ctx context.Context) error
+
+	// RefreshTimeout bounds the wait for Refresh. Default
+	// DefaultRefreshTimeout.
+	RefreshTimeout time.Duration
 
 	// NoSync skips fsync of the log: for tests and benchmarks only.
 	NoSync bool
@@ -152,6 +177,9 @@ func Open(dir string, opts *Options) (*Node, error) {
 	}
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+	if o.RefreshTimeout <= 0 {
+		o.RefreshTimeout = DefaultRefreshTimeout
 	}
 	lock, err := lockDir(dir)
 	if err != nil {

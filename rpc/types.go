@@ -233,6 +233,9 @@ type OrphanAgent struct {
 	BranchMissing     bool   `json:"branch_missing"`
 	DaysSinceLastSeen int    `json:"days_since_last_seen"`
 	MessageCount      int    `json:"message_count"`
+	// Reason says why the agent is an orphan, as "no identity file in
+	// any worktree; idle 34 days".
+	Reason string `json:"reason"`
 }
 
 // ---- sessions ----
@@ -273,9 +276,11 @@ type HeartbeatResult struct {
 	LastSeenAt string `json:"last_seen_at"`
 }
 
+// SetIntentParams: Intent is required, as the spec says; nil (absent on
+// the wire) is an invalid-params error, and a pointer to "" clears it.
 type SetIntentParams struct {
-	SessionID string `json:"session_id"`
-	Intent    string `json:"intent"`
+	SessionID string  `json:"session_id"`
+	Intent    *string `json:"intent,omitempty"`
 }
 
 type SetIntentResult struct {
@@ -284,9 +289,11 @@ type SetIntentResult struct {
 	IntentUpdatedAt string `json:"intent_updated_at"`
 }
 
+// SetTaskParams: CurrentTask is required, as the spec says; nil (absent
+// on the wire) is an invalid-params error, and a pointer to "" clears it.
 type SetTaskParams struct {
-	SessionID   string `json:"session_id"`
-	CurrentTask string `json:"current_task"`
+	SessionID   string  `json:"session_id"`
+	CurrentTask *string `json:"current_task,omitempty"`
 }
 
 type SetTaskResult struct {

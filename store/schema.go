@@ -9,6 +9,9 @@ package store
 // read tables, indexes built after a rebuild's load. A projection with an
 // older version is dropped and rebuilt from the log (ErrOutdated). 3 =
 // idempotency_keys, checkpoints.event_id.
+// Adding an index needs no new version: every open runs the index DDL
+// (IF NOT EXISTS), so a projection made before idx_messages_session gains
+// it in place, and an older thrum ignores an index it does not know.
 const schemaVersion = 3
 
 const schema = `
@@ -183,6 +186,7 @@ CREATE INDEX IF NOT EXISTS idx_sessions_agent ON sessions(agent_id, started_at);
 CREATE INDEX IF NOT EXISTS idx_messages_time ON messages(created_at);
 CREATE INDEX IF NOT EXISTS idx_messages_agent ON messages(agent_id, created_at);
 CREATE INDEX IF NOT EXISTS idx_messages_thread ON messages(thread_id, created_at);
+CREATE INDEX IF NOT EXISTS idx_messages_session ON messages(session_id, created_at);
 CREATE INDEX IF NOT EXISTS idx_scopes_lookup ON message_scopes(scope_type, scope_value, message_id);
 CREATE INDEX IF NOT EXISTS idx_refs_lookup ON message_refs(ref_type, ref_value, message_id);
 CREATE INDEX IF NOT EXISTS idx_edits_message ON message_edits(message_id, edited_at);

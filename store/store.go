@@ -167,6 +167,13 @@ func migrate(w *sqlx.DB, bulk bool) error {
 			return fmt.Errorf("projection schema version %d is newer than this thrum (%d): upgrade thrum, or delete the file to rebuild it from the log", n, schemaVersion)
 		}
 		if n == schemaVersion {
+			if bulk {
+				return nil
+			}
+			// Indexes added within a version (see schemaVersion).
+			if _, err := w.Exec(indexes); err != nil {
+				return fmt.Errorf("create indexes: %w", err)
+			}
 			return nil
 		}
 		return fmt.Errorf("%w: version %d, this thrum uses %d", ErrOutdated, n, schemaVersion)

@@ -100,8 +100,11 @@ type AgentCleanupCmd struct {
 }
 
 func (c *AgentCleanupCmd) Help() string {
-	return `An agent is orphaned when its identity file is gone, its worktree no longer
-exists, or it has not been seen for --threshold days. Without --force this
+	return `An agent is never an orphan while it is active or while its identity file
+exists in any worktree of the repository (git worktree list). Otherwise it is
+an orphan when the worktree it worked in is gone or it has not been seen for
+--threshold days; WHY says which. Agents registered over RPC never had an
+identity file: that alone does not make them orphans. Without --force this
 only lists them.
 
 Examples:
@@ -117,11 +120,7 @@ func (c *AgentCleanupCmd) Run(ctx context.Context, g *Globals) error {
 		if len(r.Orphans) > 0 {
 			t := table(w, "AGENT", "ROLE", "DAYS IDLE", "MESSAGES", "WHY")
 			for _, o := range r.Orphans {
-				why := "stale"
-				if o.WorktreeMissing {
-					why = "worktree gone"
-				}
-				t.row("@"+o.AgentID, o.Role, fmt.Sprint(o.DaysSinceLastSeen), fmt.Sprint(o.MessageCount), why)
+				t.row("@"+o.AgentID, o.Role, fmt.Sprint(o.DaysSinceLastSeen), fmt.Sprint(o.MessageCount), o.Reason)
 			}
 			t.flush()
 		}

@@ -71,6 +71,7 @@ type DaemonCmd struct {
 type DaemonRunCmd struct {
 	WSAddr       string        `name:"ws-addr" default:"127.0.0.1:0" help:"Loopback address of the WebSocket (port 0 picks a free one)."`
 	SyncInterval time.Duration `default:"60s" help:"How often to sync with the git remote when idle."`
+	SyncWait     time.Duration `default:"2s" help:"How long a send naming an unknown recipient waits for a sync with the git remote before refusing (0: no wait)."`
 }
 
 func (c *DaemonRunCmd) Help() string {
@@ -109,7 +110,8 @@ func (c *DaemonRunCmd) Run(ctx context.Context, g *Globals) error {
 	// through this pointer.
 	var syncer atomic.Pointer[gitsync.Syncer]
 	syncOn := l.Git && gitsync.HasRemote(ctx, l.Root, gitsync.DefaultRemote)
-	opts := &thrum.Options{Logger: logger, DBPath: l.DB, RepoID: l.RepoID, RepoDir: l.Root, IdentityDir: l.IDs}
+	opts := &thrum.Options{Logger: logger, DBPath: l.DB, RepoID: l.RepoID, RepoDir: l.Root, IdentityDir: l.IDs,
+		IdentityDirs: worktreeIdentityDirs(l)}
 	if syncOn {
 		opts.OnLocalCommit = func() {
 			if s := syncer.Load(); s != nil {
@@ -122,6 +124,17 @@ func (c *DaemonRunCmd) Run(ctx context.Context, g *Globals) error {
 				return "pending"
 			}
 			return healthSyncState(s.Status())
+		}
+		if c.SyncWait > 0 {
+			// An unknown recipient may have registered on another clone:
+			// a send waits up to SyncWait for a round with the remote.
+			opts.RefreshTimeout = c.SyncWait
+			opts.Refresh = func(ctx context.Context) error {
+				if s := syncer.Load(); s != nil {
+					return s.Refresh(ctx)
+				}
+				return errors.New("sync has not started yet")
+			}
 		}
 	}
 	n, err := thrum.Open(l.LogDir, opts)
@@ -224,6 +237,7 @@ func alive(pid int) bool {
 type DaemonStartCmd struct {
 	WSAddr       string        `name:"ws-addr" default:"127.0.0.1:0" help:"Loopback address of the WebSocket."`
 	SyncInterval time.Duration `default:"60s" help:"How often to sync with the git remote when idle."`
+	SyncWait     time.Duration `default:"2s" help:"How long a send naming an unknown recipient waits for a sync with the git remote before refusing (0: no wait)."`
 	Timeout      time.Duration `default:"10s" help:"How long to wait for the daemon to answer."`
 }
 
@@ -263,7 +277,7 @@ func (c *DaemonStartCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	defer logf.Close()
 	logStart, _ := logf.Seek(0, io.SeekEnd) // this run's lines start here
-	args := []string{"--repo", l.Root, "daemon", "run", "--ws-addr", c.WSAddr, "--sync-interval", c.SyncInterval.String()}
+	args := []string{"--repo", l.Root, "daemon", "run", "--ws-addr", c.WSAddr, "--sync-interval", c.SyncInterval.String(), "--sync-wait", c.SyncWait.String()}
 	if g.Home != "" {
 		args = append([]string{"--home", g.Home}, args...)
 	}

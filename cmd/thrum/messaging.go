@@ -60,7 +60,7 @@ func (c *QuickstartCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	if c.Intent != "" {
-		if _, err := s.c.SetIntent(ctx, &rpc.SetIntentParams{SessionID: ses.SessionID, Intent: c.Intent}); err != nil {
+		if _, err := s.c.SetIntent(ctx, &rpc.SetIntentParams{SessionID: ses.SessionID, Intent: &c.Intent}); err != nil {
 			return err
 		}
 	}

@@ -150,7 +150,7 @@ func (c *SessionIntentCmd) Run(ctx context.Context, g *Globals) error {
 		if err != nil {
 			return nil, err
 		}
-		return s.c.SetIntent(ctx, &rpc.SetIntentParams{SessionID: id, Intent: c.Intent})
+		return s.c.SetIntent(ctx, &rpc.SetIntentParams{SessionID: id, Intent: &c.Intent})
 	}, func(w io.Writer, v any) {
 		if r := v.(*rpc.SetIntentResult); r.Intent == "" {
 			fmt.Fprintln(w, "> Intent cleared")
@@ -171,7 +171,7 @@ func (c *SessionTaskCmd) Run(ctx context.Context, g *Globals) error {
 		if err != nil {
 			return nil, err
 		}
-		return s.c.SetTask(ctx, &rpc.SetTaskParams{SessionID: id, CurrentTask: c.Task})
+		return s.c.SetTask(ctx, &rpc.SetTaskParams{SessionID: id, CurrentTask: &c.Task})
 	}, func(w io.Writer, v any) {
 		if r := v.(*rpc.SetTaskResult); r.CurrentTask == "" {
 			fmt.Fprintln(w, "> Task cleared")

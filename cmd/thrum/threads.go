@@ -55,6 +55,8 @@ type ThreadListCmd struct {
 	Page     int    `default:"1" help:"Page number."`
 }
 
+// Run acts as the resolved agent: thread.list's unread counts are the
+// caller's, and the daemon refuses it without one.
 func (c *ThreadListCmd) Run(ctx context.Context, g *Globals) error {
 	p := &rpc.ListThreadsParams{PageSize: c.PageSize, Page: c.Page}
 	if c.Scope != "" {
@@ -64,7 +66,7 @@ func (c *ThreadListCmd) Run(ctx context.Context, g *Globals) error {
 		}
 		p.Scope = &sc
 	}
-	return call(ctx, g, false, func(s *session) (any, error) { return s.c.ListThreads(ctx, p) }, func(w io.Writer, v any) {
+	return call(ctx, g, true, func(s *session) (any, error) { return s.c.ListThreads(ctx, p) }, func(w io.Writer, v any) {
 		r := v.(*rpc.ListThreadsResult)
 		if r.Total == 0 {
 			fmt.Fprintln(w, "No threads.")

@@ -92,6 +92,13 @@ type Syncer struct {
 	status  Status
 	running bool
 
+	// Rounds started and finished (successful or not), the last one's
+	// error, and a channel closed when a round finishes: what Refresh
+	// waits on.
+	started, finished uint64
+	lastErr           error
+	roundDone         chan struct{}
+
 	roundMu sync.Mutex                     // one round at a time
 	have    map[string]map[string]struct{} // shard path → event IDs in the local file
 	scanned map[string]int64               // shard path → bytes of the local file read into have
@@ -103,7 +110,7 @@ type Syncer struct {
 // its directory's lock): New removes the git lock files that a Syncer's
 // git commands leave behind when they die with it (see removeStaleLocks).
 func New(log *eventlog.Log, opts *Options) (*Syncer, error) {
-	s := &Syncer{dir: log.Dir(), log: log, trigger: make(chan struct{}, 1), force: make(chan struct{}, 1),
+	s := &Syncer{dir: log.Dir(), log: log, trigger: make(chan struct{}, 1), force: make(chan struct{}, 1), roundDone: make(chan struct{}),
 		have: map[string]map[string]struct{}{}, scanned: map[string]int64{}, merged: map[string]string{}}
 	if opts != nil {
 		s.opts = *opts
@@ -210,6 +217,34 @@ func (s *Syncer) Force() bool {
 	}
 }
 
+// Refresh asks Run for a round now and waits until a round that started
+// after the call has finished: the remote's events as of the call are
+// then in the log (and applied, when the log's OnCommit applies). It
+// returns that round's error, or ctx's when ctx ends first; the round
+// itself goes on in Run and is never cut short, so no git command is
+// killed halfway. Without Run running it waits until ctx ends.
+func (s *Syncer) Refresh(ctx context.Context) error {
+	s.mu.Lock()
+	want := s.started + 1
+	s.mu.Unlock()
+	s.Force()
+	for {
+		s.mu.Lock()
+		if s.finished >= want {
+			err := s.lastErr
+			s.mu.Unlock()
+			return err
+		}
+		done := s.roundDone
+		s.mu.Unlock()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
 // Status returns the Syncer's state.
 func (s *Syncer) Status() Status {
 	s.mu.Lock()
@@ -273,6 +308,7 @@ func (s *Syncer) SyncOnce(ctx context.Context) (err error) {
 	defer s.roundMu.Unlock()
 	s.mu.Lock()
 	s.status.Pending = false
+	s.started++
 	s.mu.Unlock()
 	defer func() { s.record(ctx, err) }()
 	var rejected error
@@ -293,6 +329,9 @@ func (s *Syncer) SyncOnce(ctx context.Context) (err error) {
 func (s *Syncer) record(ctx context.Context, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.finished, s.lastErr = s.started, err // rounds never overlap
+	close(s.roundDone)
+	s.roundDone = make(chan struct{})
 	switch {
 	case err == nil:
 		s.status.State, s.status.LastError, s.status.LastSyncAt = StateSynced, "", time.Now()

@@ -1,0 +1,77 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestSendToRecipientOfAnotherClone (issue 12 item 14): bob registered on
+// clone b and b pushed; clone a has not synced since. `thrum send --to
+// @bob` on a fetches and merges first and then delivers, with no `thrum
+// sync force`; a name nobody has still gets the clear error.
+func TestSendToRecipientOfAnotherClone(t *testing.T) {
+	t.Parallel()
+	if thrumBinErr != nil {
+		t.Fatalf("building the binary: %v", thrumBinErr)
+	}
+	root := t.TempDir()
+	remote := filepath.Join(root, "remote.git")
+	gitT(t, root, "init", "-q", "--bare", "-b", "main", remote)
+	clone := func(name string) string {
+		dir := filepath.Join(root, name)
+		gitT(t, root, "clone", "-q", remote, dir)
+		gitT(t, dir, "config", "user.name", "Test User")
+		gitT(t, dir, "config", "user.email", "test@example.com")
+		gitT(t, dir, "config", "commit.gpgsign", "false")
+		return dir
+	}
+	dirA := clone("a")
+	if err := os.WriteFile(filepath.Join(dirA, "README.md"), []byte("# project\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	gitT(t, dirA, "add", "README.md")
+	gitT(t, dirA, "commit", "-q", "-m", "initial commit")
+	gitT(t, dirA, "push", "-q", "origin", "main")
+	dirB := clone("b")
+
+	a := &syncCLI{thrumCLI: &thrumCLI{t: t, repo: dirA, bin: thrumBin}, name: "a"}
+	b := &syncCLI{thrumCLI: &thrumCLI{t: t, repo: dirB, bin: thrumBin}, name: "b"}
+	// Rounds only when forced or on local events; the wait for an unknown
+	// recipient is generous so that a busy machine cannot fail the test
+	// (it ends as soon as the round does).
+	for _, c := range []*syncCLI{a, b} {
+		c.do("", "init")
+		c.startDaemon("--sync-interval", "1h", "--sync-wait", "20s")
+	}
+	a.do("", "quickstart", "--name", "alice", "--role", "implementer", "--module", "auth")
+	a.forceSync()
+	b.do("", "quickstart", "--name", "bob", "--role", "reviewer", "--module", "auth")
+	for pass := 1; !strings.Contains(gitT(t, remote, "show", "a-sync:events.jsonl"), `"agent_id":"bob"`); pass++ {
+		if pass > 2 {
+			t.Fatal("bob's registration did not reach the remote after 2 passes of sync force in b")
+		}
+		b.forceSync()
+	}
+	var al map[string]any
+	a.json(&al, "", "agent", "list")
+	for _, ag := range al["agents"].([]any) {
+		if str(ag, "agent_id") == "bob" {
+			t.Fatal("a knows bob before the send: the test proves nothing")
+		}
+	}
+
+	start := time.Now()
+	var sent map[string]any
+	a.json(&sent, "alice", "send", "Hello from a", "--to", "@bob")
+	t.Logf("send to a recipient of another clone took %v", time.Since(start).Round(time.Millisecond))
+	if !strings.HasPrefix(str(sent, "message_id"), "msg_") {
+		t.Fatalf("send --json = %v", sent)
+	}
+	r := a.withEnv(map[string]string{"THRUM_NAME": "alice", "GIT_CONFIG_GLOBAL": os.DevNull, "GIT_CONFIG_NOSYSTEM": "1"}, "send", "anyone?", "--to", "@nobody")
+	if r.code == 0 || !strings.Contains(r.stderr, "unknown recipient @nobody") {
+		t.Fatalf("send to a name nobody has:\n%s", r)
+	}
+}
