@@ -19,6 +19,7 @@ var (
 	ErrConflict        = rpc.ErrConflict
 	ErrLimitExceeded   = rpc.ErrLimitExceeded
 	ErrUnavailable     = rpc.ErrUnavailable
+	ErrStorageFull     = rpc.ErrStorageFull
 	ErrInternal        = rpc.ErrInternal
 )
 

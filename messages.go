@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"math"
 	"strings"
 	"time"
 
@@ -111,6 +112,20 @@ func (n *Node) SendMessage(ctx context.Context, p *rpc.SendMessageParams) (*rpc.
 			return nil, notFound("thread not found: %s", p.ThreadID)
 		} else if err != nil {
 			return nil, internal("send", err)
+		}
+	}
+	if p.IdempotencyKey != "" {
+		caller, err := n.callerID(ctx, "sending")
+		if err != nil {
+			return nil, err
+		}
+		k, unlock, err := n.keyed(ctx, caller, p.IdempotencyKey)
+		if err != nil {
+			return nil, err
+		}
+		defer unlock()
+		if k != nil {
+			return n.replaySend(ctx, k, p.IdempotencyKey)
 		}
 	}
 	pm, err := n.prepareMessage(ctx, p, p.ThreadID)
@@ -224,6 +239,7 @@ func (n *Node) prepareMessage(ctx context.Context, p *rpc.SendMessageParams, thr
 		Format: format, Content: p.Content, Structured: normalizeStructured(p.Structured),
 		Scopes: toPairs(p.Scopes), Refs: refs, Tags: p.Tags, Priority: priority,
 		ActingAs: au.actingAs, Disclose: p.Disclose && au.actingAs != "",
+		IdempotencyKey: p.IdempotencyKey,
 	}}
 	return res, nil
 }
@@ -358,21 +374,31 @@ func (n *Node) GetMessage(ctx context.Context, p *rpc.GetMessageParams) (*rpc.Ge
 	return &rpc.GetMessageResult{Message: d}, nil
 }
 
-// pageParams validates and defaults page and page_size.
-func pageParams(page, size int) (int, int, error) {
+// maxOffset bounds the offset of a page: no list is longer, so a page
+// past it is as empty as any page past the end.
+const maxOffset = math.MaxInt32
+
+// pageParams validates and defaults page and page_size, and returns the
+// offset of the page's first item, computed without overflow: a page far
+// past the end (up to math.MaxInt) is empty, never page 1.
+func pageParams(page, size int) (int, int, int, error) {
 	if size == 0 {
 		size = DefaultPageSize
 	}
 	if size < 1 || size > MaxPageSize {
-		return 0, 0, invalid("invalid page_size %d: use 1 to %d", size, MaxPageSize)
+		return 0, 0, 0, invalid("invalid page_size %d: use 1 to %d", size, MaxPageSize)
 	}
 	if page == 0 {
 		page = 1
 	}
 	if page < 1 {
-		return 0, 0, invalid("invalid page %d: pages start at 1", page)
+		return 0, 0, 0, invalid("invalid page %d: pages start at 1", page)
 	}
-	return page, size, nil
+	offset := maxOffset
+	if page-1 <= maxOffset/size {
+		offset = (page - 1) * size
+	}
+	return page, size, offset, nil
 }
 
 func totalPages(total, size int) int { return (total + size - 1) / size }
@@ -383,13 +409,13 @@ func totalPages(total, size int) int { return (total + size - 1) / size }
 // the agent by name, by role, through a group, or to everyone — resolved
 // now, so group changes apply to earlier messages too.
 func (n *Node) ListMessages(ctx context.Context, p *rpc.ListMessagesParams) (*rpc.ListMessagesResult, error) {
-	page, size, err := pageParams(p.Page, p.PageSize)
+	page, size, offset, err := pageParams(p.Page, p.PageSize)
 	if err != nil {
 		return nil, err
 	}
 	f := store.MessageFilter{
 		ThreadID: p.ThreadID, AuthorID: identity.NormalizeAgentID(p.AuthorID),
-		IncludeDeleted: p.IncludeDeleted, Limit: size, Offset: (page - 1) * size,
+		IncludeDeleted: p.IncludeDeleted, Limit: size, Offset: offset,
 	}
 	switch p.SortBy {
 	case "", "created_at", "updated_at":

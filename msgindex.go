@@ -178,6 +178,9 @@ func (x *msgIndex) markRead(agent, id string) {
 func (x *msgIndex) apply(batch []*eventlog.Event) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
+	if x.closed { // a batch committed while the node closes
+		return
+	}
 	select {
 	case <-x.ready:
 	default:
@@ -371,6 +374,7 @@ func (x *msgIndex) list(ctx context.Context, f store.MessageFilter) (ids []strin
 	if q.none {
 		return nil, 0, 0, nil
 	}
+	f.Offset, f.Limit = max(f.Offset, 0), max(f.Limit, 0) // a bad page is empty, not a panic
 	byUpdated := f.SortBy == "updated_at"
 	var matches []int32 // only kept when the page cannot be cut in one pass
 	if byUpdated {

@@ -30,9 +30,19 @@ func (n *Node) CreateThread(ctx context.Context, p *rpc.CreateThreadParams) (*rp
 	if _, ok := n.dirc.agent(me); !ok {
 		return nil, notFound("agent %q is not registered: run thrum quickstart", me)
 	}
+	if p.IdempotencyKey != "" {
+		k, unlock, err := n.keyed(ctx, me, p.IdempotencyKey)
+		if err != nil {
+			return nil, err
+		}
+		defer unlock()
+		if k != nil {
+			return n.replayThread(ctx, k, p.IdempotencyKey)
+		}
+	}
 	tid := "thr_" + eventlog.NewID()
 	te := &eventlog.Event{Type: eventlog.TypeThreadCreate, Payload: eventlog.ThreadCreate{
-		ThreadID: tid, Title: p.Title, Scopes: toPairs(p.Scopes), CreatedBy: me}}
+		ThreadID: tid, Title: p.Title, Scopes: toPairs(p.Scopes), CreatedBy: me, IdempotencyKey: p.IdempotencyKey}}
 	if p.Message == nil {
 		if err := n.append(ctx, te); err != nil {
 			return nil, err
@@ -44,6 +54,7 @@ func (n *Node) CreateThread(ctx context.Context, p *rpc.CreateThreadParams) (*rp
 	sp := &rpc.SendMessageParams{
 		Content: p.Message.Content, Format: p.Message.Format, Structured: p.Message.Structured,
 		Scopes: p.Scopes, Mentions: []string{p.Recipient}, ActingAs: p.ActingAs, Disclose: p.Disclose,
+		IdempotencyKey: p.IdempotencyKey,
 	}
 	me2, err := n.prepareMessage(ctx, sp, tid)
 	if err != nil {
@@ -61,7 +72,7 @@ func (n *Node) CreateThread(ctx context.Context, p *rpc.CreateThreadParams) (*rp
 // unauthenticated error (as message.list's unread and mentions filters
 // are), never counts for nobody.
 func (n *Node) ListThreads(ctx context.Context, p *rpc.ListThreadsParams) (*rpc.ListThreadsResult, error) {
-	page, size, err := pageParams(p.Page, p.PageSize)
+	page, size, offset, err := pageParams(p.Page, p.PageSize)
 	if err != nil {
 		return nil, err
 	}
@@ -73,7 +84,7 @@ func (n *Node) ListThreads(ctx context.Context, p *rpc.ListThreadsParams) (*rpc.
 	if p.Scope != nil {
 		scope = &store.Pair{Type: p.Scope.Type, Value: p.Scope.Value}
 	}
-	ts, total, err := n.store.Threads(ctx, scope, reader, size, (page-1)*size)
+	ts, total, err := n.store.Threads(ctx, scope, reader, size, offset)
 	if err != nil {
 		return nil, internal("list threads", err)
 	}
@@ -97,7 +108,7 @@ func (n *Node) GetThread(ctx context.Context, p *rpc.GetThreadParams) (*rpc.GetT
 	if p.ThreadID == "" {
 		return nil, invalid("thread_id is required")
 	}
-	page, size, err := pageParams(p.Page, p.PageSize)
+	page, size, offset, err := pageParams(p.Page, p.PageSize)
 	if err != nil {
 		return nil, err
 	}
@@ -109,7 +120,7 @@ func (n *Node) GetThread(ctx context.Context, p *rpc.GetThreadParams) (*rpc.GetT
 		return nil, internal("get thread", err)
 	}
 	pg, err := n.messages(ctx, store.MessageFilter{
-		ThreadID: t.ThreadID, Reader: readerOf(ctx), Asc: true, Limit: size, Offset: (page - 1) * size,
+		ThreadID: t.ThreadID, Reader: readerOf(ctx), Asc: true, Limit: size, Offset: offset,
 	})
 	if err != nil {
 		return nil, err

@@ -120,6 +120,7 @@ type Node struct {
 	started time.Time
 
 	ctlMu sync.Mutex // serializes check-then-write operations on agents, sessions and groups
+	keys  keyLocks   // serialize calls with the same idempotency key
 	dirc  directory  // agents and groups in memory, for addressing
 	subs  notifier
 	idx   *msgIndex      // messages in memory, for listing
@@ -137,7 +138,17 @@ type Node struct {
 	seen     map[string]string
 	seenTime time.Time
 
-	degraded  atomic.Pointer[error] // set when a committed batch failed to apply
+	// Storage faults (storage.go): applyMu serializes applying batches;
+	// behind is set while committed events wait to be applied; retryLoop
+	// retries them when kicked, until quit.
+	applyMu   sync.Mutex
+	faultMu   sync.Mutex
+	fault     faultState
+	behind    atomic.Bool
+	kick      chan struct{}
+	quit      chan struct{}
+	retryDone chan struct{}
+
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -196,8 +207,13 @@ func Open(dir string, opts *Options) (*Node, error) {
 	}
 	n.store = st
 	n.subs.init(n)
+	n.keys.init()
+	n.kick, n.quit, n.retryDone = make(chan struct{}, 1), make(chan struct{}), make(chan struct{})
+	go n.retryLoop()
 	lg, err := eventlog.Open(dir, &eventlog.Options{Logger: o.Logger, OnCommit: n.onCommit, NoSync: o.NoSync})
 	if err != nil {
+		close(n.quit)
+		<-n.retryDone
 		st.Close()
 		lock.Close()
 		return nil, fmt.Errorf("thrum: open: %w", err)
@@ -244,6 +260,8 @@ func (n *Node) Close() error {
 	n.closeOnce.Do(func() {
 		n.subs.closeAll()
 		n.bg.Wait()
+		close(n.quit)
+		<-n.retryDone
 		n.idx.close()
 		var errs []error
 		if n.log != nil {
@@ -291,34 +309,35 @@ func (n *Node) Rebuild(ctx context.Context, path string) (*Projector, error) {
 
 // append commits events: durable in the log, applied to the projection,
 // published to listeners, all before it returns.
+// While committed events wait to be applied (storage.go), it refuses.
 func (n *Node) append(ctx context.Context, evs ...*eventlog.Event) error {
+	if err := n.refuseWrites(); err != nil {
+		return err
+	}
 	if err := n.log.Append(ctx, evs...); err != nil {
-		if errors.Is(err, eventlog.ErrClosed) {
+		var re *rpc.Error
+		switch {
+		case errors.As(err, &re): // from onCommit: durable, not applied
+			return err
+		case errors.Is(err, eventlog.ErrClosed):
 			return rpc.Errorf(rpc.CodeUnavailable, "thrum is shutting down")
-		}
-		if errors.Is(err, eventlog.ErrTooLarge) {
+		case errors.Is(err, eventlog.ErrTooLarge):
 			return tooLarge("%v", err)
-		}
-		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
 			return err
 		}
-		return internal("append", err)
+		return n.writeFailure(err)
 	}
+	n.writeSucceeded()
 	return nil
 }
 
-// onCommit runs on the log's committer for each durable batch, in log
-// order: it applies the batch, refreshes the in-memory directory if the
-// batch touched agents or groups, and publishes messages to listeners.
-func (n *Node) onCommit(batch []*eventlog.Event) error {
+// published runs after a batch is applied to the projection, in log
+// order: it updates the message index, refreshes the in-memory directory
+// if the batch touched agents or groups, and publishes messages to
+// listeners.
+func (n *Node) published(batch []*eventlog.Event) {
 	ctx := context.Background()
-	if err := n.store.Apply(ctx, batch); err != nil {
-		n.degraded.Store(&err)
-		if n.opts.Logger != nil {
-			n.opts.Logger.Error("thrum: projection failed to apply committed events; they are safe in the log and will be replayed on restart", "err", err)
-		}
-		return internal("apply", err)
-	}
 	n.idx.apply(batch)
 	reload, sessions := false, false
 	for _, e := range batch {
@@ -357,14 +376,18 @@ func (n *Node) onCommit(batch []*eventlog.Event) error {
 			}
 		}
 	}
-	return nil
 }
 
 // Health reports the node's status.
 func (n *Node) Health(ctx context.Context, _ *rpc.HealthParams) (*rpc.HealthResult, error) {
 	status := "ok"
-	if n.degraded.Load() != nil {
+	problems := n.problems()
+	if len(problems) > 0 {
 		status = "degraded"
+	}
+	var repairs []string
+	for _, r := range n.log.Repairs() {
+		repairs = append(repairs, r.String())
 	}
 	sync := "synced"
 	if n.opts.SyncState != nil {
@@ -376,6 +399,8 @@ func (n *Node) Health(ctx context.Context, _ *rpc.HealthParams) (*rpc.HealthResu
 		Version:   Version,
 		RepoID:    n.opts.RepoID,
 		SyncState: sync,
+		Problems:  problems,
+		Repairs:   repairs,
 	}, nil
 }
 

@@ -2,7 +2,11 @@ package eventlog
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
 	"testing"
 )
 
@@ -30,6 +34,63 @@ func FuzzDecodeLine(f *testing.F) {
 		}
 		if !bytes.Equal(ev.Raw, line) {
 			t.Fatalf("Raw = %q, want the line", ev.Raw)
+		}
+	})
+}
+
+// FuzzShardFile writes arbitrary bytes as a shard, opens the log (which
+// repairs its tail), and checks that Verify reports one LineInfo per line
+// without panicking, that Scan agrees with it on whether every line is
+// good, and that CheckAt at any position either returns the event ending
+// there or a CorruptError.
+func FuzzShardFile(f *testing.F) {
+	g := `{"event_id":"01JAAAAAAAAAAAAAAAAAAAAAAA","type":"agent.register","timestamp":"2025-01-02T03:04:05.000000006Z"}` + "\n"
+	f.Add([]byte(g+g), int64(len(g)))
+	f.Add([]byte(g+"garbage\n"+g), int64(2*len(g)))
+	f.Add([]byte("\n\n"+g), int64(1))
+	f.Add([]byte(g+`{"event_id":"01J`), int64(len(g)+3))
+	f.Fuzz(func(t *testing.T, data []byte, off int64) {
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, EventsFile), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		l, err := Open(dir, &Options{NoSync: true})
+		if err != nil {
+			return // e.g. a repair that could not be written
+		}
+		defer l.Close()
+		size := l.Positions()[EventsFile]
+		kept, _ := os.ReadFile(filepath.Join(dir, EventsFile))
+		lines, bad := 0, 0
+		if err := l.Verify(context.Background(), func(li LineInfo) error {
+			lines++
+			if li.Line != lines || li.File != EventsFile || (li.Err == nil) == (li.Event == nil) {
+				t.Fatalf("LineInfo %+v at line %d", li, lines)
+			}
+			if li.Err != nil {
+				bad++
+			}
+			return nil
+		}); err != nil {
+			t.Fatalf("Verify: %v", err)
+		}
+		if want := bytes.Count(kept, []byte{'\n'}); lines != want {
+			t.Fatalf("Verify saw %d lines, the file has %d", lines, want)
+		}
+		_, serr := l.Scan(context.Background(), nil, func(*Event) error { return nil })
+		if (serr == nil) != (bad == 0) {
+			t.Fatalf("Scan error %v, Verify found %d bad lines", serr, bad)
+		}
+		if off < 0 || off > size+10 {
+			return
+		}
+		ev, err := l.CheckAt(EventsFile, off, "")
+		var ce *CorruptError
+		switch {
+		case err != nil && !errors.As(err, &ce):
+			t.Fatalf("CheckAt(%d) = %v, not a CorruptError", off, err)
+		case err == nil && off > 0 && (ev == nil || ev.Offset != off || kept[off-1] != '\n'):
+			t.Fatalf("CheckAt(%d) = %+v for a position that does not end a line", off, ev)
 		}
 	})
 }

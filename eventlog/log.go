@@ -27,6 +27,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/thrumhq/thrum/internal/fault"
 )
 
 // File names inside a log directory.
@@ -54,7 +56,8 @@ type Options struct {
 	// are merged into one call). A projection applies
 	// the batch here, so that it sees events in exactly log order. Its error
 	// is returned by every Append of the batch (the events stay in the
-	// log: they are durable).
+	// log: they are durable). The slice is reused after the call returns:
+	// copy it to keep it.
 	OnCommit func(batch []*Event) error
 
 	// NoSync skips fsync. Only for tests and benchmarks that measure
@@ -82,6 +85,11 @@ func (r Repair) String() string {
 // ErrClosed is returned by Append after Close.
 var ErrClosed = errors.New("eventlog: log closed")
 
+// ErrBroken is returned by Append after a failed write could not be undone
+// (the shard could not be truncated back): the log refuses appends until it
+// is reopened.
+var ErrBroken = errors.New("eventlog: log needs reopening")
+
 // Log is an open event log. Append, Scan, Positions and Close may be
 // called concurrently.
 type Log struct {
@@ -99,9 +107,10 @@ type Log struct {
 	// group commit takes: OnCommit may merge several commits into one call.
 	commitHook func(appends int)
 
-	mu    sync.Mutex // guards files and sizes (used by the committer and Positions)
-	files map[string]*os.File
-	sizes map[string]int64
+	mu     sync.Mutex // guards files, sizes and broken (used by the committer and Positions)
+	files  map[string]*os.File
+	sizes  map[string]int64 // durable end of each shard
+	broken error            // a failed write could not be undone; see rollback
 }
 
 type appendReq struct {
@@ -421,26 +430,44 @@ func (l *Log) commit(batch []*appendReq) {
 		all = append(all, r.evs...)
 	}
 
+	// Write every shard's lines, then fsync them all. A failure at any
+	// step undoes the whole batch: every shard it touched is truncated
+	// back to its size before the batch, so no line of a failed batch
+	// stays behind to be replayed later as if it had been acknowledged.
 	var werr error
+	before := map[string]int64{}
+	ends := map[string]int64{}
 	l.mu.Lock()
+	werr = l.broken
 	for _, sb := range order {
+		if werr != nil {
+			break
+		}
 		if sb.buf.Len() == 0 {
 			continue
 		}
-		if werr = l.writeShard(sb.rel, sb.buf.Bytes(), sb.evs); werr != nil {
-			break
+		before[sb.rel] = l.sizes[sb.rel]
+		var end int64
+		if end, werr = l.writeShard(sb.rel, sb.buf.Bytes(), sb.evs); werr == nil {
+			ends[sb.rel] = end
 		}
 	}
 	l.mu.Unlock()
-	if werr == nil && !l.opts.NoSync {
+	if werr == nil {
 		werr = l.syncShards(order)
 	}
+	l.mu.Lock()
 	if werr != nil {
-		// Some shards may hold lines of this batch that were not synced;
-		// writeShard truncated the one that failed. Report failure to all:
-		// the caller must not treat any of them as acknowledged.
+		l.rollback(before)
+	} else {
+		for rel, end := range ends {
+			l.sizes[rel] = end
+		}
+	}
+	l.mu.Unlock()
+	if werr != nil {
 		if l.opts.Logger != nil {
-			l.opts.Logger.Error("eventlog: commit failed", "err", werr)
+			l.opts.Logger.Error("eventlog: commit failed; the batch was undone", "err", werr)
 		}
 		for i, r := range batch {
 			if errs[i] == nil {
@@ -453,33 +480,67 @@ func (l *Log) commit(batch []*appendReq) {
 	l.applied <- &commitBatch{reqs: batch, errs: errs, evs: all}
 }
 
+// rollback truncates each shard back to the size it had before a failed
+// batch, and syncs the truncation. If that fails too, the log no longer
+// knows what its files hold: it refuses every later append (l.broken)
+// until it is reopened, when Open repairs what it can and Scan reports
+// the rest. Called with l.mu held.
+func (l *Log) rollback(before map[string]int64) {
+	for rel, size := range before {
+		l.sizes[rel] = size // a shard the batch created stays, empty
+		f := l.files[rel]
+		if f == nil {
+			continue
+		}
+		err := f.Truncate(size)
+		if err == nil && !l.opts.NoSync {
+			err = f.Sync()
+		}
+		if err != nil && l.broken == nil {
+			l.broken = fmt.Errorf("%w: undoing a failed write to %s: %v", ErrBroken, rel, err)
+			if l.opts.Logger != nil {
+				l.opts.Logger.Error("eventlog: could not undo a failed write; refusing appends until reopened", "err", l.broken)
+			}
+		}
+	}
+}
+
 // writeShard appends b to the shard file, creating it (and fsyncing its
-// directory) if new. On a short write it truncates the file back, so the
-// next append starts on a clean line. Called with l.mu held.
-func (l *Log) writeShard(rel string, b []byte, evs []*Event) error {
+// directory) if new, and returns the shard's new size, which the caller
+// records once the batch is durable. On a short write it truncates the
+// file back, so the next append starts on a clean line. Called with l.mu
+// held.
+func (l *Log) writeShard(rel string, b []byte, evs []*Event) (int64, error) {
 	f := l.files[rel]
+	path := filepath.Join(l.dir, filepath.FromSlash(rel))
 	if f == nil {
-		path := filepath.Join(l.dir, filepath.FromSlash(rel))
 		_, statErr := os.Stat(path)
 		var err error
 		f, err = os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		if errors.Is(statErr, fs.ErrNotExist) && !l.opts.NoSync {
 			if err := syncDir(filepath.Dir(path)); err != nil {
 				f.Close()
-				return err
+				return 0, err
 			}
 		}
 		l.files[rel] = f
 	}
 	size := l.sizes[rel]
-	if _, err := f.Write(b); err != nil {
+	var err error
+	if ferr := fault.Check(fault.LogWrite, path); ferr != nil {
+		f.Write(b[:len(b)/2]) // what a full disk does: a short write
+		err = ferr
+	} else {
+		_, err = f.Write(b)
+	}
+	if err != nil {
 		if terr := f.Truncate(size); terr != nil {
-			return fmt.Errorf("%w (and truncating back failed: %v)", err, terr)
+			return 0, fmt.Errorf("%w (and truncating back failed: %v)", err, terr)
 		}
-		return err
+		return 0, err
 	}
 	// Record each event's end offset: the lines are in evs order.
 	off := size
@@ -488,8 +549,7 @@ func (l *Log) writeShard(rel string, b []byte, evs []*Event) error {
 		off += int64(n) + 1
 		e.Offset = off
 	}
-	l.sizes[rel] = size + int64(len(b))
-	return nil
+	return size + int64(len(b)), nil
 }
 
 // shardBuf collects one shard's lines of a batch.
@@ -510,12 +570,21 @@ func (l *Log) syncShards(order []*shardBuf) error {
 		}
 	}
 	l.mu.Unlock()
+	sync := func(f *os.File) error {
+		if err := fault.Check(fault.LogSync, f.Name()); err != nil {
+			return err
+		}
+		if l.opts.NoSync {
+			return nil
+		}
+		return f.Sync()
+	}
 	if len(files) == 1 {
-		return files[0].Sync()
+		return sync(files[0])
 	}
 	errc := make(chan error, len(files))
 	for _, f := range files {
-		go func() { errc <- f.Sync() }()
+		go func() { errc <- sync(f) }()
 	}
 	var first error
 	for range files {
@@ -735,7 +804,8 @@ func (r *shardReader) read() error {
 }
 
 // readLine returns the next line without its newline; io.EOF with a
-// non-empty line means the data ended without one.
+// non-empty line means the data ended without one. A line longer than
+// MaxLineBytes is consumed whole and returned as (nil, error).
 func readLine(br *bufio.Reader) ([]byte, error) {
 	line, err := br.ReadSlice('\n')
 	if err == nil {
@@ -751,6 +821,11 @@ func readLine(br *bufio.Reader) ([]byte, error) {
 		line, err = br.ReadSlice('\n')
 		buf = append(buf, line...)
 		if len(buf) > MaxLineBytes+1 {
+			// Skip the rest of the line, so that a reader that goes on
+			// (Verify) starts at the next one.
+			for err == bufio.ErrBufferFull {
+				_, err = br.ReadSlice('\n')
+			}
 			return nil, fmt.Errorf("line longer than %d bytes", MaxLineBytes)
 		}
 		if err == nil {

@@ -123,6 +123,9 @@ type MessageCreate struct {
 	// readers to show it.
 	ActingAs string `json:"acting_as,omitempty"`
 	Disclose bool   `json:"disclose,omitempty"`
+	// IdempotencyKey is the sender's key for safe retries: kept in the
+	// log so that deduplication survives restarts and rebuilds.
+	IdempotencyKey string `json:"idempotency_key,omitempty"`
 }
 
 // MessageEdit replaces a message's content and/or structured data.
@@ -148,10 +151,11 @@ type MessageRead struct {
 }
 
 type ThreadCreate struct {
-	ThreadID  string `json:"thread_id"`
-	Title     string `json:"title"`
-	Scopes    []Pair `json:"scopes,omitempty"`
-	CreatedBy string `json:"created_by"`
+	ThreadID       string `json:"thread_id"`
+	Title          string `json:"title"`
+	Scopes         []Pair `json:"scopes,omitempty"`
+	CreatedBy      string `json:"created_by"`
+	IdempotencyKey string `json:"idempotency_key,omitempty"` // as in MessageCreate
 }
 
 type GroupCreate struct {

@@ -22,6 +22,7 @@ const (
 	CodeConflict        = -32005 // the thing exists already, or its state forbids the change
 	CodeLimitExceeded   = -32006 // a size, count or rate limit was hit
 	CodeUnavailable     = -32007 // the server is shutting down or not ready
+	CodeStorageFull     = -32008 // the disk is full: the message says where; writes resume when space is freed
 )
 
 // Error is the one error type of thrum: a JSON-RPC error object. It keeps its
@@ -62,6 +63,7 @@ var (
 	ErrConflict        = &Error{Code: CodeConflict, Message: "conflict"}
 	ErrLimitExceeded   = &Error{Code: CodeLimitExceeded, Message: "limit exceeded"}
 	ErrUnavailable     = &Error{Code: CodeUnavailable, Message: "unavailable"}
+	ErrStorageFull     = &Error{Code: CodeStorageFull, Message: "disk full"}
 )
 
 // AsError converts any error into an *Error for the wire. An *Error anywhere

@@ -90,6 +90,12 @@ type HealthResult struct {
 	Version   string `json:"version"`
 	RepoID    string `json:"repo_id"`
 	SyncState string `json:"sync_state"` // "synced", "pending" or "error"
+	// Problems says what makes the status "degraded", one sentence each
+	// (a full disk, writes waiting to be applied); empty when "ok".
+	Problems []string `json:"problems,omitempty"`
+	// Repairs lists what the node repaired when it opened (torn log tails
+	// moved aside), one sentence each.
+	Repairs []string `json:"repairs,omitempty"`
 }
 
 // AuthParams binds the connection to an identity: an agent (by agent_id

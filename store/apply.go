@@ -11,20 +11,23 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/thrumhq/thrum/eventlog"
+	"github.com/thrumhq/thrum/internal/fault"
 )
 
 // applier holds the prepared statements of Apply, on the writer
 // connection.
 type applier struct {
 	mu    sync.Mutex
+	path  string // the database file, for fault injection
 	w     *sqlx.DB
 	stmts map[string]*sqlx.Stmt
 }
 
 // statements used by apply, by name.
 var applySQL = map[string]string{
-	"checkpoint": `INSERT INTO checkpoints(shard, offset) VALUES(?, ?)
-		ON CONFLICT(shard) DO UPDATE SET offset = max(offset, excluded.offset)`,
+	"checkpoint": `INSERT INTO checkpoints(shard, offset, event_id) VALUES(?, ?, ?)
+		ON CONFLICT(shard) DO UPDATE SET offset = max(offset, excluded.offset),
+		event_id = CASE WHEN excluded.offset >= offset THEN excluded.event_id ELSE event_id END`,
 
 	"agent.upsert": `INSERT INTO agents(agent_id, kind, name, role, module, display, repo_id, registered_at, last_seen_at)
 		VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?)
@@ -62,6 +65,17 @@ var applySQL = map[string]string{
 	"thread.create": `INSERT OR IGNORE INTO threads(thread_id, title, created_by, created_at) VALUES(?, ?, ?, ?)`,
 	"thread.scope":  `INSERT OR IGNORE INTO thread_scopes(thread_id, scope_type, scope_value) VALUES(?, ?, ?)`,
 
+	"idem.thread": `INSERT INTO idempotency_keys(caller, key, kind, thread_id, message_id, created_at) VALUES(?, ?, 'thread', ?, '', ?)
+		ON CONFLICT(caller, key) DO UPDATE SET kind = 'thread', thread_id = excluded.thread_id, message_id = '',
+		created_at = excluded.created_at`,
+	// A message right after its thread.create with the same key (one
+	// thread.create call) completes the thread's row; any other replaces it.
+	"idem.message": `INSERT INTO idempotency_keys(caller, key, kind, thread_id, message_id, created_at) VALUES(?, ?, 'message', ?, ?, ?)
+		ON CONFLICT(caller, key) DO UPDATE SET
+		kind = CASE WHEN kind = 'thread' AND message_id = '' AND thread_id = excluded.thread_id THEN 'thread' ELSE 'message' END,
+		created_at = CASE WHEN kind = 'thread' AND message_id = '' AND thread_id = excluded.thread_id THEN created_at ELSE excluded.created_at END,
+		thread_id = excluded.thread_id, message_id = excluded.message_id`,
+
 	"group.create": `INSERT OR IGNORE INTO groups(name, description, created_at, created_by) VALUES(?, ?, ?, ?)`,
 	"group.delete": `DELETE FROM groups WHERE name = ?`,
 	"group.purge":  `DELETE FROM group_members WHERE group_name = ?`,
@@ -69,8 +83,8 @@ var applySQL = map[string]string{
 	"member.del":   `DELETE FROM group_members WHERE group_name = ? AND member_type = ? AND member_id = ?`,
 }
 
-func newApplier(w *sqlx.DB) (*applier, error) {
-	a := &applier{w: w, stmts: map[string]*sqlx.Stmt{}}
+func newApplier(w *sqlx.DB, path string) (*applier, error) {
+	a := &applier{w: w, path: path, stmts: map[string]*sqlx.Stmt{}}
 	for name, q := range applySQL {
 		st, err := w.Preparex(q)
 		if err != nil {
@@ -105,7 +119,7 @@ func (a *applier) apply(ctx context.Context, evs []*eventlog.Event) error {
 		refRows:   rowBuf{cols: 3, head: `INSERT OR IGNORE INTO message_refs(message_id, ref_type, ref_value) VALUES`},
 		readRows:  rowBuf{cols: 4, head: `INSERT OR IGNORE INTO message_reads(message_id, session_id, agent_id, read_at) VALUES`},
 	}
-	ends := map[string]int64{}
+	ends, lastIDs := map[string]int64{}, map[string]string{}
 	for _, e := range evs {
 		if e.Type != eventlog.TypeMessageCreate && e.Type != eventlog.TypeMessageRead {
 			if err := t.flushRows(ctx); err != nil {
@@ -115,8 +129,8 @@ func (a *applier) apply(ctx context.Context, evs []*eventlog.Event) error {
 		if err := t.event(ctx, e); err != nil {
 			return fmt.Errorf("store: apply %s %s: %w", e.Type, e.ID, err)
 		}
-		if e.Offset > ends[eventlog.ShardPath(e.Shard)] {
-			ends[eventlog.ShardPath(e.Shard)] = e.Offset
+		if rel := eventlog.ShardPath(e.Shard); e.Offset > ends[rel] {
+			ends[rel], lastIDs[rel] = e.Offset, e.ID
 		}
 	}
 	if err := t.flushRows(ctx); err != nil {
@@ -126,9 +140,12 @@ func (a *applier) apply(ctx context.Context, evs []*eventlog.Event) error {
 		return fmt.Errorf("store: apply: last seen: %w", err)
 	}
 	for shard, off := range ends {
-		if err := t.exec(ctx, "checkpoint", shard, off); err != nil {
+		if err := t.exec(ctx, "checkpoint", shard, off, lastIDs[shard]); err != nil {
 			return fmt.Errorf("store: apply: checkpoint: %w", err)
 		}
+	}
+	if err := fault.Check(fault.StoreApply, a.path); err != nil {
+		return fmt.Errorf("store: apply: commit: %w", err) // the deferred Rollback undoes the batch
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("store: apply: commit: %w", err)
@@ -340,6 +357,15 @@ func (t *txApplier) event(ctx context.Context, e *eventlog.Event) error {
 		for _, r := range p.Refs {
 			t.refRows.add(p.MessageID, r.Type, r.Value)
 		}
+		if p.IdempotencyKey != "" {
+			caller := p.AgentID
+			if p.ActingAs != "" {
+				caller = p.ActingAs
+			}
+			if err := t.exec(ctx, "idem.message", caller, p.IdempotencyKey, p.ThreadID, p.MessageID, ts); err != nil {
+				return err
+			}
+		}
 		return t.seen(ctx, p.AgentID, "", ts)
 
 	case eventlog.TypeMessageEdit:
@@ -398,6 +424,11 @@ func (t *txApplier) event(ctx context.Context, e *eventlog.Event) error {
 		}
 		if err := t.exec(ctx, "thread.create", p.ThreadID, p.Title, p.CreatedBy, ts); err != nil {
 			return err
+		}
+		if p.IdempotencyKey != "" {
+			if err := t.exec(ctx, "idem.thread", p.CreatedBy, p.IdempotencyKey, p.ThreadID, ts); err != nil {
+				return err
+			}
 		}
 		return t.pairs(ctx, "thread.scope", p.ThreadID, p.Scopes)
 

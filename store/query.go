@@ -586,3 +586,23 @@ func (s *Store) IndexSnapshot(ctx context.Context, msg func(IndexRow), pair func
 	}
 	return rr.Err()
 }
+
+// Keyed is what a caller created with an idempotency key: a thread, a
+// message, or a thread with its first message.
+type Keyed struct {
+	Kind      string `db:"kind"` // "thread" or "message"
+	ThreadID  string `db:"thread_id"`
+	MessageID string `db:"message_id"`
+	CreatedAt string `db:"created_at"`
+}
+
+// IdempotencyKey returns the latest thing caller created with key, or
+// ErrNotFound.
+func (s *Store) IdempotencyKey(ctx context.Context, caller, key string) (*Keyed, error) {
+	var k Keyed
+	err := s.get(ctx, &k, `SELECT kind, thread_id, message_id, created_at FROM idempotency_keys WHERE caller = ? AND key = ?`, caller, key)
+	if err != nil {
+		return nil, notFound(err)
+	}
+	return &k, nil
+}

@@ -7,11 +7,12 @@ package store
 //
 // Version history: 1 = initial; 2 = clustered (WITHOUT ROWID) pair and
 // read tables, indexes built after a rebuild's load. A projection with an
-// older version is dropped and rebuilt from the log (ErrOutdated).
+// older version is dropped and rebuilt from the log (ErrOutdated). 3 =
+// idempotency_keys, checkpoints.event_id.
 // Adding an index needs no new version: every open runs the index DDL
 // (IF NOT EXISTS), so a projection made before idx_messages_session gains
 // it in place, and an older thrum ignores an index it does not know.
-const schemaVersion = 2
+const schemaVersion = 3
 
 const schema = `
 CREATE TABLE IF NOT EXISTS meta (
@@ -21,7 +22,20 @@ CREATE TABLE IF NOT EXISTS meta (
 
 CREATE TABLE IF NOT EXISTS checkpoints (
   shard TEXT PRIMARY KEY,
-  offset INTEGER NOT NULL
+  offset INTEGER NOT NULL,
+  event_id TEXT NOT NULL DEFAULT '' -- the event whose line ends at offset
+) WITHOUT ROWID;
+
+-- The latest message or thread each caller created with each idempotency
+-- key: a retry with the key finds the first result here.
+CREATE TABLE IF NOT EXISTS idempotency_keys (
+  caller TEXT NOT NULL,
+  key TEXT NOT NULL,
+  kind TEXT NOT NULL, -- 'thread' (thread.create, with its first message if any) or 'message'
+  thread_id TEXT NOT NULL DEFAULT '',
+  message_id TEXT NOT NULL DEFAULT '',
+  created_at TEXT NOT NULL,
+  PRIMARY KEY (caller, key)
 ) WITHOUT ROWID;
 
 CREATE TABLE IF NOT EXISTS agents (
@@ -187,4 +201,5 @@ var Tables = []string{
 	"agents", "tokens", "sessions", "session_scopes", "session_refs", "work_contexts",
 	"messages", "message_scopes", "message_refs", "message_edits", "message_reads",
 	"threads", "thread_scopes", "groups", "group_members", "checkpoints",
+	"idempotency_keys",
 }

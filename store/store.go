@@ -21,6 +21,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -56,6 +57,8 @@ type Store struct {
 	ap   *applier
 	rc   stmtCache // prepared reads on r
 	ck   *sqlx.DB  // one connection for WAL checkpoints
+
+	applies atomic.Uint64 // successful Apply calls, so the checkpointer knows when the store is idle
 
 	ckStop, ckDone chan struct{}
 
@@ -94,6 +97,9 @@ func dsn(path string, readOnly bool) string {
 		// Checkpoints run on their own connection (see checkpointLoop), so
 		// that their fsyncs stay off the commit path.
 		q.Add("_pragma", "wal_autocheckpoint(0)")
+		// When the writer restarts a fully checkpointed WAL, it cuts the
+		// file back to this size: the WAL does not keep its high-water mark.
+		q.Add("_pragma", fmt.Sprintf("journal_size_limit(%d)", walSizeLimit))
 	}
 	return "file:" + (&url.URL{Path: path}).EscapedPath() + "?" + q.Encode()
 }
@@ -135,7 +141,7 @@ func Open(path string, opts *Options) (*Store, error) {
 	r.SetConnMaxLifetime(0)
 	s.w, s.r = w, r
 	s.rc.db = r
-	s.ap, err = newApplier(w)
+	s.ap, err = newApplier(w, path)
 	if err != nil {
 		s.Close()
 		return nil, fmt.Errorf("store: %s: %w", path, err)
@@ -213,26 +219,66 @@ func (s *Store) Close() error {
 	return s.closeErr
 }
 
-// checkpointInterval is how often the WAL is checkpointed.
-const checkpointInterval = 250 * time.Millisecond
+// WAL checkpointing: how often, and the WAL's bounds.
+const (
+	checkpointInterval = 250 * time.Millisecond
+	idleTicks          = 4       // ticks without an Apply before the WAL is truncated
+	walSizeLimit       = 1 << 20 // journal_size_limit: a restarted WAL is cut back to this
+	walMaxSize         = 8 << 20 // past this, the WAL is truncated even while busy
+)
 
 // checkpointLoop copies the WAL into the database in the background. A
 // passive checkpoint never blocks the writer or readers; the writer then
-// restarts the WAL from its beginning once it is fully copied.
+// restarts the WAL from its beginning once it is fully copied, and cuts the
+// file back to walSizeLimit. A reader holding an old snapshot can keep a
+// passive checkpoint from finishing, so when the store has been idle for
+// idleTicks, or the WAL has grown past walMaxSize, the loop runs a TRUNCATE
+// checkpoint, which waits for readers and empties the file.
 func (s *Store) checkpointLoop() {
 	defer close(s.ckDone)
 	t := time.NewTicker(checkpointInterval)
 	defer t.Stop()
+	var lastApplies uint64
+	var lastErr error
+	idle, truncated := 0, false
 	for {
 		select {
 		case <-s.ckStop:
 			return
 		case <-t.C:
-			if _, err := s.ck.Exec(`PRAGMA wal_checkpoint(PASSIVE)`); err != nil && s.opts.Logger != nil {
-				s.opts.Logger.Warn("store: checkpoint", "err", err)
+		}
+		if n := s.applies.Load(); n != lastApplies {
+			lastApplies, idle, truncated = n, 0, false
+		} else {
+			idle++
+		}
+		mode := "PASSIVE"
+		if !truncated && idle >= idleTicks || s.walSize() > walMaxSize {
+			mode = "TRUNCATE"
+		}
+		_, err := s.ck.Exec(`PRAGMA wal_checkpoint(` + mode + `)`)
+		if err == nil && mode == "TRUNCATE" {
+			truncated = true
+		}
+		// Warn once per run of failures (a full disk fails every tick).
+		if s.opts.Logger != nil && (err == nil) != (lastErr == nil) {
+			if err != nil {
+				s.opts.Logger.Warn("store: WAL checkpoints fail; retrying every tick", "mode", mode, "err", err)
+			} else {
+				s.opts.Logger.Info("store: WAL checkpoints work again")
 			}
 		}
+		lastErr = err
 	}
+}
+
+// walSize returns the size of the WAL file (0 if it cannot be read).
+func (s *Store) walSize() int64 {
+	st, err := os.Stat(s.path + "-wal")
+	if err != nil {
+		return 0
+	}
+	return st.Size()
 }
 
 // IsClosed reports whether err comes from using a closed Store.
@@ -264,16 +310,37 @@ func (s *Store) Apply(ctx context.Context, evs []*eventlog.Event) error {
 	if len(evs) == 0 {
 		return nil
 	}
-	return s.ap.apply(ctx, evs)
+	if err := s.ap.apply(ctx, evs); err != nil {
+		return err // rolled back: the store is as idle as before
+	}
+	s.applies.Add(1)
+	return nil
 }
 
 // CatchUp applies every event of log past the projection's checkpoint, in
 // batches, and returns how many it applied. Reading and decoding the log
 // run in a second goroutine, overlapping SQLite's writes.
+//
+// It first checks that each shard's checkpoint still ends the line of the
+// event it last applied (eventlog.Log.CheckAt): a shard changed before its
+// checkpoint is reported as an *eventlog.CorruptError, not replayed from
+// the middle of a line.
 func (s *Store) CatchUp(ctx context.Context, log *eventlog.Log) (int, error) {
 	from, err := s.Positions(ctx)
 	if err != nil {
 		return 0, err
+	}
+	var ids []struct {
+		Shard string `db:"shard"`
+		ID    string `db:"event_id"`
+	}
+	if err := s.w.SelectContext(ctx, &ids, `SELECT shard, event_id FROM checkpoints`); err != nil {
+		return 0, fmt.Errorf("store: positions: %w", err)
+	}
+	for _, c := range ids {
+		if _, err := log.CheckAt(c.Shard, from[c.Shard], c.ID); err != nil {
+			return 0, err
+		}
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -387,3 +454,11 @@ func notFound(err error) error {
 	}
 	return err
 }
+
+// IsFull reports whether err is SQLite's "database or disk is full".
+func IsFull(err error) bool {
+	var se interface{ Code() int }
+	return errors.As(err, &se) && se.Code()&0xff == sqliteFull
+}
+
+const sqliteFull = 13 // SQLITE_FULL

@@ -59,6 +59,7 @@ type CLI struct {
 	Thread     ThreadCmd     `cmd:"" help:"Create, list and read threads."`
 	Sync       SyncCmd       `cmd:"" help:"Inspect and trigger git sync."`
 	Mcp        McpCmd        `cmd:"" help:"Run the MCP server for an agent."`
+	Doctor     DoctorCmd     `cmd:"" help:"Check the event log against the projection; rebuild the projection."`
 	Version    VersionCmd    `cmd:"" help:"Print thrum's version."`
 }
 

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -145,10 +146,7 @@ func (c *DaemonRunCmd) Run(ctx context.Context, g *Globals) error {
 		}
 		return err
 	}
-	defer n.Close()
-	for _, r := range n.Repairs() {
-		logger.Warn("repaired the event log", "repair", r.String())
-	}
+	defer n.Close() // the log reported its repairs through logger as it opened
 	srv := n.RPCServer(&thrum.RPCOptions{Server: rpc.ServerOptions{Logger: logger}})
 	ul, err := thrum.ListenUnix(l.Socket)
 	if err != nil {
@@ -262,15 +260,15 @@ func (c *DaemonStartCmd) Run(ctx context.Context, g *Globals) error {
 	if _, err := l.setup(ctx); err != nil {
 		return fmt.Errorf("daemon start: %w", err)
 	}
+	// Starts run one at a time: the one that finds no daemon starts it, the
+	// others then find it running.
+	unlock, err := startLock(ctx, filepath.Join(filepath.Dir(l.PIDFile), "start.lock"), c.Timeout+5*time.Second)
+	if err != nil {
+		return fmt.Errorf("daemon start: %w", err)
+	}
+	defer unlock()
 	if h, err := health(ctx, l); err == nil {
-		pid := readPID(l.PIDFile)
-		st := statusJSON(l, pid, h)
-		return g.out(st, func(w io.Writer) {
-			fmt.Fprintf(w, "Daemon already running (pid %d)\n", pid)
-			if p, ok := st["ws_port"]; ok {
-				fmt.Fprintf(w, "  websocket: %s\n", wsURL("", p))
-			}
-		})
+		return alreadyRunning(g, l, readPID(l.PIDFile), h)
 	}
 	exe, err := os.Executable()
 	if err != nil {
@@ -281,6 +279,7 @@ func (c *DaemonStartCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	defer logf.Close()
+	logStart, _ := logf.Seek(0, io.SeekEnd) // this run's lines start here
 	args := []string{"--repo", l.Root, "daemon", "run", "--ws-addr", c.WSAddr, "--sync-interval", c.SyncInterval.String(), "--sync-wait", c.SyncWait.String()}
 	if g.Home != "" {
 		args = append([]string{"--home", g.Home}, args...)
@@ -300,18 +299,24 @@ func (c *DaemonStartCmd) Run(ctx context.Context, g *Globals) error {
 	deadline := time.Now().Add(c.Timeout)
 	for {
 		if h, err := health(ctx, l); err == nil {
+			if pid := readPID(l.PIDFile); pid != cmd.Process.Pid {
+				// Another daemon answers (one started by hand, not
+				// through start): ours exits finding the directory in use.
+				return alreadyRunning(g, l, pid, h)
+			}
 			st := statusJSON(l, cmd.Process.Pid, h)
 			return g.out(st, func(w io.Writer) {
 				fmt.Fprintf(w, "Daemon started (pid %d)\n  socket:    %s\n", cmd.Process.Pid, l.Socket)
 				if p, ok := st["ws_port"]; ok {
 					fmt.Fprintf(w, "  websocket: %s\n", wsURL(c.WSAddr, p))
 				}
+				printHealthNotes(w, h)
 			})
 		}
 		select {
 		case err := <-exited:
-			tail, _ := tailFile(l.LogFile, 10)
-			return fmt.Errorf("daemon exited at start (%v); the end of %s:\n%s", err, l.LogFile, tail)
+			tail, _ := tailFile(l.LogFile, logStart, 10)
+			return fmt.Errorf("daemon exited at start (%v); its log, %s, ends:\n%s\n(if it names a damaged file, `thrum doctor` lists every problem)", err, l.LogFile, tail)
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(20 * time.Millisecond):
@@ -332,10 +337,65 @@ func wsURL(addr string, port any) string {
 	return fmt.Sprintf("ws://%s/ws", net.JoinHostPort(host, fmt.Sprint(port)))
 }
 
-func tailFile(path string, n int) (string, error) {
+// alreadyRunning reports a daemon that a start found running.
+func alreadyRunning(g *Globals, l *layout, pid int, h *rpc.HealthResult) error {
+	st := statusJSON(l, pid, h)
+	return g.out(st, func(w io.Writer) {
+		fmt.Fprintf(w, "Daemon already running (pid %d)\n", pid)
+		if p, ok := st["ws_port"]; ok {
+			fmt.Fprintf(w, "  websocket: %s\n", wsURL("", p))
+		}
+		printHealthNotes(w, h)
+	})
+}
+
+// printHealthNotes prints what health says was repaired and is wrong.
+func printHealthNotes(w io.Writer, h *rpc.HealthResult) {
+	for _, r := range h.Repairs {
+		fmt.Fprintf(w, "  repaired: %s\n", r)
+	}
+	for _, p := range h.Problems {
+		fmt.Fprintf(w, "  degraded: %s\n", p)
+	}
+}
+
+// startLock takes an exclusive lock on path, waiting up to wait, and
+// returns its release.
+func startLock(ctx context.Context, path string, wait time.Duration) (func(), error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	deadline := time.Now().Add(wait)
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			return func() { f.Close() }, nil
+		}
+		if err != syscall.EWOULDBLOCK || time.Now().After(deadline) {
+			f.Close()
+			if err == syscall.EWOULDBLOCK {
+				err = fmt.Errorf("another thrum daemon start has been running for %v", wait)
+			}
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// tailFile returns the last n lines of path from offset from on.
+func tailFile(path string, from int64, n int) (string, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return "", err
+	}
+	if from > 0 && from <= int64(len(b)) {
+		b = b[from:]
 	}
 	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
 	if len(lines) > n {
@@ -442,6 +502,7 @@ func (c *DaemonStatusCmd) Run(ctx context.Context, g *Globals) error {
 			fmt.Fprintf(w, "  ws port: %v (ws://127.0.0.1:%v/ws)\n", p, p)
 		}
 		fmt.Fprintf(w, "  version: %s  status: %s  sync: %s\n", h.Version, h.Status, h.SyncState)
+		printHealthNotes(w, h)
 	})
 }
 

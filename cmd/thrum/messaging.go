@@ -2,7 +2,10 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -119,6 +122,7 @@ type SendCmd struct {
 	Structured string   `help:"Typed JSON payload, e.g. '{\"type\":\"test_result\",\"passed\":45}'."`
 	Thread     string   `help:"Thread ID to send in."`
 	Broadcast  bool     `hidden:"" help:"Deprecated: use --to @everyone."`
+	Key        string   `name:"idempotency-key" help:"Key that makes retries safe: a send repeating the key of one in the last 24h returns the first (default: a random key, reused when send retries after a lost connection)."`
 }
 
 func (c *SendCmd) Help() string {
@@ -151,12 +155,11 @@ func (c *SendCmd) Run(ctx context.Context, g *Globals) error {
 		}
 		p.Structured = json.RawMessage(c.Structured)
 	}
-	s, err := connectAs(ctx, g)
-	if err != nil {
-		return err
+	p.IdempotencyKey = c.Key
+	if p.IdempotencyKey == "" {
+		p.IdempotencyKey = newIdempotencyKey()
 	}
-	defer s.close()
-	r, err := s.c.SendMessage(ctx, p)
+	r, err := sendRetrying(ctx, g, p)
 	if err != nil {
 		return err
 	}
@@ -218,7 +221,8 @@ func (c *ReplyCmd) Run(ctx context.Context, g *Globals) error {
 	if orig.Message.Author.AgentID != s.id.AgentID {
 		p.Mentions = []string{"@" + orig.Message.Author.AgentID}
 	}
-	r, err := s.c.SendMessage(ctx, p)
+	p.IdempotencyKey = newIdempotencyKey()
+	r, err := sendRetrying(ctx, g, p)
 	if err != nil {
 		return err
 	}
@@ -501,4 +505,45 @@ func plural(n int, one, many string) string {
 		return one
 	}
 	return many
+}
+
+// newIdempotencyKey returns a random key for one send.
+func newIdempotencyKey() string {
+	b := make([]byte, 12)
+	rand.Read(b)
+	return "cli-" + hex.EncodeToString(b)
+}
+
+// sendRetrying sends p, and if the connection to the daemon fails before
+// an answer arrives (a restart, say), reconnects and sends again with the
+// same idempotency key, so the message is stored once however often it
+// is tried. An answer from the daemon, error or not, is final.
+func sendRetrying(ctx context.Context, g *Globals, p *rpc.SendMessageParams) (*rpc.SendMessageResult, error) {
+	const attempts = 4
+	delay := 250 * time.Millisecond
+	connected := false // a daemon that is not running at first is not waited for
+	for try := 1; ; try++ {
+		s, err := connectAs(ctx, g)
+		if err == nil {
+			connected = true
+			var r *rpc.SendMessageResult
+			r, err = s.c.SendMessage(ctx, p)
+			s.close()
+			var re *rpc.Error
+			if err == nil || errors.As(err, &re) {
+				return r, err
+			}
+		}
+		var ce *codeError
+		if errors.As(err, &ce) && (ce.code != exitNoDaemon || !connected) || try == attempts || ctx.Err() != nil {
+			return nil, err
+		}
+		g.debugf("send: %v; retrying with idempotency key %s", err, p.IdempotencyKey)
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(delay):
+		}
+		delay *= 2
+	}
 }

@@ -1,0 +1,147 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/thrumhq/thrum"
+	"github.com/thrumhq/thrum/eventlog"
+)
+
+// DoctorCmd checks the event log against the projection.
+type DoctorCmd struct {
+	Rebuild bool `help:"Replace the projection with one rebuilt from the log, then check again."`
+}
+
+func (c *DoctorCmd) Help() string {
+	return `Reads every line of the event log, reports each one that is not a valid
+event (file and line), then rebuilds the projection from the log into a
+temporary file and compares it with the live one row by row, naming the
+log line behind each difference. This finds what a daemon start does not
+check: a line changed in place before the projection's checkpoint.
+
+The daemon must be stopped: doctor opens the data directory itself.
+Exit status 0 means no problems (after --rebuild, in the rebuilt
+projection); 1 means problems are listed.
+
+The log is the truth. A difference in the projection is repaired by
+--rebuild. A line that is not a valid event stops every start: keep a
+copy of the file, fix or delete the line, and run doctor again.
+
+Examples:
+  thrum daemon stop && thrum doctor && thrum daemon start
+  thrum doctor --rebuild
+  thrum doctor --json`
+}
+
+func (c *DoctorCmd) Run(ctx context.Context, g *Globals) error {
+	l, err := resolveLayout(ctx, g)
+	if err != nil {
+		return err
+	}
+	if !l.initialized() {
+		return withCode(exitError, "thrum is not set up in %s: run `thrum init`", l.Root)
+	}
+	if _, err := health(ctx, l); err == nil {
+		return withCode(exitError, "the daemon is running (pid %d): stop it with `thrum daemon stop`, run doctor, then `thrum daemon start`", readPID(l.PIDFile))
+	}
+	open := func() (*thrum.Node, error) {
+		return thrum.Open(l.LogDir, &thrum.Options{DBPath: l.DB, RepoID: l.RepoID(ctx), RepoDir: l.Root, IdentityDir: l.IDs})
+	}
+	removeDB := func() error {
+		for _, s := range []string{"", "-wal", "-shm"} {
+			if err := os.Remove(l.DB + s); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return err
+			}
+		}
+		return nil
+	}
+	n, err := open()
+	var ce *eventlog.CorruptError
+	switch {
+	case errors.As(err, &ce):
+		// The log itself is damaged: list every bad line.
+		rep, verr := thrum.VerifyLog(ctx, l.LogDir)
+		if verr != nil {
+			return fmt.Errorf("doctor: %w (and checking the log failed: %v)", err, verr)
+		}
+		return c.report(g, l, rep, false)
+	case err != nil && c.Rebuild:
+		g.hint("thrum: the projection did not open (%v): rebuilding it from the log", err)
+		if err := removeDB(); err != nil {
+			return fmt.Errorf("doctor: %w", err)
+		}
+		if n, err = open(); err != nil {
+			return fmt.Errorf("doctor: %w", err)
+		}
+	case err != nil:
+		return fmt.Errorf("doctor: %w; `thrum doctor --rebuild` replaces the projection", err)
+	}
+	rep, err := n.Verify(ctx)
+	if err != nil {
+		n.Close()
+		return fmt.Errorf("doctor: %w", err)
+	}
+	if !c.Rebuild || !rep.OK() && rep.Lines > rep.Events {
+		n.Close()
+		return c.report(g, l, rep, false)
+	}
+	if !g.JSON {
+		c.print(g.stdout, l, rep)
+	}
+	n.Close()
+	if err := removeDB(); err != nil {
+		return fmt.Errorf("doctor: %w", err)
+	}
+	if n, err = open(); err != nil { // Open replays the whole log into a new projection
+		return fmt.Errorf("doctor: rebuild: %w", err)
+	}
+	defer n.Close()
+	rep, err = n.Verify(ctx)
+	if err != nil {
+		return fmt.Errorf("doctor: %w", err)
+	}
+	return c.report(g, l, rep, true)
+}
+
+// report prints rep and returns the exit status.
+func (c *DoctorCmd) report(g *Globals, l *layout, rep *thrum.VerifyReport, rebuilt bool) error {
+	if g.JSON {
+		if err := g.out(map[string]any{"ok": rep.OK(), "rebuilt": rebuilt, "report": rep}, nil); err != nil {
+			return err
+		}
+	} else {
+		if rebuilt {
+			fmt.Fprintf(g.stdout, "Rebuilt %s from the log.\n", l.DB)
+		}
+		c.print(g.stdout, l, rep)
+		if !rep.OK() && rep.Lines == rep.Events && !rebuilt {
+			g.hint("Rebuild the projection from the log with: thrum doctor --rebuild")
+		}
+		if rep.Lines > rep.Events {
+			g.hint("The log is the truth: keep a copy of each file named above, fix or delete its bad lines, and run thrum doctor again.")
+		}
+	}
+	if !rep.OK() {
+		return &codeError{code: exitError, err: errSilent}
+	}
+	return nil
+}
+
+func (c *DoctorCmd) print(w io.Writer, l *layout, rep *thrum.VerifyReport) {
+	fmt.Fprintf(w, "Checked %d lines (%d events) of the log in %s against %s\n", rep.Lines, rep.Events, l.LogDir, l.DB)
+	for _, r := range rep.Repairs {
+		fmt.Fprintf(w, "  repaired: %s\n", r)
+	}
+	for _, p := range rep.Problems {
+		fmt.Fprintf(w, "  %s\n", p)
+	}
+	if rep.OK() {
+		fmt.Fprintln(w, "No problems found.")
+	} else {
+		fmt.Fprintf(w, "%d problem(s).\n", len(rep.Problems))
+	}
+}

@@ -1,0 +1,162 @@
+package eventlog
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+)
+
+// CheckAt verifies a position a reader saved in shard rel (a projection's
+// checkpoint): off must be the end of a line that holds a valid event
+// (whose ID is wantID, unless that is empty), which it returns. If not, the shard was changed before off, and
+// the error is a *CorruptError naming the file's first line that does not
+// parse or, if every line parses, the line that holds off.
+func (l *Log) CheckAt(rel string, off int64, wantID string) (*Event, error) {
+	if off <= 0 {
+		return nil, nil
+	}
+	f, err := os.Open(filepath.Join(l.dir, filepath.FromSlash(rel)))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, &CorruptError{File: rel, Line: 1, Err: fmt.Errorf("the file is missing, though a reader saved position %d in it", off)}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("eventlog: %w", err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("eventlog: %w", err)
+	}
+	// changed reports the first bad line, or else the line that holds
+	// byte at-1 (ends at at, if at is past a newline).
+	changed := func(at int64, why string) error {
+		if bad, err := firstBadLine(f, rel); err != nil || bad != nil {
+			if bad != nil {
+				return bad
+			}
+			return err
+		}
+		n, _ := countLines(f, at-1)
+		return &CorruptError{File: rel, Line: n + 1, Err: errors.New(why)}
+	}
+	if off > st.Size() {
+		return nil, changed(st.Size()+1, fmt.Sprintf("the file is %d bytes, shorter than the position %d a reader saved: it was truncated", st.Size(), off))
+	}
+	prev, err := lastIndexByte(f, off-1, st.Size())
+	if err != nil {
+		return nil, fmt.Errorf("eventlog: %w", err)
+	}
+	line := make([]byte, off-prev-1)
+	if _, err := f.ReadAt(line, prev+1); err != nil {
+		return nil, fmt.Errorf("eventlog: %w", err)
+	}
+	if len(line) == 0 || line[len(line)-1] != '\n' {
+		return nil, changed(off, fmt.Sprintf("byte %d, where a reader stopped, is not the end of a line: the file was changed before it", off))
+	}
+	ev, derr := DecodeLine(line[:len(line)-1])
+	if derr != nil {
+		return nil, changed(off, fmt.Sprintf("the line before byte %d, where a reader stopped, does not parse: %v", off, derr))
+	}
+	if wantID != "" && ev.ID != wantID {
+		return nil, changed(off, fmt.Sprintf("the line before byte %d, where a reader stopped, holds event %s, not %s, the one it read there: the file was changed before it", off, ev.ID, wantID))
+	}
+	ev.Shard, ev.Offset = shardName(rel), off
+	return ev, nil
+}
+
+// firstBadLine returns a *CorruptError for the first line of f that does
+// not parse, or nil if every line does.
+func firstBadLine(f *os.File, rel string) (*CorruptError, error) {
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return nil, err
+	}
+	r := &shardReader{rel: rel, f: f, br: bufio.NewReaderSize(f, 256<<10)}
+	for {
+		err := r.next()
+		var ce *CorruptError
+		if errors.As(err, &ce) {
+			return ce, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		if r.ev == nil {
+			return nil, nil
+		}
+	}
+}
+
+// LineInfo is one line of a shard, as Verify reads it.
+type LineInfo struct {
+	File  string // shard path relative to the log directory
+	Line  int    // 1-based
+	Event *Event // nil when the line does not parse
+	Err   error  // why it does not parse
+}
+
+// Verify reads every line of every shard, in file order, and calls fn for
+// each, going on past lines that do not parse (unlike Scan, which stops at
+// the first): it is how a checker lists every problem. Event.Raw is valid
+// only during the call.
+func (l *Log) Verify(ctx context.Context, fn func(LineInfo) error) error {
+	shards, err := l.shards()
+	if err != nil {
+		return err
+	}
+	ends := l.Positions()
+	for _, rel := range shards {
+		if err := l.verifyShard(ctx, rel, ends[rel], fn); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (l *Log) verifyShard(ctx context.Context, rel string, end int64, fn func(LineInfo) error) error {
+	f, err := os.Open(filepath.Join(l.dir, filepath.FromSlash(rel)))
+	if err != nil {
+		return fmt.Errorf("eventlog: %w", err)
+	}
+	defer f.Close()
+	br := bufio.NewReaderSize(io.LimitReader(f, end), 256<<10)
+	var off int64
+	for n := 1; ; n++ {
+		if n%4096 == 0 {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+		}
+		line, err := readLine(br)
+		if err == io.EOF && len(line) == 0 {
+			return nil
+		}
+		info := LineInfo{File: rel, Line: n}
+		switch {
+		case err == io.EOF:
+			info.Err = errors.New("final line has no newline")
+		case err != nil && line == nil: // longer than MaxLineBytes, and skipped
+			info.Err = err
+		case err != nil:
+			return fmt.Errorf("eventlog: %s: %w", rel, err)
+		default:
+			off += int64(len(line)) + 1
+			if ev, derr := DecodeLine(line); derr != nil {
+				info.Err = derr
+			} else {
+				ev.Shard, ev.Offset = shardName(rel), off
+				info.Event = ev
+			}
+		}
+		if err := fn(info); err != nil {
+			return err
+		}
+		if err == io.EOF {
+			return nil
+		}
+	}
+}

@@ -1,0 +1,126 @@
+package thrum_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/thrumhq/thrum"
+	"github.com/thrumhq/thrum/rpc"
+)
+
+// TestIdempotencyKey checks that a repeated send or thread.create with the
+// same key returns the first result and writes nothing — concurrently,
+// across a restart and across a rebuild of the projection — and that the
+// key expires after IdempotencyWindow.
+func TestIdempotencyKey(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	var skew atomic.Int64
+	open := func() *thrum.Node {
+		n, err := thrum.Open(dir, &thrum.Options{NoSync: true, Now: func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	n := open()
+	defer func() { n.Close() }()
+	for _, a := range []string{"alice", "bob"} {
+		n.RegisterAgent(ctx, &rpc.RegisterAgentParams{Name: a, Role: "dev", Module: "m"})
+		if _, err := n.StartSession(ctx, &rpc.StartSessionParams{AgentID: a}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	alice := thrum.AsAgent(ctx, "alice")
+	count := func() int {
+		t.Helper()
+		r, err := n.ListMessages(alice, &rpc.ListMessagesParams{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Total
+	}
+
+	// Eight concurrent retries of one send: one message.
+	var wg sync.WaitGroup
+	results := make([]*rpc.SendMessageResult, 8)
+	for i := range results {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, err := n.SendMessage(alice, &rpc.SendMessageParams{Content: "once", Mentions: []string{"@bob"}, IdempotencyKey: "k1"})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			results[i] = r
+		}()
+	}
+	wg.Wait()
+	first := results[0]
+	for _, r := range results {
+		if r == nil || r.MessageID != first.MessageID || r.CreatedAt != first.CreatedAt || len(r.Recipients) != 1 {
+			t.Fatalf("retries disagree: %+v vs %+v", r, first)
+		}
+	}
+	if c := count(); c != 1 {
+		t.Fatalf("%d messages after 8 sends with one key", c)
+	}
+	// The same key from another caller is another key.
+	bobs, err := n.SendMessage(thrum.AsAgent(ctx, "bob"), &rpc.SendMessageParams{Content: "mine", IdempotencyKey: "k1"})
+	if err != nil || bobs.MessageID == first.MessageID {
+		t.Fatalf("bob's send with alice's key: %+v %v", bobs, err)
+	}
+
+	th, err := n.CreateThread(alice, &rpc.CreateThreadParams{Title: "t", Recipient: "@bob", Message: &rpc.ThreadMessage{Content: "hi"}, IdempotencyKey: "k2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.CreateThread(alice, &rpc.CreateThreadParams{Title: "x", IdempotencyKey: "k1"}); err == nil {
+		t.Fatal("a send's key was accepted by thread.create")
+	} else {
+		wantCode(t, err, rpc.CodeConflict, "not to create a thread")
+	}
+	if _, err := n.SendMessage(alice, &rpc.SendMessageParams{Content: "x", IdempotencyKey: strings.Repeat("k", 129)}); err == nil {
+		t.Fatal("a 129-byte key was accepted")
+	} else {
+		wantCode(t, err, rpc.CodeInvalidParams, "idempotency_key is too long")
+	}
+
+	check := func(when string) {
+		t.Helper()
+		r, err := n.SendMessage(alice, &rpc.SendMessageParams{Content: "again", IdempotencyKey: "k1"})
+		if err != nil || r.MessageID != first.MessageID {
+			t.Fatalf("%s: send retry = %+v %v, want %s", when, r, err, first.MessageID)
+		}
+		tr, err := n.CreateThread(alice, &rpc.CreateThreadParams{Title: "t", Recipient: "@bob", Message: &rpc.ThreadMessage{Content: "hi"}, IdempotencyKey: "k2"})
+		if err != nil || *tr != *th {
+			t.Fatalf("%s: thread retry = %+v %v, want %+v", when, tr, err, th)
+		}
+		if c := count(); c != 3 {
+			t.Fatalf("%s: %d messages, want 3", when, c)
+		}
+	}
+	check("live")
+	n.Close()
+	n = open()
+	check("after a restart")
+	n.Close()
+	for _, s := range []string{"", "-wal", "-shm"} {
+		os.Remove(filepath.Join(dir, thrum.DefaultDBName+s))
+	}
+	n = open()
+	check("after a rebuild")
+
+	skew.Store(int64(thrum.IdempotencyWindow + time.Minute))
+	r, err := n.SendMessage(alice, &rpc.SendMessageParams{Content: "later", IdempotencyKey: "k1"})
+	if err != nil || r.MessageID == first.MessageID {
+		t.Fatalf("past the window: %+v %v, want a new message", r, err)
+	}
+}

@@ -1,0 +1,242 @@
+package thrum
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/thrumhq/thrum/eventlog"
+	"github.com/thrumhq/thrum/internal/fault"
+	"github.com/thrumhq/thrum/rpc"
+	"github.com/thrumhq/thrum/store"
+)
+
+// Storage faults (DESIGN.md, "Durability and storage faults").
+//
+// A batch that is durable in the log but fails to apply stays pending: the
+// next apply, by the committer or by retryLoop, applies the pending events
+// first, in the same transaction as anything newer, so the projection's
+// checkpoint never passes an event it has not applied. While events are
+// pending, new writes are refused before they reach the log; retryLoop
+// applies the pending events as soon as the projection accepts them (when
+// space returns on a full disk), and writes resume by themselves.
+
+// faultState is the node's record of storage failures.
+type faultState struct {
+	pending  []*eventlog.Event // durable, not applied, in log order; guarded by applyMu
+	applyErr error             // why pending is not applied; guarded by applyMu
+
+	writeErr error     // the last failed log write, until one succeeds; guarded by mu
+	writeAt  time.Time // when it failed
+}
+
+// onCommit runs on the log's committer for each durable batch, in log
+// order: it applies the pending events and the batch, then publishes.
+func (n *Node) onCommit(batch []*eventlog.Event) error {
+	n.applyMu.Lock()
+	defer n.applyMu.Unlock()
+	evs := batch
+	if len(n.fault.pending) > 0 {
+		evs = append(n.fault.pending, batch...)
+	}
+	keep := func() []*eventlog.Event { // the log reuses batch's array after we return
+		if len(n.fault.pending) > 0 {
+			return evs
+		}
+		return append([]*eventlog.Event(nil), batch...)
+	}
+	if err := n.store.Apply(context.Background(), evs); err != nil {
+		n.fault.pending, n.fault.applyErr = keep(), err
+		n.behind.Store(true)
+		if n.opts.Logger != nil {
+			n.opts.Logger.Error("thrum: the projection failed to apply committed events; they are safe in the log, and writes are refused until a retry applies them",
+				"events", len(evs), "err", err)
+		}
+		select {
+		case n.kick <- struct{}{}:
+		default:
+		}
+		return n.applyFailure(err)
+	}
+	n.fault.pending, n.fault.applyErr = nil, nil
+	n.behind.Store(false)
+	n.published(evs)
+	return nil
+}
+
+// retryLoop applies pending events after an apply failure, and probes the
+// log's disk after a failed write, backing off from 50 ms to 2 s, until
+// both are well again or the node closes.
+func (n *Node) retryLoop() {
+	defer close(n.retryDone)
+	for {
+		select {
+		case <-n.quit:
+			return
+		case <-n.kick:
+		}
+		for delay := 50 * time.Millisecond; ; delay = min(2*delay, 2*time.Second) {
+			select {
+			case <-n.quit:
+				return
+			case <-time.After(delay):
+			}
+			if n.retryPending() && n.probeWrite() {
+				break
+			}
+		}
+	}
+}
+
+// retryPending tries once to apply the pending events; it reports whether
+// none are left.
+func (n *Node) retryPending() bool {
+	n.applyMu.Lock()
+	defer n.applyMu.Unlock()
+	if len(n.fault.pending) == 0 {
+		return true
+	}
+	evs := n.fault.pending
+	if err := n.store.Apply(context.Background(), evs); err != nil {
+		n.fault.applyErr = err
+		return false
+	}
+	if n.opts.Logger != nil {
+		n.opts.Logger.Info("thrum: applied the events that had failed to apply; writes resume", "events", len(evs))
+	}
+	n.fault.pending, n.fault.applyErr = nil, nil
+	n.behind.Store(false)
+	n.published(evs)
+	return true
+}
+
+// refuseWrites returns the error a write gets while the projection is
+// behind the log.
+func (n *Node) refuseWrites() error {
+	if !n.behind.Load() {
+		return nil
+	}
+	n.applyMu.Lock()
+	err := n.fault.applyErr
+	n.applyMu.Unlock()
+	if err == nil {
+		return nil
+	}
+	return n.applyFailure(err)
+}
+
+// applyFailure is the error of a write whose batch, or an earlier one,
+// failed to apply.
+func (n *Node) applyFailure(err error) error {
+	if isDiskFull(err) {
+		return rpc.Errorf(rpc.CodeStorageFull,
+			"disk full: no space left on the device holding %s; committed writes are safe in the log and are applied when space is freed; until then writes are refused (retry with the same idempotency_key)",
+			n.opts.DBPath)
+	}
+	return rpc.Errorf(rpc.CodeUnavailable,
+		"the projection cannot apply committed writes (see health and the daemon log); they are safe in the log and are retried; until then writes are refused (retry with the same idempotency_key)")
+}
+
+// writeFailure records a failed log write and returns its error for the
+// caller: nothing of the failed batch stays in the log.
+func (n *Node) writeFailure(err error) error {
+	n.faultMu.Lock()
+	n.fault.writeErr, n.fault.writeAt = err, n.now()
+	n.faultMu.Unlock()
+	select {
+	case n.kick <- struct{}{}:
+	default:
+	}
+	if isDiskFull(err) {
+		where := n.dir
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			where = pe.Path
+		}
+		return rpc.Errorf(rpc.CodeStorageFull, "disk full: no space left on the device holding %s; nothing was written: free space and retry", where)
+	}
+	if errors.Is(err, eventlog.ErrBroken) {
+		return rpc.Errorf(rpc.CodeUnavailable, "the event log could not undo a failed write and refuses writes until thrum is restarted")
+	}
+	return internal("append", err)
+}
+
+// probeWrite checks, after a failed log write, whether the log's directory
+// takes writes again (a small file written, fsynced and removed), and if so
+// clears the failure; it reports whether no failure is left.
+func (n *Node) probeWrite() bool {
+	n.faultMu.Lock()
+	failed := n.fault.writeErr != nil
+	n.faultMu.Unlock()
+	if !failed {
+		return true
+	}
+	path := filepath.Join(n.dir, ".write-probe")
+	err := fault.Check(fault.LogWrite, path)
+	if err == nil {
+		err = writeProbe(path)
+	}
+	if err != nil {
+		return false
+	}
+	n.writeSucceeded()
+	return true
+}
+
+func writeProbe(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer os.Remove(path)
+	_, err = f.Write(make([]byte, 4096))
+	if err == nil {
+		err = f.Sync()
+	}
+	return errors.Join(err, f.Close())
+}
+
+// writeSucceeded clears a recorded write failure.
+func (n *Node) writeSucceeded() {
+	n.faultMu.Lock()
+	n.fault.writeErr = nil
+	n.faultMu.Unlock()
+}
+
+// problems describes what makes the node degraded now, for health.
+func (n *Node) problems() []string {
+	var out []string
+	if n.behind.Load() {
+		n.applyMu.Lock()
+		k, err := len(n.fault.pending), n.fault.applyErr
+		n.applyMu.Unlock()
+		if err != nil {
+			what := "the projection cannot apply them"
+			if isDiskFull(err) {
+				what = "disk full at " + n.opts.DBPath
+			}
+			out = append(out, fmt.Sprintf("%d committed event(s) not yet in the projection (%s: %v): writes are refused until a retry applies them", k, what, err))
+		}
+	}
+	n.faultMu.Lock()
+	werr, at := n.fault.writeErr, n.fault.writeAt
+	n.faultMu.Unlock()
+	if werr != nil {
+		what := "the last write to the event log failed"
+		if isDiskFull(werr) {
+			what = "disk full: the last write to the event log failed"
+		}
+		out = append(out, fmt.Sprintf("%s at %s (%v); this clears when the disk takes writes again", what, ts(at), werr))
+	}
+	return out
+}
+
+// isDiskFull reports an error caused by a full device or quota.
+func isDiskFull(err error) bool {
+	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) || store.IsFull(err)
+}

@@ -1,0 +1,273 @@
+package thrum_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math/rand/v2"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/thrumhq/thrum"
+	"github.com/thrumhq/thrum/eventlog"
+	"github.com/thrumhq/thrum/internal/fault"
+	"github.com/thrumhq/thrum/rpc"
+)
+
+// faultyDisk injects failures into every log write, log fsync and
+// projection apply under dir: each fails with probability percent/100,
+// with ENOSPC (a full disk) or, one time in four, EIO.
+type faultyDisk struct {
+	dir     string
+	percent atomic.Int32
+	mu      sync.Mutex
+	rng     *rand.Rand
+	counts  map[string]int
+}
+
+func newFaultyDisk(t *testing.T, dir string, seed uint64) *faultyDisk {
+	d := &faultyDisk{dir: dir, rng: rand.New(rand.NewPCG(seed, 9)), counts: map[string]int{}}
+	t.Cleanup(fault.Set(d.check))
+	return d
+}
+
+func (d *faultyDisk) check(op, path string) error {
+	if !strings.HasPrefix(path, d.dir) || d.percent.Load() == 0 {
+		return nil
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.rng.IntN(100) >= int(d.percent.Load()) {
+		return nil
+	}
+	d.counts[op]++
+	errno := syscall.ENOSPC
+	if d.rng.IntN(4) == 0 {
+		errno = syscall.EIO
+	}
+	return &fs.PathError{Op: op, Path: path, Err: errno}
+}
+
+// TestStorageFaultsKeepProjectionEqualToLog holds the invariant of
+// DESIGN.md "Durability and storage faults": after any sequence of failed
+// writes, fsyncs and applies, and restarts (some while events are waiting
+// to be applied), the projection equals a rebuild from the log, and every
+// acknowledged message is in both. The checkpoint never passes an event
+// that was not applied, so a later good batch cannot hide a failed one.
+// Senders retry with an idempotency key, and no message is stored twice.
+func TestStorageFaultsKeepProjectionEqualToLog(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	ctx := context.Background()
+	dir := t.TempDir()
+	disk := newFaultyDisk(t, dir, seed)
+	open := func() *thrum.Node {
+		t.Helper()
+		n, err := thrum.Open(dir, &thrum.Options{NoSync: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	n := open()
+	defer func() { n.Close() }()
+	agents := []string{"alice", "bob", "carol"}
+	for _, a := range agents {
+		if _, err := n.RegisterAgent(ctx, &rpc.RegisterAgentParams{Name: a, Role: "dev", Module: "m"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := n.StartSession(ctx, &rpc.StartSessionParams{AgentID: a}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	acked := map[string]string{} // message ID → content
+	codes := map[int]int{}
+	var mu sync.Mutex
+	const rounds, perAgent = 6, 10
+	for round := range rounds {
+		disk.percent.Store(25)
+		var wg sync.WaitGroup
+		for _, a := range agents {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range perAgent {
+					// A client that retries with its key, a few times.
+					content := fmt.Sprintf("r%d %s %d", round, a, i)
+					for range 4 {
+						r, err := n.SendMessage(thrum.AsAgent(ctx, a), &rpc.SendMessageParams{Content: content, IdempotencyKey: content})
+						mu.Lock()
+						if err == nil {
+							acked[r.MessageID] = content
+						} else {
+							var re *rpc.Error
+							if !errors.As(err, &re) {
+								t.Errorf("send: %v is not an *rpc.Error", err)
+							} else {
+								codes[re.Code]++
+							}
+						}
+						mu.Unlock()
+						if err == nil {
+							break
+						}
+						time.Sleep(5 * time.Millisecond)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		if round%3 == 2 {
+			// Restart with whatever is waiting to be applied: Open's catch-up
+			// must apply it.
+			n.Close()
+			disk.percent.Store(0)
+			n = open()
+		} else {
+			// Space returns: the node must catch up by itself.
+			disk.percent.Store(0)
+			waitHealthy(t, n)
+		}
+		for id, content := range acked {
+			g, err := n.GetMessage(ctx, &rpc.GetMessageParams{MessageID: id})
+			if err != nil || g.Message.Body.Content != content {
+				t.Fatalf("round %d: acknowledged message %s (%q) not in the projection: %+v %v", round, id, content, g, err)
+			}
+		}
+	}
+	t.Logf("faults injected %v; %d messages acknowledged; errors by code %v", disk.counts, len(acked), codes)
+	if disk.counts[fault.LogWrite] == 0 || disk.counts[fault.StoreApply] == 0 || disk.counts[fault.LogSync] == 0 {
+		t.Fatalf("the run injected too few kinds of fault: %v", disk.counts)
+	}
+	for code := range codes {
+		if code != rpc.CodeStorageFull && code != rpc.CodeUnavailable && code != rpc.CodeInternal {
+			t.Errorf("a storage fault surfaced as code %d", code)
+		}
+	}
+	if codes[rpc.CodeStorageFull] == 0 {
+		t.Errorf("no send failed with CodeStorageFull: %v", codes)
+	}
+
+	// Every acknowledged message is in the log, and the log's messages are
+	// exactly the projection's.
+	// Retries with a key never stored a message twice.
+	inLog := map[string]bool{}
+	contents := map[string]int{}
+	if _, err := n.EventLog().Scan(ctx, nil, func(e *eventlog.Event) error {
+		if e.Type == eventlog.TypeMessageCreate {
+			inLog[messageIDOf(e.Raw)] = true
+			var p eventlog.MessageCreate
+			if err := e.Decode(&p); err != nil {
+				return err
+			}
+			if contents[p.Content]++; contents[p.Content] == 2 {
+				t.Errorf("%q is in the log twice", p.Content)
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for id := range acked {
+		if !inLog[id] {
+			t.Errorf("acknowledged message %s is not in the log", id)
+		}
+	}
+	rebuilt, err := n.Rebuild(ctx, filepath.Join(t.TempDir(), "rebuilt.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rebuilt.Close()
+	live, want := dumpProjection(t, n.Projector()), dumpProjection(t, rebuilt)
+	if d := diffDumps(live, want); d != "" {
+		pos, _ := n.Projector().Positions(ctx)
+		_, _ = n.EventLog().Scan(ctx, nil, func(e *eventlog.Event) error {
+			if e.Type == eventlog.TypeMessageCreate && !strings.Contains(strings.Join(live["messages"], " "), messageIDOf(e.Raw)) {
+				t.Logf("missing %s %s off %d; checkpoint %d", messageIDOf(e.Raw), e.Shard, e.Offset, pos[eventlog.ShardPath(e.Shard)])
+			}
+			return nil
+		})
+		t.Fatalf("live projection differs from a rebuild of the log:\n%s", d)
+	}
+	if len(live["messages"]) != len(inLog) {
+		t.Fatalf("projection has %d messages, the log %d", len(live["messages"]), len(inLog))
+	}
+}
+
+// waitHealthy waits until health says ok.
+func waitHealthy(t *testing.T, n *thrum.Node) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		h, err := n.Health(context.Background(), &rpc.HealthParams{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h.Status == "ok" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still degraded after 10s: %v", h.Problems)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestDiskFullIsReportedAndResolvesItself fills the disk under the
+// projection: the send fails with CodeStorageFull naming the database,
+// health is degraded with the cause, further writes are refused without
+// touching the log, and when space returns the node catches up by itself:
+// the first message appears, and writes work again.
+func TestDiskFullIsReportedAndResolvesItself(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	n, err := thrum.Open(dir, &thrum.Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	n.RegisterAgent(ctx, &rpc.RegisterAgentParams{Name: "alice", Role: "dev", Module: "m"})
+	n.StartSession(ctx, &rpc.StartSessionParams{AgentID: "alice"})
+	alice := thrum.AsAgent(ctx, "alice")
+	var full atomic.Bool
+	full.Store(true)
+	defer fault.Set(func(op, path string) error {
+		if full.Load() && op == fault.StoreApply && strings.HasPrefix(path, dir) {
+			return &fs.PathError{Op: "write", Path: path, Err: syscall.ENOSPC}
+		}
+		return nil
+	})()
+	_, err = n.SendMessage(alice, &rpc.SendMessageParams{Content: "first", IdempotencyKey: "k"})
+	wantCode(t, err, rpc.CodeStorageFull, "disk full: no space left on the device holding "+filepath.Join(dir, thrum.DefaultDBName))
+	h, _ := n.Health(ctx, &rpc.HealthParams{})
+	if h.Status != "degraded" || len(h.Problems) != 1 || !strings.Contains(h.Problems[0], "disk full") {
+		t.Fatalf("health while the disk is full: %+v", h)
+	}
+	before := n.EventLog().Positions()
+	_, err = n.SendMessage(alice, &rpc.SendMessageParams{Content: "second"})
+	wantCode(t, err, rpc.CodeStorageFull, "writes are refused")
+	if after := n.EventLog().Positions(); fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Fatalf("a refused write reached the log: %v → %v", before, after)
+	}
+	full.Store(false)
+	waitHealthy(t, n)
+	r, err := n.SendMessage(alice, &rpc.SendMessageParams{Content: "first", IdempotencyKey: "k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := n.GetMessage(ctx, &rpc.GetMessageParams{MessageID: r.MessageID})
+	if err != nil || g.Message.Body.Content != "first" {
+		t.Fatalf("the message committed while the disk was full: %+v %v", g, err)
+	}
+	l, _ := n.ListMessages(alice, &rpc.ListMessagesParams{})
+	if l.Total != 1 {
+		t.Fatalf("%d messages, want 1 (the retry returned the first)", l.Total)
+	}
+}
