@@ -119,9 +119,9 @@ type Server struct {
 	listeners map[net.Listener]struct{}
 	conns     map[*Conn]struct{}
 	nconns    [numClasses]int // reserved connection slots per class, registered or about to be
-	shutdown  bool          // Shutdown or Close was called
-	stopc     chan struct{} // closed when shutdown becomes true
-	drained   chan struct{} // closed when shutdown and nconns reaches 0
+	shutdown  bool            // Shutdown or Close was called
+	stopc     chan struct{}   // closed when shutdown becomes true
+	drained   chan struct{}   // closed when shutdown and nconns reaches 0
 }
 
 // NewServer returns a server with no methods. opts may be nil; it is copied.
