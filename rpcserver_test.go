@@ -26,10 +26,14 @@ type daemon struct {
 	tokens map[string]string // agent → token
 }
 
-func startDaemon(t testing.TB) *daemon {
+func startDaemon(t testing.TB) *daemon { return startDaemonIn(t, "") }
+
+// startDaemonIn is startDaemon for a node whose repository is repoDir
+// ("" for the current directory's).
+func startDaemonIn(t testing.TB, repoDir string) *daemon {
 	t.Helper()
 	dir := t.TempDir()
-	n, err := thrum.Open(filepath.Join(dir, "log"), nil)
+	n, err := thrum.Open(filepath.Join(dir, "log"), &thrum.Options{RepoDir: repoDir})
 	if err != nil {
 		t.Fatal(err)
 	}

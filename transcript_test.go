@@ -377,7 +377,6 @@ func dialWire(t *testing.T, d *daemon, transport string) wirePeer {
 // fresh daemon and returns each step's normalized response: nil for a step
 // not run on this transport, "null" for no response.
 func replayTranscript(t *testing.T, tr *transcript, transport string) []json.RawMessage {
-	d := startDaemon(t)
 	worktree := ""
 	for _, s := range tr.Steps {
 		if s.Send != nil && strings.Contains(*s.Send, "${worktree}") {
@@ -385,6 +384,7 @@ func replayTranscript(t *testing.T, tr *transcript, transport string) []json.Raw
 			break
 		}
 	}
+	d := startDaemonIn(t, worktree) // its repository: the only one it runs git in
 	leon, err := d.n.RegisterUser(context.Background(), &rpc.RegisterUserParams{Username: "leon", Display: "Leon"})
 	if err != nil {
 		t.Fatal(err)
