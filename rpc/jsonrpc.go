@@ -383,13 +383,27 @@ func (r *lineReader) next() ([]byte, error) {
 		if len(r.buf)+n > r.max {
 			return nil, errLineTooLong
 		}
-		if r.charge != nil && n > 0 {
-			if cerr := r.charge.take(n); cerr != nil {
-				return nil, cerr
-			}
-		}
 		if err == nil && len(r.buf) == 0 {
-			return frag[:n], nil // the whole line is in the buffer: no copy
+			// The whole line is in the buffer: no copy.
+			if r.charge != nil {
+				if cerr := r.charge.take(n); cerr != nil {
+					return nil, cerr
+				}
+			}
+			return frag[:n], nil
+		}
+		if len(r.buf)+n > cap(r.buf) {
+			// Grow by doubling, charging each new buffer whole: the old one
+			// is garbage until collected, and counts until the request ends.
+			c := min(max(2*cap(r.buf), len(r.buf)+n, lineReaderBuf), r.max)
+			if r.charge != nil {
+				if cerr := r.charge.take(c); cerr != nil {
+					return nil, cerr
+				}
+			}
+			nb := make([]byte, len(r.buf), c)
+			copy(nb, r.buf)
+			r.buf = nb
 		}
 		r.buf = append(r.buf, frag[:n]...)
 		switch {

@@ -25,7 +25,7 @@ const (
 	DefaultMaxUnauthConns  = 16
 	DefaultAuthTimeout     = 5 * time.Second
 	DefaultLineTimeout     = 10 * time.Second
-	DefaultMaxPendingBytes = 32 << 20 // 32 MiB
+	DefaultMaxPendingBytes = 16 << 20 // 16 MiB
 	DefaultMaxBatch        = 100
 	DefaultNotifyQueue     = 1024
 )
