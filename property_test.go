@@ -67,8 +67,8 @@ func TestRebuildEqualsLive(t *testing.T) {
 		n, err := thrum.Open(logDir, &thrum.Options{
 			DBPath:          dbPath,
 			RepoDir:         w.repo, // the node runs git only in its own repository's worktrees
-			NoSync:          true, // durability is TestCrashLosesNoAcknowledgedMessage's job
-			MaxContentBytes: 2048, // so that the limit is reachable
+			NoSync:          true,   // durability is TestCrashLosesNoAcknowledgedMessage's job
+			MaxContentBytes: 2048,   // so that the limit is reachable
 			Now:             func() time.Time { return time.Now().Add(time.Duration(w.skew.Load())) },
 		})
 		if err != nil {
