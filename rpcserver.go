@@ -500,7 +500,13 @@ func (s *RPCServer) subscribe(ctx context.Context, p *rpc.SubscribeParams) (*rpc
 // and catches up with message.list.
 func forward(l *Listener, c *rpc.Conn) {
 	for nt := range l.C() {
-		if err := c.Notify(rpc.NotificationMessage, nt); err != nil {
+		var err error
+		if nt.Frame != nil {
+			err = c.NotifyEncoded(nt.Frame) // encoded once by the notifier
+		} else {
+			err = c.Notify(rpc.NotificationMessage, nt)
+		}
+		if err != nil {
 			l.Close()
 			return
 		}

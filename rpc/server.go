@@ -628,6 +628,33 @@ func (c *Conn) Notify(method string, params any) error {
 	return Errorf(CodeLimitExceeded, "notification queue full (limit is %d): connection closed as a slow consumer", cap(c.notes))
 }
 
+// NotifyEncoded queues a notification already encoded as a whole JSON-RPC
+// message (see EncodeNotification), as Notify does. The slice may be shared
+// by many connections and must not be modified afterwards.
+func (c *Conn) NotifyEncoded(msg []byte) error {
+	select {
+	case <-c.dead:
+		return fmt.Errorf("rpc: notify: %w", ErrConnClosed)
+	case <-c.readDone:
+		return fmt.Errorf("rpc: notify: %w", ErrConnClosed)
+	default:
+	}
+	select {
+	case c.notes <- msg:
+		return nil
+	default:
+	}
+	c.srv.log.Warn("rpc: closing slow consumer", "transport", c.transport, "queue", cap(c.notes))
+	c.Close()
+	return Errorf(CodeLimitExceeded, "notification queue full (limit is %d): connection closed as a slow consumer", cap(c.notes))
+}
+
+// EncodeNotification encodes a notification (a request without an id) as
+// Conn.NotifyEncoded takes it.
+func EncodeNotification(method string, params any) ([]byte, error) {
+	return encodeNotification(method, params)
+}
+
 // Close closes the connection at once; a call in flight has its context
 // cancelled and its reply dropped. Close is idempotent.
 func (c *Conn) Close() error {

@@ -595,6 +595,12 @@ type MessageNotification struct {
 	Scopes              []Scope             `json:"scopes"`
 	MatchedSubscription MatchedSubscription `json:"matched_subscription"`
 	Timestamp           string              `json:"timestamp"`
+
+	// Frame, if set, is this whole notification.message as JSON-RPC, for
+	// Conn.NotifyEncoded: the node encodes a message's notification once
+	// and splices in each subscriber's match, instead of encoding it again
+	// per subscriber. It is not part of the JSON and must not be modified.
+	Frame []byte `json:"-"`
 }
 
 type NotificationAuthor struct {
