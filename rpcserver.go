@@ -365,14 +365,6 @@ func (s *RPCServer) startSession(ctx context.Context, p *rpc.StartSessionParams)
 	return r, nil
 }
 
-// onWebSocket reports whether the request came over a WebSocket, where
-// any local user may connect: there, changing an identity that exists
-// needs that identity's token.
-func onWebSocket(ctx context.Context) bool {
-	c := rpc.ConnFromContext(ctx)
-	return c != nil && c.Transport() == rpc.TransportWebSocket
-}
-
 // boundAs returns the identity a token bound the connection to, "" if none.
 func boundAs(ctx context.Context) string {
 	st := stateOf(rpc.ConnFromContext(ctx))
