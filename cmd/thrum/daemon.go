@@ -271,11 +271,15 @@ func (c *DaemonStartCmd) Run(ctx context.Context, g *Globals) error {
 	if _, err := l.setup(ctx); err != nil {
 		return fmt.Errorf("daemon start: %w", err)
 	}
-	if h, err := health(ctx, l); err == nil {
+	h, herr := health(ctx, l)
+	if herr == nil {
 		pid := readPID(l.PIDFile)
 		return g.out(statusJSON(l, pid, h), func(w io.Writer) {
 			fmt.Fprintf(w, "Daemon already running (pid %d)\n", pid)
 		})
+	}
+	if pid, ok := lockedBy(l); ok { // busy, not gone: never start a second one
+		return fmt.Errorf("daemon already running (pid %d) but not answering: %v", pid, herr)
 	}
 	exe, err := os.Executable()
 	if err != nil {
@@ -359,6 +363,16 @@ func statusJSON(l *layout, pid int, h *rpc.HealthResult) map[string]any {
 	return out
 }
 
+// lockedBy returns the live process holding the data directory's lock:
+// the daemon, answering or not.
+func lockedBy(l *layout) (pid int, ok bool) {
+	holder, held, err := thrum.LockHolder(l.LogDir)
+	if err != nil || !held || !alive(holder) {
+		return 0, false
+	}
+	return holder, true
+}
+
 // DaemonStopCmd stops the daemon.
 type DaemonStopCmd struct {
 	Timeout time.Duration `default:"15s" help:"How long to wait for a graceful stop."`
@@ -437,7 +451,7 @@ func (c *DaemonStatusCmd) Run(ctx context.Context, g *Globals) error {
 	pid := readPID(l.PIDFile)
 	if herr != nil {
 		// A daemon that holds the lock is running, however busy it is.
-		if holder, held, _ := thrum.LockHolder(l.LogDir); held && alive(holder) {
+		if holder, held := lockedBy(l); held {
 			st := statusJSON(l, holder, nil)
 			st["running"], st["answering"], st["error"] = true, false, herr.Error()
 			return g.out(st, func(w io.Writer) {

@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -52,4 +53,30 @@ func TestDaemonStopIgnoresStalePID(t *testing.T) {
 	contains(t, "daemon status", r.stdout, "Daemon running (pid "+strconv.Itoa(pid)+")")
 	r = c.ok("", "daemon", "stop")
 	contains(t, "daemon stop", r.stdout, "Daemon stopped (pid "+strconv.Itoa(pid)+")")
+}
+
+// A daemon that does not answer (here: stopped with SIGSTOP) is still the
+// daemon: status says it runs, and start does not launch a second one.
+func TestDaemonBusyIsNotGone(t *testing.T) {
+	t.Parallel()
+	if thrumBinErr != nil {
+		t.Fatalf("building the binary: %v", thrumBinErr)
+	}
+	c := &thrumCLI{t: t, repo: gitRepo(t), bin: thrumBin}
+	c.ok("", "init")
+	st := startDaemon(t, c)
+	pid := int(num(st, "pid"))
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Kill(pid, syscall.SIGCONT)
+	r := c.ok("", "daemon", "status")
+	contains(t, "status of a stopped daemon", r.stdout, "Daemon running (pid "+strconv.Itoa(pid)+") but not answering")
+	r = c.run("daemon", "start")
+	if r.code == 0 || !strings.Contains(r.stderr, "already running (pid "+strconv.Itoa(pid)+")") {
+		t.Fatalf("start beside a busy daemon:\n%s", r)
+	}
+	syscall.Kill(pid, syscall.SIGCONT)
+	r = c.ok("", "daemon", "status")
+	contains(t, "status after SIGCONT", r.stdout, "Daemon running (pid "+strconv.Itoa(pid)+")\n")
 }
