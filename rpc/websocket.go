@@ -157,8 +157,12 @@ func (t *wsTransport) read(ctx context.Context, ch *charge) ([]byte, error) {
 	}
 }
 
-func (t *wsTransport) write(ctx context.Context, msg []byte) error {
-	return t.ws.Write(ctx, websocket.MessageText, msg)
+// write sends one message. It gives the library no cancellable context: a
+// context with a Done channel costs a timer registration per frame, which
+// adds up when a notification fans out to many connections; a write to a
+// dead connection ends anyway, as kill closes the socket under it.
+func (t *wsTransport) write(_ context.Context, msg []byte) error {
+	return t.ws.Write(context.Background(), websocket.MessageText, msg)
 }
 
 // interrupt starts the close handshake; the reader returns when the peer
