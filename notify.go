@@ -29,6 +29,9 @@ var ErrListenerClosed = errors.New("thrum: listener closed")
 type Listener struct {
 	n  *Node
 	ch chan *rpc.MessageNotification
+	// sink, if set, takes notifications instead of ch, without blocking;
+	// false means it could not (its consumer is too slow).
+	sink func(*rpc.MessageNotification) bool
 
 	mu     sync.Mutex
 	closed bool
@@ -46,6 +49,18 @@ func (n *Node) Listen(queue int) *Listener {
 	n.subs.mu.Lock()
 	n.subs.listeners[l] = struct{}{}
 	n.subs.mu.Unlock()
+	return l
+}
+
+// listenTo is Listen for a consumer that takes each notification at once
+// and never blocks (an RPC connection's queue): one goroutine hop less
+// per notification and subscriber than a channel and a forwarder. C
+// stays empty and is closed when the listener closes.
+func (n *Node) listenTo(sink func(*rpc.MessageNotification) bool) *Listener {
+	l := n.Listen(1)
+	l.mu.Lock()
+	l.sink = sink
+	l.mu.Unlock()
 	return l
 }
 
@@ -96,6 +111,14 @@ func (l *Listener) deliver(nt *rpc.MessageNotification) (dropped []int64, slow b
 	if l.closed {
 		l.mu.Unlock()
 		return nil, false
+	}
+	if l.sink != nil {
+		ok := l.sink(nt)
+		l.mu.Unlock()
+		if ok {
+			return nil, false
+		}
+		return l.markClosed(ErrSlowListener)
 	}
 	select {
 	case l.ch <- nt:

@@ -478,34 +478,20 @@ func (s *RPCServer) subscribe(ctx context.Context, p *rpc.SubscribeParams) (*rpc
 	st.mu.Lock()
 	l := st.listener
 	if l == nil {
-		l = s.n.Listen(0)
+		// Notifications go straight onto the connection's queue (which
+		// never blocks: a full one closes the connection as a slow
+		// consumer, and the client catches up with message.list).
+		l = s.n.listenTo(func(nt *rpc.MessageNotification) bool {
+			if nt.Frame != nil {
+				return c.NotifyEncoded(nt.Frame) == nil // encoded once by the notifier
+			}
+			return c.Notify(rpc.NotificationMessage, nt) == nil
+		})
 		st.listener = l
-		go forward(l, c)
 		c.OnClose(l.Close)
 	}
 	st.mu.Unlock()
 	return s.n.Subscribe(l.Context(ctx), p)
-}
-
-// forward pushes a listener's notifications on its connection. A listener
-// dropped for falling behind closes the connection: the client reconnects
-// and catches up with message.list.
-func forward(l *Listener, c *rpc.Conn) {
-	for nt := range l.C() {
-		var err error
-		if nt.Frame != nil {
-			err = c.NotifyEncoded(nt.Frame) // encoded once by the notifier
-		} else {
-			err = c.Notify(rpc.NotificationMessage, nt)
-		}
-		if err != nil {
-			l.Close()
-			return
-		}
-	}
-	if errors.Is(l.Err(), ErrSlowListener) {
-		c.Close()
-	}
 }
 
 // HandleSync registers sync.status and sync.force, which exist only when
