@@ -1,6 +1,7 @@
 package thrum_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -373,20 +374,18 @@ func (g *floodGen) invalidUTF8() floodCase {
 	const cat = "invalid-utf8"
 	bad := []string{"\xff", "\xfe\xff", "\xc3\x28", "\xc0\xaf", "\xed\xa0\x80", "\xf8\x88\x80\x80\x80", "\x80"}
 	b := bad[g.pick(len(bad))]
-	switch g.pick(6) {
-	case 0: // outside any string: not JSON
-		return floodSingle(cat, b+`{"jsonrpc":"2.0","id":1,"method":"health"}`, rpc.CodeParseError, "null")
-	case 1: // as a bare value
-		return floodSingle(cat, `{"jsonrpc":"2.0","id":1,"method":`+b+`}`, rpc.CodeParseError, "null")
-	case 2: // in the method name
-		return g.req(cat, `{"jsonrpc":"2.0","id":%[1]s,"method":"he`+b+`alth"}`, rpc.CodeMethodNotFound)
-	case 3: // in a param that is checked
-		return g.req(cat, `{"jsonrpc":"2.0","id":%[1]s,"method":"message.list","params":{"sort_by":"`+b+`"}}`, rpc.CodeInvalidParams)
-	case 4: // in a member name: an unknown member, ignored
-		return g.req(cat, `{"jsonrpc":"2.0","id":%[1]s,"method":"health","x`+b+`":1}`, floodResult)
-	default: // in a string id (the echo is not byte-exact after decoding)
-		return floodSingle(cat, `{"jsonrpc":"2.0","id":"`+b+`","method":"nope"}`, rpc.CodeMethodNotFound, "")
-	}
+	// Wherever it is, the frame is refused whole: decoding would replace
+	// the bytes with U+FFFD and store something the caller did not send.
+	frame := []string{
+		b + `{"jsonrpc":"2.0","id":1,"method":"health"}`, // outside any string: not JSON
+		`{"jsonrpc":"2.0","id":1,"method":` + b + `}`,    // as a bare value
+		`{"jsonrpc":"2.0","id":1,"method":"he` + b + `alth"}`,
+		`{"jsonrpc":"2.0","id":1,"method":"message.list","params":{"sort_by":"` + b + `"}}`,
+		`{"jsonrpc":"2.0","id":1,"method":"health","x` + b + `":1}`,
+		`{"jsonrpc":"2.0","id":"` + b + `","method":"nope"}`,
+		`{"jsonrpc":"2.0","id":1,"method":"message.send","params":{"content":"\ud800 lone"}}`,
+	}[g.pick(7)]
+	return floodSingle(cat, frame, rpc.CodeParseError, "null")
 }
 
 // batch makes a batch: junk members, a batch over the size limit, or a
@@ -416,7 +415,7 @@ func (g *floodGen) batch() floodCase {
 	var codes []int
 	for len(members) < 1+g.pick(6) {
 		m := g.one(cats[g.pick(len(cats))])
-		if !json.Valid(m.frame) {
+		if !json.Valid(m.frame) || m.cat == "invalid-utf8" {
 			continue
 		}
 		members = append(members, string(m.frame))
@@ -473,7 +472,7 @@ func TestFloodMalformedFrames(t *testing.T) {
 			wantClosed(t, c.readReply)
 			c.(*rawUnix).nc.Close()
 		}},
-		{"websocket", func(t *testing.T) floodConn { return dialRawWS(t, d.wsURL) }, func(t *testing.T, c floodConn) {
+		{"websocket", func(t *testing.T) floodConn { return dialOwnerWS(t, d) }, func(t *testing.T, c floodConn) {
 			_, err := c.readReply()
 			var closed *wsClosed
 			if !errors.As(err, &closed) || closed.code != wsStatusMessageBig {
@@ -520,6 +519,21 @@ func TestFloodMalformedFrames(t *testing.T) {
 	} else {
 		t.Logf("heap in use: %d KiB before, %+d KiB after", heapBefore>>10, grew>>10)
 	}
+}
+
+// dialOwnerWS opens a raw WebSocket authenticated with the owner's
+// secret: it may then do what the Unix socket may.
+func dialOwnerWS(t testing.TB, d *daemon) *rawWS {
+	t.Helper()
+	ws := dialRawWS(t, d.wsURL)
+	if err := ws.send([]byte(`{"jsonrpc":"2.0","id":0,"method":"auth","params":{"owner_secret":"` + d.secret + `"}}`)); err != nil {
+		t.Fatal(err)
+	}
+	b, err := ws.readReply()
+	if err != nil || !bytes.Contains(b, []byte(`"owner":true`)) {
+		t.Fatalf("auth with the owner's secret: %s, %v", b, err)
+	}
+	return ws
 }
 
 // floodOne sends floodFrames junk frames on one transport and checks every

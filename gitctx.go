@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"os/exec"
+	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/thrumhq/thrum/eventlog"
@@ -91,4 +93,53 @@ func decodeJSONInto(s string, v any) {
 	if s != "" {
 		_ = json.Unmarshal([]byte(s), v) // written by the projection from typed values
 	}
+}
+
+// worktreeCache is the list of the node's own repository's worktrees, the
+// only directories the node runs git in: a path a caller names (a session's
+// worktree ref) is used only if it is one of them, so no caller can make
+// the daemon run git, and the programs a repository's config may name,
+// anywhere else.
+type worktreeCache struct {
+	mu    sync.Mutex
+	at    time.Time
+	paths map[string]bool
+}
+
+// worktreeRefresh is how often the list may be re-read when a path is
+// missing from it (a worktree added since).
+const worktreeRefresh = time.Second
+
+// ownWorktree returns dir, cleaned, if it is a worktree of the node's
+// repository (Options.RepoDir) as `git worktree list` names it.
+func (n *Node) ownWorktree(ctx context.Context, dir string) (string, bool) {
+	if dir == "" || !filepath.IsAbs(dir) {
+		return "", false
+	}
+	dir = filepath.Clean(dir)
+	c := &n.worktrees
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.paths[dir] {
+		return dir, true
+	}
+	if time.Since(c.at) < worktreeRefresh {
+		return "", false
+	}
+	c.at = time.Now()
+	out, err := gitOutput(ctx, n.opts.RepoDir, "worktree", "list", "--porcelain")
+	if err != nil {
+		c.paths = nil
+		return "", false
+	}
+	c.paths = map[string]bool{}
+	for _, l := range lines(out) {
+		if p, ok := strings.CutPrefix(l, "worktree "); ok {
+			c.paths[filepath.Clean(p)] = true
+			if real, err := filepath.EvalSymlinks(p); err == nil {
+				c.paths[real] = true
+			}
+		}
+	}
+	return dir, c.paths[dir]
 }

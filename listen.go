@@ -3,6 +3,7 @@ package thrum
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -95,4 +96,34 @@ func lockDir(dir string) (*os.File, error) {
 		f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
 	}
 	return f, nil
+}
+
+// LockHolder reports whether the data directory dir is open in a process
+// (its lock is held) and, if so, that process's ID as it recorded it. It
+// tells a live daemon from a pid file left behind by a crash: only the
+// process holding the lock is the daemon of dir.
+func LockHolder(dir string) (pid int, held bool, err error) {
+	f, err := os.Open(filepath.Join(dir, LockFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, err
+	}
+	defer f.Close()
+	// A shared lock is granted only if no one holds the exclusive one; it
+	// is dropped at once (closing f would drop it too).
+	switch err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB); {
+	case err == nil:
+		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		return 0, false, nil
+	case err != syscall.EWOULDBLOCK:
+		return 0, false, err
+	}
+	b, err := io.ReadAll(io.LimitReader(f, 32))
+	if err != nil {
+		return 0, true, err
+	}
+	pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+	return pid, true, nil
 }

@@ -1,9 +1,11 @@
 package thrum
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"sort"
+	"strconv"
 	"sync"
 	"unicode/utf8"
 
@@ -27,6 +29,9 @@ var ErrListenerClosed = errors.New("thrum: listener closed")
 type Listener struct {
 	n  *Node
 	ch chan *rpc.MessageNotification
+	// sink, if set, takes notifications instead of ch, without blocking;
+	// false means it could not (its consumer is too slow).
+	sink func(*rpc.MessageNotification) bool
 
 	mu     sync.Mutex
 	closed bool
@@ -44,6 +49,18 @@ func (n *Node) Listen(queue int) *Listener {
 	n.subs.mu.Lock()
 	n.subs.listeners[l] = struct{}{}
 	n.subs.mu.Unlock()
+	return l
+}
+
+// listenTo is Listen for a consumer that takes each notification at once
+// and never blocks (an RPC connection's queue): one goroutine hop less
+// per notification and subscriber than a channel and a forwarder. C
+// stays empty and is closed when the listener closes.
+func (n *Node) listenTo(sink func(*rpc.MessageNotification) bool) *Listener {
+	l := n.Listen(1)
+	l.mu.Lock()
+	l.sink = sink
+	l.mu.Unlock()
 	return l
 }
 
@@ -94,6 +111,14 @@ func (l *Listener) deliver(nt *rpc.MessageNotification) (dropped []int64, slow b
 	if l.closed {
 		l.mu.Unlock()
 		return nil, false
+	}
+	if l.sink != nil {
+		ok := l.sink(nt)
+		l.mu.Unlock()
+		if ok {
+			return nil, false
+		}
+		return l.markClosed(ErrSlowListener)
 	}
 	select {
 	case l.ch <- nt:
@@ -232,7 +257,11 @@ type published struct {
 }
 
 func (s *notifier) deliver(subs []*subscription, m *published, at string, slow map[*Listener][]int64) {
-	var author *rpc.NotificationAuthor
+	var (
+		author     *rpc.NotificationAuthor
+		scopes     []rpc.Scope
+		head, tail []byte // the notification encoded once, around its match
+	)
 	targets := map[string][]string{} // mention_role → its targets, per publish
 	for _, sub := range subs {
 		if sub.agentID == m.author {
@@ -265,12 +294,16 @@ func (s *notifier) deliver(subs []*subscription, m *published, at string, slow m
 		if author == nil {
 			a, _ := s.n.dirc.agent(m.author)
 			author = &rpc.NotificationAuthor{AgentID: m.author, Role: a.Role, Module: a.Module}
+			scopes = make([]rpc.Scope, len(m.scopes))
+			for i, sc := range m.scopes {
+				scopes[i] = rpc.Scope(sc)
+			}
+			head, tail = encodeAround(&rpc.MessageNotification{
+				MessageID: m.id, ThreadID: m.thread, Author: *author,
+				Preview: preview(m.content, 100), Scopes: scopes, Timestamp: at,
+			})
 		}
-		scopes := make([]rpc.Scope, len(m.scopes))
-		for i, sc := range m.scopes {
-			scopes[i] = rpc.Scope(sc)
-		}
-		ids, dropped := sub.l.deliver(&rpc.MessageNotification{
+		nt := &rpc.MessageNotification{
 			MessageID:           m.id,
 			ThreadID:            m.thread,
 			Author:              *author,
@@ -278,11 +311,48 @@ func (s *notifier) deliver(subs []*subscription, m *published, at string, slow m
 			Scopes:              scopes,
 			MatchedSubscription: rpc.MatchedSubscription{SubscriptionID: sub.info.ID, MatchType: match},
 			Timestamp:           at,
-		})
+		}
+		if head != nil {
+			nt.Frame = spliceMatch(head, tail, nt.MatchedSubscription)
+		}
+		ids, dropped := sub.l.deliver(nt)
 		if dropped {
 			slow[sub.l] = ids
 		}
 	}
+}
+
+// blankMatch is how an unset match encodes inside a notification: the
+// place where each subscriber's own match goes.
+const blankMatch = `"matched_subscription":{"subscription_id":0,"match_type":""}`
+
+// encodeAround encodes a notification.message with no match once, and
+// returns the bytes before and after the match's value, so that each
+// subscriber's frame is a splice rather than another encoding. Both are
+// nil if the encoding fails (callers then encode per subscriber).
+func encodeAround(nt *rpc.MessageNotification) (head, tail []byte) {
+	b, err := rpc.EncodeNotification(rpc.NotificationMessage, nt)
+	if err != nil {
+		return nil, nil
+	}
+	i := bytes.Index(b, []byte(blankMatch))
+	if i < 0 {
+		return nil, nil
+	}
+	head = b[:i+len(`"matched_subscription":`)]
+	return head, b[i+len(blankMatch):]
+}
+
+// spliceMatch is head, the match as JSON, tail: a whole notification.
+func spliceMatch(head, tail []byte, m rpc.MatchedSubscription) []byte {
+	out := make([]byte, 0, len(head)+len(tail)+64)
+	out = append(out, head...)
+	out = append(out, `{"subscription_id":`...)
+	out = strconv.AppendInt(out, m.SubscriptionID, 10)
+	out = append(out, `,"match_type":`...)
+	out = strconv.AppendQuote(out, m.MatchType) // one of the rpc.Match* constants: plain ASCII
+	out = append(out, '}')
+	return append(out, tail...)
 }
 
 func intersects(a, b []string) bool {

@@ -67,8 +67,9 @@ func TestRebuildEqualsLive(t *testing.T) {
 		t.Helper()
 		n, err := thrum.Open(logDir, &thrum.Options{
 			DBPath:          dbPath,
-			NoSync:          true, // durability is TestCrashLosesNoAcknowledgedMessage's job
-			MaxContentBytes: 2048, // so that the limit is reachable
+			RepoDir:         w.repo, // the node runs git only in its own repository's worktrees
+			NoSync:          true,   // durability is TestCrashLosesNoAcknowledgedMessage's job
+			MaxContentBytes: 2048,   // so that the limit is reachable
 			Now:             func() time.Time { return time.Now().Add(time.Duration(w.skew.Load())) },
 		})
 		if err != nil {

@@ -157,3 +157,52 @@ func benchPushLatency(b *testing.B, transport string) {
 	b.StopTimer()
 	lat.report(b)
 }
+
+// BenchmarkRPCSendFanout measures message.send (one client, Unix socket)
+// with no subscriber and with 100 WebSocket subscribers, each subscribed
+// to every message and reading its pushes: what fan-out costs the sender.
+//
+//	go test -run '^$' -bench 'RPCSendFanout' -benchtime 3000x .
+func BenchmarkRPCSendFanout(b *testing.B) {
+	for _, subs := range []int{0, 100} {
+		b.Run("subscribers="+strconv.Itoa(subs), func(b *testing.B) {
+			d := startDaemon(b)
+			ctx := context.Background()
+			var got atomic.Int64
+			for range subs {
+				c := benchConn(b, d, "websocket", "bob", func(method string, _ json.RawMessage) {
+					if method == rpc.NotificationMessage {
+						got.Add(1)
+					}
+				})
+				if _, err := c.Subscribe(ctx, &rpc.SubscribeParams{All: true}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			snd := benchConn(b, d, "unix", "alice", nil)
+			var lat latencies
+			b.ResetTimer()
+			start := time.Now()
+			for i := range b.N {
+				t0 := time.Now()
+				if _, err := snd.SendMessage(ctx, &rpc.SendMessageParams{Content: "fan-out " + strconv.Itoa(i), Mentions: []string{"@bob"}}); err != nil {
+					b.Fatal(err)
+				}
+				lat.add(time.Since(t0))
+			}
+			elapsed := time.Since(start)
+			b.StopTimer()
+			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "sends/s")
+			lat.report(b)
+			// Every subscriber got every message (none was dropped as slow).
+			want := int64(subs * b.N)
+			deadline := time.Now().Add(30 * time.Second)
+			for got.Load() < want && time.Now().Before(deadline) {
+				time.Sleep(10 * time.Millisecond)
+			}
+			if n := got.Load(); n != want {
+				b.Fatalf("%d notifications delivered, want %d", n, want)
+			}
+		})
+	}
+}

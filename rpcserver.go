@@ -3,6 +3,7 @@ package thrum
 import (
 	"bytes"
 	"context"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"net"
@@ -20,16 +21,21 @@ import (
 // and Close are those of rpc.Server. Its methods may be called
 // concurrently.
 //
-// Callers identify explicitly, never by guess. On a Unix socket or pipe a
-// request may name its agent with "caller_agent_id" in its params, or the
-// connection is bound once, by auth or session.start, and later calls act
-// as that agent. A WebSocket, reachable by any local user, must first
-// present a token (auth, or user.register) and can then act only as that
-// identity; until then it may call only health, auth, agent.register,
-// agent.list, user.register, user.identify and read-only queries.
+// Callers identify explicitly, never by guess. A Unix socket or pipe is
+// the owner's: a request may name its agent with "caller_agent_id" in its
+// params, or the connection is bound once, by auth or session.start, and
+// later calls act as that agent. A WebSocket, reachable by any local user
+// and any page on a localhost origin, may call nothing but health and auth
+// until it presents a credential with auth: an agent's or user's token,
+// after which it acts only as that identity, or the owner's secret
+// (RPCOptions.OwnerSecret), after which it may do what the socket may.
+// Only the owner registers users, acts as another agent (acting_as),
+// ends another agent's session or deletes another agent. DESIGN.md, "Trust
+// boundary", has the whole model.
 type RPCServer struct {
 	*rpc.Server
-	n *Node
+	n      *Node
+	secret []byte
 
 	syncMu sync.Mutex
 }
@@ -41,22 +47,28 @@ type RPCOptions struct {
 	// AllowAnyPeer skips the check that a Unix-socket peer runs as the
 	// same user as this process. Default false: other users are refused.
 	AllowAnyPeer bool
+	// OwnerSecret, if set, is the owner's secret: a WebSocket that presents
+	// it to auth acts for the owner, as the Unix socket does. The daemon
+	// keeps it in a 0600 file that only the owner's processes can read
+	// (see NewOwnerSecret). Empty: no WebSocket can act for the owner.
+	OwnerSecret string
 }
 
 // access is what a method needs from its caller.
 type access int
 
 const (
-	open  access = iota // no identity (health, registration, directory)
-	read                // read-only: an identity is optional
-	write               // acts as an agent: WebSocket callers must have authenticated
+	open  access = iota // no credential: health and auth only
+	read                // needs a credential on a WebSocket; an identity is optional
+	write               // acts as an agent: needs an identity
 )
 
 // connState is the identity bound to one connection.
 type connState struct {
 	mu        sync.Mutex
 	agentID   string // bound identity, "" if none
-	token     bool   // bound by a token (required on WebSocket)
+	token     bool   // bound by a token
+	owner     bool   // a WebSocket that presented the owner's secret
 	sessionID string // pinned by session.start on this connection
 	listener  *Listener
 }
@@ -85,6 +97,9 @@ func (n *Node) RPCServer(opts *RPCOptions) *RPCServer {
 		o = *opts
 	}
 	s := &RPCServer{Server: rpc.NewServer(&o.Server), n: n}
+	if o.OwnerSecret != "" {
+		s.secret = []byte(o.OwnerSecret)
+	}
 	uid := os.Getuid()
 	s.bindAll(func(c *rpc.Conn) error {
 		if o.AllowAnyPeer || c == nil || c.Transport() != rpc.TransportUnix {
@@ -148,6 +163,20 @@ func jsonKind(k string) string {
 	return k
 }
 
+// isOwner reports whether a request acts for the owner: it came over the
+// Unix socket or a pipe (whose peer was checked), or over a WebSocket that
+// presented the owner's secret.
+func isOwner(ctx context.Context) bool {
+	c := rpc.ConnFromContext(ctx)
+	if c == nil || c.Transport() != rpc.TransportWebSocket {
+		return true
+	}
+	st := stateOf(c)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.owner
+}
+
 // callerOf works out who a request acts as, and checks the method's
 // access on this transport.
 func (s *RPCServer) callerOf(ctx context.Context, method string, acc access, raw json.RawMessage) (context.Context, error) {
@@ -157,22 +186,21 @@ func (s *RPCServer) callerOf(ctx context.Context, method string, acc access, raw
 		CallerAgentID string `json:"caller_agent_id"`
 	}
 	if len(raw) > 0 && raw[0] == '{' {
-		_ = json.Unmarshal(raw, &named) // a wrong type here is reported by the method's own decode
+		if err := json.Unmarshal(raw, &named); err != nil {
+			return ctx, rpc.Errorf(rpc.CodeInvalidParams, "invalid params: caller_agent_id must be a string")
+		}
 	}
 	ws := c != nil && c.Transport() == rpc.TransportWebSocket
 	st.mu.Lock()
-	bound, byToken, sid := st.agentID, st.token, st.sessionID
+	bound, byToken, owner, sid := st.agentID, st.token, st.owner, st.sessionID
 	st.mu.Unlock()
 	caller := identity.NormalizeAgentID(named.CallerAgentID)
-	if ws {
-		if !byToken {
-			if acc == write {
-				return ctx, rpc.Errorf(rpc.CodeUnauthenticated, "%s needs an identity: call auth with your token first (from your identity file, or user.register)", method)
-			}
-			if caller != "" {
-				return ctx, rpc.Errorf(rpc.CodeUnauthenticated, "caller_agent_id needs a token on a WebSocket: call auth first")
-			}
+	if ws && !owner {
+		if acc == open {
 			return ctx, nil
+		}
+		if !byToken {
+			return ctx, rpc.Errorf(rpc.CodeUnauthenticated, "%s needs a credential on a WebSocket: call auth with your token (from your identity file) or the owner's secret first", method)
 		}
 		if caller != "" && caller != bound {
 			return ctx, rpc.Errorf(rpc.CodeForbidden, "this connection is authenticated as %s and cannot act as %s", bound, caller)
@@ -214,32 +242,32 @@ func (s *RPCServer) bindAll(peer func(*rpc.Conn) error) {
 	n := s.n
 	bind(s, rpc.MethodHealth, open, peer, n.Health)
 	bind(s, rpc.MethodAuth, open, peer, s.auth)
-	bind(s, rpc.MethodAgentRegister, open, peer, s.registerAgent)
-	bind(s, rpc.MethodAgentList, open, peer, n.ListAgents)
+	bind(s, rpc.MethodAgentRegister, read, peer, s.registerAgent)
+	bind(s, rpc.MethodAgentList, read, peer, n.ListAgents)
 	bind(s, rpc.MethodAgentWhoami, read, peer, n.Whoami)
 	bind(s, rpc.MethodAgentListContext, read, peer, n.ListContext)
 	bind(s, rpc.MethodAgentDelete, write, peer, s.deleteAgent)
 	bind(s, rpc.MethodAgentCleanup, write, peer, s.cleanupAgents)
 	bind(s, rpc.MethodSessionStart, write, peer, s.startSession)
-	bind(s, rpc.MethodSessionEnd, write, peer, n.EndSession)
+	bind(s, rpc.MethodSessionEnd, write, peer, s.endSession)
 	bind(s, rpc.MethodSessionHeartbeat, write, peer, n.Heartbeat)
 	bind(s, rpc.MethodSessionSetIntent, write, peer, n.SetIntent)
 	bind(s, rpc.MethodSessionSetTask, write, peer, n.SetTask)
 	bind(s, rpc.MethodSessionList, read, peer, n.ListSessions)
-	bind(s, rpc.MethodMessageSend, write, peer, n.SendMessage)
+	bind(s, rpc.MethodMessageSend, write, peer, s.sendMessage)
 	bind(s, rpc.MethodMessageGet, read, peer, n.GetMessage)
 	bind(s, rpc.MethodMessageList, read, peer, n.ListMessages)
 	bind(s, rpc.MethodMessageEdit, write, peer, n.EditMessage)
 	bind(s, rpc.MethodMessageDelete, write, peer, n.DeleteMessage)
 	bind(s, rpc.MethodMessageMarkRead, write, peer, n.MarkRead)
-	bind(s, rpc.MethodThreadCreate, write, peer, n.CreateThread)
+	bind(s, rpc.MethodThreadCreate, write, peer, s.createThread)
 	bind(s, rpc.MethodThreadList, read, peer, n.ListThreads)
 	bind(s, rpc.MethodThreadGet, read, peer, n.GetThread)
 	bind(s, rpc.MethodSubscribe, write, peer, s.subscribe)
 	bind(s, rpc.MethodUnsubscribe, write, peer, n.Unsubscribe)
 	bind(s, rpc.MethodSubscriptionsList, write, peer, n.ListSubscriptions)
-	bind(s, rpc.MethodUserRegister, open, peer, s.registerUser)
-	bind(s, rpc.MethodUserIdentify, open, peer, n.IdentifyUser)
+	bind(s, rpc.MethodUserRegister, read, peer, s.registerUser)
+	bind(s, rpc.MethodUserIdentify, read, peer, n.IdentifyUser)
 	bind(s, rpc.MethodGroupCreate, write, peer, n.CreateGroup)
 	bind(s, rpc.MethodGroupDelete, write, peer, n.DeleteGroup)
 	bind(s, rpc.MethodGroupMemberAdd, write, peer, n.AddGroupMember)
@@ -249,13 +277,25 @@ func (s *RPCServer) bindAll(peer func(*rpc.Conn) error) {
 	bind(s, rpc.MethodGroupMembers, read, peer, n.GroupMembers)
 }
 
-// auth binds the connection to an identity. A token proves it; on a Unix
-// socket or pipe (owner-only) naming a registered agent is enough.
+// auth authenticates the connection and binds it to an identity. A token
+// proves an identity; the owner's secret makes the connection the owner's
+// and, with agent_id, binds it to that agent; on a Unix socket or pipe
+// (the owner's already) naming a registered agent is enough.
 func (s *RPCServer) auth(ctx context.Context, p *rpc.AuthParams) (*rpc.AuthResult, error) {
 	c := rpc.ConnFromContext(ctx)
+	ws := c != nil && c.Transport() == rpc.TransportWebSocket
 	id := identity.NormalizeAgentID(p.AgentID)
-	byToken := false
-	if p.Token != "" {
+	byToken, owner := false, false
+	switch {
+	case p.OwnerSecret != "":
+		if !s.ownerSecret(p.OwnerSecret) {
+			return nil, rpc.Errorf(rpc.CodeUnauthenticated, "wrong owner secret")
+		}
+		owner = true
+		if p.Token != "" {
+			return nil, invalid("give a token or the owner's secret, not both")
+		}
+	case p.Token != "":
 		tid, err := s.n.Authenticate(ctx, p.Token)
 		if err != nil {
 			return nil, err
@@ -264,20 +304,35 @@ func (s *RPCServer) auth(ctx context.Context, p *rpc.AuthParams) (*rpc.AuthResul
 			return nil, rpc.Errorf(rpc.CodeUnauthenticated, "this token belongs to %s, not %s", tid, id)
 		}
 		id, byToken = tid, true
-	} else {
-		if c != nil && c.Transport() == rpc.TransportWebSocket {
-			return nil, rpc.Errorf(rpc.CodeUnauthenticated, "token is required on a WebSocket: use the token in your identity file, or user.register")
-		}
-		if id == "" {
-			return nil, rpc.Errorf(rpc.CodeInvalidParams, "agent_id or token is required")
-		}
+	case ws:
+		return nil, rpc.Errorf(rpc.CodeUnauthenticated, "a credential is required on a WebSocket: the token in your identity file, or the owner's secret")
+	case id == "":
+		return nil, rpc.Errorf(rpc.CodeInvalidParams, "agent_id or token is required")
 	}
-	a, ok := s.n.dirc.agent(id)
-	if !ok {
-		return nil, rpc.Errorf(rpc.CodeNotFound, "agent not found: %s is not registered", id)
+	res := &rpc.AuthResult{AgentID: id, Owner: owner}
+	if id != "" {
+		a, ok := s.n.dirc.agent(id)
+		if !ok {
+			return nil, rpc.Errorf(rpc.CodeNotFound, "agent not found: %s is not registered", id)
+		}
+		res.Kind = a.Kind
+	}
+	if c != nil {
+		if err := c.Authenticate(); err != nil {
+			return nil, err
+		}
 	}
 	s.bindConn(c, id, byToken)
-	return &rpc.AuthResult{AgentID: id, Kind: a.Kind}, nil
+	st := stateOf(c)
+	st.mu.Lock()
+	st.owner = owner // a token binds the connection to that identity alone
+	st.mu.Unlock()
+	return res, nil
+}
+
+// ownerSecret reports whether secret is the owner's, in constant time.
+func (s *RPCServer) ownerSecret(secret string) bool {
+	return len(s.secret) > 0 && subtle.ConstantTimeCompare([]byte(secret), s.secret) == 1
 }
 
 func (s *RPCServer) bindConn(c *rpc.Conn, id string, byToken bool) {
@@ -310,14 +365,6 @@ func (s *RPCServer) startSession(ctx context.Context, p *rpc.StartSessionParams)
 	return r, nil
 }
 
-// onWebSocket reports whether the request came over a WebSocket, where
-// any local user may connect: there, changing an identity that exists
-// needs that identity's token.
-func onWebSocket(ctx context.Context) bool {
-	c := rpc.ConnFromContext(ctx)
-	return c != nil && c.Transport() == rpc.TransportWebSocket
-}
-
 // boundAs returns the identity a token bound the connection to, "" if none.
 func boundAs(ctx context.Context) string {
 	st := stateOf(rpc.ConnFromContext(ctx))
@@ -329,57 +376,87 @@ func boundAs(ctx context.Context) string {
 	return st.agentID
 }
 
-// registerAgent is agent.register. Over a WebSocket, registering a new
-// agent needs nothing, but re-registering an existing one (which issues a
-// token for it) needs that agent's token on the connection.
+// registerAgent is agent.register. Re-registering an existing agent
+// issues a new token for it, so it needs the owner or that agent's token.
 func (s *RPCServer) registerAgent(ctx context.Context, p *rpc.RegisterAgentParams) (*rpc.RegisterAgentResult, error) {
-	if onWebSocket(ctx) {
+	if !isOwner(ctx) {
 		id := identity.AgentID(s.n.opts.RepoID, p.Role, p.Module, p.Name)
 		if _, exists := s.n.dirc.agent(id); exists && boundAs(ctx) != id {
-			return nil, rpc.Errorf(rpc.CodeForbidden, "agent %s exists: over a WebSocket, re-register it on a connection authenticated with its token (or use the Unix socket)", id)
+			return nil, rpc.Errorf(rpc.CodeForbidden, "agent %s exists: re-registering it needs its own token or the owner's secret", id)
 		}
 	}
 	return s.n.RegisterAgent(ctx, p)
 }
 
-// deleteAgent is agent.delete: over a WebSocket an agent may delete only
-// itself; users may delete any agent.
+// deleteAgent is agent.delete: only the agent itself or the owner.
 func (s *RPCServer) deleteAgent(ctx context.Context, p *rpc.DeleteAgentParams) (*rpc.DeleteAgentResult, error) {
-	if onWebSocket(ctx) {
+	if !isOwner(ctx) {
 		me, target := boundAs(ctx), identity.NormalizeAgentID(p.Name)
-		t, ok := s.n.dirc.agent(target)
-		exists := ok && t.Kind == KindAgent
-		if a, _ := s.n.dirc.agent(me); exists && a.Kind != KindUser && target != me {
-			return nil, rpc.Errorf(rpc.CodeForbidden, "%s may not delete agent %s: over a WebSocket an agent deletes only itself", me, p.Name)
+		if t, ok := s.n.dirc.agent(target); ok && t.Kind == KindAgent && target != me {
+			return nil, rpc.Errorf(rpc.CodeForbidden, "%s may not delete agent %s: only the agent itself or the owner may", me, p.Name)
 		}
 	}
 	return s.n.DeleteAgent(ctx, p)
 }
 
-// cleanupAgents is agent.cleanup: over a WebSocket only users may delete
-// other agents with it (a dry run is open to any authenticated caller).
+// cleanupAgents is agent.cleanup: deleting needs the owner (a dry run is
+// open to any authenticated caller).
 func (s *RPCServer) cleanupAgents(ctx context.Context, p *rpc.CleanupAgentsParams) (*rpc.CleanupAgentsResult, error) {
-	if onWebSocket(ctx) && p.Force && !p.DryRun {
-		if a, _ := s.n.dirc.agent(boundAs(ctx)); a.Kind != KindUser {
-			return nil, rpc.Errorf(rpc.CodeForbidden, "over a WebSocket only users may delete agents with agent.cleanup: use dry_run, or the Unix socket")
-		}
+	if !isOwner(ctx) && p.Force && !p.DryRun {
+		return nil, rpc.Errorf(rpc.CodeForbidden, "agent.cleanup deletes agents only for the owner: use dry_run, the Unix socket or the owner's secret")
 	}
 	return s.n.CleanupAgents(ctx, p)
 }
 
-// registerUser is user.register: WebSocket only, and it binds the
-// connection to the user. Registering again (a fresh token) needs the
-// user's current token on the connection: a local user may not take over
-// another's name.
+// endSession is session.end: only the session's agent or the owner.
+func (s *RPCServer) endSession(ctx context.Context, p *rpc.EndSessionParams) (*rpc.EndSessionResult, error) {
+	// The node refuses an agent ending another's session, but lets a user
+	// end any: over a WebSocket, only an owner-authenticated one.
+	me := boundAs(ctx)
+	if a, ok := s.n.dirc.agent(me); ok && a.Kind == KindUser && !isOwner(ctx) && p.SessionID != "" {
+		if ss, err := s.n.store.Session(ctx, p.SessionID); err == nil && ss.AgentID != me {
+			return nil, rpc.Errorf(rpc.CodeForbidden, "session %s belongs to %s: only that agent or the owner may end it", p.SessionID, ss.AgentID)
+		}
+	}
+	return s.n.EndSession(ctx, p)
+}
+
+// actingAs checks that a request acting as another agent comes from the
+// owner.
+func (s *RPCServer) actingAs(ctx context.Context, target string) error {
+	if target == "" || isOwner(ctx) {
+		return nil
+	}
+	if a, ok := s.n.dirc.agent(boundAs(ctx)); !ok || a.Kind != KindUser {
+		return nil // an agent may not act as another at all: the node says so
+	}
+	return rpc.Errorf(rpc.CodeForbidden, "acting_as %s needs the owner: the Unix socket, or a WebSocket authenticated with the owner's secret", target)
+}
+
+func (s *RPCServer) sendMessage(ctx context.Context, p *rpc.SendMessageParams) (*rpc.SendMessageResult, error) {
+	if err := s.actingAs(ctx, p.ActingAs); err != nil {
+		return nil, err
+	}
+	return s.n.SendMessage(ctx, p)
+}
+
+func (s *RPCServer) createThread(ctx context.Context, p *rpc.CreateThreadParams) (*rpc.CreateThreadResult, error) {
+	if err := s.actingAs(ctx, p.ActingAs); err != nil {
+		return nil, err
+	}
+	return s.n.CreateThread(ctx, p)
+}
+
+// registerUser is user.register: WebSocket only, for the owner (a user is
+// a person at the owner's browser), and it binds the connection to the
+// user.
 func (s *RPCServer) registerUser(ctx context.Context, p *rpc.RegisterUserParams) (*rpc.RegisterUserResult, error) {
 	c := rpc.ConnFromContext(ctx)
 	if c == nil || c.Transport() != rpc.TransportWebSocket {
 		return nil, rpc.Errorf(rpc.CodeTransport, "user.register is only available over WebSocket")
 	}
-	if id := "user:" + p.Username; p.Username != "" {
-		if _, exists := s.n.dirc.agent(id); exists && boundAs(ctx) != id {
-			return nil, rpc.Errorf(rpc.CodeForbidden, "user %s exists: call auth with its token first to register again", p.Username)
-		}
+	if !isOwner(ctx) {
+		return nil, rpc.Errorf(rpc.CodeForbidden, "user.register needs the owner's secret: call auth with owner_secret first")
 	}
 	r, err := s.n.RegisterUser(ctx, p)
 	if err != nil {
@@ -401,28 +478,20 @@ func (s *RPCServer) subscribe(ctx context.Context, p *rpc.SubscribeParams) (*rpc
 	st.mu.Lock()
 	l := st.listener
 	if l == nil {
-		l = s.n.Listen(0)
+		// Notifications go straight onto the connection's queue (which
+		// never blocks: a full one closes the connection as a slow
+		// consumer, and the client catches up with message.list).
+		l = s.n.listenTo(func(nt *rpc.MessageNotification) bool {
+			if nt.Frame != nil {
+				return c.NotifyEncoded(nt.Frame) == nil // encoded once by the notifier
+			}
+			return c.Notify(rpc.NotificationMessage, nt) == nil
+		})
 		st.listener = l
-		go forward(l, c)
 		c.OnClose(l.Close)
 	}
 	st.mu.Unlock()
 	return s.n.Subscribe(l.Context(ctx), p)
-}
-
-// forward pushes a listener's notifications on its connection. A listener
-// dropped for falling behind closes the connection: the client reconnects
-// and catches up with message.list.
-func forward(l *Listener, c *rpc.Conn) {
-	for nt := range l.C() {
-		if err := c.Notify(rpc.NotificationMessage, nt); err != nil {
-			l.Close()
-			return
-		}
-	}
-	if errors.Is(l.Err(), ErrSlowListener) {
-		c.Close()
-	}
 }
 
 // HandleSync registers sync.status and sync.force, which exist only when

@@ -18,6 +18,7 @@ import (
 
 // daemon is a node served over a real Unix socket and a real WebSocket.
 type daemon struct {
+	secret string // the owner's secret
 	n      *thrum.Node
 	srv    *thrum.RPCServer
 	sock   string
@@ -25,14 +26,22 @@ type daemon struct {
 	tokens map[string]string // agent → token
 }
 
-func startDaemon(t testing.TB) *daemon {
+func startDaemon(t testing.TB) *daemon { return startDaemonIn(t, "") }
+
+// startDaemonIn is startDaemon for a node whose repository is repoDir
+// ("" for the current directory's).
+func startDaemonIn(t testing.TB, repoDir string) *daemon {
 	t.Helper()
 	dir := t.TempDir()
-	n, err := thrum.Open(filepath.Join(dir, "log"), nil)
+	n, err := thrum.Open(filepath.Join(dir, "log"), &thrum.Options{RepoDir: repoDir})
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := n.RPCServer(nil)
+	secret, err := thrum.LoadOwnerSecret(filepath.Join(dir, "var", thrum.OwnerSecretFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := n.RPCServer(&thrum.RPCOptions{OwnerSecret: secret})
 	sock := filepath.Join(dir, "var", "thrum.sock")
 	l, err := thrum.ListenUnix(sock)
 	if err != nil {
@@ -49,7 +58,7 @@ func startDaemon(t testing.TB) *daemon {
 		<-done
 		n.Close()
 	})
-	d := &daemon{n: n, srv: srv, sock: sock, wsURL: "ws" + strings.TrimPrefix(hs.URL, "http") + "/ws", tokens: map[string]string{}}
+	d := &daemon{secret: secret, n: n, srv: srv, sock: sock, wsURL: "ws" + strings.TrimPrefix(hs.URL, "http") + "/ws", tokens: map[string]string{}}
 	ctx := context.Background()
 	for _, a := range []rpc.RegisterAgentParams{{Name: "alice", Role: "implementer", Module: "auth"}, {Name: "bob", Role: "reviewer", Module: "auth"}} {
 		r, err := n.RegisterAgent(ctx, &a)
@@ -202,15 +211,14 @@ func TestWebSocketNeedsToken(t *testing.T) {
 	if _, err := c.Health(ctx, &rpc.HealthParams{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.ListAgents(ctx, &rpc.ListAgentsParams{}); err != nil {
-		t.Fatal(err)
-	}
-	_, err := c.SendMessage(ctx, &rpc.SendMessageParams{Content: "x"})
-	wantCode(t, err, rpc.CodeUnauthenticated, "call auth with your token first")
+	_, err := c.ListAgents(ctx, &rpc.ListAgentsParams{})
+	wantCode(t, err, rpc.CodeUnauthenticated, "needs a credential")
+	_, err = c.SendMessage(ctx, &rpc.SendMessageParams{Content: "x"})
+	wantCode(t, err, rpc.CodeUnauthenticated, "call auth with your token")
 	err = c.Call(ctx, rpc.MethodMessageList, map[string]any{"caller_agent_id": "alice", "unread": true}, nil)
-	wantCode(t, err, rpc.CodeUnauthenticated, "needs a token")
+	wantCode(t, err, rpc.CodeUnauthenticated, "needs a credential")
 	_, err = c.Auth(ctx, &rpc.AuthParams{AgentID: "alice"})
-	wantCode(t, err, rpc.CodeUnauthenticated, "token is required")
+	wantCode(t, err, rpc.CodeUnauthenticated, "a credential is required")
 	_, err = c.Auth(ctx, &rpc.AuthParams{AgentID: "bob", Token: d.tokens["alice"]})
 	wantCode(t, err, rpc.CodeUnauthenticated, "belongs to alice")
 	if _, err := c.Auth(ctx, &rpc.AuthParams{Token: d.tokens["alice"]}); err != nil {
@@ -222,8 +230,19 @@ func TestWebSocketNeedsToken(t *testing.T) {
 	err = c.Call(ctx, rpc.MethodMessageSend, map[string]any{"caller_agent_id": "bob", "content": "spoof"}, nil)
 	wantCode(t, err, rpc.CodeForbidden, "cannot act as bob")
 
-	// A user registers over WebSocket and may act as an agent.
+	// Registering a user needs the owner's secret: no credential, or an
+	// agent's token, is not enough.
 	u := d.ws(t, nil)
+	_, err = u.RegisterUser(ctx, &rpc.RegisterUserParams{Username: "leon"})
+	wantCode(t, err, rpc.CodeUnauthenticated, "needs a credential")
+	_, err = c.RegisterUser(ctx, &rpc.RegisterUserParams{Username: "leon"})
+	wantCode(t, err, rpc.CodeForbidden, "needs the owner's secret")
+	_, err = u.Auth(ctx, &rpc.AuthParams{OwnerSecret: "not-" + d.secret})
+	wantCode(t, err, rpc.CodeUnauthenticated, "wrong owner secret")
+	if a, err := u.Auth(ctx, &rpc.AuthParams{OwnerSecret: d.secret}); err != nil || !a.Owner {
+		t.Fatalf("auth with the owner's secret: %+v %v", a, err)
+	}
+	// The owner registers a user and may act as an agent.
 	r, err := u.RegisterUser(ctx, &rpc.RegisterUserParams{Username: "leon"})
 	if err != nil || r.Status != "registered" {
 		t.Fatalf("user.register: %+v %v", r, err)
@@ -231,6 +250,13 @@ func TestWebSocketNeedsToken(t *testing.T) {
 	if _, err := u.SendMessage(ctx, &rpc.SendMessageParams{Content: "as alice", ActingAs: "alice", Disclose: true}); err != nil {
 		t.Fatal(err)
 	}
+	// The user's token alone is not the owner: no acting_as.
+	lu := d.ws(t, nil)
+	if _, err := lu.Auth(ctx, &rpc.AuthParams{Token: r.Token}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = lu.SendMessage(ctx, &rpc.SendMessageParams{Content: "as alice", ActingAs: "alice"})
+	wantCode(t, err, rpc.CodeForbidden, "acting_as alice needs the owner")
 }
 
 func TestPushOnBothTransports(t *testing.T) {

@@ -619,7 +619,7 @@ func TestSecurityWrongToken(t *testing.T) {
 			if transport == "websocket" {
 				// Naming an agent is not enough on a WebSocket.
 				_, err = c.Auth(ctx, &rpc.AuthParams{AgentID: "alice"})
-				wantCode(t, err, rpc.CodeUnauthenticated, "token is required")
+				wantCode(t, err, rpc.CodeUnauthenticated, "a credential is required")
 				_, err = c.SendMessage(ctx, &rpc.SendMessageParams{Content: "after naming alice"})
 				wantCode(t, err, rpc.CodeUnauthenticated, "call auth")
 			}
@@ -668,7 +668,7 @@ func TestSecurityTokenCannotActAsAnother(t *testing.T) {
 		{"edit bob's message", rpc.MethodMessageEdit, map[string]any{"message_id": bobsMsg.MessageID, "content": "spoof"}, rpc.CodeForbidden, ""},
 		{"delete bob's message", rpc.MethodMessageDelete, map[string]any{"message_id": bobsMsg.MessageID}, rpc.CodeForbidden, ""},
 		{"bob's token for alice", rpc.MethodAuth, map[string]any{"agent_id": "bob", "token": d.tokens["alice"]}, rpc.CodeUnauthenticated, "belongs to alice"},
-		{"name bob without token", rpc.MethodAuth, map[string]any{"agent_id": "bob"}, rpc.CodeUnauthenticated, "token is required"},
+		{"name bob without token", rpc.MethodAuth, map[string]any{"agent_id": "bob"}, rpc.CodeUnauthenticated, "a credential is required"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -814,11 +814,11 @@ func TestSecuritySecondDaemon(t *testing.T) {
 	})
 }
 
-// capServer serves d's node with a MaxConns of max on its own Unix socket
+// capServer serves d's node with a MaxConns and MaxUnauthConns of max on its own Unix socket
 // and WebSocket.
 func capServer(t *testing.T, d *daemon, max int) (sock, wsURL string) {
 	t.Helper()
-	srv := d.n.RPCServer(&thrum.RPCOptions{Server: rpc.ServerOptions{MaxConns: max}})
+	srv := d.n.RPCServer(&thrum.RPCOptions{OwnerSecret: d.secret, Server: rpc.ServerOptions{MaxConns: max, MaxUnauthConns: max}})
 	sock = filepath.Join(t.TempDir(), "cap.sock")
 	l, err := thrum.ListenUnix(sock)
 	if err != nil {
@@ -891,24 +891,26 @@ func TestSecurityConnCap(t *testing.T) {
 		t.Fatalf("health on a refused connection: %v, want closed with -32006", err)
 	}
 
-	// The 4th WebSocket is refused before the upgrade with 503.
-	resp, body, ws := wsHandshake(t, wsURL, "", nil)
-	if ws != nil || resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(body, "too many connections") {
-		t.Fatalf("4th websocket: %s %q, want 503 too many connections", resp.Status, body)
-	}
-	if _, err := rpc.DialWebSocket(ctx, wsURL, nil); err == nil || !strings.Contains(err.Error(), "503") {
-		t.Fatalf("DialWebSocket over the cap: %v, want a 503 refusal", err)
-	}
-
-	// The held connections were not disturbed.
-	for _, c := range held {
-		if _, err := c.Health(ctx, &rpc.HealthParams{}); err != nil {
-			t.Fatalf("held connection after refusals: %v", err)
+	// WebSockets have their own pools: with the streams full, max
+	// unauthenticated ones still connect; the next is refused with 503.
+	var anon []*rpc.Client
+	for range max {
+		w, err := rpc.DialWebSocket(ctx, wsURL, nil)
+		if err != nil {
+			t.Fatalf("websocket while the streams are full: %v", err)
 		}
+		t.Cleanup(func() { w.Close() })
+		anon = append(anon, w)
 	}
-
-	// A closed connection frees its slot (asynchronously): a WebSocket now fits.
-	held[0].Close()
+	resp, body, ws := wsHandshake(t, wsURL, "", nil)
+	if ws != nil || resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(body, "too many unauthenticated connections") {
+		t.Fatalf("websocket over the unauthenticated cap: %s %q, want 503", resp.Status, body)
+	}
+	// Authenticating moves a connection to the authenticated pool and
+	// frees its unauthenticated slot.
+	if _, err := anon[0].Auth(ctx, &rpc.AuthParams{Token: d.tokens["alice"]}); err != nil {
+		t.Fatal(err)
+	}
 	var w *rpc.Client
 	deadline := time.Now().Add(rawIOTimeout)
 	for w == nil {
@@ -924,12 +926,30 @@ func TestSecurityConnCap(t *testing.T) {
 	if _, err := w.Health(ctx, &rpc.HealthParams{}); err != nil {
 		t.Fatal(err)
 	}
-	// The cap counts across transports: 2 unix + 1 websocket is full.
-	b, err = dialRawUnix(t, sock).readReply()
-	if err != nil {
-		t.Fatal(err)
+
+	// The held connections were not disturbed.
+	for _, c := range held {
+		if _, err := c.Health(ctx, &rpc.HealthParams{}); err != nil {
+			t.Fatalf("held connection after refusals: %v", err)
+		}
 	}
-	wantErrorReply(t, b, rpc.CodeLimitExceeded, "too many connections")
+	// A closed stream frees its slot (asynchronously).
+	held[0].Close()
+	deadline = time.Now().Add(rawIOTimeout)
+	for {
+		u, err := rpc.Dial(ctx, sock, nil)
+		if err == nil {
+			_, err = u.Health(ctx, &rpc.HealthParams{})
+			u.Close()
+		}
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("stream slot never freed: %v", err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 
 	// The daemon's own server has its own, default budget.
 	wantHealthy(t, d)

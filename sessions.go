@@ -174,7 +174,7 @@ func (n *Node) Heartbeat(ctx context.Context, p *rpc.HeartbeatParams) (*rpc.Hear
 		AddRefs: toPairs(p.AddRefs), RemoveRefs: toPairs(p.RemoveRefs),
 	}}
 	evs := []*eventlog.Event{hb}
-	if wt := n.worktreeOf(ctx, s.SessionID, p); wt != "" {
+	if wt, own := n.ownWorktree(ctx, n.worktreeOf(ctx, s.SessionID, p)); own {
 		if wc, ok := gitContext(ctx, wt); ok {
 			wc.SessionID, wc.AgentID = s.SessionID, s.AgentID
 			evs = append(evs, &eventlog.Event{Type: eventlog.TypeSessionContext, Payload: wc})

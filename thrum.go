@@ -46,7 +46,9 @@ type Options struct {
 	RepoID string
 
 	// RepoDir is the git working tree that user.identify reads git config
-	// from. Default: the current directory.
+	// from; the node runs git only in the worktrees of its repository (`git
+	// worktree list`), never in another path a caller names. Default: the
+	// current directory.
 	RepoDir string
 
 	// IdentityDir is where identity files live (.thrum/identities).
@@ -123,8 +125,10 @@ type Node struct {
 	keys  keyLocks   // serialize calls with the same idempotency key
 	dirc  directory  // agents and groups in memory, for addressing
 	subs  notifier
-	idx   *msgIndex      // messages in memory, for listing
-	bg    sync.WaitGroup // the index build
+
+	worktrees worktreeCache
+	idx       *msgIndex      // messages in memory, for listing
+	bg        sync.WaitGroup // the index build
 
 	// sessCache maps an agent to its active session; sessGen counts
 	// invalidations, so a read that raced one is not cached.

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -37,9 +38,9 @@ var update = flag.Bool("update", false, "rewrite the golden transcripts in testd
 //
 //	comment    what the step shows (optional)
 //	transport  "unix" or "websocket": the step runs on that transport only
-//	           (the documented differences: a WebSocket needs a token before
-//	           writes and refuses caller_agent_id without one; user.register
-//	           is WebSocket-only)
+//	           (the documented differences: an anonymous WebSocket may call
+//	           only health and auth, a token binds it to one identity;
+//	           user.register is WebSocket-only)
 //	conn       the connection it runs on, opened on first use (default "main")
 //	send       the raw request text; ${name} is replaced by a variable.
 //	           Without send the step reads the next message pushed on conn
@@ -50,7 +51,7 @@ var update = flag.Bool("update", false, "rewrite the golden transcripts in testd
 //	           notification, a batch of notifications)
 //
 // Variables: token_alice, token_bob, token_leon (the agents' and the user's
-// tokens), worktree (a git worktree with a feature branch, for
+// tokens), owner_secret (the daemon's), worktree (a git worktree with a feature branch, for
 // agent.listContext), and every capture.
 //
 // Responses are normalized before comparison: message, session and thread
@@ -74,9 +75,13 @@ const transcriptDir = "testdata/transcripts"
 var transcriptTransports = []string{rpc.TransportUnix, rpc.TransportWebSocket}
 
 type transcript struct {
-	About   string             `json:"about"`
-	GitUser *transcriptGitUser `json:"git_user,omitempty"`
-	Steps   []*transcriptStep  `json:"steps"`
+	About string `json:"about"`
+	// Anonymous names the connections that stay unauthenticated on a
+	// WebSocket; the others present the owner's secret when they open, so
+	// that both transports answer alike. Default: "raw" and "fresh".
+	Anonymous []string           `json:"anonymous,omitempty"`
+	GitUser   *transcriptGitUser `json:"git_user,omitempty"`
+	Steps     []*transcriptStep  `json:"steps"`
 }
 
 type transcriptGitUser struct {
@@ -372,7 +377,6 @@ func dialWire(t *testing.T, d *daemon, transport string) wirePeer {
 // fresh daemon and returns each step's normalized response: nil for a step
 // not run on this transport, "null" for no response.
 func replayTranscript(t *testing.T, tr *transcript, transport string) []json.RawMessage {
-	d := startDaemon(t)
 	worktree := ""
 	for _, s := range tr.Steps {
 		if s.Send != nil && strings.Contains(*s.Send, "${worktree}") {
@@ -380,14 +384,16 @@ func replayTranscript(t *testing.T, tr *transcript, transport string) []json.Raw
 			break
 		}
 	}
+	d := startDaemonIn(t, worktree) // its repository: the only one it runs git in
 	leon, err := d.n.RegisterUser(context.Background(), &rpc.RegisterUserParams{Username: "leon", Display: "Leon"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	vars := map[string]string{
-		"token_alice": d.tokens["alice"],
-		"token_bob":   d.tokens["bob"],
-		"token_leon":  leon.Token,
+		"token_alice":  d.tokens["alice"],
+		"token_bob":    d.tokens["bob"],
+		"token_leon":   leon.Token,
+		"owner_secret": d.secret,
 	}
 	if worktree != "" {
 		vars["worktree"] = worktree
@@ -409,6 +415,18 @@ func replayTranscript(t *testing.T, tr *transcript, transport string) []json.Raw
 			p = dialWire(t, d, transport)
 			peers[name] = p
 			order = append(order, name)
+			anon := tr.Anonymous
+			if anon == nil {
+				anon = []string{"raw", "fresh"}
+			}
+			if transport == rpc.TransportWebSocket && !slices.Contains(anon, name) {
+				if err := p.send([]byte(`{"jsonrpc":"2.0","id":"owner","method":"auth","params":{"owner_secret":"` + d.secret + `"}}`)); err != nil {
+					t.Fatal(err)
+				}
+				if b, err := p.recv(); err != nil || !strings.Contains(string(b), `"owner":true`) {
+					t.Fatalf("auth with the owner's secret: %s %v", b, err)
+				}
+			}
 		}
 		return p
 	}

@@ -14,6 +14,7 @@ package rpc
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -22,6 +23,7 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"strconv"
+	"unicode/utf8"
 )
 
 // HandlerFunc answers one method call. params is the raw "params" member of
@@ -182,6 +184,52 @@ func trimSpace(b []byte) []byte {
 	return b
 }
 
+// loneSurrogate reports whether valid JSON holds a \u escape of a UTF-16
+// surrogate that is not half of a pair.
+func loneSurrogate(b []byte) bool {
+	for i := 0; i < len(b); i++ {
+		if b[i] != '\\' {
+			continue
+		}
+		i++ // the escaped character; in valid JSON there is one
+		if b[i] != 'u' {
+			continue
+		}
+		r := hex4(b[i+1:])
+		i += 4
+		switch {
+		case r >= 0xDC00 && r <= 0xDFFF:
+			return true
+		case r >= 0xD800 && r <= 0xDBFF:
+			if i+6 >= len(b) || b[i+1] != '\\' || b[i+2] != 'u' {
+				return true
+			}
+			if lo := hex4(b[i+3:]); lo < 0xDC00 || lo > 0xDFFF {
+				return true
+			}
+			i += 6
+		}
+	}
+	return false
+}
+
+// hex4 decodes four hex digits (valid JSON guarantees them).
+func hex4(b []byte) rune {
+	var r rune
+	for _, c := range b[:4] {
+		r <<= 4
+		switch {
+		case c >= '0' && c <= '9':
+			r |= rune(c - '0')
+		case c >= 'a' && c <= 'f':
+			r |= rune(c - 'a' + 10)
+		case c >= 'A' && c <= 'F':
+			r |= rune(c - 'A' + 10)
+		}
+	}
+	return r
+}
+
 // handleMessage decodes one message — a request, a notification or a batch —
 // runs it and returns the encoded reply, or nil when no reply is due (a
 // notification, or a batch of notifications). It never panics on any input.
@@ -189,6 +237,14 @@ func (s *Server) handleMessage(ctx context.Context, msg []byte) []byte {
 	msg = trimSpace(msg)
 	if !json.Valid(msg) {
 		return encodeError(nil, &Error{Code: CodeParseError, Message: "parse error: the request is not valid JSON"})
+	}
+	// encoding/json would replace invalid UTF-8 and lone surrogate escapes
+	// with U+FFFD, silently changing what the caller sent: refuse them.
+	if !utf8.Valid(msg) {
+		return encodeError(nil, &Error{Code: CodeParseError, Message: "parse error: the request is not valid UTF-8"})
+	}
+	if loneSurrogate(msg) {
+		return encodeError(nil, &Error{Code: CodeParseError, Message: `parse error: the request has a \u escape of a lone UTF-16 surrogate, which is not a character`})
 	}
 	if msg[0] != '[' {
 		return s.handleOne(ctx, nil, msg)
@@ -278,15 +334,26 @@ func (s *Server) wireError(method string, err error) *Error {
 var errLineTooLong = errors.New("line too long")
 
 // lineReader splits a stream into newline-terminated lines of bounded size.
-// A final line without a newline is returned before io.EOF.
+// A final line without a newline is returned before io.EOF. The bytes of a
+// line are charged to charge (if set) as they are read, so a line is
+// refused the moment the server's budget runs out, never buffered whole
+// first; arm (if set) is called with true when a line has begun but is not
+// yet complete, and with false when it is, so the transport can time out a
+// line left half sent.
 type lineReader struct {
-	br  *bufio.Reader
-	max int
-	buf []byte
+	br     *bufio.Reader
+	max    int
+	buf    []byte
+	charge *charge
+	arm    func(on bool)
 }
 
+// lineReaderBuf is the size of a line reader's buffer: lines that fit are
+// returned without a copy; longer ones are assembled in a growing buffer.
+const lineReaderBuf = 16 << 10
+
 func newLineReader(r io.Reader, max int) *lineReader {
-	return &lineReader{br: bufio.NewReaderSize(r, min(max+1, 64<<10)), max: max}
+	return &lineReader{br: bufio.NewReaderSize(r, min(max+1, lineReaderBuf)), max: max}
 }
 
 // next returns the next line without its '\n'. The slice is valid until the
@@ -296,6 +363,17 @@ func (r *lineReader) next() ([]byte, error) {
 		r.buf = nil
 	}
 	r.buf = r.buf[:0]
+	if r.arm != nil {
+		// Wait for the line's first byte without a deadline (an idle
+		// connection is fine); from there the whole line must arrive in time.
+		if _, err := r.br.Peek(1); err != nil {
+			return nil, err
+		}
+		if b, _ := r.br.Peek(r.br.Buffered()); bytes.IndexByte(b, '\n') < 0 {
+			r.arm(true)
+			defer r.arm(false)
+		}
+	}
 	for {
 		frag, err := r.br.ReadSlice('\n')
 		n := len(frag)
@@ -306,7 +384,26 @@ func (r *lineReader) next() ([]byte, error) {
 			return nil, errLineTooLong
 		}
 		if err == nil && len(r.buf) == 0 {
-			return frag[:n], nil // the whole line is in the buffer: no copy
+			// The whole line is in the buffer: no copy.
+			if r.charge != nil {
+				if cerr := r.charge.take(n); cerr != nil {
+					return nil, cerr
+				}
+			}
+			return frag[:n], nil
+		}
+		if len(r.buf)+n > cap(r.buf) {
+			// Grow by doubling, charging each new buffer whole: the old one
+			// is garbage until collected, and counts until the request ends.
+			c := min(max(2*cap(r.buf), len(r.buf)+n, lineReaderBuf), r.max)
+			if r.charge != nil {
+				if cerr := r.charge.take(c); cerr != nil {
+					return nil, cerr
+				}
+			}
+			nb := make([]byte, len(r.buf), c)
+			copy(nb, r.buf)
+			r.buf = nb
 		}
 		r.buf = append(r.buf, frag[:n]...)
 		switch {

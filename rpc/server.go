@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"sync"
 	"time"
 )
@@ -19,10 +20,14 @@ const (
 
 // Defaults of ServerOptions.
 const (
-	DefaultMaxLineBytes = 1 << 20 // 1 MiB
-	DefaultMaxConns     = 256
-	DefaultMaxBatch     = 100
-	DefaultNotifyQueue  = 1024
+	DefaultMaxLineBytes    = 1 << 20 // 1 MiB
+	DefaultMaxConns        = 256
+	DefaultMaxUnauthConns  = 16
+	DefaultAuthTimeout     = 5 * time.Second
+	DefaultLineTimeout     = 10 * time.Second
+	DefaultMaxPendingBytes = 16 << 20 // 16 MiB
+	DefaultMaxBatch        = 100
+	DefaultNotifyQueue     = 1024
 )
 
 // ErrServerClosed is returned by Serve after Shutdown or Close.
@@ -46,10 +51,35 @@ type ServerOptions struct {
 	// Default DefaultMaxLineBytes.
 	MaxLineBytes int
 
-	// MaxConns caps concurrent connections across all transports. Over it, a
-	// stream connection gets one -32006 error line and is closed, and a
-	// WebSocket handshake is answered with HTTP 503. Default DefaultMaxConns.
+	// MaxConns caps concurrent stream connections (Unix socket, pipe), and
+	// separately authenticated WebSockets (see Conn.Authenticate). Over it,
+	// a stream connection gets one -32006 error line and is closed, and
+	// Conn.Authenticate fails. Default DefaultMaxConns.
 	MaxConns int
+
+	// MaxUnauthConns caps WebSockets that have not authenticated yet: a
+	// small pool of their own, so that connections which present no
+	// credential never crowd out those that did, nor the Unix socket. Over
+	// it a WebSocket handshake is answered with HTTP 503. Default
+	// DefaultMaxUnauthConns.
+	MaxUnauthConns int
+
+	// AuthTimeout is how long a WebSocket may stay unauthenticated before
+	// it is closed. Default DefaultAuthTimeout.
+	AuthTimeout time.Duration
+
+	// LineTimeout is how long the rest of a request may take to arrive once
+	// its first byte has: a line or frame left half sent for longer closes
+	// its connection. An idle connection between requests is not timed.
+	// Default DefaultLineTimeout.
+	LineTimeout time.Duration
+
+	// MaxPendingBytes is the server-wide budget of bytes held for requests
+	// being read or handled (a request is charged its size while read and
+	// a few times its size while handled). A request that would exceed it
+	// is refused with -32006, so memory stays bounded however many
+	// connections send at once. Default DefaultMaxPendingBytes.
+	MaxPendingBytes int64
 
 	// MaxBatch caps the requests of one batch. Default DefaultMaxBatch.
 	MaxBatch int
@@ -83,13 +113,15 @@ type Server struct {
 	hmu      sync.RWMutex
 	handlers map[string]HandlerFunc
 
+	budget budget
+
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
 	conns     map[*Conn]struct{}
-	nconns    int           // reserved connection slots, registered or about to be
-	shutdown  bool          // Shutdown or Close was called
-	stopc     chan struct{} // closed when shutdown becomes true
-	drained   chan struct{} // closed when shutdown and nconns reaches 0
+	nconns    [numClasses]int // reserved connection slots per class, registered or about to be
+	shutdown  bool            // Shutdown or Close was called
+	stopc     chan struct{}   // closed when shutdown becomes true
+	drained   chan struct{}   // closed when shutdown and nconns reaches 0
 }
 
 // NewServer returns a server with no methods. opts may be nil; it is copied.
@@ -105,6 +137,18 @@ func NewServer(opts *ServerOptions) *Server {
 	if o.MaxConns <= 0 {
 		o.MaxConns = DefaultMaxConns
 	}
+	if o.MaxUnauthConns <= 0 {
+		o.MaxUnauthConns = DefaultMaxUnauthConns
+	}
+	if o.AuthTimeout <= 0 {
+		o.AuthTimeout = DefaultAuthTimeout
+	}
+	if o.LineTimeout <= 0 {
+		o.LineTimeout = DefaultLineTimeout
+	}
+	if o.MaxPendingBytes <= 0 {
+		o.MaxPendingBytes = DefaultMaxPendingBytes
+	}
 	if o.MaxBatch <= 0 {
 		o.MaxBatch = DefaultMaxBatch
 	}
@@ -116,6 +160,7 @@ func NewServer(opts *ServerOptions) *Server {
 		log = discardLogger
 	}
 	return &Server{
+		budget:    budget{max: o.MaxPendingBytes},
 		opts:      o,
 		log:       log,
 		handlers:  make(map[string]HandlerFunc),
@@ -199,7 +244,7 @@ func (s *Server) Serve(l net.Listener) error {
 		if _, ok := nc.(*net.UnixConn); ok {
 			transport = TransportUnix
 		}
-		if e := s.reserve(); e != nil {
+		if e := s.reserve(classStream); e != nil {
 			s.refuse(nc, e)
 			continue
 		}
@@ -214,7 +259,7 @@ func (s *Server) Serve(l net.Listener) error {
 // Handlers' contexts derive from ctx, so its values reach them; cancelling
 // ctx closes the connection.
 func (s *Server) ServeConn(ctx context.Context, nc net.Conn, transport string) {
-	if e := s.reserve(); e != nil {
+	if e := s.reserve(classStream); e != nil {
 		s.refuse(nc, e)
 		return
 	}
@@ -225,7 +270,9 @@ func (s *Server) ServeConn(ctx context.Context, nc net.Conn, transport string) {
 }
 
 func (s *Server) newStreamConn(ctx context.Context, nc net.Conn, transport string) *Conn {
-	c := s.newConn(ctx, transport, &streamTransport{nc: nc, lr: newLineReader(nc, s.opts.MaxLineBytes)})
+	t := &streamTransport{nc: nc, lr: newLineReader(nc, s.opts.MaxLineBytes), timeout: s.opts.LineTimeout}
+	t.lr.arm = t.arm
+	c := s.newConn(ctx, transport, classStream, t)
 	c.peerUID, c.peerOK = peerUID(nc)
 	return c
 }
@@ -239,32 +286,78 @@ func (s *Server) refuse(nc net.Conn, e *Error) {
 	_ = nc.Close()
 }
 
-// reserve takes a connection slot, or says why there is none.
-func (s *Server) reserve() *Error {
+// Connection classes, each with its own cap: one class can never use up
+// another's slots.
+const (
+	classStream = iota // Unix socket or pipe: MaxConns
+	classWS            // authenticated WebSocket: MaxConns
+	classUnauth        // WebSocket not authenticated yet: MaxUnauthConns
+	numClasses
+)
+
+func (s *Server) classCap(class int) int {
+	if class == classUnauth {
+		return s.opts.MaxUnauthConns
+	}
+	return s.opts.MaxConns
+}
+
+func classLimitError(class, limit int) *Error {
+	switch class {
+	case classUnauth:
+		return Errorf(CodeLimitExceeded, "too many unauthenticated connections: limit is %d", limit)
+	case classWS:
+		return Errorf(CodeLimitExceeded, "too many authenticated WebSocket connections: limit is %d", limit)
+	}
+	return Errorf(CodeLimitExceeded, "too many connections: limit is %d", limit)
+}
+
+// reserve takes a connection slot of class, or says why there is none.
+func (s *Server) reserve(class int) *Error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.shutdown {
 		return Errorf(CodeUnavailable, "server is shutting down: reconnect later")
 	}
-	if s.nconns >= s.opts.MaxConns {
-		return Errorf(CodeLimitExceeded, "too many connections: limit is %d", s.opts.MaxConns)
+	if limit := s.classCap(class); s.nconns[class] >= limit {
+		return classLimitError(class, limit)
 	}
-	s.nconns++
+	s.nconns[class]++
+	return nil
+}
+
+// move moves a slot from one class to another, or says why it cannot.
+func (s *Server) move(from, to int) *Error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if limit := s.classCap(to); s.nconns[to] >= limit {
+		return classLimitError(to, limit)
+	}
+	s.nconns[from]--
+	s.nconns[to]++
 	return nil
 }
 
 // release gives back a slot taken by reserve.
-func (s *Server) release() {
+func (s *Server) release(class int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.nconns--
-	if s.shutdown && s.nconns == 0 {
+	s.nconns[class]--
+	if s.shutdown && s.totalLocked() == 0 {
 		select {
 		case <-s.drained:
 		default:
 			close(s.drained)
 		}
 	}
+}
+
+func (s *Server) totalLocked() int {
+	n := 0
+	for _, k := range s.nconns {
+		n += k
+	}
+	return n
 }
 
 // register adds c to the live connections unless the server is shutting down.
@@ -278,11 +371,11 @@ func (s *Server) register(c *Conn) bool {
 	return true
 }
 
-func (s *Server) unregister(c *Conn) {
+func (s *Server) unregister(c *Conn, class int) {
 	s.mu.Lock()
 	delete(s.conns, c)
 	s.mu.Unlock()
-	s.release()
+	s.release(class)
 }
 
 func (s *Server) isShutdown() bool {
@@ -297,7 +390,7 @@ func (s *Server) beginShutdownLocked() (conns []*Conn, err error) {
 	if !s.shutdown {
 		s.shutdown = true
 		close(s.stopc)
-		if s.nconns == 0 {
+		if s.totalLocked() == 0 {
 			close(s.drained)
 		}
 	}
@@ -349,8 +442,11 @@ func (s *Server) Close() error {
 
 // transport is what a Conn reads from and writes to.
 type transport interface {
-	// read returns the next message; the slice is valid until the next call.
-	read(ctx context.Context) ([]byte, error)
+	// read returns the next message; the slice is valid until the next
+	// call. It charges the bytes it holds to ch as it reads them and
+	// returns errBudget when the charge is refused, errLineTimeout when the
+	// rest of a begun message did not arrive within the line timeout.
+	read(ctx context.Context, ch *charge) ([]byte, error)
 	// write sends one message.
 	write(ctx context.Context, msg []byte) error
 	// interrupt makes a blocked read return, to end the connection
@@ -381,6 +477,8 @@ type Conn struct {
 	transport string
 	peerUID   int
 	peerOK    bool
+	charge    charge      // what the request being read or handled holds of the budget
+	authTimer *time.Timer // closes an unauthenticated WebSocket; nil on streams
 
 	ctx    context.Context // handlers' context; cancelled when the conn dies
 	cancel context.CancelFunc
@@ -393,6 +491,7 @@ type Conn struct {
 	wg       sync.WaitGroup // the writer and any interrupt goroutine
 
 	mu          sync.Mutex
+	class       int  // connection class, see reserve
 	stopping    bool // graceful end requested: read no more requests
 	readEnded   bool
 	interrupted bool
@@ -402,11 +501,13 @@ type Conn struct {
 	onClose     []func()
 }
 
-func (s *Server) newConn(parent context.Context, transport string, t transport) *Conn {
+func (s *Server) newConn(parent context.Context, transport string, class int, t transport) *Conn {
 	c := &Conn{
 		srv:       s,
 		t:         t,
 		transport: transport,
+		class:     class,
+		charge:    charge{b: &s.budget},
 		resp:      make(chan []byte),
 		notes:     make(chan []byte, s.opts.NotifyQueue),
 		readDone:  make(chan struct{}),
@@ -424,6 +525,45 @@ func (c *Conn) Transport() string { return c.transport }
 // PeerUID returns the user id of the process at the other end of a Unix
 // socket (SO_PEERCRED, Linux). ok is false on other transports and systems.
 func (c *Conn) PeerUID() (uid int, ok bool) { return c.peerUID, c.peerOK }
+
+// Authenticate records that the connection presented a credential. A
+// WebSocket then leaves the small pool of unauthenticated connections
+// (ServerOptions.MaxUnauthConns) for the authenticated one (MaxConns) and
+// is no longer closed at AuthTimeout; if that pool is full, Authenticate
+// returns a -32006 *Error and the connection stays unauthenticated. On
+// other transports it does nothing.
+func (c *Conn) Authenticate() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.class != classUnauth {
+		return nil
+	}
+	if e := c.srv.move(classUnauth, classWS); e != nil {
+		return e
+	}
+	c.class = classWS
+	if c.authTimer != nil {
+		c.authTimer.Stop()
+	}
+	return nil
+}
+
+// Authenticated reports whether Authenticate was called on a WebSocket;
+// it is true for other transports.
+func (c *Conn) Authenticated() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.class != classUnauth
+}
+
+// expireAuth closes the connection if it has not authenticated.
+func (c *Conn) expireAuth() {
+	if c.Authenticated() {
+		return
+	}
+	c.srv.log.Info("rpc: closing a WebSocket that did not authenticate in time", "timeout", c.srv.opts.AuthTimeout)
+	c.Close()
+}
 
 // Value returns the value SetValue stored under key, or nil.
 func (c *Conn) Value(key any) any {
@@ -486,6 +626,33 @@ func (c *Conn) Notify(method string, params any) error {
 	c.srv.log.Warn("rpc: closing slow consumer", "transport", c.transport, "queue", cap(c.notes))
 	c.Close()
 	return Errorf(CodeLimitExceeded, "notification queue full (limit is %d): connection closed as a slow consumer", cap(c.notes))
+}
+
+// NotifyEncoded queues a notification already encoded as a whole JSON-RPC
+// message (see EncodeNotification), as Notify does. The slice may be shared
+// by many connections and must not be modified afterwards.
+func (c *Conn) NotifyEncoded(msg []byte) error {
+	select {
+	case <-c.dead:
+		return fmt.Errorf("rpc: notify: %w", ErrConnClosed)
+	case <-c.readDone:
+		return fmt.Errorf("rpc: notify: %w", ErrConnClosed)
+	default:
+	}
+	select {
+	case c.notes <- msg:
+		return nil
+	default:
+	}
+	c.srv.log.Warn("rpc: closing slow consumer", "transport", c.transport, "queue", cap(c.notes))
+	c.Close()
+	return Errorf(CodeLimitExceeded, "notification queue full (limit is %d): connection closed as a slow consumer", cap(c.notes))
+}
+
+// EncodeNotification encodes a notification (a request without an id) as
+// Conn.NotifyEncoded takes it.
+func EncodeNotification(method string, params any) ([]byte, error) {
+	return encodeNotification(method, params)
 }
 
 // Close closes the connection at once; a call in flight has its context
@@ -577,13 +744,14 @@ func (c *Conn) readLoop() {
 		if stopping || c.isDead() {
 			return
 		}
-		msg, err := c.t.read(c.ctx)
+		msg, err := c.t.read(c.ctx, &c.charge)
 		if err != nil {
-			if errors.Is(err, errLineTooLong) {
+			c.charge.release()
+			if e := c.readError(err); e != nil {
 				c.mu.Lock()
 				c.inflight++
 				c.mu.Unlock()
-				c.reply(encodeError(nil, Errorf(CodeInvalidRequest, "request too large: limit is %d bytes", c.srv.opts.MaxLineBytes)))
+				c.reply(encodeError(nil, e))
 			}
 			c.srv.log.Debug("rpc: connection read ended", "transport", c.transport, "err", err)
 			return
@@ -591,16 +759,44 @@ func (c *Conn) readLoop() {
 		c.mu.Lock()
 		if c.stopping {
 			c.mu.Unlock()
+			c.charge.release()
 			return
 		}
 		c.inflight++
 		c.mu.Unlock()
-		if out := c.srv.handleMessage(c.ctx, msg); out != nil {
+		var out []byte
+		// Handling a request copies it a few times over: charge for that
+		// before it starts, so the budget bounds what decoding holds too.
+		if c.charge.take((decodeFactor-1)*len(msg)) != nil {
+			out = encodeError(nil, c.srv.busyError())
+		} else {
+			out = c.srv.handleMessage(c.ctx, msg)
+		}
+		c.charge.release()
+		if out != nil {
 			c.reply(out)
 		} else {
 			c.replied()
 		}
 	}
+}
+
+// readError is the error reply owed for a read that failed, nil if none
+// (the peer went away).
+func (c *Conn) readError(err error) *Error {
+	switch {
+	case errors.Is(err, errLineTooLong):
+		return Errorf(CodeInvalidRequest, "request too large: limit is %d bytes", c.srv.opts.MaxLineBytes)
+	case errors.Is(err, errBudget):
+		return c.srv.busyError()
+	case errors.Is(err, errLineTimeout):
+		return Errorf(CodeInvalidRequest, "request timed out: it was not completed within %v of its first byte", c.srv.opts.LineTimeout)
+	}
+	return nil
+}
+
+func (s *Server) busyError() *Error {
+	return Errorf(CodeLimitExceeded, "server busy: requests in flight hold its whole memory budget (%d bytes); retry shortly, or send smaller requests", s.opts.MaxPendingBytes)
 }
 
 // reply hands a reply to the writer.
@@ -666,7 +862,11 @@ func (c *Conn) finish() {
 	hooks := c.onClose
 	c.onClose = nil
 	shutdown := c.stopping
+	class := c.class
 	c.mu.Unlock()
+	if c.authTimer != nil {
+		c.authTimer.Stop()
+	}
 
 	if !c.isDead() {
 		c.t.close(shutdown)
@@ -679,7 +879,7 @@ func (c *Conn) finish() {
 		c.runHook(func() { f(c) })
 	}
 	c.srv.log.Debug("rpc: connection closed", "transport", c.transport)
-	c.srv.unregister(c)
+	c.srv.unregister(c, class)
 }
 
 func (c *Conn) runHook(f func()) {
@@ -691,17 +891,47 @@ func (c *Conn) runHook(f func()) {
 	f()
 }
 
+// errLineTimeout is returned by a transport's read when a message that had
+// begun was not completed within the line timeout.
+var errLineTimeout = errors.New("request not completed in time")
+
 // streamTransport is newline-delimited JSON on a net.Conn.
 type streamTransport struct {
-	nc   net.Conn
-	lr   *lineReader
-	wbuf []byte // used by the writer goroutine only
+	nc      net.Conn
+	lr      *lineReader
+	timeout time.Duration
+	wbuf    []byte // used by the writer goroutine only
+
+	mu          sync.Mutex
+	interrupted bool // interrupt set the deadline: leave it alone
 }
 
-func (t *streamTransport) read(context.Context) ([]byte, error) {
+// arm sets (on) or clears the deadline of a line that has begun.
+func (t *streamTransport) arm(on bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.interrupted {
+		return
+	}
+	var d time.Time
+	if on {
+		d = time.Now().Add(t.timeout)
+	}
+	_ = t.nc.SetReadDeadline(d) // without deadlines a half-sent line waits; the budget still bounds it
+}
+
+func (t *streamTransport) read(_ context.Context, ch *charge) ([]byte, error) {
+	t.lr.charge = ch
 	for {
 		line, err := t.lr.next()
 		if err != nil {
+			// Only arm and interrupt set deadlines.
+			t.mu.Lock()
+			timedOut := !t.interrupted
+			t.mu.Unlock()
+			if timedOut && errors.Is(err, os.ErrDeadlineExceeded) {
+				return nil, errLineTimeout
+			}
 			return nil, err
 		}
 		if len(trimSpace(line)) > 0 { // blank lines are framing, not messages
@@ -720,6 +950,9 @@ func (t *streamTransport) write(_ context.Context, msg []byte) error {
 }
 
 func (t *streamTransport) interrupt(*sync.WaitGroup) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.interrupted = true
 	if err := t.nc.SetReadDeadline(time.Unix(1, 0)); err != nil {
 		t.nc.Close() // no deadlines on this conn: closing is the only way
 	}

@@ -62,6 +62,9 @@ func testServer(t testing.TB, opts *ServerOptions) (*Server, *slowGate) {
 	gate := &slowGate{started: make(chan struct{}, 100), release: make(chan struct{})}
 	s.Handle("ping", func(ctx context.Context, _ json.RawMessage) (any, error) { return "pong", nil })
 	s.Handle("echo", func(ctx context.Context, p json.RawMessage) (any, error) { return p, nil })
+	s.Handle("login", func(ctx context.Context, _ json.RawMessage) (any, error) {
+		return "ok", ConnFromContext(ctx).Authenticate()
+	})
 	s.Handle("fail", func(ctx context.Context, _ json.RawMessage) (any, error) {
 		return nil, fmt.Errorf("validate: %w", &Error{Code: CodeInvalidParams, Message: "invalid params: x must be positive", Data: map[string]string{"field": "x"}})
 	})

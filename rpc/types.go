@@ -100,14 +100,20 @@ type HealthResult struct {
 
 // AuthParams binds the connection to an identity: an agent (by agent_id
 // and, where required, its token) or a user (by token).
+// AuthParams authenticate a connection: with an agent's or user's Token,
+// or with the owner's secret (OwnerSecret), which makes the connection the
+// owner's, as the Unix socket is; AgentID then optionally binds it to that
+// agent.
 type AuthParams struct {
-	AgentID string `json:"agent_id,omitempty"`
-	Token   string `json:"token,omitempty"`
+	AgentID     string `json:"agent_id,omitempty"`
+	Token       string `json:"token,omitempty"`
+	OwnerSecret string `json:"owner_secret,omitempty"`
 }
 
 type AuthResult struct {
-	AgentID string `json:"agent_id"`
-	Kind    string `json:"kind"` // "agent" or "user"
+	AgentID string `json:"agent_id,omitempty"` // "" when the owner authenticated without naming an agent
+	Kind    string `json:"kind,omitempty"`     // "agent" or "user"
+	Owner   bool   `json:"owner,omitempty"`    // the owner's secret was presented: the connection acts for the owner
 }
 
 // ---- agents ----
@@ -602,6 +608,12 @@ type MessageNotification struct {
 	Scopes              []Scope             `json:"scopes"`
 	MatchedSubscription MatchedSubscription `json:"matched_subscription"`
 	Timestamp           string              `json:"timestamp"`
+
+	// Frame, if set, is this whole notification.message as JSON-RPC, for
+	// Conn.NotifyEncoded: the node encodes a message's notification once
+	// and splices in each subscriber's match, instead of encoding it again
+	// per subscriber. It is not part of the JSON and must not be modified.
+	Frame []byte `json:"-"`
 }
 
 type NotificationAuthor struct {

@@ -3,11 +3,14 @@ package rpc
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/coder/websocket"
 )
@@ -18,7 +21,11 @@ import (
 // Before the upgrade it refuses with 403 a request whose Host is not
 // loopback (DNS rebinding) or whose Origin is present and neither loopback
 // nor in ServerOptions.AllowedOrigins (the literal "null" included), and
-// with 503 a connection over ServerOptions.MaxConns or during shutdown.
+// with 503 a connection over ServerOptions.MaxUnauthConns or during
+// shutdown. A connection starts unauthenticated: it is closed after
+// ServerOptions.AuthTimeout unless a handler calls Conn.Authenticate.
+// Frames are read into a buffer that grows as the frame arrives, charged
+// to the server's budget, and must complete within LineTimeout.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !loopbackHost(r.Host) {
 		s.log.Warn("rpc: websocket refused: Host is not loopback", "host", r.Host, "remote", r.RemoteAddr)
@@ -30,7 +37,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "forbidden: Origin not allowed", http.StatusForbidden)
 		return
 	}
-	if e := s.reserve(); e != nil {
+	if e := s.reserve(classUnauth); e != nil {
 		s.log.Warn("rpc: websocket refused", "remote", r.RemoteAddr, "reason", e.Message)
 		http.Error(w, e.Message, http.StatusServiceUnavailable)
 		return
@@ -39,13 +46,16 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// know (loopback origins on any port), hence InsecureSkipVerify.
 	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{InsecureSkipVerify: true})
 	if err != nil { // Accept has written the HTTP error
-		s.release()
+		s.release(classUnauth)
 		s.log.Debug("rpc: websocket handshake failed", "remote", r.RemoteAddr, "err", err)
 		return
 	}
+	// Over the limit, the library closes with StatusMessageTooBig.
 	ws.SetReadLimit(int64(s.opts.MaxLineBytes))
 	// The request's context ends with ServeHTTP; keep its values only.
-	c := s.newConn(context.WithoutCancel(r.Context()), TransportWebSocket, &wsTransport{ws: ws})
+	t := &wsTransport{ws: ws, max: s.opts.MaxLineBytes, timeout: s.opts.LineTimeout}
+	c := s.newConn(context.WithoutCancel(r.Context()), TransportWebSocket, classUnauth, t)
+	c.authTimer = time.AfterFunc(s.opts.AuthTimeout, c.expireAuth)
 	c.serve()
 }
 
@@ -92,16 +102,67 @@ func (s *Server) allowedOrigin(origin string) bool {
 
 // wsTransport is one JSON-RPC message per WebSocket frame.
 type wsTransport struct {
-	ws *websocket.Conn
+	ws      *websocket.Conn
+	max     int
+	timeout time.Duration
+	buf     []byte
 }
 
-func (t *wsTransport) read(ctx context.Context) ([]byte, error) {
-	_, b, err := t.ws.Read(ctx)
-	return b, err
+// wsChunk is the least a frame buffer grows by.
+const wsChunk = 4 << 10
+
+func (t *wsTransport) read(ctx context.Context, ch *charge) ([]byte, error) {
+	if cap(t.buf) > 64<<10 { // do not keep a large buffer for an idle conn
+		t.buf = nil
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	_, r, err := t.ws.Reader(rctx) // waits for a frame without a deadline
+	if err != nil {
+		return nil, err
+	}
+	// From its first byte, the whole message must arrive in time; the
+	// library closes the connection when the read's context ends.
+	var timedOut atomic.Bool
+	timer := time.AfterFunc(t.timeout, func() { timedOut.Store(true); cancel() })
+	defer timer.Stop()
+	buf := t.buf[:0]
+	for {
+		if len(buf) == cap(buf) {
+			// The library passes limit+1 bytes, then fails the next read
+			// with StatusMessageTooBig: room for both, and no more.
+			grow := max(cap(buf), wsChunk)
+			if len(buf)+grow > t.max+2 {
+				grow = t.max + 2 - len(buf)
+			}
+			if err := ch.take(grow); err != nil {
+				return nil, err
+			}
+			nb := make([]byte, len(buf), len(buf)+grow)
+			copy(nb, buf)
+			buf = nb
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if errors.Is(err, io.EOF) {
+			t.buf = buf
+			return buf, nil
+		}
+		if err != nil {
+			if timedOut.Load() {
+				return nil, errLineTimeout
+			}
+			return nil, err
+		}
+	}
 }
 
-func (t *wsTransport) write(ctx context.Context, msg []byte) error {
-	return t.ws.Write(ctx, websocket.MessageText, msg)
+// write sends one message. It gives the library no cancellable context: a
+// context with a Done channel costs a timer registration per frame, which
+// adds up when a notification fans out to many connections; a write to a
+// dead connection ends anyway, as kill closes the socket under it.
+func (t *wsTransport) write(_ context.Context, msg []byte) error {
+	return t.ws.Write(context.Background(), websocket.MessageText, msg)
 }
 
 // interrupt starts the close handshake; the reader returns when the peer

@@ -179,44 +179,53 @@ func TestWebSocketOversizeFrame(t *testing.T) {
 	ws2.Close(websocket.StatusNormalClosure, "")
 }
 
+// Connection classes: unauthenticated WebSockets have a small pool of
+// their own and a deadline; authenticated ones and streams have theirs.
 func TestConnLimitWebSocket(t *testing.T) {
 	checkLeaks(t)
-	s, _ := testServer(t, &ServerOptions{MaxConns: 2})
+	s, _ := testServer(t, &ServerOptions{MaxConns: 2, MaxUnauthConns: 2, AuthTimeout: 300 * time.Millisecond})
 	url := serveWS(t, s)
 	ctx := context.Background()
-	var clients []*Client
-	for range 2 {
+	dial := func() *Client {
+		t.Helper()
 		c, err := DialWebSocket(ctx, url, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer c.Close()
+		t.Cleanup(func() { c.Close() })
 		if err := c.Call(ctx, "ping", nil, nil); err != nil {
 			t.Fatal(err)
 		}
-		clients = append(clients, c)
+		return c
 	}
-	_, err := DialWebSocket(ctx, url, nil)
-	if err == nil || !strings.Contains(err.Error(), "503") {
-		t.Fatalf("third connection: %v, want a 503 refusal", err)
+	a, b := dial(), dial()
+	if _, err := DialWebSocket(ctx, url, nil); err == nil || !strings.Contains(err.Error(), "503") {
+		t.Fatalf("third unauthenticated connection: %v, want a 503 refusal", err)
 	}
-	// The limit spans transports: a pipe is refused too.
-	cl := newPipeClient(t, s)
-	if err := cl.Call(ctx, "ping", nil, nil); !errors.Is(err, ErrLimitExceeded) {
-		t.Fatalf("pipe over the limit: %v", err)
+	// Streams have their own slots: a pipe still connects.
+	if err := newPipeClient(t, s).Call(ctx, "ping", nil, nil); err != nil {
+		t.Fatalf("pipe while the unauthenticated pool is full: %v", err)
 	}
-	clients[0].Close()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		c, err := DialWebSocket(ctx, url, nil)
-		if err == nil {
-			c.Close()
-			break
+	// Authenticating moves a connection to the other pool, freeing its slot.
+	if err := a.Call(ctx, "login", nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Call(ctx, "login", nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	c := dial()
+	if err := c.Call(ctx, "login", nil, nil); !errors.Is(err, ErrLimitExceeded) {
+		t.Fatalf("authenticating over MaxConns: %v", err)
+	}
+	// The unauthenticated one is closed at its deadline; the others stay.
+	time.Sleep(600 * time.Millisecond)
+	if err := c.Call(ctx, "ping", nil, nil); err == nil {
+		t.Fatal("an unauthenticated connection outlived AuthTimeout")
+	}
+	for _, x := range []*Client{a, b} {
+		if err := x.Call(ctx, "ping", nil, nil); err != nil {
+			t.Fatalf("authenticated connection closed: %v", err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("slot not released: %v", err)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 

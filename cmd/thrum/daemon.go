@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -147,7 +148,19 @@ func (c *DaemonRunCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	defer n.Close() // the log reported its repairs through logger as it opened
-	srv := n.RPCServer(&thrum.RPCOptions{Server: rpc.ServerOptions{Logger: logger}})
+	// The owner's secret lets the owner's processes (and, through a login
+	// the CLI hands it, the owner's browser) act for the owner over the
+	// WebSocket; only a process that can read the owner's files has it.
+	secret, err := thrum.LoadOwnerSecret(filepath.Join(filepath.Dir(l.Socket), thrum.OwnerSecretFile))
+	if err != nil {
+		return fmt.Errorf("daemon: owner secret: %w", err)
+	}
+	if os.Getenv("GOMEMLIMIT") == "" {
+		// Requests hold at most the server's budget; this keeps the
+		// collector from letting garbage double the heap around it.
+		debug.SetMemoryLimit(daemonMemoryLimit)
+	}
+	srv := n.RPCServer(&thrum.RPCOptions{OwnerSecret: secret, Server: rpc.ServerOptions{Logger: logger}})
 	ul, err := thrum.ListenUnix(l.Socket)
 	if err != nil {
 		return err
@@ -160,7 +173,11 @@ func (c *DaemonRunCmd) Run(ctx context.Context, g *Globals) error {
 	port := wl.Addr().(*net.TCPAddr).Port
 	mux := http.NewServeMux()
 	mux.Handle("/ws", srv)
-	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	// Before the upgrade a connection is plain HTTP: small headers, a short
+	// deadline, and a cap on how many may be open (rpc refuses WebSockets
+	// over its own caps after the upgrade).
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, MaxHeaderBytes: 16 << 10, IdleTimeout: 30 * time.Second}
+	wl = rpc.LimitListener(wl, daemonMaxHTTPConns)
 	if err := writeFile(l.WSPort, strconv.Itoa(port)); err != nil {
 		return err
 	}
@@ -217,6 +234,14 @@ func (c *DaemonRunCmd) Run(ctx context.Context, g *Globals) error {
 	return nil
 }
 
+// daemonMemoryLimit is the daemon's soft memory limit (runtime/debug):
+// requests in flight hold at most rpc.DefaultMaxPendingBytes.
+const daemonMemoryLimit = 64 << 20
+
+// daemonMaxHTTPConns caps the loopback port's TCP connections: WebSockets
+// of both classes plus room for handshakes.
+const daemonMaxHTTPConns = rpc.DefaultMaxConns + rpc.DefaultMaxUnauthConns + 64
+
 func writeFile(path, s string) error {
 	return os.WriteFile(path, []byte(s+"\n"), 0o600)
 }
@@ -267,8 +292,12 @@ func (c *DaemonStartCmd) Run(ctx context.Context, g *Globals) error {
 		return fmt.Errorf("daemon start: %w", err)
 	}
 	defer unlock()
-	if h, err := health(ctx, l); err == nil {
+	h, herr := health(ctx, l)
+	if herr == nil {
 		return alreadyRunning(g, l, readPID(l.PIDFile), h)
+	}
+	if pid, ok := lockedBy(l); ok { // busy, not gone: never start a second one
+		return fmt.Errorf("daemon already running (pid %d) but not answering: %v", pid, herr)
 	}
 	exe, err := os.Executable()
 	if err != nil {
@@ -428,6 +457,16 @@ func statusJSON(l *layout, pid int, h *rpc.HealthResult) map[string]any {
 	return out
 }
 
+// lockedBy returns the live process holding the data directory's lock:
+// the daemon, answering or not.
+func lockedBy(l *layout) (pid int, ok bool) {
+	holder, held, err := thrum.LockHolder(l.LogDir)
+	if err != nil || !held || !alive(holder) {
+		return 0, false
+	}
+	return holder, true
+}
+
 // DaemonStopCmd stops the daemon.
 type DaemonStopCmd struct {
 	Timeout time.Duration `default:"15s" help:"How long to wait for a graceful stop."`
@@ -443,10 +482,30 @@ func (c *DaemonStopCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	pid := readPID(l.PIDFile)
-	if !alive(pid) {
-		return g.out(map[string]any{"stopped": false, "running": false}, func(w io.Writer) {
+	// Signal only the process that holds the data directory's lock: after
+	// a crash the pid file may name an unrelated process that got its ID.
+	holder, held, err := thrum.LockHolder(l.LogDir)
+	if err != nil {
+		return fmt.Errorf("daemon stop: %w", err)
+	}
+	if !held || holder <= 0 || !alive(holder) {
+		stale := pid > 0
+		if stale {
+			if err := os.Remove(l.PIDFile); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return fmt.Errorf("daemon stop: %w", err)
+			}
+		}
+		return g.out(map[string]any{"stopped": false, "running": false, "stale_pid_removed": stale, "pid": pid}, func(w io.Writer) {
+			if stale {
+				fmt.Fprintf(w, "Daemon is not running: removed the stale pid file (it named pid %d, which is not the daemon; nothing was signalled)\n", pid)
+				return
+			}
 			fmt.Fprintln(w, "Daemon is not running")
 		})
+	}
+	if pid != holder {
+		g.hint("the pid file names %d but the daemon is %d: stopping %d", pid, holder, holder)
+		pid = holder
 	}
 	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
 		return fmt.Errorf("daemon stop: %w", err)
@@ -485,6 +544,14 @@ func (c *DaemonStatusCmd) Run(ctx context.Context, g *Globals) error {
 	h, herr := health(ctx, l)
 	pid := readPID(l.PIDFile)
 	if herr != nil {
+		// A daemon that holds the lock is running, however busy it is.
+		if holder, held := lockedBy(l); held {
+			st := statusJSON(l, holder, nil)
+			st["running"], st["answering"], st["error"] = true, false, herr.Error()
+			return g.out(st, func(w io.Writer) {
+				fmt.Fprintf(w, "Daemon running (pid %d) but not answering: %v\n", holder, herr)
+			})
+		}
 		if err := g.out(statusJSON(l, pid, nil), func(w io.Writer) {
 			fmt.Fprintf(w, "Daemon is not running for %s\n", l.Root)
 		}); err != nil {

@@ -1,0 +1,536 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/thrumhq/thrum/identity"
+	"github.com/thrumhq/thrum/rpc"
+)
+
+// The attack suite of the trust boundary (DESIGN.md, "Trust boundary"):
+// each test drives a real daemon process, the built binary, over its real
+// socket and loopback port, as a local user or a localhost web page would.
+// TestAttackAllAtOnce runs the resource attacks together and prints the
+// daemon's peak memory; THRUM_ATTACK_HEAVY=1 runs it at the issue's full
+// scale.
+
+// attackTarget is a running daemon and what its owner knows of it.
+type attackTarget struct {
+	c      *thrumCLI
+	pid    int
+	sock   string
+	wsURL  string
+	secret string
+	tokens map[string]string
+}
+
+func startAttackTarget(t *testing.T) *attackTarget {
+	t.Helper()
+	if thrumBinErr != nil {
+		t.Fatalf("building the binary: %v", thrumBinErr)
+	}
+	c := &thrumCLI{t: t, repo: gitRepo(t), bin: thrumBin}
+	c.ok("", "init")
+	st := startDaemon(t, c)
+	a := &attackTarget{c: c, pid: int(num(st, "pid")), tokens: map[string]string{}}
+	a.sock = filepath.Join(c.repo, ".thrum", "var", "thrum.sock")
+	a.wsURL = fmt.Sprintf("ws://127.0.0.1:%d/ws", int(num(st, "ws_port")))
+	for _, q := range [][]string{{"alice", "implementer"}, {"bob", "reviewer"}} {
+		c.ok("", "quickstart", "--name", q[0], "--role", q[1], "--module", "auth")
+		f, err := identity.Load(filepath.Join(c.repo, ".thrum", "identities", q[0]+".json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.tokens[q[0]] = f.Token
+	}
+	b, err := os.ReadFile(filepath.Join(c.repo, ".thrum", "var", "owner.secret"))
+	if err != nil {
+		t.Fatalf("the daemon keeps no owner secret: %v", err)
+	}
+	if fi, _ := os.Stat(filepath.Join(c.repo, ".thrum", "var", "owner.secret")); fi.Mode().Perm() != 0o600 {
+		t.Fatalf("owner.secret mode %v, want 0600", fi.Mode().Perm())
+	}
+	a.secret = strings.TrimSpace(string(b))
+	return a
+}
+
+func (a *attackTarget) ws(t *testing.T) *rpc.Client {
+	t.Helper()
+	c, err := rpc.DialWebSocket(context.Background(), a.wsURL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func (a *attackTarget) unix(t *testing.T) *rpc.Client {
+	t.Helper()
+	c, err := rpc.Dial(context.Background(), a.sock, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func (a *attackTarget) messageCount(t *testing.T) int {
+	t.Helper()
+	var r rpc.ListMessagesResult
+	if err := a.unix(t).Call(context.Background(), rpc.MethodMessageList, map[string]any{"page_size": 1}, &r); err != nil {
+		t.Fatal(err)
+	}
+	return r.Total
+}
+
+func wantRPCCode(t *testing.T, what string, err error, code int) {
+	t.Helper()
+	var e *rpc.Error
+	if !errors.As(err, &e) || e.Code != code {
+		t.Errorf("%s: %v, want code %d", what, err, code)
+	}
+}
+
+// Attacks 1 and 3: an anonymous WebSocket gets nothing but health: no
+// user.register, no message bodies, no agent contexts, no owner's email.
+func TestAttackAnonymousWebSocket(t *testing.T) {
+	t.Parallel()
+	a := startAttackTarget(t)
+	ctx := context.Background()
+	u := a.unix(t)
+	if _, err := u.Auth(ctx, &rpc.AuthParams{AgentID: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	sent, err := u.SendMessage(ctx, &rpc.SendMessageParams{Content: "secret plans", Mentions: []string{"bob"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := a.ws(t)
+	if _, err := w.Health(ctx, &rpc.HealthParams{}); err != nil {
+		t.Fatalf("health: %v", err)
+	}
+	for _, call := range []struct {
+		method string
+		params any
+	}{
+		{rpc.MethodUserRegister, map[string]any{"username": "mallory"}},
+		{rpc.MethodMessageList, map[string]any{}},
+		{rpc.MethodMessageGet, map[string]any{"message_id": sent.MessageID}},
+		{rpc.MethodAgentListContext, map[string]any{}},
+		{rpc.MethodUserIdentify, map[string]any{}},
+		{rpc.MethodAgentList, map[string]any{}},
+		{rpc.MethodAgentRegister, map[string]any{"name": "mallory", "role": "tester", "module": "x"}},
+		{rpc.MethodThreadList, map[string]any{}},
+		{rpc.MethodSessionList, map[string]any{}},
+		{rpc.MethodGroupList, map[string]any{}},
+		{rpc.MethodMessageSend, map[string]any{"content": "x", "acting_as": "alice"}},
+	} {
+		var out json.RawMessage
+		err := w.Call(ctx, call.method, call.params, &out)
+		wantRPCCode(t, call.method+" without a credential", err, rpc.CodeUnauthenticated)
+		if strings.Contains(string(out), "secret plans") || strings.Contains(string(out), "test@example.com") {
+			t.Errorf("%s leaked: %s", call.method, out)
+		}
+	}
+	_, err = w.Auth(ctx, &rpc.AuthParams{OwnerSecret: "0000"})
+	wantRPCCode(t, "a guessed owner secret", err, rpc.CodeUnauthenticated)
+	if n := a.messageCount(t); n != 1 {
+		t.Errorf("%d messages after the attack, want 1", n)
+	}
+}
+
+// Attack 1: an agent's token is that agent alone: no acting_as, no
+// user.register, no ending another's session, no deleting another agent.
+// The owner's secret may do all of it.
+func TestAttackTokenHolder(t *testing.T) {
+	t.Parallel()
+	a := startAttackTarget(t)
+	ctx := context.Background()
+	var sessions rpc.ListSessionsResult
+	if err := a.unix(t).Call(ctx, rpc.MethodSessionList, map[string]any{"agent_id": "bob", "active_only": true}, &sessions); err != nil || len(sessions.Sessions) == 0 {
+		t.Fatalf("bob's session: %+v %v", sessions, err)
+	}
+	bobSession := sessions.Sessions[0].SessionID
+
+	m := a.ws(t)
+	if _, err := m.Auth(ctx, &rpc.AuthParams{Token: a.tokens["alice"]}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := m.SendMessage(ctx, &rpc.SendMessageParams{Content: "from bob, honest", ActingAs: "bob", Mentions: []string{"alice"}})
+	wantRPCCode(t, "acting_as bob with alice's token", err, rpc.CodeForbidden)
+	_, err = m.RegisterUser(ctx, &rpc.RegisterUserParams{Username: "mallory"})
+	wantRPCCode(t, "user.register with an agent's token", err, rpc.CodeForbidden)
+	_, err = m.EndSession(ctx, &rpc.EndSessionParams{SessionID: bobSession})
+	wantRPCCode(t, "ending bob's session", err, rpc.CodeForbidden)
+	_, err = m.DeleteAgent(ctx, &rpc.DeleteAgentParams{Name: "bob"})
+	wantRPCCode(t, "deleting bob", err, rpc.CodeForbidden)
+	err = m.Call(ctx, rpc.MethodAgentCleanup, map[string]any{"force": true}, nil)
+	wantRPCCode(t, "agent.cleanup --force", err, rpc.CodeForbidden)
+	if n := a.messageCount(t); n != 0 {
+		t.Errorf("%d messages stored by the attack", n)
+	}
+	var st rpc.ListSessionsResult
+	if err := a.unix(t).Call(ctx, rpc.MethodSessionList, map[string]any{"agent_id": "bob", "active_only": true}, &st); err != nil || len(st.Sessions) == 0 || st.Sessions[0].SessionID != bobSession {
+		t.Errorf("bob's session after the attack: %+v %v", st, err)
+	}
+
+	// The owner's secret, read from the owner's file, may.
+	o := a.ws(t)
+	if r, err := o.Auth(ctx, &rpc.AuthParams{OwnerSecret: a.secret}); err != nil || !r.Owner {
+		t.Fatalf("auth with the owner's secret: %+v %v", r, err)
+	}
+	if _, err := o.RegisterUser(ctx, &rpc.RegisterUserParams{Username: "ada"}); err != nil {
+		t.Fatalf("the owner registers a user: %v", err)
+	}
+	if _, err := o.SendMessage(ctx, &rpc.SendMessageParams{Content: "via ada", ActingAs: "bob", Disclose: true, Mentions: []string{"alice"}}); err != nil {
+		t.Fatalf("the owner's user acts as bob: %v", err)
+	}
+}
+
+// Attack 2: a worktree ref names another repository whose config runs a
+// program (core.fsmonitor); the daemon must not run git there. Its own
+// repository's worktree still gets its git context.
+func TestAttackGitOutsideRepo(t *testing.T) {
+	t.Parallel()
+	a := startAttackTarget(t)
+	ctx := context.Background()
+	evil := t.TempDir()
+	marker := filepath.Join(t.TempDir(), "pwned")
+	gitT(t, evil, "init", "-q", "-b", "main")
+	hook := filepath.Join(evil, "hook.sh")
+	if err := os.WriteFile(hook, []byte("#!/bin/sh\ntouch "+marker+"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	gitT(t, evil, "config", "core.fsmonitor", hook)
+	// The hook works when git does run there: the attack is real.
+	if out, err := exec.Command("git", "-C", evil, "status", "--porcelain").CombinedOutput(); err != nil {
+		t.Fatalf("git status in the bait: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(marker); err != nil {
+		t.Skipf("this git does not run core.fsmonitor (%v): nothing to prove", err)
+	}
+	os.Remove(marker)
+
+	w := a.ws(t)
+	if _, err := w.Auth(ctx, &rpc.AuthParams{Token: a.tokens["alice"]}); err != nil {
+		t.Fatal(err)
+	}
+	var sessions rpc.ListSessionsResult
+	if err := w.Call(ctx, rpc.MethodSessionList, map[string]any{"agent_id": "alice", "active_only": true}, &sessions); err != nil || len(sessions.Sessions) == 0 {
+		t.Fatalf("alice's session: %+v %v", sessions, err)
+	}
+	sid := sessions.Sessions[0].SessionID
+	if _, err := w.Heartbeat(ctx, &rpc.HeartbeatParams{SessionID: sid, AddRefs: []rpc.Ref{{Type: "worktree", Value: evil}}}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("the daemon ran git in a repository a caller named: its hook ran")
+	}
+	var lc rpc.ListContextResult
+	if err := w.Call(ctx, rpc.MethodAgentListContext, map[string]any{}, &lc); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range lc.Contexts {
+		if c.WorktreePath == evil {
+			t.Fatalf("a context of the foreign repository was recorded: %+v", c)
+		}
+	}
+	// The daemon's own repository is still read.
+	if _, err := w.Heartbeat(ctx, &rpc.HeartbeatParams{SessionID: sid, RemoveRefs: []rpc.Ref{{Type: "worktree", Value: evil}}, AddRefs: []rpc.Ref{{Type: "worktree", Value: a.c.repo}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Call(ctx, rpc.MethodAgentListContext, map[string]any{}, &lc); err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, c := range lc.Contexts {
+		found = found || c.WorktreePath == a.c.repo && c.Branch == "main"
+	}
+	if !found {
+		t.Fatalf("no context for the daemon's own worktree: %+v", lc.Contexts)
+	}
+}
+
+// Attack 7: wrong-typed identity params and invalid Unicode are refused
+// with the right codes, and nothing is stored.
+func TestAttackCodes(t *testing.T) {
+	t.Parallel()
+	a := startAttackTarget(t)
+	ctx := context.Background()
+	u := a.unix(t)
+	err := u.Call(ctx, rpc.MethodMessageSend, map[string]any{"caller_agent_id": 42, "content": "x"}, nil)
+	wantRPCCode(t, "caller_agent_id 42", err, rpc.CodeInvalidParams)
+	err = u.Call(ctx, rpc.MethodMessageList, map[string]any{"caller_agent_id": []int{1}}, nil)
+	wantRPCCode(t, "caller_agent_id [1]", err, rpc.CodeInvalidParams)
+	raw := dialAttackUnix(t, a.sock)
+	for _, line := range []string{
+		"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"message.send\",\"params\":{\"caller_agent_id\":\"alice\",\"content\":\"bad \xff byte\"}}",
+		`{"jsonrpc":"2.0","id":2,"method":"message.send","params":{"caller_agent_id":"alice","content":"lone \ud800 surrogate"}}`,
+	} {
+		reply := raw.roundTrip(t, line)
+		if !strings.Contains(reply, `"code":-32700`) {
+			t.Errorf("invalid Unicode: %s", reply)
+		}
+	}
+	if n := a.messageCount(t); n != 0 {
+		t.Errorf("%d messages stored from invalid requests", n)
+	}
+}
+
+// Attack 4: idle, never-authenticated WebSockets fill only their own
+// small pool and are closed within seconds; the owner's CLI works all the
+// while, and daemon status says the daemon runs.
+func TestAttackIdleConnections(t *testing.T) {
+	t.Parallel()
+	a := startAttackTarget(t)
+	const n = 300
+	var (
+		mu       sync.Mutex
+		upgraded []net.Conn
+		refused  int
+	)
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			nc, code := rawHandshake(t, a.wsURL)
+			mu.Lock()
+			defer mu.Unlock()
+			if code == http.StatusSwitchingProtocols {
+				upgraded = append(upgraded, nc)
+			} else {
+				refused++
+			}
+		}()
+	}
+	wg.Wait()
+	t.Cleanup(func() {
+		for _, c := range upgraded {
+			c.Close()
+		}
+	})
+	t.Logf("%d idle WebSockets: %d upgraded, %d refused", n, len(upgraded), refused)
+	if len(upgraded) > rpc.DefaultMaxUnauthConns {
+		t.Errorf("%d unauthenticated WebSockets held, the cap is %d", len(upgraded), rpc.DefaultMaxUnauthConns)
+	}
+	// The owner is not locked out.
+	r := a.c.ok("alice", "send", "still here", "--to", "@bob")
+	contains(t, "send during the attack", r.stdout, "Message sent")
+	r = a.c.ok("", "daemon", "status")
+	contains(t, "status during the attack", r.stdout, "Daemon running (pid "+strconv.Itoa(a.pid)+")")
+	// A token holder still gets in: authenticated connections have their own pool.
+	c, err := rpc.DialWebSocket(context.Background(), a.wsURL, nil)
+	if err == nil {
+		defer c.Close()
+		_, err = c.Auth(context.Background(), &rpc.AuthParams{Token: a.tokens["bob"]})
+	}
+	if err != nil && len(upgraded) < rpc.DefaultMaxUnauthConns {
+		t.Errorf("a token holder during the attack: %v", err)
+	}
+	// The idle ones are closed by the server within its auth timeout.
+	deadline := time.Now().Add(rpc.DefaultAuthTimeout + 5*time.Second)
+	for _, nc := range upgraded {
+		nc.SetReadDeadline(deadline)
+		if _, err := io.Copy(io.Discard, nc); err != nil {
+			t.Fatalf("an unauthenticated WebSocket was not closed within %v: %v", rpc.DefaultAuthTimeout, err)
+		}
+	}
+}
+
+// TestAttackAllAtOnce runs the resource attacks of the issue together
+// against one daemon and prints its peak memory (VmHWM): concurrent
+// oversized message.send on the socket, oversized frames on
+// unauthenticated WebSockets, socket connections holding a long line they
+// never finish, and idle WebSockets. Light by default; THRUM_ATTACK_HEAVY=1
+// uses the issue's scale (200 of each, 1 MB each).
+func TestAttackAllAtOnce(t *testing.T) {
+	a := startAttackTarget(t)
+	n, size := 40, 1_000_000
+	if os.Getenv("THRUM_ATTACK_HEAVY") == "1" {
+		n = 200
+	}
+	before := vmHWM(t, a.pid)
+	content := strings.Repeat("A", size)
+	send := `{"jsonrpc":"2.0","id":1,"method":"message.send","params":{"caller_agent_id":"alice","content":"` + content + `","mentions":["bob"]}}` + "\n"
+	frame := []byte(`{"jsonrpc":"2.0","id":1,"method":"message.send","params":{"content":"` + content + `"}}`)
+	partial := []byte(`{"jsonrpc":"2.0","id":1,"method":"message.send","params":{"content":"` + strings.Repeat("B", 960_000))
+
+	var wg sync.WaitGroup
+	var held sync.Mutex
+	var keep []net.Conn
+	hold := func(c net.Conn) { held.Lock(); keep = append(keep, c); held.Unlock() }
+	t.Cleanup(func() {
+		for _, c := range keep {
+			c.Close()
+		}
+	})
+	var replies sync.Map // first reply line → count
+	for range n {
+		wg.Add(3)
+		go func() { // 1 MB message.send on the socket, all at once
+			defer wg.Done()
+			nc, err := net.Dial("unix", a.sock)
+			if err != nil {
+				return
+			}
+			hold(nc)
+			go nc.Write([]byte(send))
+			nc.SetReadDeadline(time.Now().Add(30 * time.Second))
+			line, _ := bufio.NewReader(nc).ReadString('\n')
+			reason := "closed"
+			var r struct {
+				Error *rpc.Error `json:"error"`
+			}
+			if json.Unmarshal([]byte(line), &r) == nil && r.Error != nil {
+				reason, _, _ = strings.Cut(r.Error.Message, ":")
+				reason = strconv.Itoa(r.Error.Code) + " " + reason
+			}
+			v, _ := replies.LoadOrStore(reason, new(int))
+			held.Lock()
+			*v.(*int)++
+			held.Unlock()
+		}()
+		go func() { // 1 MB frame on an unauthenticated WebSocket
+			defer wg.Done()
+			nc, code := rawHandshake(t, a.wsURL)
+			if code != http.StatusSwitchingProtocols {
+				return
+			}
+			hold(nc)
+			writeMaskedFrame(nc, frame)
+		}()
+		go func() { // 960 KB of a line that never ends
+			defer wg.Done()
+			nc, err := net.Dial("unix", a.sock)
+			if err != nil {
+				return
+			}
+			hold(nc)
+			nc.SetWriteDeadline(time.Now().Add(30 * time.Second))
+			nc.Write(partial)
+		}()
+	}
+	wg.Wait()
+	// The owner still gets in while it all goes on.
+	r := a.c.ok("alice", "send", "owner during the attack", "--to", "@bob")
+	contains(t, "send during the attack", r.stdout, "Message sent")
+	time.Sleep(time.Second)
+	peak := vmHWM(t, a.pid)
+	var summary []string
+	replies.Range(func(k, v any) bool { summary = append(summary, fmt.Sprintf("%s×%d", k, *v.(*int))); return true })
+	t.Logf("attack at scale %d × 1 MB: daemon VmHWM %d MiB before, %d MiB peak (goal < 100 MiB); oversized sends answered: %v",
+		n, before>>20, peak>>20, summary)
+	fmt.Printf("attack harness (n=%d): daemon VmHWM %d KiB before, %d KiB peak\n", n, before>>10, peak>>10)
+	if peak > 100<<20 {
+		t.Errorf("daemon peak memory %d MiB, goal under 100 MiB", peak>>20)
+	}
+	if n := a.messageCount(t); n != 1 {
+		t.Errorf("%d messages stored, want only the owner's", n)
+	}
+}
+
+// vmHWM returns the peak resident set of process pid, in bytes.
+func vmHWM(t *testing.T, pid int) int64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Skipf("no /proc: %v", err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	t.Fatal("no VmHWM in /proc status")
+	return 0
+}
+
+// rawHandshake opens a TCP connection to the loopback port and upgrades
+// it, as a web page's WebSocket would (no Origin: a local process). It
+// returns the connection (nil unless upgraded) and the HTTP status.
+func rawHandshake(t *testing.T, wsURL string) (net.Conn, int) {
+	host := strings.TrimSuffix(strings.TrimPrefix(wsURL, "ws://"), "/ws")
+	nc, err := net.DialTimeout("tcp", host, 10*time.Second)
+	if err != nil {
+		return nil, 0
+	}
+	nc.SetDeadline(time.Now().Add(10 * time.Second))
+	req, _ := http.NewRequest(http.MethodGet, "http://"+host+"/ws", nil)
+	req.Header.Set("Upgrade", "websocket")
+	req.Header.Set("Connection", "Upgrade")
+	req.Header.Set("Sec-WebSocket-Version", "13")
+	req.Header.Set("Sec-WebSocket-Key", base64.StdEncoding.EncodeToString([]byte("0123456789abcdef")))
+	if err := req.Write(nc); err != nil {
+		nc.Close()
+		return nil, 0
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(nc), req)
+	if err != nil {
+		nc.Close()
+		return nil, 0
+	}
+	nc.SetDeadline(time.Time{})
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		nc.Close()
+		return nil, resp.StatusCode
+	}
+	return nc, resp.StatusCode
+}
+
+// writeMaskedFrame writes one final text frame with a zero mask.
+func writeMaskedFrame(nc net.Conn, payload []byte) {
+	h := []byte{0x81, 0x80 | 127, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+	for i := 0; i < 8; i++ {
+		h[2+i] = byte(uint64(len(payload)) >> (56 - 8*i))
+	}
+	nc.SetWriteDeadline(time.Now().Add(30 * time.Second))
+	nc.Write(append(h, payload...))
+}
+
+// attackUnix is a raw line connection to the socket.
+type attackUnix struct {
+	nc net.Conn
+	br *bufio.Reader
+}
+
+func dialAttackUnix(t *testing.T, sock string) *attackUnix {
+	t.Helper()
+	nc, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	return &attackUnix{nc: nc, br: bufio.NewReader(nc)}
+}
+
+func (u *attackUnix) roundTrip(t *testing.T, line string) string {
+	t.Helper()
+	u.nc.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(u.nc, line+"\n"); err != nil {
+		t.Fatal(err)
+	}
+	s, err := u.br.ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}

@@ -1,0 +1,82 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Attack 6: after a crash the pid file may name an unrelated process that
+// reused the ID. `thrum daemon stop` signals only the process holding the
+// data directory's lock: it leaves the stranger alone, removes the stale
+// pid file and says so.
+func TestDaemonStopIgnoresStalePID(t *testing.T) {
+	t.Parallel()
+	if thrumBinErr != nil {
+		t.Fatalf("building the binary: %v", thrumBinErr)
+	}
+	c := &thrumCLI{t: t, repo: gitRepo(t), bin: thrumBin}
+	c.ok("", "init")
+
+	stranger := exec.Command("sleep", "60")
+	if err := stranger.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stranger.Process.Kill(); stranger.Wait() })
+	pidFile := filepath.Join(c.repo, ".thrum", "var", "thrum.pid")
+	if err := os.MkdirAll(filepath.Dir(pidFile), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(pidFile, []byte(strconv.Itoa(stranger.Process.Pid)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	r := c.ok("", "daemon", "stop")
+	contains(t, "daemon stop", r.stdout, "removed the stale pid file", strconv.Itoa(stranger.Process.Pid))
+	time.Sleep(50 * time.Millisecond)
+	if err := stranger.Process.Signal(syscall.Signal(0)); err != nil {
+		t.Fatalf("the unrelated process was signalled: %v", err)
+	}
+	if _, err := os.Stat(pidFile); !os.IsNotExist(err) {
+		t.Fatalf("stale pid file left: %v", err)
+	}
+
+	// A real daemon is still stopped, by the lock holder's pid.
+	st := startDaemon(t, c)
+	pid := int(num(st, "pid"))
+	r = c.ok("", "daemon", "status")
+	contains(t, "daemon status", r.stdout, "Daemon running (pid "+strconv.Itoa(pid)+")")
+	r = c.ok("", "daemon", "stop")
+	contains(t, "daemon stop", r.stdout, "Daemon stopped (pid "+strconv.Itoa(pid)+")")
+}
+
+// A daemon that does not answer (here: stopped with SIGSTOP) is still the
+// daemon: status says it runs, and start does not launch a second one.
+func TestDaemonBusyIsNotGone(t *testing.T) {
+	t.Parallel()
+	if thrumBinErr != nil {
+		t.Fatalf("building the binary: %v", thrumBinErr)
+	}
+	c := &thrumCLI{t: t, repo: gitRepo(t), bin: thrumBin}
+	c.ok("", "init")
+	st := startDaemon(t, c)
+	pid := int(num(st, "pid"))
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Kill(pid, syscall.SIGCONT)
+	r := c.ok("", "daemon", "status")
+	contains(t, "status of a stopped daemon", r.stdout, "Daemon running (pid "+strconv.Itoa(pid)+") but not answering")
+	r = c.run("daemon", "start")
+	if r.code == 0 || !strings.Contains(r.stderr, "already running (pid "+strconv.Itoa(pid)+")") {
+		t.Fatalf("start beside a busy daemon:\n%s", r)
+	}
+	syscall.Kill(pid, syscall.SIGCONT)
+	r = c.ok("", "daemon", "status")
+	contains(t, "status after SIGCONT", r.stdout, "Daemon running (pid "+strconv.Itoa(pid)+")\n")
+}
