@@ -160,9 +160,14 @@ func TestCleanupSparesOtherWorktreesAndSaysWhy(t *testing.T) {
 		t.Skip("git not installed")
 	}
 	mainIDs, featIDs := t.TempDir(), t.TempDir()
+	// The node records work context only in worktrees of its own
+	// repository, so frank's worktree is one of them.
+	repo := filepath.Join(t.TempDir(), "repo")
+	gitInit(t, repo)
 	var offset time.Duration
 	var dirsErr error
 	opts := &thrum.Options{
+		RepoDir:      repo,
 		IdentityDir:  mainIDs,
 		IdentityDirs: func(context.Context) ([]string, error) { return []string{mainIDs, featIDs}, dirsErr },
 		Now:          func() time.Time { return time.Now().Add(offset) },
@@ -176,7 +181,9 @@ func TestCleanupSparesOtherWorktreesAndSaysWhy(t *testing.T) {
 
 	// frank worked in a worktree that has since been removed.
 	wt := filepath.Join(t.TempDir(), "gone")
-	gitInit(t, wt)
+	if out, err := exec.Command("git", "-C", repo, "worktree", "add", "-q", "--detach", wt).CombinedOutput(); err != nil {
+		t.Fatalf("git worktree add: %v\n%s", err, out)
+	}
 	frank := f.register(rpc.RegisterAgentParams{Name: "frank", Role: "tester", Module: "core"})
 	s, err := f.n.StartSession(f.ctx, &rpc.StartSessionParams{AgentID: frank, Refs: []rpc.Ref{{Type: thrum.RefWorktree, Value: wt}}})
 	if err != nil {
