@@ -22,7 +22,7 @@ func QueueIDs(s *Server) []string {
 	defer s.queue.mu.Unlock()
 	ids := make([]string, len(s.queue.items))
 	for i, n := range s.queue.items {
-		ids[i] = n.MessageID
+		ids[i] = n.id
 	}
 	return ids
 }
