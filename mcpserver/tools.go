@@ -408,11 +408,17 @@ func (s *Server) checkMessages(ctx context.Context, _ *mcp.CallToolRequest, in C
 	if limit < 1 || limit > 100 {
 		return out, invalidArg("check_messages", "limit %d is out of range: use 1 to 100", limit)
 	}
+	// What a stopped wait claimed comes first.
+	out.Messages = append(out.Messages, s.unhold(limit, 0)...)
+	if len(out.Messages) == limit {
+		out.Status = "messages"
+		return out, nil
+	}
 	r, err := callRPC(ctx, s, func(ctx context.Context, c *rpc.Client) (*rpc.ListMessagesResult, error) {
-		return c.ListMessages(ctx, &rpc.ListMessagesParams{Mentions: true, Unread: true, PageSize: limit, SortOrder: "asc"})
+		return c.ListMessages(ctx, &rpc.ListMessagesParams{Mentions: true, Unread: true, PageSize: limit - len(out.Messages), SortOrder: "asc"})
 	})
 	if err != nil {
-		return out, err
+		return s.heldOr(out, err)
 	}
 	ids := make([]string, 0, len(r.Messages))
 	for i := range r.Messages {
@@ -421,7 +427,7 @@ func (s *Server) checkMessages(ctx context.Context, _ *mcp.CallToolRequest, in C
 	var claimed []string
 	if len(ids) > 0 {
 		if claimed, err = s.claim(ctx, ids); err != nil {
-			return out, err
+			return s.heldOr(out, err)
 		}
 	}
 	for i := range r.Messages {
@@ -435,6 +441,17 @@ func (s *Server) checkMessages(ctx context.Context, _ *mcp.CallToolRequest, in C
 	}
 	// The others listed were taken by another consumer: no longer unread.
 	out.Remaining = max(r.Total-len(ids), 0)
+	return out, nil
+}
+
+// heldOr returns the held messages check_messages took already, rather
+// than lose them to err; err if there are none.
+func (s *Server) heldOr(out CheckMessagesOutput, err error) (CheckMessagesOutput, error) {
+	if len(out.Messages) == 0 {
+		return out, err
+	}
+	s.log.Warn("mcpserver: check_messages returns held messages only", "err", err)
+	out.Status = "messages"
 	return out, nil
 }
 
@@ -554,6 +571,9 @@ func (s *Server) stopped(ctx context.Context) bool {
 // returns it; nil if there is none (or the wait was stopped). Messages
 // below the filter stay queued, in order; read or deleted ones leave.
 func (s *Server) takeQueued(ctx context.Context, floor int) (*MessageInfo, error) {
+	if m := s.unhold(1, floor); len(m) > 0 {
+		return &m[0], nil
+	}
 	for _, it := range s.queue.snapshot() {
 		if s.stopped(ctx) {
 			return nil, nil
@@ -594,9 +614,35 @@ func (s *Server) takeQueued(ctx context.Context, floor int) (*MessageInfo, error
 			continue // another consumer of this agent took it
 		}
 		info := s.info(ctx, m.MessageID, m.ThreadID, m.Author.AgentID, m.Body, m.Refs, m.Priority, m.CreatedAt)
+		if s.stopped(ctx) {
+			s.hold(info) // claimed as the wait stopped: the next call returns it
+			return nil, nil
+		}
 		return &info, nil
 	}
 	return nil, nil
+}
+
+func (s *Server) hold(m MessageInfo) {
+	s.heldMu.Lock()
+	s.held = append(s.held, m)
+	s.heldMu.Unlock()
+	s.queue.wake()
+}
+
+// unhold takes up to n held messages at or above floor, oldest first.
+func (s *Server) unhold(n, floor int) []MessageInfo {
+	s.heldMu.Lock()
+	defer s.heldMu.Unlock()
+	var out []MessageInfo
+	s.held = slices.DeleteFunc(s.held, func(m MessageInfo) bool {
+		if len(out) < n && priorities[m.Priority] >= floor {
+			out = append(out, m)
+			return true
+		}
+		return false
+	})
+	return out
 }
 
 // info builds a MessageInfo.
