@@ -70,8 +70,12 @@ func (c *wireConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 	if r, ok := m.(*jsonrpc.Response); ok && r.Result != nil {
 		var res struct {
 			StructuredContent struct {
-				Message  *struct{ MessageID string `json:"message_id"` }  `json:"message"`
-				Messages []struct{ MessageID string `json:"message_id"` } `json:"messages"`
+				Message *struct {
+					MessageID string `json:"message_id"`
+				} `json:"message"`
+				Messages []struct {
+					MessageID string `json:"message_id"`
+				} `json:"messages"`
 			} `json:"structuredContent"`
 		}
 		if json.Unmarshal(r.Result, &res) == nil {

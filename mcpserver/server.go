@@ -100,13 +100,13 @@ type Server struct {
 
 	queue queue
 
-	waitMu  sync.Mutex    // held by the one active wait_for_message
+	waitMu sync.Mutex // held by the one active wait_for_message
 
 	// held keeps what a wait claimed but could not return because it was
 	// stopped (cancelled, its POST closed, shutdown) while the claim was
 	// on its way: the next consuming call of this server returns it first.
-	heldMu sync.Mutex
-	held   []MessageInfo
+	heldMu  sync.Mutex
+	held    []MessageInfo
 	ending  chan struct{} // closed by EndWaits
 	endOnce sync.Once
 
