@@ -112,7 +112,10 @@ type Server struct {
 
 	// posts maps the key given to each HTTP POST (postKeyHeader) to the
 	// POST's context: a wait ends when the stream carrying it closes.
-	posts sync.Map
+	// sessionWaits maps an HTTP session ID to the cancel of its wait: a
+	// DELETE of the session ends it (the SDK's own close would wait for it).
+	posts        sync.Map
+	sessionWaits sync.Map
 
 	// roster caches agents' roles, for MessageInfo.from_role and
 	// addressed_as.
@@ -179,9 +182,20 @@ func (s *Server) MCP() *mcp.Server { return s.mcp }
 // answered first (status "shutdown", see EndWaits), so Run returns at
 // once with the answer sent.
 func (s *Server) Run(ctx context.Context, t mcp.Transport) error {
-	stop := context.AfterFunc(ctx, s.EndWaits)
+	waits := &unanswered{}
+	run, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	stop := context.AfterFunc(ctx, func() {
+		s.EndWaits()
+		waits.awaitAnswers(shutdownGrace)
+		cancel()
+	})
 	defer stop()
-	return s.mcp.Run(ctx, t)
+	err := s.mcp.Run(run, &answering{Transport: t, waits: waits})
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return err
 }
 
 // EndWaits answers a pending wait_for_message, and every later one, with
@@ -222,6 +236,11 @@ func (s *Server) HTTPHandler() http.Handler {
 			return
 		}
 		r.Header.Del(postKeyHeader)
+		if r.Method == http.MethodDelete {
+			if w, ok := s.sessionWaits.Load(r.Header.Get("Mcp-Session-Id")); ok {
+				w.(*sessionWait).cancel()
+			}
+		}
 		if r.Method == http.MethodPost {
 			key := rand.Text()
 			r.Header.Set(postKeyHeader, key)
@@ -243,17 +262,24 @@ func (s *Server) bearerOK(h string) bool {
 // req closes (the SDK keeps a request running after its stream closes, so
 // that a client could resume it; a wait must not outlive its caller).
 func (s *Server) requestContext(ctx context.Context, req *mcp.CallToolRequest) (context.Context, context.CancelFunc) {
-	if req == nil || req.Extra == nil || req.Extra.Header == nil {
-		return ctx, func() {}
-	}
-	v, ok := s.posts.Load(req.Extra.Header.Get(postKeyHeader))
-	if !ok {
+	if req == nil || req.Extra == nil || req.Extra.Header == nil || req.Session == nil {
 		return ctx, func() {}
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	stop := context.AfterFunc(v.(context.Context), cancel)
-	return ctx, func() { stop(); cancel() }
+	stop := func() bool { return false }
+	if v, ok := s.posts.Load(req.Extra.Header.Get(postKeyHeader)); ok {
+		stop = context.AfterFunc(v.(context.Context), cancel)
+	}
+	sid, w := req.Session.ID(), &sessionWait{cancel: cancel}
+	s.sessionWaits.Store(sid, w)
+	return ctx, func() {
+		s.sessionWaits.CompareAndDelete(sid, w)
+		stop()
+		cancel()
+	}
 }
+
+type sessionWait struct{ cancel context.CancelFunc }
 
 // roleOf returns an agent's role, "" if unknown.
 func (s *Server) roleOf(ctx context.Context, agent string) string {

@@ -126,11 +126,24 @@ func (s *screen) check(line []byte) bool {
 		batch = []json.RawMessage{line}
 	}
 	for _, m := range batch {
-		if _, err := jsonrpc.DecodeMessage(m); err != nil {
-			var probe struct {
-				ID json.RawMessage `json:"id"`
-			}
-			_ = json.Unmarshal(m, &probe)
+		var probe struct {
+			JSONRPC string          `json:"jsonrpc"`
+			ID      json.RawMessage `json:"id"`
+			Method  *string         `json:"method"`
+			Result  json.RawMessage `json:"result"`
+			Error   json.RawMessage `json:"error"`
+		}
+		err := json.Unmarshal(m, &probe)
+		switch {
+		case err != nil:
+		case probe.JSONRPC != "2.0":
+			err = errors.New(`jsonrpc must be "2.0"`)
+		case probe.Method == nil && (len(probe.ID) == 0 || (probe.Result == nil && probe.Error == nil)):
+			err = errors.New("neither a request nor a response")
+		default:
+			_, err = jsonrpc.DecodeMessage(m)
+		}
+		if err != nil {
 			s.reply(probe.ID, jsonrpc.CodeInvalidRequest, "invalid request: "+err.Error())
 			return false
 		}
