@@ -152,7 +152,7 @@ func TestMCPServeDelivery(t *testing.T) {
 		t.Errorf("pending wait at SIGTERM = %+v, want status shutdown", out)
 	}
 	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	go func() { exited <- cs.Wait() }() // the process closed its stdout: it exited
 	select {
 	case <-exited:
 		t.Logf("stdio: SIGTERM answered the wait and exited in %v", time.Since(start).Round(time.Millisecond))
