@@ -1,6 +1,7 @@
 // Package mcpserver gives AI agents thrum's messaging as native MCP tools
 // (spec/mcp-server.md): send_message, check_messages, wait_for_message,
-// list_agents, broadcast_message and six group tools.
+// list_agents, broadcast_message and six group tools, and get_message,
+// which shows a message in its conversation.
 //
 // A Server acts as one agent, resolved once by its caller. It holds one
 // persistent rpc.Client to a thrum daemon — a Unix socket, or an

@@ -1,6 +1,7 @@
 package mcpserver
 
-// The inputs and outputs of the 11 tools, as spec/mcp-server.md names
+// The inputs and outputs of the 12 tools (spec/mcp-server.md's 11 and
+// get_message), as the spec names
 // them. jsonschema tags are the descriptions agents see.
 
 // MessageInfo is one message as the tools return it.
