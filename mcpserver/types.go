@@ -1,8 +1,8 @@
 package mcpserver
 
 // The inputs and outputs of the 12 tools (spec/mcp-server.md's 11 and
-// get_message), as the spec names
-// them. jsonschema tags are the descriptions agents see.
+// get_message), as the spec names them. jsonschema tags are the
+// descriptions agents see; schema.go adds enums and bounds.
 
 // MessageInfo is one message as the tools return it.
 type MessageInfo struct {
