@@ -366,8 +366,8 @@ func TestWaitForMessageSkipsConsumed(t *testing.T) {
 	}
 	queuedUntil(t, bob.srv, deleted)
 	got := call[mcpserver.CheckMessagesOutput](t, bob, "check_messages", nil)
-	if len(got.Messages) != 3 {
-		t.Fatalf("check_messages = %+v, want the 3 live messages", got.Messages)
+	if len(got.Messages) != 3 || got.Messages[0].MessageID != ids[0] || got.Messages[2].MessageID != ids[2] {
+		t.Fatalf("check_messages = %+v, want the 3 live messages %v", got.Messages, ids)
 	}
 	// What check_messages claimed left the queue; the deleted one is left
 	// for the wait to discard.
