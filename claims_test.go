@@ -1,6 +1,7 @@
 package thrum_test
 
 import (
+	"errors"
 	"sync"
 	"testing"
 
@@ -66,5 +67,30 @@ func TestMarkReadClaimsOnce(t *testing.T) {
 	r, err := n.MarkRead(thrum.AsAgent(f.ctx, "bob"), &rpc.MarkReadParams{MessageIDs: ids})
 	if err != nil || r.MarkedCount != 0 {
 		t.Fatalf("after restart bob claimed %d (%v): the claims were not kept", r.MarkedCount, err)
+	}
+}
+
+// The unknown IDs of a message.markRead error cross the wire as data, so
+// that a client (the MCP server) can drop them and claim the rest.
+func TestMarkReadUnknownIDsOverRPC(t *testing.T) {
+	f := newFixture(t, nil)
+	id := f.send("alice", rpc.SendMessageParams{Content: "x", Mentions: []string{"@bob"}}).MessageID
+	c := f.n.Dial(nil)
+	defer c.Close()
+	if _, err := c.Auth(f.ctx, &rpc.AuthParams{AgentID: "bob"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := c.MarkRead(f.ctx, &rpc.MarkReadParams{MessageIDs: []string{id, "msg_gone"}})
+	var re *rpc.Error
+	if !errors.As(err, &re) || re.Code != rpc.CodeNotFound {
+		t.Fatalf("mark read with an unknown ID over RPC: %v", err)
+	}
+	d, _ := re.Data.(map[string]any)
+	if ids, _ := d["unknown_ids"].([]any); len(ids) != 1 || ids[0] != "msg_gone" {
+		t.Errorf("error data = %#v, want unknown_ids [msg_gone]", re.Data)
+	}
+	r, err := c.MarkRead(f.ctx, &rpc.MarkReadParams{MessageIDs: []string{id}})
+	if err != nil || r.MarkedCount != 1 {
+		t.Errorf("the known one, after: %+v %v (the failed call must not have marked it)", r, err)
 	}
 }
