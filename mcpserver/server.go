@@ -262,7 +262,8 @@ func (s *Server) bearerOK(h string) bool {
 // requestContext returns ctx, ended also when the HTTP POST that carried
 // req closes (the SDK keeps a request running after its stream closes, so
 // that a client could resume it; a wait must not outlive its caller).
-func (s *Server) requestContext(ctx context.Context, req *mcp.CallToolRequest) (context.Context, context.CancelFunc) {
+// A wait also ends when its session is deleted (wait true).
+func (s *Server) requestContext(ctx context.Context, req *mcp.CallToolRequest, wait bool) (context.Context, context.CancelFunc) {
 	if req == nil || req.Extra == nil || req.Extra.Header == nil || req.Session == nil {
 		return ctx, func() {}
 	}
@@ -270,6 +271,9 @@ func (s *Server) requestContext(ctx context.Context, req *mcp.CallToolRequest) (
 	stop := func() bool { return false }
 	if v, ok := s.posts.Load(req.Extra.Header.Get(postKeyHeader)); ok {
 		stop = context.AfterFunc(v.(context.Context), cancel)
+	}
+	if !wait {
+		return ctx, func() { stop(); cancel() }
 	}
 	sid, w := req.Session.ID(), &sessionWait{cancel: cancel}
 	s.sessionWaits.Store(sid, w)

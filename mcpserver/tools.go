@@ -399,8 +399,10 @@ func (s *Server) retrying(ctx context.Context, f func(context.Context, *rpc.Clie
 	return r, err
 }
 
-func (s *Server) checkMessages(ctx context.Context, _ *mcp.CallToolRequest, in CheckMessagesInput) (CheckMessagesOutput, error) {
+func (s *Server) checkMessages(ctx context.Context, req *mcp.CallToolRequest, in CheckMessagesInput) (CheckMessagesOutput, error) {
 	out := CheckMessagesOutput{Messages: []MessageInfo{}}
+	ctx, stop := s.requestContext(ctx, req, false)
+	defer stop()
 	limit := 50
 	if in.Limit != nil {
 		limit = *in.Limit
@@ -434,6 +436,13 @@ func (s *Server) checkMessages(ctx context.Context, _ *mcp.CallToolRequest, in C
 		if m := &r.Messages[i]; slices.Contains(claimed, m.MessageID) {
 			out.Messages = append(out.Messages, s.info(ctx, m.MessageID, m.ThreadID, m.AgentID, m.Body, m.Refs, m.Priority, m.CreatedAt))
 		}
+	}
+	if ctx.Err() != nil {
+		// The caller is gone: what this call claimed goes to the next one.
+		for _, m := range out.Messages {
+			s.hold(m)
+		}
+		return CheckMessagesOutput{}, ctx.Err()
 	}
 	out.Status = "empty"
 	if len(out.Messages) > 0 {
@@ -490,7 +499,7 @@ func (s *Server) waitForMessage(ctx context.Context, req *mcp.CallToolRequest, i
 		return out, errWaitInProgress
 	}
 	defer s.waitMu.Unlock()
-	ctx, stop := s.requestContext(ctx, req)
+	ctx, stop := s.requestContext(ctx, req, true)
 	defer stop()
 	start := time.Now()
 	m, status, err := s.wait(ctx, timeout, floor, s.progress(ctx, req, start, timeout))

@@ -401,7 +401,9 @@ type MessageReadCmd struct {
 }
 
 func (c *MessageReadCmd) Help() string {
-	return "Examples:\n  thrum message read msg_01 msg_02\n  thrum message read --all"
+	return "Marks messages read for you. The count says how many this command newly marked;\n" +
+		"an unknown ID is an error (exit 1) naming it, and then nothing is marked.\n\n" +
+		"Examples:\n  thrum message read msg_01 msg_02\n  thrum message read --all"
 }
 
 func (c *MessageReadCmd) Run(ctx context.Context, g *Globals) error {
