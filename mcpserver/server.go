@@ -299,13 +299,18 @@ func (s *Server) isAgentOrRole(ctx context.Context, name string) bool {
 	return agent || known[name]
 }
 
-// roster returns the cached agents and roles, refreshed (at most every
-// few seconds) when name is in neither.
+// rosterMinAge is how old the roster must be before a name it lacks makes
+// it refresh: a new agent's first message shows its role, and a group's
+// name (never in the roster) costs at most a few listings a second.
+const rosterMinAge = 250 * time.Millisecond
+
+// roster returns the cached agents and roles, refreshed when name is in
+// neither and the cache is older than rosterMinAge.
 func (s *Server) roster(ctx context.Context, name string) (map[string]string, map[string]bool) {
 	s.rosterMu.Lock()
 	defer s.rosterMu.Unlock()
 	_, agent := s.roles[name]
-	if s.roles != nil && (agent || s.knownRoles[name] || time.Since(s.rosterAt) < 5*time.Second) {
+	if s.roles != nil && (agent || s.knownRoles[name] || time.Since(s.rosterAt) < rosterMinAge) {
 		return s.roles, s.knownRoles
 	}
 	r, err := callRPC(ctx, s, func(ctx context.Context, c *rpc.Client) (*rpc.ListAgentsResult, error) {
