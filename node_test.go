@@ -404,9 +404,16 @@ func TestAddressingAndInbox(t *testing.T) {
 	if r.Total != 4 || r.Unread != 4 || r.TotalPages != 1 {
 		t.Fatalf("bob before reading: total %d unread %d", r.Total, r.Unread)
 	}
-	mr, err := f.n.MarkRead(f.as("bob"), &rpc.MarkReadParams{MessageIDs: []string{toBob.MessageID, toRole.MessageID, toRole.MessageID, "msg_unknown"}})
-	if err != nil || mr.MarkedCount != 2 {
+	// An unknown ID fails the call, names it, and marks nothing.
+	_, err := f.n.MarkRead(f.as("bob"), &rpc.MarkReadParams{MessageIDs: []string{toBob.MessageID, "msg_unknown", "msg_gone"}})
+	wantCode(t, err, rpc.CodeNotFound, "unknown messages: msg_unknown, msg_gone")
+	mr, err := f.n.MarkRead(f.as("bob"), &rpc.MarkReadParams{MessageIDs: []string{toBob.MessageID, toRole.MessageID, toRole.MessageID}})
+	if err != nil || mr.MarkedCount != 2 || strings.Join(mr.MarkedIDs, ",") != toBob.MessageID+","+toRole.MessageID {
 		t.Fatalf("mark read: %+v %v", mr, err)
+	}
+	// Marking again claims nothing: the count is of newly marked messages.
+	if mr, err := f.n.MarkRead(f.as("bob"), &rpc.MarkReadParams{MessageIDs: []string{toBob.MessageID}}); err != nil || mr.MarkedCount != 0 || len(mr.MarkedIDs) != 0 {
+		t.Fatalf("mark read again: %+v %v", mr, err)
 	}
 	r = f.list("bob", rpc.ListMessagesParams{Mentions: true})
 	if r.Unread != 2 || r.Total != 4 {

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -933,12 +934,29 @@ func (g *propGen) markRead(ctx context.Context) {
 	if g.r.IntN(5) == 0 {
 		ids = append(ids, ids[0]) // duplicates count once
 	}
+	// What this call should newly mark: the known messages the caller has
+	// not read yet (its own count as read). An unknown ID fails the call.
+	unread := map[string]bool{}
+	for id := range known {
+		if got, err := g.w.n.GetMessage(ctx, &rpc.GetMessageParams{MessageID: id}); err == nil && !got.Message.IsRead {
+			unread[id] = true
+		}
+	}
 	res, err := g.w.n.MarkRead(ctx, &rpc.MarkReadParams{MessageIDs: ids})
+	if slices.Contains(ids, "msg_nope") && err == nil {
+		g.w.errorf("message.markRead %v as %q: no error for an unknown ID", ids, who)
+		return
+	}
 	if !g.w.outcome("message.markRead", err, rpc.CodeUnauthenticated, rpc.CodeConflict, rpc.CodeNotFound) {
 		return
 	}
-	if res.MarkedCount != len(known) {
-		g.w.errorf("message.markRead %v as %q: marked_count %d, want %d", ids, who, res.MarkedCount, len(known))
+	if res.MarkedCount != len(unread) || len(res.MarkedIDs) != len(unread) {
+		g.w.errorf("message.markRead %v as %q: marked %d %v, want the %d unread", ids, who, res.MarkedCount, res.MarkedIDs, len(unread))
+	}
+	for _, id := range res.MarkedIDs {
+		if !unread[id] {
+			g.w.errorf("message.markRead as %q claimed %s, which was read already", who, id)
+		}
 	}
 	// Read state only grows: every message marked is read by the caller now.
 	for id := range known {

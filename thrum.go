@@ -130,6 +130,8 @@ type Node struct {
 	idx       *msgIndex      // messages in memory, for listing
 	bg        sync.WaitGroup // the index build
 
+	claims readClaims // arbitrates message.markRead (claims.go)
+
 	// sessCache maps an agent to its active session; sessGen counts
 	// invalidations, so a read that raced one is not cached.
 	sessMu    sync.Mutex

@@ -477,8 +477,13 @@ type MarkReadParams struct {
 	MessageIDs []string `json:"message_ids"`
 }
 
+// MarkReadResult says what one message.markRead call did. MarkedIDs are
+// the messages this call newly marked read for the caller — its claim:
+// no other call for the same agent gets them — and MarkedCount is their
+// number. Messages read already are in neither.
 type MarkReadResult struct {
 	MarkedCount int                 `json:"marked_count"`
+	MarkedIDs   []string            `json:"marked_ids"`
 	AlsoReadBy  map[string][]string `json:"also_read_by,omitempty"`
 }
 
