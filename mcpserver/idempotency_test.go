@@ -75,7 +75,11 @@ func TestSendRetriesWithItsKey(t *testing.T) {
 	if len(first) != 2 || first[0] == "" || first[0] != first[1] {
 		t.Fatalf("message.send requests carried keys %q, want two with the same key", first)
 	}
-	t.Logf("sent %s; retried with key %s; bob has %d copies (1 once the node dedupes on the key)", out.MessageID, first[0], len(unread(t, n, "bob")))
+	// The node dedupes on the key: the retry returned the first send's
+	// result, and bob has the message once.
+	if got := unread(t, n, "bob"); len(got) != 1 {
+		t.Fatalf("after a retried send (key %s, message %s) bob has %d copies, want 1", first[0], out.MessageID, len(got))
+	}
 	// A second tool call is a new send: a new key.
 	call[mcpserver.SendMessageOutput](t, alice, "send_message", args{"to": "@bob", "content": "again"})
 	mu.Lock()
