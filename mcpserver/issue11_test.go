@@ -471,7 +471,7 @@ func TestStdioSurvivesMalformedLines(t *testing.T) {
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
 	runDone := make(chan error, 1)
-	go func() { runDone <- srv.Run(context.Background(), mcpserver.NewLineTransport(inR, outW)) }()
+	go func() { runDone <- srv.ServeStdio(context.Background(), inR, outW) }()
 	lines := bufio.NewScanner(outR)
 	lines.Buffer(nil, 1<<20)
 	ask := func(line string) map[string]any {
@@ -513,6 +513,6 @@ func TestStdioSurvivesMalformedLines(t *testing.T) {
 	select {
 	case <-runDone:
 	case <-time.After(5 * time.Second):
-		t.Fatal("Run did not end with its input")
+		t.Fatal("ServeStdio did not end with its input")
 	}
 }

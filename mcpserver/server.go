@@ -17,9 +17,9 @@
 // all of an agent's servers and sessions each message is returned once;
 // what no call claimed stays unread (DESIGN.md, "Delivery to agents").
 //
-// Serve it over stdio with Run(ctx, &mcp.StdioTransport{}) (or
-// NewStdioTransport, which survives malformed lines), or over Streamable
-// HTTP with HTTPHandler. The package logs only through the given
+// Serve it over stdio with ServeStdio(ctx, os.Stdin, os.Stdout), which
+// survives malformed lines, on any go-sdk transport with Run, or over
+// Streamable HTTP with HTTPHandler. The package logs only through the given
 // *slog.Logger: stdout belongs to the MCP wire.
 package mcpserver
 
@@ -178,7 +178,7 @@ func New(ctx context.Context, dial Dialer, id Identity, opts *Options) (*Server,
 // MCP returns the underlying go-sdk server.
 func (s *Server) MCP() *mcp.Server { return s.mcp }
 
-// Run serves MCP on t (e.g. NewStdioTransport()) until the client
+// Run serves MCP on t (e.g. NewStdioTransport(); see ServeStdio) until the client
 // disconnects or ctx ends. When ctx ends, a pending wait_for_message is
 // answered first (status "shutdown", see EndWaits), so Run returns at
 // once with the answer sent.

@@ -3,6 +3,7 @@ package mcpserver
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -22,6 +23,20 @@ import (
 
 // maxStdioLine bounds one inbound line, as the SDK's own transport does.
 const maxStdioLine = mcp.DefaultMaxLineLength
+
+// ServeStdio serves MCP on newline-delimited JSON-RPC read from r and
+// written to w — a host's pipe to the process, os.Stdin and os.Stdout —
+// until r ends or ctx does, as Run does. A malformed line is answered with
+// a JSON-RPC error and the session goes on. ServeStdio closes r when the
+// session ends if r is an io.Closer; it never closes w. It is Run with
+// NewLineTransport, so a caller needs no go-sdk import.
+func (s *Server) ServeStdio(ctx context.Context, r io.Reader, w io.Writer) error {
+	rc, ok := r.(io.ReadCloser)
+	if !ok {
+		rc = io.NopCloser(r)
+	}
+	return s.Run(ctx, NewLineTransport(rc, nopCloser{w}))
+}
 
 // NewStdioTransport returns a transport on the process's stdin and stdout
 // that answers malformed lines instead of ending the session.

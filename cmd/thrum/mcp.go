@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/thrumhq/thrum"
@@ -84,7 +85,7 @@ func (c *McpServeCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	defer srv.Close()
 	if c.HTTP == "" {
-		err := srv.Run(ctx, mcpserver.NewStdioTransport())
+		err := srv.ServeStdio(ctx, os.Stdin, g.stdout)
 		if ctx.Err() != nil {
 			return nil
 		}
