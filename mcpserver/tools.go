@@ -324,8 +324,8 @@ func address(to string) (string, error) {
 
 // recipientStatus summarizes whom a send reached, leaving out the sender:
 // sending to your own role or group does not reach you.
-func (s *Server) recipientStatus(rs []rpc.Recipient) (string, []RecipientInfo) {
-	out := make([]RecipientInfo, 0, len(rs))
+func (s *Server) recipientStatus(rs []rpc.Recipient) (string, []rpc.Recipient) {
+	out := make([]rpc.Recipient, 0, len(rs))
 	agents, active := 0, 0
 	notMe := func(ids []string) []string {
 		kept := make([]string, 0, len(ids))
@@ -337,7 +337,7 @@ func (s *Server) recipientStatus(rs []rpc.Recipient) (string, []RecipientInfo) {
 		return kept
 	}
 	for _, r := range rs {
-		ri := RecipientInfo{Address: r.Address, Kind: r.Kind, Agents: notMe(r.Agents), Active: notMe(r.Active)}
+		ri := rpc.Recipient{Address: r.Address, Kind: r.Kind, Agents: notMe(r.Agents), Active: notMe(r.Active)}
 		out = append(out, ri)
 		agents += len(ri.Agents)
 		active += len(ri.Active)
@@ -922,16 +922,14 @@ func (s *Server) removeGroupMember(ctx context.Context, _ *mcp.CallToolRequest, 
 }
 
 func (s *Server) listGroups(ctx context.Context, _ *mcp.CallToolRequest, _ ListGroupsInput) (ListGroupsOutput, error) {
-	out := ListGroupsOutput{Groups: []GroupInfo{}}
+	out := ListGroupsOutput{Groups: []rpc.GroupInfo{}}
 	r, err := callRPC(ctx, s, func(ctx context.Context, c *rpc.Client) (*rpc.ListGroupsResult, error) {
 		return c.ListGroups(ctx, &rpc.ListGroupsParams{})
 	})
 	if err != nil {
 		return out, err
 	}
-	for _, g := range r.Groups {
-		out.Groups = append(out.Groups, GroupInfo(g))
-	}
+	out.Groups = append(out.Groups, r.Groups...)
 	return out, nil
 }
 
@@ -943,10 +941,8 @@ func (s *Server) getGroup(ctx context.Context, _ *mcp.CallToolRequest, in GetGro
 	if err != nil {
 		return out, err
 	}
-	out = GetGroupOutput{Name: info.Name, Description: info.Description, CreatedAt: info.CreatedAt, CreatedBy: info.CreatedBy, Members: []GroupMember{}}
-	for _, m := range info.Members {
-		out.Members = append(out.Members, GroupMember(m))
-	}
+	out = GetGroupOutput{Name: info.Name, Description: info.Description, CreatedAt: info.CreatedAt, CreatedBy: info.CreatedBy, Members: []rpc.GroupMember{}}
+	out.Members = append(out.Members, info.Members...)
 	if in.Expand {
 		ms, err := callRPC(ctx, s, func(ctx context.Context, c *rpc.Client) (*rpc.GroupMembersResult, error) {
 			return c.GroupMembers(ctx, &rpc.GroupMembersParams{Name: in.Name, Expand: true})

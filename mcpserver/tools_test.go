@@ -611,9 +611,9 @@ func TestGroupTools(t *testing.T) {
 	addAgent(t, n, "bob", "reviewer", "auth")
 	addAgent(t, n, "carol", "reviewer", "ui")
 
-	groups := func() map[string]mcpserver.GroupInfo {
+	groups := func() map[string]rpc.GroupInfo {
 		t.Helper()
-		m := map[string]mcpserver.GroupInfo{}
+		m := map[string]rpc.GroupInfo{}
 		for _, g := range call[mcpserver.ListGroupsOutput](t, alice, "list_groups", nil).Groups {
 			m[g.Name] = g
 		}
@@ -653,7 +653,7 @@ func TestGroupTools(t *testing.T) {
 
 	res := mustRaw(t, alice, "get_group", args{"name": "backend"})
 	info := decode[mcpserver.GetGroupOutput](t, "get_group", res)
-	wantMembers := []mcpserver.GroupMember{{Type: "role", ID: "reviewer"}, {Type: "agent", ID: "alice"}}
+	wantMembers := []rpc.GroupMember{{Type: "role", ID: "reviewer"}, {Type: "agent", ID: "alice"}}
 	if !sameMembers(info.Members, wantMembers) || info.Name != "backend" || info.Description != "Backend team" ||
 		info.CreatedBy != "alice" || info.CreatedAt != g.CreatedAt {
 		t.Errorf("get_group = %+v", info)
@@ -681,7 +681,7 @@ func TestGroupTools(t *testing.T) {
 		t.Errorf("remove_group_member = %+v", removed)
 	}
 	after := call[mcpserver.GetGroupOutput](t, alice, "get_group", args{"name": "backend", "expand": true})
-	if !sameMembers(after.Members, []mcpserver.GroupMember{{Type: "agent", ID: "alice"}}) || !slices.Equal(after.ExpandedAgents, []string{"alice"}) {
+	if !sameMembers(after.Members, []rpc.GroupMember{{Type: "agent", ID: "alice"}}) || !slices.Equal(after.ExpandedAgents, []string{"alice"}) {
 		t.Errorf("after removing the role: %+v", after)
 	}
 
@@ -703,8 +703,8 @@ func TestGroupTools(t *testing.T) {
 	callErr(t, alice, "delete_group", args{"name": "backend"}, "group not found")
 }
 
-func sameMembers(got, want []mcpserver.GroupMember) bool {
-	key := func(m mcpserver.GroupMember) string { return m.Type + ":" + m.ID }
+func sameMembers(got, want []rpc.GroupMember) bool {
+	key := func(m rpc.GroupMember) string { return m.Type + ":" + m.ID }
 	a, b := make([]string, len(got)), make([]string, len(want))
 	for i, m := range got {
 		a[i] = key(m)

@@ -1,8 +1,13 @@
 package mcpserver
 
+import "github.com/thrumhq/thrum/rpc"
+
 // The inputs and outputs of the 12 tools (spec/mcp-server.md's 11 and
 // get_message), as the spec names them. jsonschema tags are the
-// descriptions agents see; schema.go adds enums and bounds.
+// descriptions agents see; schema.go adds enums and bounds. Where a tool
+// returns what an rpc method does (rpc.Recipient, rpc.GroupInfo,
+// rpc.GroupMember), it uses the rpc type, whose tags describe it; the
+// types here are the tools' own shapes.
 
 // MessageInfo is one message as the tools return it.
 type MessageInfo struct {
@@ -32,19 +37,11 @@ type SendMessageInput struct {
 	Metadata map[string]any `json:"metadata,omitempty" jsonschema:"key-value data for the recipient"`
 }
 
-// RecipientInfo says whom a send reached.
-type RecipientInfo struct {
-	Address string   `json:"address" jsonschema:"the address as resolved, without @"`
-	Kind    string   `json:"kind" jsonschema:"agent, role, group or everyone"`
-	Agents  []string `json:"agents" jsonschema:"agent IDs it reaches"`
-	Active  []string `json:"active" jsonschema:"those seen in the last 2 minutes"`
-}
-
 type SendMessageOutput struct {
 	Status          string          `json:"status" jsonschema:"delivered"`
 	MessageID       string          `json:"message_id" jsonschema:"ID of the sent message"`
 	RecipientStatus string          `json:"recipient_status" jsonschema:"active: a recipient was seen in the last 2 minutes; no_agents: nobody (but you) is addressed"`
-	Recipients      []RecipientInfo `json:"recipients" jsonschema:"whom the address reached"`
+	Recipients      []rpc.Recipient `json:"recipients" jsonschema:"whom the address reached"`
 }
 
 type CheckMessagesInput struct {
@@ -149,16 +146,8 @@ type GroupMemberOutput struct {
 
 type ListGroupsInput struct{}
 
-type GroupInfo struct {
-	Name        string `json:"name"`
-	Description string `json:"description"`
-	CreatedAt   string `json:"created_at"`
-	CreatedBy   string `json:"created_by"`
-	MemberCount int    `json:"member_count" jsonschema:"direct members"`
-}
-
 type ListGroupsOutput struct {
-	Groups []GroupInfo `json:"groups"`
+	Groups []rpc.GroupInfo `json:"groups"`
 }
 
 type GetGroupInput struct {
@@ -166,19 +155,14 @@ type GetGroupInput struct {
 	Expand bool   `json:"expand,omitempty" jsonschema:"resolve roles (and everyone) to agent IDs"`
 }
 
-type GroupMember struct {
-	Type string `json:"type" jsonschema:"agent or role"`
-	ID   string `json:"id" jsonschema:"agent name or role name"`
-}
-
 type GetGroupOutput struct {
-	Name                string        `json:"name"`
-	Description         string        `json:"description"`
-	CreatedAt           string        `json:"created_at"`
-	CreatedBy           string        `json:"created_by"`
-	Members             []GroupMember `json:"members"`
-	ExpandedAgents      []string      `json:"expanded_agents,omitzero" jsonschema:"with expand: the agent IDs the group reaches"`
-	ExpandedAgentsCount *int          `json:"expanded_agents_count,omitempty" jsonschema:"with expand: how many"`
+	Name                string            `json:"name"`
+	Description         string            `json:"description"`
+	CreatedAt           string            `json:"created_at"`
+	CreatedBy           string            `json:"created_by"`
+	Members             []rpc.GroupMember `json:"members"`
+	ExpandedAgents      []string          `json:"expanded_agents,omitzero" jsonschema:"with expand: the agent IDs the group reaches"`
+	ExpandedAgentsCount *int              `json:"expanded_agents_count,omitempty" jsonschema:"with expand: how many"`
 }
 
 // Output descriptions kept in tools/list (schema.go's compact).

@@ -357,12 +357,13 @@ type SendMessageResult struct {
 	Recipients []Recipient `json:"recipients,omitempty"`
 }
 
-// Recipient is one resolved address of a sent message.
+// Recipient is one resolved address of a sent message. Its jsonschema
+// tags describe it to MCP clients: mcpserver's send_message returns it.
 type Recipient struct {
-	Address string   `json:"address"` // the mention as given, without "@"
-	Kind    string   `json:"kind"`    // "agent", "role", "group" or "everyone"
-	Agents  []string `json:"agents"`  // agent IDs it reaches now
-	Active  []string `json:"active"`  // those of Agents seen in the last 2 minutes
+	Address string   `json:"address" jsonschema:"the address as resolved, without @"`
+	Kind    string   `json:"kind" jsonschema:"agent, role, group or everyone"`
+	Agents  []string `json:"agents" jsonschema:"agent IDs it reaches"`
+	Active  []string `json:"active" jsonschema:"those seen in the last 2 minutes"` // of Agents
 }
 
 type GetMessageParams struct {
@@ -705,12 +706,12 @@ type GroupInfo struct {
 	Description string `json:"description"`
 	CreatedAt   string `json:"created_at"`
 	CreatedBy   string `json:"created_by"`
-	MemberCount int    `json:"member_count"`
+	MemberCount int    `json:"member_count" jsonschema:"direct members"`
 }
 
 type GroupMember struct {
-	Type string `json:"type"`
-	ID   string `json:"id"`
+	Type string `json:"type" jsonschema:"agent or role"`
+	ID   string `json:"id" jsonschema:"agent name or role name"`
 }
 
 type GroupInfoParams struct {
