@@ -27,7 +27,7 @@ const (
 func (n *Node) callerID(ctx context.Context, what string) (string, error) {
 	c, ok := CallerFrom(ctx)
 	if !ok {
-		return "", unauthenticated("%s needs the calling agent: pass caller_agent_id, call auth on the connection, or set THRUM_NAME", what)
+		return "", rpc.Errorf(rpc.CodeUnauthenticated, "%s needs the calling agent: pass caller_agent_id or call auth on the connection", what).WithReason(rpc.ReasonNoCaller)
 	}
 	return identity.NormalizeAgentID(c.AgentID), nil
 }
@@ -40,7 +40,7 @@ func (n *Node) registeredCaller(ctx context.Context, what string) (string, error
 		return "", err
 	}
 	if _, ok := n.dirc.agent(id); !ok {
-		return "", notFound("%s: agent %q is not registered: run thrum quickstart", what, id)
+		return "", notRegistered("%s: agent %q is not registered", what, id)
 	}
 	return id, nil
 }
@@ -81,7 +81,7 @@ func (n *Node) activeSession(ctx context.Context, id string) (*store.Session, er
 		return nil, internal("find session", err)
 	}
 	if len(ss) == 0 {
-		return nil, conflict("no active session found for %s: start one with session.start (thrum session start)", id)
+		return nil, rpc.Errorf(rpc.CodeConflict, "no active session found for %s: start one with session.start", id).WithReason(rpc.ReasonNoSession)
 	}
 	n.sessMu.Lock()
 	if n.sessGen == gen { // no session changed while we read: safe to keep
@@ -164,7 +164,7 @@ func (n *Node) Authenticate(ctx context.Context, token string) (string, error) {
 	}
 	id, err := n.store.AgentByToken(ctx, identity.HashToken(token))
 	if isNotFound(err) {
-		return "", unauthenticated("invalid token: register again (thrum quickstart) to get a new one")
+		return "", rpc.Errorf(rpc.CodeUnauthenticated, "invalid token: register the agent again to get a new one").WithReason(rpc.ReasonInvalidToken)
 	}
 	if err != nil {
 		return "", internal("authenticate", err)
@@ -206,12 +206,12 @@ func (n *Node) ListAgents(ctx context.Context, p *rpc.ListAgentsParams) (*rpc.Li
 func (n *Node) Whoami(ctx context.Context, _ *rpc.WhoamiParams) (*rpc.WhoamiResult, error) {
 	c, ok := CallerFrom(ctx)
 	if !ok {
-		return nil, unauthenticated("resolve identity: no agent identity: set THRUM_NAME, or run thrum quickstart --name NAME --role ROLE --module MODULE")
+		return nil, rpc.Errorf(rpc.CodeUnauthenticated, "resolve identity: no agent identity: pass caller_agent_id or call auth on the connection").WithReason(rpc.ReasonNoCaller)
 	}
 	id := identity.NormalizeAgentID(c.AgentID)
 	a, err := n.store.Agent(ctx, id)
 	if isNotFound(err) {
-		return nil, notFound("resolve identity: agent %q is not registered: run thrum quickstart", id)
+		return nil, notRegistered("resolve identity: agent %q is not registered", id)
 	}
 	if err != nil {
 		return nil, internal("whoami", err)

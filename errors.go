@@ -31,6 +31,12 @@ func notFound(format string, args ...any) error {
 	return rpc.Errorf(rpc.CodeNotFound, format, args...)
 }
 
+// notRegistered is notFound for a caller (or named agent) with no
+// registration: its reason lets a client say how to register.
+func notRegistered(format string, args ...any) error {
+	return rpc.Errorf(rpc.CodeNotFound, format, args...).WithReason(rpc.ReasonAgentNotRegistered)
+}
+
 func forbidden(format string, args ...any) error {
 	return rpc.Errorf(rpc.CodeForbidden, format, args...)
 }

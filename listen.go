@@ -90,7 +90,7 @@ func lockDir(dir string) (*os.File, error) {
 		} else {
 			holder = "process " + holder
 		}
-		return nil, fmt.Errorf("%w: %s is open in %s (a running daemon? stop it with `thrum daemon stop`)", ErrLocked, dir, holder)
+		return nil, fmt.Errorf("%w: %s is open in %s (a running daemon?)", ErrLocked, dir, holder)
 	}
 	if err := f.Truncate(0); err == nil {
 		f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)

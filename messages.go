@@ -46,7 +46,7 @@ func (n *Node) resolveAuthor(ctx context.Context, actingAs string) (author, erro
 	}
 	caller, ok := n.dirc.agent(id)
 	if !ok {
-		return author{}, notFound("agent %q is not registered: run thrum quickstart", id)
+		return author{}, notRegistered("agent %q is not registered", id)
 	}
 	if actingAs != "" {
 		if caller.Kind != KindUser {
@@ -222,7 +222,7 @@ func (n *Node) prepareMessage(ctx context.Context, p *rpc.SendMessageParams, thr
 			to, rc, ok = n.resolveMention(m, addr)
 		}
 		if !ok {
-			return nil, notFound("unknown recipient @%s: no agent, role or group has that name (see thrum agent list, thrum group list)", addr)
+			return nil, rpc.Errorf(rpc.CodeNotFound, "unknown recipient @%s: no agent, role or group has that name", addr).WithReason(rpc.ReasonUnknownRecipient)
 		}
 		if addr = to; seen[addr] {
 			continue

@@ -28,7 +28,7 @@ func (n *Node) CreateThread(ctx context.Context, p *rpc.CreateThreadParams) (*rp
 		return nil, err
 	}
 	if _, ok := n.dirc.agent(me); !ok {
-		return nil, notFound("agent %q is not registered: run thrum quickstart", me)
+		return nil, notRegistered("agent %q is not registered", me)
 	}
 	if p.IdempotencyKey != "" {
 		k, unlock, err := n.keyed(ctx, me, p.IdempotencyKey)

@@ -181,7 +181,26 @@ type Selector struct {
 }
 
 // ErrNoIdentity is returned by Resolve when nothing selects an identity.
+// When several identities match, the error also matches ErrAmbiguous.
 var ErrNoIdentity = errors.New("no agent identity")
+
+// ErrAmbiguous is returned by Resolve, with ErrNoIdentity, when several
+// identities match and none is named: select one by Name.
+var ErrAmbiguous = errors.New("several identities match")
+
+// ambiguousError is Resolve's error when several identities match: it is
+// ErrNoIdentity (nothing was selected) and ErrAmbiguous (why).
+type ambiguousError struct{ msg string }
+
+func (e *ambiguousError) Error() string { return e.msg }
+
+func (e *ambiguousError) Is(target error) bool {
+	return target == ErrNoIdentity || target == ErrAmbiguous
+}
+
+func ambiguous(format string, args ...any) error {
+	return &ambiguousError{msg: ErrNoIdentity.Error() + ": " + fmt.Sprintf(format, args...)}
+}
 
 // Resolve finds the identity to act as, in this order: a name (from
 // --agent-id or THRUM_NAME) selects its file; else a role (and module)
@@ -195,7 +214,7 @@ func Resolve(dir string, sel Selector) (*File, Source, error) {
 		}
 		f, err := Load(Path(dir, name))
 		if errors.Is(err, os.ErrNotExist) {
-			return nil, "", fmt.Errorf("%w: no identity file for %q in %s: run `thrum quickstart --name %s --role ROLE --module MODULE`", ErrNoIdentity, name, dir, name)
+			return nil, "", fmt.Errorf("%w: no identity file for %q in %s", ErrNoIdentity, name, dir)
 		}
 		if err != nil {
 			return nil, "", err
@@ -217,18 +236,18 @@ func Resolve(dir string, sel Selector) (*File, Source, error) {
 		case 1:
 			return match[0], pick(sel.RoleFromEnv), nil
 		case 0:
-			return nil, "", fmt.Errorf("%w: no identity with role %q in %s: run `thrum quickstart --name NAME --role %s --module MODULE`", ErrNoIdentity, sel.Role, dir, sel.Role)
+			return nil, "", fmt.Errorf("%w: no identity with role %q in %s", ErrNoIdentity, sel.Role, dir)
 		default:
-			return nil, "", fmt.Errorf("%w: %d identities have role %q (%s): set THRUM_NAME or --agent-id to choose one", ErrNoIdentity, len(match), sel.Role, names(match))
+			return nil, "", ambiguous("%d identities have role %q (%s)", len(match), sel.Role, names(match))
 		}
 	}
 	switch len(files) {
 	case 1:
 		return files[0], SourceIdentityFile, nil
 	case 0:
-		return nil, "", fmt.Errorf("%w: no identity file in %s: run `thrum quickstart --name NAME --role ROLE --module MODULE`", ErrNoIdentity, dir)
+		return nil, "", fmt.Errorf("%w: no identity file in %s", ErrNoIdentity, dir)
 	default:
-		return nil, "", fmt.Errorf("%w: %d identities in %s (%s): set THRUM_NAME or --agent-id to choose one", ErrNoIdentity, len(files), dir, names(files))
+		return nil, "", ambiguous("%d identities in %s (%s)", len(files), dir, names(files))
 	}
 }
 

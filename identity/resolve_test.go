@@ -25,6 +25,7 @@ func TestResolve(t *testing.T) {
 		wantID     string
 		wantSource Source
 		wantNoID   bool     // errors.Is(err, ErrNoIdentity)
+		wantAmbig  bool     // errors.Is(err, ErrAmbiguous)
 		wantErr    []string // substrings of the error
 	}{
 		// By name.
@@ -43,9 +44,9 @@ func TestResolve(t *testing.T) {
 		{name: "name wins over a corrupt neighbour", files: []File{alice}, raw: map[string]string{"broken.json": "{"}, sel: Selector{Name: "alice"},
 			wantID: "alice", wantSource: SourceFlags},
 		{name: "name missing", files: []File{alice}, sel: Selector{Name: "dave"},
-			wantNoID: true, wantErr: []string{`"dave"`, "thrum quickstart --name dave --role ROLE --module MODULE"}},
+			wantNoID: true, wantErr: []string{`no identity file for "dave"`}},
 		{name: "name missing, no dir", noDir: true, sel: Selector{Name: "dave"},
-			wantNoID: true, wantErr: []string{"thrum quickstart --name dave"}},
+			wantNoID: true, wantErr: []string{`"dave"`}},
 		{name: "name invalid", files: []File{alice}, sel: Selector{Name: "Alice"},
 			wantErr: []string{`agent name "Alice" is invalid`}},
 		{name: "name traversal", files: []File{alice}, sel: Selector{Name: "../alice"},
@@ -63,11 +64,11 @@ func TestResolve(t *testing.T) {
 		{name: "role matches unnamed", files: []File{alice, unnamed}, sel: Selector{Role: "tester"},
 			wantID: unnamedID, wantSource: SourceFlags},
 		{name: "role none", files: []File{alice, carol}, sel: Selector{Role: "builder"},
-			wantNoID: true, wantErr: []string{`role "builder"`, "thrum quickstart --name NAME --role builder"}},
+			wantNoID: true, wantErr: []string{`no identity with role "builder"`}},
 		{name: "role and module none", files: []File{alice, bob}, sel: Selector{Role: "reviewer", Module: "docs"},
 			wantNoID: true, wantErr: []string{`role "reviewer"`}},
 		{name: "role several", files: []File{alice, bob, carol}, sel: Selector{Role: "reviewer"},
-			wantNoID: true, wantErr: []string{"2 identities", "alice, bob", "THRUM_NAME"}},
+			wantNoID: true, wantAmbig: true, wantErr: []string{"2 identities", "alice, bob"}},
 		{name: "role with corrupt file", files: []File{alice}, raw: map[string]string{"broken.json": "not json"}, sel: Selector{Role: "reviewer"},
 			wantErr: []string{"broken.json", "not valid JSON"}},
 		{name: "role, no dir", noDir: true, sel: Selector{Role: "reviewer"},
@@ -79,13 +80,13 @@ func TestResolve(t *testing.T) {
 		{name: "single file among ignored ones", files: []File{carol}, raw: map[string]string{".carol.1.tmp": "x", "README": "x"},
 			wantID: "carol", wantSource: SourceIdentityFile},
 		{name: "module alone does not select", files: []File{alice, bob}, sel: Selector{Module: "ui"},
-			wantNoID: true, wantErr: []string{"2 identities"}},
+			wantNoID: true, wantAmbig: true, wantErr: []string{"2 identities"}},
 		{name: "zero files", files: nil,
-			wantNoID: true, wantErr: []string{"no identity file", "thrum quickstart"}},
+			wantNoID: true, wantErr: []string{"no identity file in"}},
 		{name: "no dir", noDir: true,
 			wantNoID: true, wantErr: []string{"no identity file"}},
 		{name: "several files", files: []File{alice, bob, carol},
-			wantNoID: true, wantErr: []string{"3 identities", "alice, bob, carol", "THRUM_NAME", "--agent-id"}},
+			wantNoID: true, wantAmbig: true, wantErr: []string{"3 identities", "alice, bob, carol"}},
 		{name: "corrupt file", files: []File{alice}, raw: map[string]string{"zz.json": `{"version":9,"role":"r","module":"m"}`},
 			wantErr: []string{"zz.json", "upgrade thrum"}},
 		{name: "only a corrupt file", raw: map[string]string{"alice.json": ""},
@@ -112,6 +113,15 @@ func TestResolve(t *testing.T) {
 				}
 				if got := errors.Is(err, ErrNoIdentity); got != tt.wantNoID {
 					t.Fatalf("errors.Is(%v, ErrNoIdentity) = %v, want %v", err, got, tt.wantNoID)
+				}
+				if got := errors.Is(err, ErrAmbiguous); got != tt.wantAmbig {
+					t.Fatalf("errors.Is(%v, ErrAmbiguous) = %v, want %v", err, got, tt.wantAmbig)
+				}
+				// The hint (which command, which flag) is the CLI's to give.
+				for _, cli := range []string{"thrum quickstart", "THRUM_", "--agent-id"} {
+					if strings.Contains(err.Error(), cli) {
+						t.Errorf("error %q names the CLI (%q)", err, cli)
+					}
 				}
 				for _, s := range tt.wantErr {
 					if !strings.Contains(err.Error(), s) {

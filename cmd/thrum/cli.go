@@ -175,10 +175,10 @@ func report(g *Globals, err error) int {
 	}
 	var re *rpc.Error
 	if g.JSON {
-		out := map[string]any{"code": code, "message": err.Error()}
+		out := map[string]any{"code": code, "message": withHint(g, err, err.Error())}
 		if errors.As(err, &re) {
 			out["rpc_code"] = re.Code
-			out["message"] = re.Message
+			out["message"] = withHint(g, err, re.Message)
 		}
 		b, _ := json.Marshal(map[string]any{"error": out})
 		fmt.Fprintln(g.stderr, string(b))
@@ -188,6 +188,7 @@ func report(g *Globals, err error) int {
 	if errors.As(err, &re) {
 		msg = re.Message
 	}
+	msg = withHint(g, err, msg)
 	fmt.Fprintf(g.stderr, "thrum: %s\n", strings.TrimPrefix(msg, "thrum: "))
 	return code
 }

@@ -143,7 +143,7 @@ func (c *DaemonRunCmd) Run(ctx context.Context, g *Globals) error {
 	n, err := thrum.Open(l.LogDir, opts)
 	if err != nil {
 		if errors.Is(err, thrum.ErrLocked) {
-			return withCode(exitError, "%v", err)
+			return withCode(exitError, "%w", err)
 		}
 		return err
 	}

@@ -108,7 +108,7 @@ func TestEndToEndRun(t *testing.T) {
 	c.fails(exitUsage, "alice", []string{"send", "x", "--structured", "{not json"}, "--structured is not valid JSON")
 	c.fails(exitUsage, "alice", []string{"frobnicate"}, "unexpected argument frobnicate")
 	c.fails(exitUsage, "alice", []string{"inbox", "--page-size", "0"}, "--page-size 0")
-	c.fails(exitError, "alice", []string{"send", "x", "--to", "@nobody"}, "unknown recipient @nobody")
+	c.fails(exitError, "alice", []string{"send", "x", "--to", "@nobody"}, "unknown recipient @nobody", "see thrum agent list, thrum group list")
 
 	// alice sends two messages to the reviewer.
 	var sent map[string]any
