@@ -1,0 +1,312 @@
+// Package thrumtest is the one way thrum's tests stand up real parts: a
+// node in a temp dir, that node served on a real Unix socket or loopback
+// WebSocket, the thrum binary (built once per test binary), and git
+// repositories with a bare remote on disk. Everything it makes is removed
+// or stopped by t.Cleanup.
+//
+// It is for tests only (it calls t.Fatal); it lives under internal/ so
+// that no embedder depends on it.
+package thrumtest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/thrumhq/thrum"
+	"github.com/thrumhq/thrum/rpc"
+)
+
+// OpenNode opens a node in a fresh directory (event log and SQLite in
+// t.TempDir()) and closes it when the test ends, failing the test if
+// Close fails.
+func OpenNode(t testing.TB, opts *thrum.Options) *thrum.Node {
+	t.Helper()
+	n, err := thrum.Open(t.TempDir(), opts)
+	if err != nil {
+		t.Fatalf("open node: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := n.Close(); err != nil {
+			t.Errorf("close node: %v", err)
+		}
+	})
+	return n
+}
+
+// Agent is a registered agent with an active session.
+type Agent struct {
+	ID, Role, Module, Token string
+}
+
+// Register registers an agent and starts its session, as `thrum
+// quickstart` does. An empty name gives an unnamed agent (ID role_hash).
+func Register(t testing.TB, n *thrum.Node, name, role, module string) Agent {
+	t.Helper()
+	ctx := context.Background()
+	r, err := n.RegisterAgent(ctx, &rpc.RegisterAgentParams{Name: name, Role: role, Module: module})
+	if err != nil {
+		t.Fatalf("register %s: %v", name, err)
+	}
+	if r.Status == "conflict" {
+		t.Fatalf("register %s: conflict", name)
+	}
+	if _, err := n.StartSession(ctx, &rpc.StartSessionParams{AgentID: r.AgentID}); err != nil {
+		t.Fatalf("start session of %s: %v", r.AgentID, err)
+	}
+	return Agent{ID: r.AgentID, Role: role, Module: module, Token: r.Token}
+}
+
+// SocketDir returns a fresh directory for Unix sockets, removed when the
+// test ends. Socket paths are short (about 100 bytes), so it is not under
+// t.TempDir(), which carries the test's name.
+func SocketDir(t testing.TB) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "thrum-sock-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+// Daemon serves a node's API on a Unix socket, as `thrum daemon` does,
+// and can be stopped and started again on the same path (a daemon
+// restart). It is stopped when the test ends.
+type Daemon struct {
+	// Path is the socket's path.
+	Path string
+
+	t    testing.TB
+	n    *thrum.Node
+	rs   *thrum.RPCServer
+	done chan error
+}
+
+// ServeUnix starts serving n on a Unix socket in a fresh directory.
+func ServeUnix(t testing.TB, n *thrum.Node) *Daemon {
+	t.Helper()
+	d := &Daemon{t: t, n: n, Path: filepath.Join(SocketDir(t), "thrum.sock")}
+	d.Start()
+	t.Cleanup(d.Stop)
+	return d
+}
+
+// Start serves the node on Path again after Stop.
+func (d *Daemon) Start() {
+	d.t.Helper()
+	l, err := thrum.ListenUnix(d.Path)
+	if err != nil {
+		d.t.Fatalf("listen on %s: %v", d.Path, err)
+	}
+	d.rs, d.done = d.n.RPCServer(nil), make(chan error, 1)
+	go func(rs *thrum.RPCServer, done chan error) { done <- rs.Serve(l) }(d.rs, d.done)
+}
+
+// Stop shuts the server down, closing every connection, and checks that
+// Serve returned ErrServerClosed. It does nothing if already stopped.
+func (d *Daemon) Stop() {
+	if d.rs == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := d.rs.Shutdown(ctx); err != nil {
+		d.t.Errorf("shutdown: %v", err)
+	}
+	if err := <-d.done; !errors.Is(err, rpc.ErrServerClosed) {
+		d.t.Errorf("Serve returned %v, want ErrServerClosed", err)
+	}
+	d.rs = nil
+}
+
+// Dial connects to the daemon's socket.
+func (d *Daemon) Dial(ctx context.Context, opts *rpc.ClientOptions) (*rpc.Client, error) {
+	return rpc.Dial(ctx, d.Path, opts)
+}
+
+// ServeWebSocket serves n's WebSocket endpoint on a loopback HTTP server
+// and returns its ws:// URL; the server is closed when the test ends.
+func ServeWebSocket(t testing.TB, n *thrum.Node, opts *thrum.RPCOptions) string {
+	t.Helper()
+	rs := n.RPCServer(opts)
+	hs := httptest.NewServer(rs)
+	t.Cleanup(func() {
+		// Shutdown also ends the hijacked WebSockets hs.Close would wait for.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := rs.Shutdown(ctx); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+		hs.Close()
+	})
+	return "ws" + strings.TrimPrefix(hs.URL, "http") + "/ws"
+}
+
+// Built binaries, one per package path, shared by every test of the test
+// binary and removed by Main.
+var (
+	binMu  sync.Mutex
+	bins   = map[string]*builtBinary{}
+	binDir string
+)
+
+type builtBinary struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// Binary returns the path of the thrum binary (cmd/thrum), built the
+// first time a test of this test binary asks. Call Main from TestMain to
+// remove it afterwards.
+func Binary(t testing.TB) string {
+	t.Helper()
+	return BuildBinary(t, "github.com/thrumhq/thrum/cmd/thrum")
+}
+
+// BuildBinary builds the main package pkg once per test binary (with
+// CGO_ENABLED=0: thrum needs no cgo) and returns its path.
+func BuildBinary(t testing.TB, pkg string) string {
+	t.Helper()
+	binMu.Lock()
+	b := bins[pkg]
+	if b == nil {
+		b = &builtBinary{}
+		bins[pkg] = b
+	}
+	binMu.Unlock()
+	b.once.Do(func() { b.path, b.err = build(pkg) })
+	if b.err != nil {
+		t.Fatalf("building %s: %v", pkg, b.err)
+	}
+	return b.path
+}
+
+func build(pkg string) (string, error) {
+	binMu.Lock()
+	if binDir == "" {
+		dir, err := os.MkdirTemp("", "thrum-bin-")
+		if err != nil {
+			binMu.Unlock()
+			return "", err
+		}
+		binDir = dir
+	}
+	dir := binDir
+	binMu.Unlock()
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		return "", errors.New("no go command to build with")
+	}
+	out := filepath.Join(dir, filepath.Base(pkg))
+	cmd := exec.Command(gobin, "build", "-o", out, pkg)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", errors.New("go build: " + err.Error() + "\n" + string(b))
+	}
+	return out, nil
+}
+
+// Main runs the tests and removes the binaries they built; call it from
+// TestMain: os.Exit(thrumtest.Main(m)).
+func Main(m *testing.M) int {
+	code := m.Run()
+	binMu.Lock()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	binMu.Unlock()
+	return code
+}
+
+// GitEnv is the environment for git (and for a thrum that runs git):
+// the process's own without THRUM_* variables, and with global and system
+// git configuration out of the way so a developer's settings (signing,
+// hooks) cannot interfere.
+func GitEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "THRUM_") {
+			env = append(env, kv)
+		}
+	}
+	return append(env, "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL="+os.DevNull)
+}
+
+// Git runs git in dir with GitEnv and returns its stdout without the
+// trailing newlines; it fails the test if git fails.
+func Git(t testing.TB, dir string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command("git", args...)
+	cmd.Dir, cmd.Env = dir, GitEnv()
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("git %s: %v\n%s", strings.Join(args, " "), err, errb.String())
+	}
+	return strings.TrimRight(out.String(), "\n")
+}
+
+// configure sets a repository's identity for commits, unsigned.
+func configure(t testing.TB, dir string) {
+	t.Helper()
+	Git(t, dir, "config", "user.name", "Test User")
+	Git(t, dir, "config", "user.email", "test@example.com")
+	Git(t, dir, "config", "commit.gpgsign", "false")
+}
+
+// GitRepo makes a git repository in a fresh temp dir: branch main, a
+// local user, one empty commit.
+func GitRepo(t testing.TB) string {
+	t.Helper()
+	dir := t.TempDir()
+	Git(t, dir, "init", "-q", "-b", "main")
+	configure(t, dir)
+	Git(t, dir, "commit", "-q", "--allow-empty", "-m", "initial commit")
+	return dir
+}
+
+// Remote is a bare repository on disk with a first commit on main
+// (a README), from which tests clone.
+type Remote struct {
+	// Path is the bare repository.
+	Path string
+	t    testing.TB
+	root string
+}
+
+// GitRemote makes a bare remote in a fresh temp dir and pushes a first
+// commit to its main branch.
+func GitRemote(t testing.TB) *Remote {
+	t.Helper()
+	root := t.TempDir()
+	r := &Remote{Path: filepath.Join(root, "remote.git"), t: t, root: root}
+	Git(t, root, "init", "-q", "--bare", "-b", "main", r.Path)
+	seed := r.Clone("seed")
+	if err := os.WriteFile(filepath.Join(seed, "README.md"), []byte("# project\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	Git(t, seed, "add", "README.md")
+	Git(t, seed, "commit", "-q", "-m", "initial commit")
+	Git(t, seed, "push", "-q", "origin", "main")
+	return r
+}
+
+// Clone clones the remote into a directory named name beside it, with a
+// local user.
+func (r *Remote) Clone(name string) string {
+	r.t.Helper()
+	dir := filepath.Join(r.root, name)
+	Git(r.t, r.root, "clone", "-q", r.Path, dir)
+	configure(r.t, dir)
+	return dir
+}
