@@ -10,6 +10,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/thrumhq/thrum"
+	"github.com/thrumhq/thrum/internal/thrumtest"
 	"github.com/thrumhq/thrum/mcpserver"
 )
 
@@ -67,12 +68,12 @@ func benchSendToWait(b *testing.B, opts *thrum.Options, socket, stdio bool) {
 	bobID := addAgent(b, n, "bob", "reviewer", "auth")
 	var alice, bob *agentClient
 	if socket {
-		d := newSocketDaemon(b, n)
+		d := thrumtest.ServeUnix(b, n)
 		for _, p := range []struct {
 			id  mcpserver.Identity
 			out **agentClient
 		}{{aliceID, &alice}, {bobID, &bob}} {
-			srv, err := mcpserver.New(context.Background(), d.dialer(), p.id, nil)
+			srv, err := mcpserver.New(context.Background(), dialer(d), p.id, nil)
 			if err != nil {
 				b.Fatal(err)
 			}

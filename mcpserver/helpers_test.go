@@ -16,6 +16,7 @@ import (
 
 	"github.com/thrumhq/thrum"
 	"github.com/thrumhq/thrum/eventlog"
+	"github.com/thrumhq/thrum/internal/thrumtest"
 	"github.com/thrumhq/thrum/mcpserver"
 	"github.com/thrumhq/thrum/rpc"
 )
@@ -35,16 +36,7 @@ func (c *clock) advance(d time.Duration) { c.offset.Add(int64(d)) }
 // the test.
 func newNode(t testing.TB, opts *thrum.Options) *thrum.Node {
 	t.Helper()
-	n, err := thrum.Open(t.TempDir(), opts)
-	if err != nil {
-		t.Fatalf("open node: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := n.Close(); err != nil {
-			t.Errorf("close node: %v", err)
-		}
-	})
-	return n
+	return thrumtest.OpenNode(t, opts)
 }
 
 // addAgent registers an agent and starts its session (what thrum
@@ -52,18 +44,8 @@ func newNode(t testing.TB, opts *thrum.Options) *thrum.Node {
 // unnamed agent (ID role_hash).
 func addAgent(t testing.TB, n *thrum.Node, name, role, module string) mcpserver.Identity {
 	t.Helper()
-	ctx := context.Background()
-	r, err := n.RegisterAgent(ctx, &rpc.RegisterAgentParams{Name: name, Role: role, Module: module})
-	if err != nil {
-		t.Fatalf("register %s: %v", name, err)
-	}
-	if r.Status == "conflict" {
-		t.Fatalf("register %s: conflict", name)
-	}
-	if _, err := n.StartSession(ctx, &rpc.StartSessionParams{AgentID: r.AgentID}); err != nil {
-		t.Fatalf("start session of %s: %v", r.AgentID, err)
-	}
-	return mcpserver.Identity{AgentID: r.AgentID, Role: role, Module: module, Token: r.Token}
+	a := thrumtest.Register(t, n, name, role, module)
+	return mcpserver.Identity{AgentID: a.ID, Role: a.Role, Module: a.Module, Token: a.Token}
 }
 
 // addStaleAgent registers an agent whose registration event is an hour

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/thrumhq/thrum/internal/thrumtest"
 	"github.com/thrumhq/thrum/mcpserver"
 	"github.com/thrumhq/thrum/rpc"
 )
@@ -52,12 +53,12 @@ func TestSendRetriesWithItsKey(t *testing.T) {
 	n := newNode(t, nil)
 	addAgent(t, n, "bob", "reviewer", "auth")
 	aliceID := addAgent(t, n, "alice", "implementer", "auth")
-	d := newSocketDaemon(t, n)
+	d := thrumtest.ServeUnix(t, n)
 	var once sync.Once
 	var mu sync.Mutex
 	var sends []string
 	dial := func(ctx context.Context, onNote func(string, json.RawMessage)) (*rpc.Client, error) {
-		nc, err := (&net.Dialer{}).DialContext(ctx, "unix", d.path)
+		nc, err := (&net.Dialer{}).DialContext(ctx, "unix", d.Path)
 		if err != nil {
 			return nil, err
 		}

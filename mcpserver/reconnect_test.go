@@ -4,77 +4,22 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/thrumhq/thrum"
+	"github.com/thrumhq/thrum/internal/thrumtest"
 	"github.com/thrumhq/thrum/mcpserver"
 	"github.com/thrumhq/thrum/rpc"
 )
 
-// socketDaemon serves a node's API on a Unix socket, as thrum daemon does,
-// and can be stopped and started again on the same path.
-type socketDaemon struct {
-	t    testing.TB
-	n    *thrum.Node
-	path string
-
-	rs   *thrum.RPCServer
-	done chan error
-}
-
-func newSocketDaemon(t testing.TB, n *thrum.Node) *socketDaemon {
-	t.Helper()
-	// Socket paths are short (about 100 bytes): not under t.TempDir(),
-	// which carries the test's name.
-	dir, err := os.MkdirTemp("", "thrum-mcp-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	d := &socketDaemon{t: t, n: n, path: filepath.Join(dir, "thrum.sock")}
-	d.start()
-	t.Cleanup(d.stop)
-	return d
-}
-
-func (d *socketDaemon) start() {
-	d.t.Helper()
-	l, err := thrum.ListenUnix(d.path)
-	if err != nil {
-		d.t.Fatalf("listen on %s: %v", d.path, err)
-	}
-	d.rs, d.done = d.n.RPCServer(nil), make(chan error, 1)
-	go func(rs *thrum.RPCServer, done chan error) { done <- rs.Serve(l) }(d.rs, d.done)
-}
-
-// stop shuts the server down, closing every connection.
-func (d *socketDaemon) stop() {
-	if d.rs == nil {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := d.rs.Shutdown(ctx); err != nil {
-		d.t.Errorf("shutdown: %v", err)
-	}
-	if err := <-d.done; !errors.Is(err, rpc.ErrServerClosed) {
-		d.t.Errorf("Serve returned %v, want ErrServerClosed", err)
-	}
-	d.rs = nil
-}
-
 // dialer is what thrum mcp serve hands mcpserver.New: a socket dial.
-func (d *socketDaemon) dialer() mcpserver.Dialer {
+func dialer(d *thrumtest.Daemon) mcpserver.Dialer {
 	return func(ctx context.Context, onNote func(string, json.RawMessage)) (*rpc.Client, error) {
-		return rpc.Dial(ctx, d.path, &rpc.ClientOptions{OnNotification: onNote})
+		return d.Dial(ctx, &rpc.ClientOptions{OnNotification: onNote})
 	}
 }
 
@@ -114,8 +59,8 @@ func TestReconnectAfterDaemonRestart(t *testing.T) {
 	n := newNode(t, nil)
 	alice := connect(t, n, addAgent(t, n, "alice", "implementer", "auth"), nil) // in process: unaffected by the restart
 	bobID := addAgent(t, n, "bob", "reviewer", "auth")
-	d := newSocketDaemon(t, n)
-	srv, err := mcpserver.New(context.Background(), d.dialer(), bobID, &mcpserver.Options{Logger: testLogger(t)})
+	d := thrumtest.ServeUnix(t, n)
+	srv, err := mcpserver.New(context.Background(), dialer(d), bobID, &mcpserver.Options{Logger: testLogger(t)})
 	if err != nil {
 		t.Fatalf("mcpserver.New over the socket: %v", err)
 	}
@@ -125,8 +70,8 @@ func TestReconnectAfterDaemonRestart(t *testing.T) {
 	waitFor(t, bob, args{"timeout": 10}, sent.MessageID)
 
 	blocked := startWait(bob, args{"timeout": 60})
-	d.stop()
-	d.start()
+	d.Stop()
+	d.Start()
 	// A tool call succeeds only on a new connection, and the server
 	// subscribes before it hands the connection out.
 	deadline := time.Now().Add(30 * time.Second)
@@ -172,8 +117,8 @@ func TestReconnectCatchesUp(t *testing.T) {
 	addAgent(t, n, "alice", "implementer", "auth")
 	bobID := addAgent(t, n, "bob", "reviewer", "auth")
 	backlog := send(t, n, "alice", "@bob", "from before the server started", "normal")
-	d := newSocketDaemon(t, n)
-	srv, err := mcpserver.New(context.Background(), d.dialer(), bobID, &mcpserver.Options{Logger: testLogger(t)})
+	d := thrumtest.ServeUnix(t, n)
+	srv, err := mcpserver.New(context.Background(), dialer(d), bobID, &mcpserver.Options{Logger: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,9 +130,9 @@ func TestReconnectCatchesUp(t *testing.T) {
 	queued := send(t, n, "alice", "@bob", "queued before the drop", "normal")
 	queuedUntil(t, bob.srv, queued)
 
-	d.stop()
+	d.Stop()
 	missed := send(t, n, "alice", "@bob", "sent while bob's server was disconnected", "high")
-	d.start()
+	d.Start()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		res, err := bob.rawCall(context.Background(), "list_groups", nil)
@@ -227,14 +172,14 @@ func TestReconnectDaemonDown(t *testing.T) {
 	t.Parallel()
 	n := newNode(t, nil)
 	bobID := addAgent(t, n, "bob", "reviewer", "auth")
-	d := newSocketDaemon(t, n)
-	srv, err := mcpserver.New(context.Background(), d.dialer(), bobID, &mcpserver.Options{Logger: testLogger(t)})
+	d := thrumtest.ServeUnix(t, n)
+	srv, err := mcpserver.New(context.Background(), dialer(d), bobID, &mcpserver.Options{Logger: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	bob := serve(t, srv, bobID)
 	blocked := startWait(bob, args{"timeout": 1})
-	d.stop()
+	d.Stop()
 
 	// The first call may still meet the dropped connection (a "connection
 	// closed" error); once the server knows, a call waits a bounded time

@@ -10,6 +10,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/thrumhq/thrum/internal/thrumtest"
 	"github.com/thrumhq/thrum/mcpserver"
 	"github.com/thrumhq/thrum/rpc"
 )
@@ -22,7 +23,7 @@ func TestMCPServerNewErrors(t *testing.T) {
 	if _, err := n.RegisterAgent(context.Background(), &rpc.RegisterAgentParams{Name: "idle", Role: "tester", Module: "qa"}); err != nil {
 		t.Fatal(err)
 	}
-	d := newSocketDaemon(t, n)
+	d := thrumtest.ServeUnix(t, n)
 
 	for _, tc := range []struct {
 		name string
@@ -35,7 +36,7 @@ func TestMCPServerNewErrors(t *testing.T) {
 		{"no session", mcpserver.Identity{AgentID: "idle", Role: "tester"}, "session"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			srv, err := mcpserver.New(context.Background(), d.dialer(), tc.id, nil)
+			srv, err := mcpserver.New(context.Background(), dialer(d), tc.id, nil)
 			if err == nil {
 				srv.Close()
 				t.Fatalf("New(%+v) succeeded", tc.id)

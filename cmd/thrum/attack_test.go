@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/thrumhq/thrum/identity"
+	"github.com/thrumhq/thrum/internal/thrumtest"
 	"github.com/thrumhq/thrum/rpc"
 )
 
@@ -42,10 +43,8 @@ type attackTarget struct {
 
 func startAttackTarget(t *testing.T) *attackTarget {
 	t.Helper()
-	if thrumBinErr != nil {
-		t.Fatalf("building the binary: %v", thrumBinErr)
-	}
-	c := &thrumCLI{t: t, repo: gitRepo(t), bin: thrumBin}
+	thrumBin := thrumtest.Binary(t)
+	c := &thrumCLI{t: t, repo: thrumtest.GitRepo(t), bin: thrumBin}
 	c.ok("", "init")
 	st := startDaemon(t, c)
 	a := &attackTarget{c: c, pid: int(num(st, "pid")), tokens: map[string]string{}}
@@ -212,12 +211,12 @@ func TestAttackGitOutsideRepo(t *testing.T) {
 	ctx := context.Background()
 	evil := t.TempDir()
 	marker := filepath.Join(t.TempDir(), "pwned")
-	gitT(t, evil, "init", "-q", "-b", "main")
+	thrumtest.Git(t, evil, "init", "-q", "-b", "main")
 	hook := filepath.Join(evil, "hook.sh")
 	if err := os.WriteFile(hook, []byte("#!/bin/sh\ntouch "+marker+"\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	gitT(t, evil, "config", "core.fsmonitor", hook)
+	thrumtest.Git(t, evil, "config", "core.fsmonitor", hook)
 	// The hook works when git does run there: the attack is real.
 	if out, err := exec.Command("git", "-C", evil, "status", "--porcelain").CombinedOutput(); err != nil {
 		t.Fatalf("git status in the bait: %v\n%s", err, out)

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/thrumhq/thrum/internal/thrumtest"
 )
 
 // TestEndToEndBinary runs the core flow through the real binary, as a
@@ -16,10 +18,8 @@ import (
 // reply, daemon stop — checking stdout, stderr and exit codes.
 func TestEndToEndBinary(t *testing.T) {
 	t.Parallel()
-	if thrumBinErr != nil {
-		t.Fatalf("building the binary: %v", thrumBinErr)
-	}
-	repo := gitRepo(t)
+	thrumBin := thrumtest.Binary(t)
+	repo := thrumtest.GitRepo(t)
 	c := &thrumCLI{t: t, repo: repo, bin: thrumBin}
 
 	r := c.ok("", "init")

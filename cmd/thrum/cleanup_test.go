@@ -8,20 +8,21 @@ import (
 	"testing"
 
 	"github.com/thrumhq/thrum/identity"
+	"github.com/thrumhq/thrum/internal/thrumtest"
 )
 
 // Issue 12 item 2, the binary's half: the daemon is told every worktree's
 // identity directory, including worktrees added after it started.
 func TestWorktreeIdentityDirs(t *testing.T) {
 	t.Parallel()
-	repo := gitRepo(t)
+	repo := thrumtest.GitRepo(t)
 	feat := filepath.Join(t.TempDir(), "feature")
 	l, err := resolveLayout(context.Background(), &Globals{Repo: repo})
 	if err != nil {
 		t.Fatal(err)
 	}
 	list := worktreeIdentityDirs(l)
-	gitT(t, repo, "worktree", "add", "-q", "-b", "feature", feat)
+	thrumtest.Git(t, repo, "worktree", "add", "-q", "-b", "feature", feat)
 	dirs, err := list(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -47,16 +48,14 @@ func TestWorktreeIdentityDirs(t *testing.T) {
 // worktree), which then was "not known to this daemon".
 func TestCleanupKeepsFeatureWorktreeAgent(t *testing.T) {
 	t.Parallel()
-	if thrumBinErr != nil {
-		t.Fatalf("building the binary: %v", thrumBinErr)
-	}
-	repo := gitRepo(t)
+	thrumBin := thrumtest.Binary(t)
+	repo := thrumtest.GitRepo(t)
 	main := &thrumCLI{t: t, repo: repo, bin: thrumBin}
 	main.ok("", "init")
 	startDaemon(t, main)
 	main.ok("", "quickstart", "--name", "alice", "--role", "implementer", "--module", "auth")
 	feat := filepath.Join(t.TempDir(), "feature")
-	gitT(t, repo, "worktree", "add", "-q", "-b", "feature", feat)
+	thrumtest.Git(t, repo, "worktree", "add", "-q", "-b", "feature", feat)
 	fc := &thrumCLI{t: t, repo: feat, bin: thrumBin}
 	fc.ok("", "init")
 	fc.ok("", "quickstart", "--name", "dan", "--role", "reviewer", "--module", "auth")

@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/thrumhq/thrum/internal/thrumtest"
 )
 
 // Attack 6: after a crash the pid file may name an unrelated process that
@@ -17,10 +19,8 @@ import (
 // pid file and says so.
 func TestDaemonStopIgnoresStalePID(t *testing.T) {
 	t.Parallel()
-	if thrumBinErr != nil {
-		t.Fatalf("building the binary: %v", thrumBinErr)
-	}
-	c := &thrumCLI{t: t, repo: gitRepo(t), bin: thrumBin}
+	thrumBin := thrumtest.Binary(t)
+	c := &thrumCLI{t: t, repo: thrumtest.GitRepo(t), bin: thrumBin}
 	c.ok("", "init")
 
 	stranger := exec.Command("sleep", "60")
@@ -59,10 +59,8 @@ func TestDaemonStopIgnoresStalePID(t *testing.T) {
 // daemon: status says it runs, and start does not launch a second one.
 func TestDaemonBusyIsNotGone(t *testing.T) {
 	t.Parallel()
-	if thrumBinErr != nil {
-		t.Fatalf("building the binary: %v", thrumBinErr)
-	}
-	c := &thrumCLI{t: t, repo: gitRepo(t), bin: thrumBin}
+	thrumBin := thrumtest.Binary(t)
+	c := &thrumCLI{t: t, repo: thrumtest.GitRepo(t), bin: thrumBin}
 	c.ok("", "init")
 	st := startDaemon(t, c)
 	pid := int(num(st, "pid"))

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/thrumhq/thrum/internal/thrumtest"
 )
 
 // TestStartsDoctorAndRepairs runs the real binary through the storage
@@ -17,9 +19,7 @@ import (
 // shown), and a torn tail repaired and reported by start.
 func TestStartsDoctorAndRepairs(t *testing.T) {
 	t.Parallel()
-	if thrumBinErr != nil {
-		t.Fatalf("building the binary: %v", thrumBinErr)
-	}
+	thrumBin := thrumtest.Binary(t)
 	repo := t.TempDir()
 	c := &thrumCLI{t: t, repo: repo, bin: thrumBin}
 	c.ok("", "init")

@@ -12,6 +12,7 @@ import (
 	"github.com/alecthomas/kong"
 
 	"github.com/thrumhq/thrum"
+	"github.com/thrumhq/thrum/internal/thrumtest"
 )
 
 // TestEndToEndRun drives the whole CLI through runEnv in a temporary git
@@ -20,7 +21,7 @@ import (
 // form, and the exit codes of the failures a user will meet.
 func TestEndToEndRun(t *testing.T) {
 	t.Parallel()
-	repo := gitRepo(t)
+	repo := thrumtest.GitRepo(t)
 	c := &thrumCLI{t: t, repo: repo}
 
 	// Before init, commands say what to run.

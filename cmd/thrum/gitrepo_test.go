@@ -10,6 +10,8 @@ import (
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/thrumhq/thrum/internal/thrumtest"
 )
 
 // repoState is everything of a user's repository that thrum must leave
@@ -23,17 +25,17 @@ type repoState struct {
 func snapshot(t *testing.T, repo string) repoState {
 	t.Helper()
 	s := repoState{
-		Head:      gitT(t, repo, "rev-parse", "HEAD"),
-		Branch:    gitT(t, repo, "symbolic-ref", "HEAD"),
-		Status:    gitT(t, repo, "status", "--porcelain=v1", "--untracked-files=all"),
-		Diff:      gitT(t, repo, "diff"),
-		Cached:    gitT(t, repo, "diff", "--cached"),
-		Index:     gitT(t, repo, "ls-files", "-s"),
-		Stash:     gitT(t, repo, "stash", "list"),
-		Untracked: gitT(t, repo, "ls-files", "--others", "--exclude-standard"),
-		Refs:      lines(gitT(t, repo, "for-each-ref", "--format=%(refname) %(objectname)")),
-		Worktrees: lines(gitT(t, repo, "worktree", "list", "--porcelain")),
-		Ignored:   lines(gitT(t, repo, "status", "--porcelain=v1", "--ignored")),
+		Head:      thrumtest.Git(t, repo, "rev-parse", "HEAD"),
+		Branch:    thrumtest.Git(t, repo, "symbolic-ref", "HEAD"),
+		Status:    thrumtest.Git(t, repo, "status", "--porcelain=v1", "--untracked-files=all"),
+		Diff:      thrumtest.Git(t, repo, "diff"),
+		Cached:    thrumtest.Git(t, repo, "diff", "--cached"),
+		Index:     thrumtest.Git(t, repo, "ls-files", "-s"),
+		Stash:     thrumtest.Git(t, repo, "stash", "list"),
+		Untracked: thrumtest.Git(t, repo, "ls-files", "--others", "--exclude-standard"),
+		Refs:      lines(thrumtest.Git(t, repo, "for-each-ref", "--format=%(refname) %(objectname)")),
+		Worktrees: lines(thrumtest.Git(t, repo, "worktree", "list", "--porcelain")),
+		Ignored:   lines(thrumtest.Git(t, repo, "status", "--porcelain=v1", "--ignored")),
 		Files:     map[string]string{},
 	}
 	err := filepath.WalkDir(repo, func(path string, d fs.DirEntry, err error) error {
@@ -79,7 +81,7 @@ func lines(s string) []string {
 // added. It runs the built binary, daemon included.
 func TestGitRepoUntouched(t *testing.T) {
 	t.Parallel()
-	repo := gitRepo(t)
+	repo := thrumtest.GitRepo(t)
 	write := func(name, content string, mode os.FileMode) {
 		p := filepath.Join(repo, name)
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
@@ -94,14 +96,14 @@ func TestGitRepoUntouched(t *testing.T) {
 	write("src/auth/login.go", "package auth\n", 0o644)
 	write("scripts/build.sh", "#!/bin/sh\necho build\n", 0o755)
 	write(".gitignore", "*.log\n", 0o644)
-	gitT(t, repo, "add", ".")
-	gitT(t, repo, "commit", "-q", "-m", "add files")
+	thrumtest.Git(t, repo, "add", ".")
+	thrumtest.Git(t, repo, "commit", "-q", "-m", "add files")
 	write("src/auth/login.go", "package auth\n\n// stashed\n", 0o644)
-	gitT(t, repo, "stash", "-q")
-	gitT(t, repo, "branch", "feature")
+	thrumtest.Git(t, repo, "stash", "-q")
+	thrumtest.Git(t, repo, "branch", "feature")
 	write("README.md", "# project\n\nunstaged edit\n", 0o644)
 	write("src/auth/token.go", "package auth\n// staged\n", 0o644)
-	gitT(t, repo, "add", "src/auth/token.go")
+	thrumtest.Git(t, repo, "add", "src/auth/token.go")
 	write("src/auth/token.go", "package auth\n// staged, then edited\n", 0o644)
 	write("notes.txt", "untracked\n", 0o644)
 	write("build.log", "ignored\n", 0o644)
@@ -115,9 +117,7 @@ func TestGitRepoUntouched(t *testing.T) {
 	// does to the repository, and the race-instrumented daemon and
 	// in-process CLI (TestEndToEndRun covers them) would make its ~330
 	// commands several times slower.
-	if thrumBinErr != nil {
-		t.Fatalf("building the binary: %v", thrumBinErr)
-	}
+	thrumBin := thrumtest.Binary(t)
 	c := &thrumCLI{t: t, repo: repo, bin: thrumBin}
 	c.ok("", "init")
 	c.ok("", "init") // twice: the exclude line is added once

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/thrumhq/thrum/internal/thrumtest"
 )
 
 // cliMainEnv makes the test binary act as the thrum CLI. `daemon start`
@@ -20,42 +22,14 @@ import (
 // `daemon run`, so TestMain sets the variable for every child it spawns.
 const cliMainEnv = "THRUM_CLI_MAIN"
 
-// thrumBin is the real binary, built once by TestMain for the binary tests;
-// thrumBinErr says why it could not be built.
-var (
-	thrumBin    string
-	thrumBinErr error
-)
-
 func TestMain(m *testing.M) {
 	if os.Getenv(cliMainEnv) == "1" {
 		main() // signal.NotifyContext + run + os.Exit, exactly as the binary
 		return
 	}
 	os.Setenv(cliMainEnv, "1")
-	dir, err := os.MkdirTemp("", "thrum-bin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	thrumBin, thrumBinErr = buildBinary(dir)
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
-
-// buildBinary builds ./cmd/thrum (this package) into dir.
-func buildBinary(dir string) (string, error) {
-	gobin, err := exec.LookPath("go")
-	if err != nil {
-		return "", fmt.Errorf("no go command to build the binary: %w", err)
-	}
-	bin := filepath.Join(dir, "thrum")
-	cmd := exec.Command(gobin, "build", "-o", bin, ".")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build: %v\n%s", err, out)
-	}
-	return bin, nil
+	// The binary tests share one build (thrumtest.Binary), removed here.
+	os.Exit(thrumtest.Main(m))
 }
 
 // result is what one thrum invocation did.
@@ -193,34 +167,6 @@ func lacks(t testing.TB, what, s string, bad ...string) {
 			t.Errorf("%s has %q but should not:\n%s", what, b, s)
 		}
 	}
-}
-
-// gitRepo makes a git repository in a fresh temp dir: branch main, local
-// user.name/email, one empty commit. Global and system git config are
-// ignored so a developer's settings (signing, hooks) cannot interfere.
-func gitRepo(t testing.TB) string {
-	t.Helper()
-	dir := t.TempDir()
-	gitT(t, dir, "init", "-q", "-b", "main")
-	gitT(t, dir, "config", "user.name", "Test User")
-	gitT(t, dir, "config", "user.email", "test@example.com")
-	gitT(t, dir, "config", "commit.gpgsign", "false")
-	gitT(t, dir, "commit", "-q", "--allow-empty", "-m", "initial commit")
-	return dir
-}
-
-// gitT runs git in dir and returns its trimmed stdout.
-func gitT(t testing.TB, dir string, args ...string) string {
-	t.Helper()
-	cmd := exec.Command("git", args...)
-	cmd.Dir = dir
-	cmd.Env = append(cleanEnv(), "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL="+os.DevNull)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("git %s: %v\n%s", strings.Join(args, " "), err, errb.String())
-	}
-	return strings.TrimRight(out.String(), "\n")
 }
 
 // startDaemon runs `daemon start --json` and registers a cleanup that

@@ -18,6 +18,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/thrumhq/thrum/internal/thrumtest"
 	"github.com/thrumhq/thrum/mcpserver"
 )
 
@@ -154,38 +155,13 @@ type mcpE2E struct {
 
 func newMCPE2E(t *testing.T) *mcpE2E {
 	t.Helper()
-	e := &mcpE2E{t: t, bin: filepath.Join(t.TempDir(), "thrum"), repo: t.TempDir(), stderrs: map[string]*bytes.Buffer{}}
-	build := exec.Command("go", "build", "-o", e.bin, ".")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	for _, args := range [][]string{
-		{"init", "-q", "-b", "main"},
-		{"config", "user.name", "Test User"},
-		{"config", "user.email", "test@example.com"},
-		{"config", "commit.gpgsign", "false"},
-		{"commit", "-q", "--allow-empty", "-m", "initial commit"},
-	} {
-		cmd := exec.Command("git", args...)
-		cmd.Dir, cmd.Env = e.repo, e.env("")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("git %v: %v\n%s", args, err, out)
-		}
-	}
-	return e
+	return &mcpE2E{t: t, bin: thrumtest.Binary(t), repo: thrumtest.GitRepo(t), stderrs: map[string]*bytes.Buffer{}}
 }
 
 // env is the environment of every process: no THRUM_* variables but
 // THRUM_NAME=name (when given), and no global or system git config.
 func (e *mcpE2E) env(name string) []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "THRUM_") {
-			env = append(env, kv)
-		}
-	}
-	env = append(env, "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL="+os.DevNull)
+	env := thrumtest.GitEnv()
 	if name != "" {
 		env = append(env, "THRUM_NAME="+name)
 	}

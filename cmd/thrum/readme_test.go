@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/thrumhq/thrum/internal/thrumtest"
 )
 
 // quickstartBlock returns the lines of the README's Quickstart ```sh
@@ -61,9 +63,6 @@ func quickstartBlock(t testing.TB) []string {
 // from README.md, so editing the README changes what this runs.
 func TestReadmeQuickstart(t *testing.T) {
 	t.Parallel()
-	if thrumBinErr != nil {
-		t.Fatalf("building the binary: %v", thrumBinErr)
-	}
 	lines := quickstartBlock(t)
 	if len(lines) < 10 || !strings.HasPrefix(lines[0], "thrum init") || !strings.HasPrefix(lines[len(lines)-1], "thrum daemon stop") {
 		t.Fatalf("the Quickstart block should run from thrum init to thrum daemon stop:\n%s", strings.Join(lines, "\n"))
@@ -121,6 +120,7 @@ func lineOf(t testing.TB, lines []string, s string) int {
 // daemon left running by a failure is stopped.
 func runQuickstart(t *testing.T, dir string, lines []string) []string {
 	t.Helper()
+	thrumBin := thrumtest.Binary(t)
 	home := t.TempDir()
 	var script strings.Builder
 	for i, l := range lines {

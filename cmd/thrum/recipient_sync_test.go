@@ -2,10 +2,11 @@ package main
 
 import (
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/thrumhq/thrum/internal/thrumtest"
 )
 
 // TestSendToRecipientOfAnotherClone (issue 12 item 14): bob registered on
@@ -14,28 +15,9 @@ import (
 // sync force`; a name nobody has still gets the clear error.
 func TestSendToRecipientOfAnotherClone(t *testing.T) {
 	t.Parallel()
-	if thrumBinErr != nil {
-		t.Fatalf("building the binary: %v", thrumBinErr)
-	}
-	root := t.TempDir()
-	remote := filepath.Join(root, "remote.git")
-	gitT(t, root, "init", "-q", "--bare", "-b", "main", remote)
-	clone := func(name string) string {
-		dir := filepath.Join(root, name)
-		gitT(t, root, "clone", "-q", remote, dir)
-		gitT(t, dir, "config", "user.name", "Test User")
-		gitT(t, dir, "config", "user.email", "test@example.com")
-		gitT(t, dir, "config", "commit.gpgsign", "false")
-		return dir
-	}
-	dirA := clone("a")
-	if err := os.WriteFile(filepath.Join(dirA, "README.md"), []byte("# project\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	gitT(t, dirA, "add", "README.md")
-	gitT(t, dirA, "commit", "-q", "-m", "initial commit")
-	gitT(t, dirA, "push", "-q", "origin", "main")
-	dirB := clone("b")
+	thrumBin := thrumtest.Binary(t)
+	remote := thrumtest.GitRemote(t)
+	dirA, dirB := remote.Clone("a"), remote.Clone("b")
 
 	a := &syncCLI{thrumCLI: &thrumCLI{t: t, repo: dirA, bin: thrumBin}, name: "a"}
 	b := &syncCLI{thrumCLI: &thrumCLI{t: t, repo: dirB, bin: thrumBin}, name: "b"}
@@ -49,7 +31,7 @@ func TestSendToRecipientOfAnotherClone(t *testing.T) {
 	a.do("", "quickstart", "--name", "alice", "--role", "implementer", "--module", "auth")
 	a.forceSync()
 	b.do("", "quickstart", "--name", "bob", "--role", "reviewer", "--module", "auth")
-	for pass := 1; !strings.Contains(gitT(t, remote, "show", "a-sync:events.jsonl"), `"agent_id":"bob"`); pass++ {
+	for pass := 1; !strings.Contains(thrumtest.Git(t, remote.Path, "show", "a-sync:events.jsonl"), `"agent_id":"bob"`); pass++ {
 		if pass > 2 {
 			t.Fatal("bob's registration did not reach the remote after 2 passes of sync force in b")
 		}

@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/thrumhq/thrum/internal/thrumtest"
 )
 
 // syncCLI runs the real binary in one clone, with git's global and
@@ -115,28 +117,9 @@ func (c *syncCLI) forceSync() map[string]any {
 // the other's inbox through `thrum sync force` on both sides.
 func TestSyncEndToEnd(t *testing.T) {
 	t.Parallel()
-	if thrumBinErr != nil {
-		t.Fatalf("building the binary: %v", thrumBinErr)
-	}
-	root := t.TempDir()
-	remote := filepath.Join(root, "remote.git")
-	gitT(t, root, "init", "-q", "--bare", "-b", "main", remote)
-	clone := func(name string) string {
-		dir := filepath.Join(root, name)
-		gitT(t, root, "clone", "-q", remote, dir)
-		gitT(t, dir, "config", "user.name", "Test User")
-		gitT(t, dir, "config", "user.email", "test@example.com")
-		gitT(t, dir, "config", "commit.gpgsign", "false")
-		return dir
-	}
-	dirA := clone("a")
-	if err := os.WriteFile(filepath.Join(dirA, "README.md"), []byte("# project\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	gitT(t, dirA, "add", "README.md")
-	gitT(t, dirA, "commit", "-q", "-m", "initial commit")
-	gitT(t, dirA, "push", "-q", "origin", "main")
-	dirB := clone("b")
+	thrumBin := thrumtest.Binary(t)
+	remote := thrumtest.GitRemote(t)
+	dirA, dirB := remote.Clone("a"), remote.Clone("b")
 
 	a := &syncCLI{thrumCLI: &thrumCLI{t: t, repo: dirA, bin: thrumBin}, name: "a"}
 	b := &syncCLI{thrumCLI: &thrumCLI{t: t, repo: dirB, bin: thrumBin}, name: "b"}
@@ -237,13 +220,13 @@ func TestSyncEndToEnd(t *testing.T) {
 
 	// The remote's a-sync holds both agents' shards; the users' branches
 	// are untouched.
-	tree := gitT(t, remote, "ls-tree", "-r", "--name-only", "refs/heads/a-sync")
+	tree := thrumtest.Git(t, remote.Path, "ls-tree", "-r", "--name-only", "refs/heads/a-sync")
 	contains(t, "the remote's a-sync", tree, "events.jsonl", "messages/alice.jsonl")
 	for _, c := range []*syncCLI{a, b} {
-		if got := gitT(t, c.repo, "symbolic-ref", "HEAD"); got != "refs/heads/main" {
+		if got := thrumtest.Git(t, c.repo, "symbolic-ref", "HEAD"); got != "refs/heads/main" {
 			t.Errorf("%s: HEAD is %s, want refs/heads/main", c.name, got)
 		}
-		if st := gitT(t, c.repo, "status", "--porcelain"); st != "" {
+		if st := thrumtest.Git(t, c.repo, "status", "--porcelain"); st != "" {
 			t.Errorf("%s: git status --porcelain = %q, want clean", c.name, st)
 		}
 	}

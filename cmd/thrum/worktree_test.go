@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/thrumhq/thrum/internal/thrumtest"
 )
 
 // TestFeatureWorktreeSharesDaemon: a linked worktree of the repository
@@ -12,17 +14,15 @@ import (
 // .thrum/redirect, and keeps identities of its own.
 func TestFeatureWorktreeSharesDaemon(t *testing.T) {
 	t.Parallel()
-	if thrumBinErr != nil {
-		t.Fatalf("building the binary: %v", thrumBinErr)
-	}
-	repo := gitRepo(t)
+	thrumBin := thrumtest.Binary(t)
+	repo := thrumtest.GitRepo(t)
 	main := &thrumCLI{t: t, repo: repo, bin: thrumBin}
 	main.ok("", "init")
 	startDaemon(t, main)
 	main.ok("", "quickstart", "--name", "alice", "--role", "implementer", "--module", "auth")
 
 	feat := filepath.Join(t.TempDir(), "feature")
-	gitT(t, repo, "worktree", "add", "-q", "-b", "feature", feat)
+	thrumtest.Git(t, repo, "worktree", "add", "-q", "-b", "feature", feat)
 	fc := &thrumCLI{t: t, repo: feat, bin: thrumBin}
 	r := fc.ok("", "init")
 	contains(t, "init in the feature worktree", r.stdout, "redirect (shares "+filepath.Join(repo, ".thrum")+")")
@@ -49,7 +49,7 @@ func TestFeatureWorktreeSharesDaemon(t *testing.T) {
 	}
 	r = fc.ok("", "agent", "whoami")
 	contains(t, "whoami in the feature worktree", r.stdout, "@bob")
-	if s := gitT(t, feat, "status", "--porcelain"); s != "" {
+	if s := thrumtest.Git(t, feat, "status", "--porcelain"); s != "" {
 		t.Errorf("feature worktree is dirty: %q", s)
 	}
 }
