@@ -39,7 +39,7 @@ func (n *Node) registeredCaller(ctx context.Context, what string) (string, error
 	if err != nil {
 		return "", err
 	}
-	if _, ok := n.dirc.agent(id); !ok {
+	if _, ok := n.dirc.Agent(id); !ok {
 		return "", notFound("%s: agent %q is not registered: run thrum quickstart", what, id)
 	}
 	return id, nil
@@ -115,7 +115,7 @@ func (n *Node) RegisterAgent(ctx context.Context, p *rpc.RegisterAgentParams) (*
 	id := identity.AgentID(n.opts.RepoID, p.Role, p.Module, p.Name)
 	n.ctlMu.Lock()
 	defer n.ctlMu.Unlock()
-	if n.dirc.hasGroup(id) {
+	if n.dirc.HasGroup(id) {
 		return nil, conflict("agent name %q is taken by a group: choose another name", id)
 	}
 	existing, err := n.store.Agent(ctx, id)

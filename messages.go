@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"math"
 	"strings"
 	"time"
 
 	"github.com/thrumhq/thrum/eventlog"
 	"github.com/thrumhq/thrum/identity"
+	"github.com/thrumhq/thrum/internal/msgindex"
 	"github.com/thrumhq/thrum/rpc"
 	"github.com/thrumhq/thrum/store"
 )
@@ -44,7 +46,7 @@ func (n *Node) resolveAuthor(ctx context.Context, actingAs string) (author, erro
 	if err != nil {
 		return author{}, err
 	}
-	caller, ok := n.dirc.agent(id)
+	caller, ok := n.dirc.Agent(id)
 	if !ok {
 		return author{}, notFound("agent %q is not registered: run thrum quickstart", id)
 	}
@@ -53,7 +55,7 @@ func (n *Node) resolveAuthor(ctx context.Context, actingAs string) (author, erro
 			return author{}, forbidden("only users can impersonate agents")
 		}
 		target := identity.NormalizeAgentID(actingAs)
-		if a, ok := n.dirc.agent(target); !ok || a.Kind != KindAgent {
+		if a, ok := n.dirc.Agent(target); !ok || a.Kind != KindAgent {
 			return author{}, notFound("target agent does not exist: %s", target)
 		}
 		sid := ""
@@ -247,11 +249,11 @@ func (n *Node) prepareMessage(ctx context.Context, p *rpc.SendMessageParams, thr
 // resolveMention resolves a mention m (addr normalized) and returns the
 // address it resolved as: a legacy role:hash ID resolves as its role.
 func (n *Node) resolveMention(m, addr string) (string, rpc.Recipient, bool) {
-	if rc, ok := n.dirc.resolve(addr); ok {
+	if rc, ok := n.dirc.Resolve(addr); ok {
 		return addr, rc, true
 	}
 	if role, _, legacy := identity.ParseLegacyID(trimAt(m)); legacy {
-		rc, ok := n.dirc.resolve(role)
+		rc, ok := n.dirc.Resolve(role)
 		return role, rc, ok
 	}
 	return addr, rpc.Recipient{}, false
@@ -448,14 +450,14 @@ func (n *Node) ListMessages(ctx context.Context, p *rpc.ListMessagesParams) (*rp
 		f.Unread = true
 	}
 	if p.MentionRole != "" {
-		f.Mentions = n.dirc.mentionTargets(trimAt(p.MentionRole))
+		f.Mentions = n.dirc.MentionTargets(trimAt(p.MentionRole))
 	}
 	if p.Mentions {
 		me := readerOf(ctx)
 		if me == "" {
 			return nil, unauthenticated("the mentions filter needs the current agent: pass caller_agent_id or use mention_role")
 		}
-		mine := n.dirc.targets(me)
+		mine := n.dirc.Targets(me)
 		if f.Mentions != nil {
 			mine = intersection(f.Mentions, mine)
 		}
@@ -480,9 +482,14 @@ type messagePage struct {
 // messages runs a listing: the index picks the page and counts, the
 // projection supplies the page's rows.
 func (n *Node) messages(ctx context.Context, f store.MessageFilter) (*messagePage, error) {
-	ids, total, unread, err := n.idx.list(ctx, f)
-	if err != nil {
+	ids, total, unread, err := n.idx.List(ctx, f)
+	switch {
+	case errors.Is(err, msgindex.ErrClosed):
+		return nil, rpcUnavailable()
+	case err != nil && ctx.Err() != nil:
 		return nil, err
+	case err != nil:
+		return nil, internal("message index", err)
 	}
 	rows, err := n.store.MessagesByID(ctx, ids, f.Reader)
 	if err != nil {
@@ -535,7 +542,7 @@ func (n *Node) ownMessage(ctx context.Context, id, verb string) (*store.Message,
 		return nil, author{}, conflict("message already deleted: %s", id)
 	}
 	au := author{agentID: me}
-	if a, _ := n.dirc.agent(me); a.Kind == KindAgent {
+	if a, _ := n.dirc.Agent(me); a.Kind == KindAgent {
 		_, s, err := n.callerSession(ctx)
 		if err != nil {
 			return nil, author{}, err
@@ -614,7 +621,7 @@ func (n *Node) MarkRead(ctx context.Context, p *rpc.MarkReadParams) (*rpc.MarkRe
 	// Reads are keyed by (message, session). Users have no sessions: their
 	// ID stands in, so that two users' reads never collide.
 	sid := me
-	if a, _ := n.dirc.agent(me); a.Kind != KindUser {
+	if a, _ := n.dirc.Agent(me); a.Kind != KindUser {
 		_, s, err := n.callerSession(ctx)
 		if err != nil {
 			return nil, err

@@ -281,7 +281,7 @@ func (s *notifier) deliver(subs []*subscription, m *published, at string, slow m
 		case sub.info.MentionRole != "" && len(m.mentions) > 0:
 			ts, ok := targets[sub.info.MentionRole]
 			if !ok {
-				ts = s.n.dirc.mentionTargets(sub.info.MentionRole)
+				ts = s.n.dirc.MentionTargets(sub.info.MentionRole)
 				targets[sub.info.MentionRole] = ts
 			}
 			if intersects(m.mentions, ts) {
@@ -292,7 +292,7 @@ func (s *notifier) deliver(subs []*subscription, m *published, at string, slow m
 			continue
 		}
 		if author == nil {
-			a, _ := s.n.dirc.agent(m.author)
+			a, _ := s.n.dirc.Agent(m.author)
 			author = &rpc.NotificationAuthor{AgentID: m.author, Role: a.Role, Module: a.Module}
 			scopes = make([]rpc.Scope, len(m.scopes))
 			for i, sc := range m.scopes {

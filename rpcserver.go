@@ -311,7 +311,7 @@ func (s *RPCServer) auth(ctx context.Context, p *rpc.AuthParams) (*rpc.AuthResul
 	}
 	res := &rpc.AuthResult{AgentID: id, Owner: owner}
 	if id != "" {
-		a, ok := s.n.dirc.agent(id)
+		a, ok := s.n.dirc.Agent(id)
 		if !ok {
 			return nil, rpc.Errorf(rpc.CodeNotFound, "agent not found: %s is not registered", id)
 		}
@@ -381,7 +381,7 @@ func boundAs(ctx context.Context) string {
 func (s *RPCServer) registerAgent(ctx context.Context, p *rpc.RegisterAgentParams) (*rpc.RegisterAgentResult, error) {
 	if !isOwner(ctx) {
 		id := identity.AgentID(s.n.opts.RepoID, p.Role, p.Module, p.Name)
-		if _, exists := s.n.dirc.agent(id); exists && boundAs(ctx) != id {
+		if _, exists := s.n.dirc.Agent(id); exists && boundAs(ctx) != id {
 			return nil, rpc.Errorf(rpc.CodeForbidden, "agent %s exists: re-registering it needs its own token or the owner's secret", id)
 		}
 	}
@@ -392,7 +392,7 @@ func (s *RPCServer) registerAgent(ctx context.Context, p *rpc.RegisterAgentParam
 func (s *RPCServer) deleteAgent(ctx context.Context, p *rpc.DeleteAgentParams) (*rpc.DeleteAgentResult, error) {
 	if !isOwner(ctx) {
 		me, target := boundAs(ctx), identity.NormalizeAgentID(p.Name)
-		if t, ok := s.n.dirc.agent(target); ok && t.Kind == KindAgent && target != me {
+		if t, ok := s.n.dirc.Agent(target); ok && t.Kind == KindAgent && target != me {
 			return nil, rpc.Errorf(rpc.CodeForbidden, "%s may not delete agent %s: only the agent itself or the owner may", me, p.Name)
 		}
 	}
@@ -413,7 +413,7 @@ func (s *RPCServer) endSession(ctx context.Context, p *rpc.EndSessionParams) (*r
 	// The node refuses an agent ending another's session, but lets a user
 	// end any: over a WebSocket, only an owner-authenticated one.
 	me := boundAs(ctx)
-	if a, ok := s.n.dirc.agent(me); ok && a.Kind == KindUser && !isOwner(ctx) && p.SessionID != "" {
+	if a, ok := s.n.dirc.Agent(me); ok && a.Kind == KindUser && !isOwner(ctx) && p.SessionID != "" {
 		if ss, err := s.n.store.Session(ctx, p.SessionID); err == nil && ss.AgentID != me {
 			return nil, rpc.Errorf(rpc.CodeForbidden, "session %s belongs to %s: only that agent or the owner may end it", p.SessionID, ss.AgentID)
 		}
@@ -427,7 +427,7 @@ func (s *RPCServer) actingAs(ctx context.Context, target string) error {
 	if target == "" || isOwner(ctx) {
 		return nil
 	}
-	if a, ok := s.n.dirc.agent(boundAs(ctx)); !ok || a.Kind != KindUser {
+	if a, ok := s.n.dirc.Agent(boundAs(ctx)); !ok || a.Kind != KindUser {
 		return nil // an agent may not act as another at all: the node says so
 	}
 	return rpc.Errorf(rpc.CodeForbidden, "acting_as %s needs the owner: the Unix socket, or a WebSocket authenticated with the owner's secret", target)

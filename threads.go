@@ -27,7 +27,7 @@ func (n *Node) CreateThread(ctx context.Context, p *rpc.CreateThreadParams) (*rp
 	if err != nil {
 		return nil, err
 	}
-	if _, ok := n.dirc.agent(me); !ok {
+	if _, ok := n.dirc.Agent(me); !ok {
 		return nil, notFound("agent %q is not registered: run thrum quickstart", me)
 	}
 	if p.IdempotencyKey != "" {

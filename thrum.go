@@ -13,6 +13,9 @@ import (
 	"time"
 
 	"github.com/thrumhq/thrum/eventlog"
+	"github.com/thrumhq/thrum/internal/directory"
+	"github.com/thrumhq/thrum/internal/dirlock"
+	"github.com/thrumhq/thrum/internal/msgindex"
 	"github.com/thrumhq/thrum/rpc"
 	"github.com/thrumhq/thrum/store"
 )
@@ -121,14 +124,14 @@ type Node struct {
 	lock    *os.File
 	started time.Time
 
-	ctlMu sync.Mutex // serializes check-then-write operations on agents, sessions and groups
-	keys  keyLocks   // serialize calls with the same idempotency key
-	dirc  directory  // agents and groups in memory, for addressing
+	ctlMu sync.Mutex          // serializes check-then-write operations on agents, sessions and groups
+	keys  keyLocks            // serialize calls with the same idempotency key
+	dirc  directory.Directory // agents and groups in memory, for addressing
 	subs  notifier
 
 	worktrees worktreeCache
-	idx       *msgIndex      // messages in memory, for listing
-	bg        sync.WaitGroup // the index build
+	idx       *msgindex.Index // messages in memory, for listing
+	bg        sync.WaitGroup  // the index build
 
 	// sessCache maps an agent to its active session; sessGen counts
 	// invalidations, so a read that raced one is not cached.
@@ -162,7 +165,7 @@ type Node struct {
 // projection's checkpoint is applied before Open returns, and a torn final
 // line is repaired (see Repairs).
 func Open(dir string, opts *Options) (*Node, error) {
-	n := &Node{dir: dir, started: time.Now(), sessCache: map[string]*store.Session{}, idx: newMsgIndex()}
+	n := &Node{dir: dir, started: time.Now(), sessCache: map[string]*store.Session{}, idx: msgindex.New()}
 	if opts != nil {
 		n.opts = *opts
 	}
@@ -185,7 +188,7 @@ func Open(dir string, opts *Options) (*Node, error) {
 	if o.RefreshTimeout <= 0 {
 		o.RefreshTimeout = DefaultRefreshTimeout
 	}
-	lock, err := lockDir(dir)
+	lock, err := dirlock.Lock(dir)
 	if err != nil {
 		return nil, err
 	}
@@ -228,7 +231,7 @@ func Open(dir string, opts *Options) (*Node, error) {
 		n.Close()
 		return nil, fmt.Errorf("thrum: open: replay log: %w", err)
 	}
-	if err := n.dirc.reload(ctx, st); err != nil {
+	if err := n.dirc.Reload(ctx, st); err != nil {
 		n.Close()
 		return nil, fmt.Errorf("thrum: open: %w", err)
 	}
@@ -237,7 +240,7 @@ func Open(dir string, opts *Options) (*Node, error) {
 	n.bg.Add(1)
 	go func() {
 		defer n.bg.Done()
-		n.idx.build(ctx, st)
+		n.idx.Build(ctx, st)
 	}()
 	if err := n.ensureEveryone(ctx); err != nil {
 		n.Close()
@@ -247,10 +250,10 @@ func Open(dir string, opts *Options) (*Node, error) {
 }
 
 // EveryoneGroup is the built-in group that holds every agent.
-const EveryoneGroup = "everyone"
+const EveryoneGroup = directory.Everyone
 
 func (n *Node) ensureEveryone(ctx context.Context) error {
-	if n.dirc.hasGroup(EveryoneGroup) {
+	if n.dirc.HasGroup(EveryoneGroup) {
 		return nil
 	}
 	return n.append(ctx, &eventlog.Event{Type: eventlog.TypeGroupCreate, Payload: eventlog.GroupCreate{
@@ -266,7 +269,7 @@ func (n *Node) Close() error {
 		n.bg.Wait()
 		close(n.quit)
 		<-n.retryDone
-		n.idx.close()
+		n.idx.Close()
 		var errs []error
 		if n.log != nil {
 			errs = append(errs, n.log.Close())
@@ -342,7 +345,7 @@ func (n *Node) append(ctx context.Context, evs ...*eventlog.Event) error {
 // listeners.
 func (n *Node) published(batch []*eventlog.Event) {
 	ctx := context.Background()
-	n.idx.apply(batch)
+	n.idx.Apply(batch)
 	reload, sessions := false, false
 	for _, e := range batch {
 		switch {
@@ -367,7 +370,7 @@ func (n *Node) published(batch []*eventlog.Event) {
 		n.sessMu.Unlock()
 	}
 	if reload {
-		if err := n.dirc.reload(ctx, n.store); err != nil && n.opts.Logger != nil {
+		if err := n.dirc.Reload(ctx, n.store); err != nil && n.opts.Logger != nil {
 			n.opts.Logger.Error("thrum: reload directory", "err", err)
 		}
 	}

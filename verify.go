@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/thrumhq/thrum/eventlog"
+	"github.com/thrumhq/thrum/internal/dirlock"
 )
 
 // VerifyReport is what Verify found. A report without problems means every
@@ -176,7 +177,7 @@ func verifyLines(ctx context.Context, lg *eventlog.Log, rep *VerifyReport) (map[
 // parse, with its file and line, without the projection. Like Open, it
 // takes the directory's lock and moves torn final lines aside.
 func VerifyLog(ctx context.Context, dir string) (*VerifyReport, error) {
-	lock, err := lockDir(dir)
+	lock, err := dirlock.Lock(dir)
 	if err != nil {
 		return nil, err
 	}

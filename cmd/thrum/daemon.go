@@ -20,6 +20,7 @@ import (
 
 	"github.com/thrumhq/thrum"
 	"github.com/thrumhq/thrum/eventlog/gitsync"
+	"github.com/thrumhq/thrum/internal/dirlock"
 	"github.com/thrumhq/thrum/rpc"
 )
 
@@ -460,7 +461,7 @@ func statusJSON(l *layout, pid int, h *rpc.HealthResult) map[string]any {
 // lockedBy returns the live process holding the data directory's lock:
 // the daemon, answering or not.
 func lockedBy(l *layout) (pid int, ok bool) {
-	holder, held, err := thrum.LockHolder(l.LogDir)
+	holder, held, err := dirlock.Holder(l.LogDir)
 	if err != nil || !held || !alive(holder) {
 		return 0, false
 	}
@@ -484,7 +485,7 @@ func (c *DaemonStopCmd) Run(ctx context.Context, g *Globals) error {
 	pid := readPID(l.PIDFile)
 	// Signal only the process that holds the data directory's lock: after
 	// a crash the pid file may name an unrelated process that got its ID.
-	holder, held, err := thrum.LockHolder(l.LogDir)
+	holder, held, err := dirlock.Holder(l.LogDir)
 	if err != nil {
 		return fmt.Errorf("daemon stop: %w", err)
 	}
