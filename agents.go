@@ -497,14 +497,16 @@ func (n *Node) RegisterUser(ctx context.Context, p *rpc.RegisterUserParams) (*rp
 	return &rpc.RegisterUserResult{UserID: id, Username: p.Username, DisplayName: display, Token: token, Status: status}, nil
 }
 
-// IdentifyUser reads the user's name and email from git config in
-// Options.RepoDir.
+// IdentifyUser reads the user's name and email from Options.WorkContext
+// (git config, for the reference binary).
 func (n *Node) IdentifyUser(ctx context.Context, _ *rpc.IdentifyUserParams) (*rpc.IdentifyUserResult, error) {
-	name, _ := gitOutput(ctx, n.opts.RepoDir, "config", "user.name")
+	var name, email string
+	if n.opts.WorkContext != nil {
+		name, email = n.opts.WorkContext.User(ctx)
+	}
 	if name == "" {
 		return nil, notFound("git config user.name not set: run git config user.name \"Your Name\"")
 	}
-	email, _ := gitOutput(ctx, n.opts.RepoDir, "config", "user.email")
 	username := strings.ToLower(strings.Join(strings.Fields(name), "-"))
 	username = strings.Map(func(r rune) rune {
 		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_' || r == '-' {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/thrumhq/thrum"
 	"github.com/thrumhq/thrum/identity"
+	"github.com/thrumhq/thrum/internal/gitwork"
 	"github.com/thrumhq/thrum/rpc"
 )
 
@@ -292,7 +293,7 @@ func TestHeartbeatExtractsGitContext(t *testing.T) {
 	git("commit", "-qm", "add b")
 	os.WriteFile(filepath.Join(repo, "c.go"), []byte("package a\n"), 0o644)
 
-	f := newFixture(t, &thrum.Options{RepoDir: repo})
+	f := newFixture(t, &thrum.Options{WorkContext: gitwork.New(repo)})
 	s, _ := f.n.StartSession(f.ctx, &rpc.StartSessionParams{AgentID: "alice", Refs: []rpc.Ref{{Type: thrum.RefWorktree, Value: repo}}})
 	if _, err := f.n.Heartbeat(f.ctx, &rpc.HeartbeatParams{SessionID: s.SessionID}); err != nil {
 		t.Fatal(err)

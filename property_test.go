@@ -22,6 +22,7 @@ import (
 
 	"github.com/thrumhq/thrum"
 	"github.com/thrumhq/thrum/eventlog"
+	"github.com/thrumhq/thrum/internal/gitwork"
 	"github.com/thrumhq/thrum/rpc"
 	"github.com/thrumhq/thrum/store"
 )
@@ -67,9 +68,9 @@ func TestRebuildEqualsLive(t *testing.T) {
 		t.Helper()
 		n, err := thrum.Open(logDir, &thrum.Options{
 			DBPath:          dbPath,
-			RepoDir:         w.repo, // the node runs git only in its own repository's worktrees
-			NoSync:          true,   // durability is TestCrashLosesNoAcknowledgedMessage's job
-			MaxContentBytes: 2048,   // so that the limit is reachable
+			WorkContext:     gitwork.New(w.repo), // the node runs git only in its own repository's worktrees
+			NoSync:          true,                // durability is TestCrashLosesNoAcknowledgedMessage's job
+			MaxContentBytes: 2048,                // so that the limit is reachable
 			Now:             func() time.Time { return time.Now().Add(time.Duration(w.skew.Load())) },
 		})
 		if err != nil {

@@ -174,11 +174,9 @@ func (n *Node) Heartbeat(ctx context.Context, p *rpc.HeartbeatParams) (*rpc.Hear
 		AddRefs: toPairs(p.AddRefs), RemoveRefs: toPairs(p.RemoveRefs),
 	}}
 	evs := []*eventlog.Event{hb}
-	if wt, own := n.ownWorktree(ctx, n.worktreeOf(ctx, s.SessionID, p)); own {
-		if wc, ok := gitContext(ctx, wt); ok {
-			wc.SessionID, wc.AgentID = s.SessionID, s.AgentID
-			evs = append(evs, &eventlog.Event{Type: eventlog.TypeSessionContext, Payload: wc})
-		}
+	if wc, ok := n.workContext(ctx, n.worktreeOf(ctx, s.SessionID, p)); ok {
+		wc.SessionID, wc.AgentID = s.SessionID, s.AgentID
+		evs = append(evs, &eventlog.Event{Type: eventlog.TypeSessionContext, Payload: wc})
 	}
 	if err := n.append(ctx, evs...); err != nil {
 		return nil, err

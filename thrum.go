@@ -48,11 +48,13 @@ type Options struct {
 	// agent IDs). Default empty.
 	RepoID string
 
-	// RepoDir is the git working tree that user.identify reads git config
-	// from; the node runs git only in the worktrees of its repository (`git
-	// worktree list`), never in another path a caller names. Default: the
-	// current directory.
-	RepoDir string
+	// WorkContext, if set, supplies the git work context: the user for
+	// user.identify, and the context a heartbeat records for a session's
+	// worktree, asked only about the worktrees of the node's repository
+	// (WorkContext.Worktrees), never another path a caller names. The
+	// library never runs git itself. Default: none (user.identify finds
+	// no user, heartbeats record no context).
+	WorkContext WorkContext
 
 	// IdentityDir is where identity files live (.thrum/identities).
 	// agent.delete removes the agent's file from it, and agent.cleanup

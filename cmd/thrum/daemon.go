@@ -21,6 +21,7 @@ import (
 	"github.com/thrumhq/thrum"
 	"github.com/thrumhq/thrum/eventlog/gitsync"
 	"github.com/thrumhq/thrum/internal/dirlock"
+	"github.com/thrumhq/thrum/internal/gitwork"
 	"github.com/thrumhq/thrum/rpc"
 )
 
@@ -114,7 +115,7 @@ func (c *DaemonRunCmd) Run(ctx context.Context, g *Globals) error {
 	// through this pointer.
 	var syncer atomic.Pointer[gitsync.Syncer]
 	syncOn := l.Git && gitsync.HasRemote(ctx, l.Root, gitsync.DefaultRemote)
-	opts := &thrum.Options{Logger: logger, DBPath: l.DB, RepoID: l.RepoID(ctx), RepoDir: l.Root, IdentityDir: l.IDs,
+	opts := &thrum.Options{Logger: logger, DBPath: l.DB, RepoID: l.RepoID(ctx), WorkContext: gitwork.New(l.Root), IdentityDir: l.IDs,
 		IdentityDirs: worktreeIdentityDirs(l)}
 	if syncOn {
 		opts.OnLocalCommit = func() {
