@@ -38,7 +38,7 @@
 // final line of the log is moved aside to a .corrupt file at Open; a
 // corrupt line in the middle stops Open with its file and line.
 //
-// Notifications never block writers: a Listener has a bounded queue and is
+// Notifications never block writers: a Subscription has a bounded queue and is
 // closed when it falls behind; it then catches up with ListMessages.
 //
 // Errors are *rpc.Error values whose codes are JSON-RPC codes; match them

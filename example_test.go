@@ -64,7 +64,7 @@ func Example() {
 	// unread: 1
 }
 
-// A Listener receives the messages matching its subscriptions as they are
+// A Subscription receives the messages matching its filters as they are
 // committed.
 func ExampleNode_Subscribe() {
 	dir, _ := os.MkdirTemp("", "thrum-example")
@@ -82,8 +82,8 @@ func ExampleNode_Subscribe() {
 
 	l := n.Listen(0)
 	defer l.Close()
-	bob := l.Context(thrum.AsAgent(ctx, "bob"))
-	if _, err := n.Subscribe(bob, &rpc.SubscribeParams{MentionRole: "bob"}); err != nil {
+	bob := thrum.AsAgent(ctx, "bob")
+	if _, err := n.Subscribe(bob, l, &rpc.SubscribeParams{MentionRole: "bob"}); err != nil {
 		log.Fatal(err)
 	}
 

@@ -650,13 +650,13 @@ func TestSubscriptionsAndNotifications(t *testing.T) {
 	f := newFixture(t, nil)
 	l := f.n.Listen(0)
 	defer l.Close()
-	bob := l.Context(f.as("bob"))
-	scope, err := f.n.Subscribe(bob, &rpc.SubscribeParams{Scope: &rpc.Scope{Type: "module", Value: "auth"}})
+	bob := f.as("bob")
+	scope, err := f.n.Subscribe(bob, l, &rpc.SubscribeParams{Scope: &rpc.Scope{Type: "module", Value: "auth"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	mention, _ := f.n.Subscribe(bob, &rpc.SubscribeParams{MentionRole: "@reviewer"})
-	all, _ := f.n.Subscribe(bob, &rpc.SubscribeParams{All: true})
+	mention, _ := f.n.Subscribe(bob, l, &rpc.SubscribeParams{MentionRole: "@reviewer"})
+	all, _ := f.n.Subscribe(bob, l, &rpc.SubscribeParams{All: true})
 	subs, _ := f.n.ListSubscriptions(f.as("bob"), &rpc.ListSubscriptionsParams{})
 	if len(subs.Subscriptions) != 3 || subs.Subscriptions[0].ScopeType != "module" || subs.Subscriptions[1].MentionRole != "reviewer" || !subs.Subscriptions[2].All {
 		t.Fatalf("subscriptions: %+v", subs)
@@ -704,17 +704,17 @@ func TestSubscriptionsAndNotifications(t *testing.T) {
 		t.Fatal("alice removed bob's subscription")
 	}
 
-	_, err = f.n.Subscribe(bob, &rpc.SubscribeParams{})
+	_, err = f.n.Subscribe(bob, l, &rpc.SubscribeParams{})
 	wantCode(t, err, rpc.CodeInvalidParams, "at least one of scope, mention_role, or all must be specified")
-	_, err = f.n.Subscribe(bob, &rpc.SubscribeParams{All: true, MentionRole: "x"})
+	_, err = f.n.Subscribe(bob, l, &rpc.SubscribeParams{All: true, MentionRole: "x"})
 	wantCode(t, err, rpc.CodeInvalidParams, "only one")
-	_, err = f.n.Subscribe(f.as("bob"), &rpc.SubscribeParams{All: true})
+	_, err = f.n.Subscribe(f.as("bob"), nil, &rpc.SubscribeParams{All: true})
 	wantCode(t, err, rpc.CodeInvalidRequest, "Listen")
 	_, err = f.n.Unsubscribe(f.as("bob"), &rpc.UnsubscribeParams{})
 	wantCode(t, err, rpc.CodeInvalidParams, "subscription_id is required")
 	f.register(rpc.RegisterAgentParams{Name: "eve", Role: "x", Module: "y"})
 	f.n.EndSession(f.ctx, &rpc.EndSessionParams{SessionID: mustSession(t, f, "eve")})
-	_, err = f.n.Subscribe(l.Context(f.as("eve")), &rpc.SubscribeParams{All: true})
+	_, err = f.n.Subscribe(f.as("eve"), l, &rpc.SubscribeParams{All: true})
 	wantCode(t, err, rpc.CodeConflict, "no active session found")
 }
 
@@ -730,7 +730,7 @@ func mustSession(t *testing.T, f *fixture, agent string) string {
 func TestSlowListenerIsDroppedWithoutBlockingWriters(t *testing.T) {
 	f := newFixture(t, &thrum.Options{SubscriberQueue: 4, NoSync: true})
 	l := f.n.Listen(0)
-	if _, err := f.n.Subscribe(l.Context(f.as("bob")), &rpc.SubscribeParams{All: true}); err != nil {
+	if _, err := f.n.Subscribe(f.as("bob"), l, &rpc.SubscribeParams{All: true}); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan struct{})
@@ -749,7 +749,7 @@ func TestSlowListenerIsDroppedWithoutBlockingWriters(t *testing.T) {
 	for range l.C() {
 		n++
 	}
-	if n != 4 || !errors.Is(l.Err(), thrum.ErrSlowListener) {
+	if n != 4 || !errors.Is(l.Err(), thrum.ErrSlowConsumer) {
 		t.Fatalf("drained %d, err %v", n, l.Err())
 	}
 	subs, _ := f.n.ListSubscriptions(f.as("bob"), &rpc.ListSubscriptionsParams{})

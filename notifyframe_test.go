@@ -17,9 +17,9 @@ func TestNotificationFrameIsItsEncoding(t *testing.T) {
 	ctx := context.Background()
 	l := f.n.Listen(0)
 	defer l.Close()
-	bob := thrum.AsAgent(l.Context(ctx), "bob")
+	bob := thrum.AsAgent(ctx, "bob")
 	for _, p := range []*rpc.SubscribeParams{{All: true}, {Scope: &rpc.Scope{Type: "module", Value: "auth"}}, {MentionRole: "reviewer"}} {
-		if _, err := f.n.Subscribe(bob, p); err != nil {
+		if _, err := f.n.Subscribe(bob, l, p); err != nil {
 			t.Fatal(err)
 		}
 	}

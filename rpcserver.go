@@ -70,7 +70,7 @@ type connState struct {
 	token     bool   // bound by a token
 	owner     bool   // a WebSocket that presented the owner's secret
 	sessionID string // pinned by session.start on this connection
-	listener  *Listener
+	listener  *Subscription
 }
 
 type connStateKey struct{}
@@ -481,7 +481,7 @@ func (s *RPCServer) subscribe(ctx context.Context, p *rpc.SubscribeParams) (*rpc
 		// Notifications go straight onto the connection's queue (which
 		// never blocks: a full one closes the connection as a slow
 		// consumer, and the client catches up with message.list).
-		l = s.n.listenTo(func(nt *rpc.MessageNotification) bool {
+		l = s.n.ListenFunc(func(nt *rpc.MessageNotification) bool {
 			if nt.Frame != nil {
 				return c.NotifyEncoded(nt.Frame) == nil // encoded once by the notifier
 			}
@@ -491,7 +491,7 @@ func (s *RPCServer) subscribe(ctx context.Context, p *rpc.SubscribeParams) (*rpc
 		c.OnClose(l.Close)
 	}
 	st.mu.Unlock()
-	return s.n.Subscribe(l.Context(ctx), p)
+	return s.n.Subscribe(ctx, l, p)
 }
 
 // HandleSync registers sync.status and sync.force, which exist only when

@@ -26,8 +26,8 @@ const Version = "0.1.0"
 // Defaults of Options.
 const (
 	DefaultMaxContentBytes  = 256 << 10 // message content
-	DefaultSubscriberQueue  = 1024      // notifications buffered per Listener
-	DefaultMaxSubscriptions = 256       // per Listener
+	DefaultSubscriberQueue  = 1024      // notifications buffered per Subscription
+	DefaultMaxSubscriptions = 256       // per Subscription
 	DefaultActiveWindow     = 2 * time.Minute
 	DefaultDBName           = "messages.db"
 	DefaultCleanupDays      = 30
@@ -74,12 +74,13 @@ type Options struct {
 	// DefaultMaxContentBytes.
 	MaxContentBytes int
 
-	// SubscriberQueue is the notification buffer of a Listener; a listener
-	// whose buffer is full is closed rather than slowing writers. Default
-	// DefaultSubscriberQueue.
+	// SubscriberQueue is the notification queue of a Subscription made by
+	// Listen; a Subscription whose queue is full is closed rather than
+	// slowing writers. Default DefaultSubscriberQueue.
 	SubscriberQueue int
 
-	// MaxSubscriptions caps the subscriptions of one Listener. Default
+	// MaxSubscriptions caps the filters (Subscribe calls) of one
+	// Subscription. Default
 	// DefaultMaxSubscriptions.
 	MaxSubscriptions int
 
@@ -263,7 +264,7 @@ func (n *Node) ensureEveryone(ctx context.Context) error {
 	}})
 }
 
-// Close stops the node: listeners are closed, the log and the projection
+// Close stops the node: subscriptions are closed, the log and the projection
 // are closed. It is idempotent.
 func (n *Node) Close() error {
 	n.closeOnce.Do(func() {

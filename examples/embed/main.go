@@ -59,7 +59,7 @@ func run(ctx context.Context, dir string) error {
 	// Bob waits for anything addressed to him, by name, role or group.
 	l := n.Listen(0)
 	defer l.Close()
-	if _, err := n.Subscribe(l.Context(bob), &rpc.SubscribeParams{MentionRole: "bob"}); err != nil {
+	if _, err := n.Subscribe(bob, l, &rpc.SubscribeParams{MentionRole: "bob"}); err != nil {
 		return err
 	}
 
