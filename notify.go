@@ -208,8 +208,8 @@ func (s *notifier) publishLocked(ctx context.Context, batch []*eventlog.Event) m
 		var m published
 		switch e.Type {
 		case eventlog.TypeMessageCreate:
-			var p eventlog.MessageCreate
-			if e.Decode(&p) != nil {
+			p, err := eventlog.PayloadAs[eventlog.MessageCreate](e)
+			if err != nil {
 				continue
 			}
 			m = published{id: p.MessageID, thread: p.ThreadID, author: p.AgentID, content: p.Content, scopes: p.Scopes}
@@ -219,8 +219,8 @@ func (s *notifier) publishLocked(ctx context.Context, batch []*eventlog.Event) m
 				}
 			}
 		case eventlog.TypeMessageEdit:
-			var p eventlog.MessageEdit
-			if e.Decode(&p) != nil {
+			p, err := eventlog.PayloadAs[eventlog.MessageEdit](e)
+			if err != nil {
 				continue
 			}
 			msg, err := s.n.store.Message(ctx, p.MessageID, "")

@@ -217,8 +217,8 @@ func isMessageEvent(t string) bool {
 func (x *Index) applyLocked(e *eventlog.Event) {
 	switch e.Type {
 	case eventlog.TypeMessageCreate:
-		var p eventlog.MessageCreate
-		if e.Decode(&p) != nil {
+		p, err := eventlog.PayloadAs[eventlog.MessageCreate](e)
+		if err != nil {
 			return
 		}
 		if _, ok := x.byID[p.MessageID]; ok {
@@ -234,22 +234,22 @@ func (x *Index) applyLocked(e *eventlog.Event) {
 			m.keys = append(m.keys, x.intern(pairKey("r", r.Type, r.Value)))
 		}
 	case eventlog.TypeMessageEdit:
-		var p eventlog.MessageEdit
-		if e.Decode(&p) == nil {
+		p, err := eventlog.PayloadAs[eventlog.MessageEdit](e)
+		if err == nil {
 			if s, ok := x.byID[p.MessageID]; ok && x.slots[s].updated < e.Time.UnixNano() {
 				x.slots[s].updated = e.Time.UnixNano()
 			}
 		}
 	case eventlog.TypeMessageDelete:
-		var p eventlog.MessageDelete
-		if e.Decode(&p) == nil {
+		p, err := eventlog.PayloadAs[eventlog.MessageDelete](e)
+		if err == nil {
 			if s, ok := x.byID[p.MessageID]; ok {
 				x.slots[s].deleted = true
 			}
 		}
 	case eventlog.TypeMessageRead:
-		var p eventlog.MessageRead
-		if e.Decode(&p) == nil {
+		p, err := eventlog.PayloadAs[eventlog.MessageRead](e)
+		if err == nil {
 			for _, id := range p.MessageIDs {
 				x.markRead(p.AgentID, id)
 			}
