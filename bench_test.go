@@ -44,7 +44,7 @@ func benchAgentName(i int) string { return fmt.Sprintf("agent_%02d", i) }
 // them one by one, built in seconds instead of minutes.
 func seedNode(tb testing.TB, dir string, msgs int) {
 	ctx := context.Background()
-	n, err := thrum.Open(dir, &thrum.Options{NoSync: true})
+	n, err := thrum.Open(context.Background(), dir, &thrum.Options{NoSync: true})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -109,7 +109,7 @@ func seedNode(tb testing.TB, dir string, msgs int) {
 		tb.Fatal(err)
 	}
 	lg.Close()
-	n, err = thrum.Open(dir, nil) // catches up
+	n, err = thrum.Open(context.Background(), dir, nil) // catches up
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -264,7 +264,7 @@ func BenchmarkSend(b *testing.B) {
 		for _, senders := range []int{1, 8} {
 			b.Run(fmt.Sprintf("stored=%d/senders=%d", stored, senders), func(b *testing.B) {
 				dir := benchDir(b, stored)
-				n, err := thrum.Open(dir, nil) // durable
+				n, err := thrum.Open(context.Background(), dir, nil) // durable
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -309,7 +309,7 @@ func BenchmarkSend(b *testing.B) {
 func BenchmarkInbox(b *testing.B) {
 	const stored = 100_000
 	dir := benchDir(b, stored)
-	n, err := thrum.Open(dir, nil)
+	n, err := thrum.Open(context.Background(), dir, nil)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -5,7 +5,7 @@
 // everyone, read an inbox with read tracking, reply in threads, and are
 // woken the moment a message arrives. A Node is all of it, in process:
 //
-//	n, err := thrum.Open(dir, nil) // an event log in dir, a SQLite projection beside it
+//	n, err := thrum.Open(ctx, dir, nil) // an event log in dir, a SQLite projection beside it
 //	if err != nil { ... }
 //	defer n.Close()
 //

@@ -20,7 +20,7 @@ func Example() {
 	defer os.RemoveAll(dir)
 
 	ctx := context.Background()
-	n, err := thrum.Open(dir, nil)
+	n, err := thrum.Open(context.Background(), dir, nil)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -70,7 +70,7 @@ func ExampleNode_Subscribe() {
 	dir, _ := os.MkdirTemp("", "thrum-example")
 	defer os.RemoveAll(dir)
 	ctx := context.Background()
-	n, err := thrum.Open(dir, nil)
+	n, err := thrum.Open(context.Background(), dir, nil)
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -30,7 +30,7 @@ type fixture struct {
 func newFixture(t *testing.T, opts *thrum.Options) *fixture {
 	t.Helper()
 	dir := t.TempDir()
-	n, err := thrum.Open(dir, opts)
+	n, err := thrum.Open(context.Background(), dir, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -842,7 +842,7 @@ func TestWhoamiDeleteCleanup(t *testing.T) {
 func TestReopenKeepsEverything(t *testing.T) {
 	dir := t.TempDir()
 	ctx := context.Background()
-	n, err := thrum.Open(dir, nil)
+	n, err := thrum.Open(context.Background(), dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -861,7 +861,7 @@ func TestReopenKeepsEverything(t *testing.T) {
 	os.Remove(filepath.Join(dir, thrum.DefaultDBName))
 	os.Remove(filepath.Join(dir, thrum.DefaultDBName+"-wal"))
 	os.Remove(filepath.Join(dir, thrum.DefaultDBName+"-shm"))
-	n, err = thrum.Open(dir, nil)
+	n, err = thrum.Open(context.Background(), dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -894,16 +894,16 @@ func TestClosedNodeRefusesWrites(t *testing.T) {
 
 func TestSecondOpenIsRefused(t *testing.T) {
 	dir := t.TempDir()
-	n, err := thrum.Open(dir, nil)
+	n, err := thrum.Open(context.Background(), dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = thrum.Open(dir, nil)
+	_, err = thrum.Open(context.Background(), dir, nil)
 	if !errors.Is(err, thrum.ErrLocked) || !strings.Contains(err.Error(), fmt.Sprintf("process %d", os.Getpid())) {
 		t.Fatalf("second open: %v", err)
 	}
 	n.Close()
-	n2, err := thrum.Open(dir, nil)
+	n2, err := thrum.Open(context.Background(), dir, nil)
 	if err != nil {
 		t.Fatalf("open after close: %v", err)
 	}

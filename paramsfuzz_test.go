@@ -41,7 +41,7 @@ func FuzzMethodParams(f *testing.F) {
 		}
 	}
 	dir := f.TempDir()
-	n, err := thrum.Open(filepath.Join(dir, "log"), &thrum.Options{WorkContext: gitwork.New(dir)})
+	n, err := thrum.Open(context.Background(), filepath.Join(dir, "log"), &thrum.Options{WorkContext: gitwork.New(dir)})
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -66,7 +66,7 @@ func TestRebuildEqualsLive(t *testing.T) {
 	w.repo = propGitRepo(t, filepath.Join(tmp, "repo"))
 	open := func(dbPath string) *thrum.Node {
 		t.Helper()
-		n, err := thrum.Open(logDir, &thrum.Options{
+		n, err := thrum.Open(context.Background(), logDir, &thrum.Options{
 			DBPath:          dbPath,
 			WorkContext:     gitwork.New(w.repo), // the node runs git only in its own repository's worktrees
 			NoSync:          true,                // durability is TestCrashLosesNoAcknowledgedMessage's job
@@ -103,14 +103,14 @@ func TestRebuildEqualsLive(t *testing.T) {
 	}
 
 	// Close, keep a copy of the projection as it is halfway, reopen.
-	before := dumpProjection(t, w.n.Projector())
+	before := dumpProjection(t, w.n.Store())
 	if err := w.n.Close(); err != nil {
 		t.Fatalf("close: %v", err)
 	}
 	snapDB := filepath.Join(tmp, "snap", "snap.db")
 	copyProjection(t, liveDB, snapDB)
 	w.n = open(liveDB)
-	if d := diffDumps(before, dumpProjection(t, w.n.Projector())); d != "" {
+	if d := diffDumps(before, dumpProjection(t, w.n.Store())); d != "" {
 		t.Fatalf("projection changed across Close and Open:\n%s", d)
 	}
 
@@ -136,7 +136,7 @@ func TestRebuildEqualsLive(t *testing.T) {
 
 	// The live projection has applied the whole log.
 	logPos := w.n.EventLog().Positions()
-	projPos, err := w.n.Projector().Positions(ctx)
+	projPos, err := w.n.Store().Positions(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +146,7 @@ func TestRebuildEqualsLive(t *testing.T) {
 		}
 	}
 
-	live := dumpProjection(t, w.n.Projector())
+	live := dumpProjection(t, w.n.Store())
 	t.Logf("live projection: %s", propRowCounts(live))
 
 	rebuilt, err := w.n.Rebuild(ctx, filepath.Join(tmp, "rebuilt.db"))
@@ -175,7 +175,7 @@ func TestRebuildEqualsLive(t *testing.T) {
 		{"caught up from nothing", filepath.Join(tmp, "fresh", "fresh.db")},
 	} {
 		n := open(c.db)
-		if d := diffDumps(live, dumpProjection(t, n.Projector())); d != "" {
+		if d := diffDumps(live, dumpProjection(t, n.Store())); d != "" {
 			t.Errorf("%s projection differs from the live one (first = live, second = %s):\n%s", c.name, c.name, d)
 		}
 		if err := n.Close(); err != nil {

@@ -34,7 +34,7 @@ func startDaemon(t testing.TB) *daemon { return startDaemonIn(t, "") }
 func startDaemonIn(t testing.TB, repoDir string) *daemon {
 	t.Helper()
 	dir := t.TempDir()
-	n, err := thrum.Open(filepath.Join(dir, "log"), &thrum.Options{WorkContext: gitwork.New(repoDir)})
+	n, err := thrum.Open(context.Background(), filepath.Join(dir, "log"), &thrum.Options{WorkContext: gitwork.New(repoDir)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -694,7 +694,7 @@ func TestSecuritySecondDaemon(t *testing.T) {
 	dataDir := filepath.Join(filepath.Dir(filepath.Dir(d.sock)), "log")
 
 	t.Run("Open of a data dir in use", func(t *testing.T) {
-		n2, err := thrum.Open(dataDir, nil)
+		n2, err := thrum.Open(context.Background(), dataDir, nil)
 		if err == nil {
 			n2.Close()
 			t.Fatal("a second Open of the same data directory succeeded")
@@ -714,17 +714,17 @@ func TestSecuritySecondDaemon(t *testing.T) {
 
 	t.Run("Open after Close", func(t *testing.T) {
 		dir := t.TempDir()
-		n1, err := thrum.Open(dir, nil)
+		n1, err := thrum.Open(context.Background(), dir, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := thrum.Open(dir, nil); !errors.Is(err, thrum.ErrLocked) {
+		if _, err := thrum.Open(context.Background(), dir, nil); !errors.Is(err, thrum.ErrLocked) {
 			t.Fatalf("second Open: %v, want ErrLocked", err)
 		}
 		if err := n1.Close(); err != nil {
 			t.Fatal(err)
 		}
-		n2, err := thrum.Open(dir, nil)
+		n2, err := thrum.Open(context.Background(), dir, nil)
 		if err != nil {
 			t.Fatalf("Open after the holder closed: %v", err)
 		}

@@ -33,7 +33,7 @@ func (c *clock) advance(d time.Duration) { c.offset.Add(int64(d)) }
 // the test.
 func newNode(t testing.TB, opts *thrum.Options) *thrum.Node {
 	t.Helper()
-	n, err := thrum.Open(t.TempDir(), opts)
+	n, err := thrum.Open(context.Background(), t.TempDir(), opts)
 	if err != nil {
 		t.Fatalf("open node: %v", err)
 	}

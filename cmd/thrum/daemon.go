@@ -142,7 +142,7 @@ func (c *DaemonRunCmd) Run(ctx context.Context, g *Globals) error {
 			}
 		}
 	}
-	n, err := thrum.Open(l.LogDir, opts)
+	n, err := thrum.Open(ctx, l.LogDir, opts)
 	if err != nil {
 		if errors.Is(err, thrum.ErrLocked) {
 			return withCode(exitError, "%v", err)

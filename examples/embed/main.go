@@ -36,7 +36,7 @@ func main() {
 }
 
 func run(ctx context.Context, dir string) error {
-	n, err := thrum.Open(dir, nil)
+	n, err := thrum.Open(ctx, dir, nil)
 	if err != nil {
 		return err
 	}
