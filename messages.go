@@ -307,10 +307,10 @@ func (n *Node) lastSeen(ctx context.Context) map[string]string {
 }
 
 func body(m *store.Message) rpc.Body {
-	return rpc.Body{Format: m.Format, Content: m.Content, Structured: m.Structured.String}
+	return rpc.Body{Format: m.Format, Content: m.Content, Structured: m.Structured}
 }
 
-func scopesOf(ps []store.Pair) []rpc.Scope {
+func scopesOf(ps []eventlog.Pair) []rpc.Scope {
 	out := make([]rpc.Scope, len(ps))
 	for i, p := range ps {
 		out[i] = rpc.Scope(p)
@@ -318,7 +318,7 @@ func scopesOf(ps []store.Pair) []rpc.Scope {
 	return out
 }
 
-func refsOf(ps []store.Pair) []rpc.Ref {
+func refsOf(ps []eventlog.Pair) []rpc.Ref {
 	out := make([]rpc.Ref, len(ps))
 	for i, p := range ps {
 		out[i] = rpc.Ref(p)
@@ -336,7 +336,7 @@ func tagsOf(m *store.Message) []string {
 func summary(m *store.Message) rpc.MessageSummary {
 	return rpc.MessageSummary{
 		MessageID: m.MessageID, ThreadID: m.ThreadID, AgentID: m.AgentID, Body: body(m),
-		CreatedAt: m.CreatedAt, UpdatedAt: m.UpdatedAt.String, Deleted: m.Deleted, IsRead: m.IsRead,
+		CreatedAt: m.CreatedAt, UpdatedAt: m.UpdatedAt, Deleted: m.Deleted, IsRead: m.IsRead,
 		Priority: m.Priority, Scopes: scopesOf(m.Scopes), Refs: refsOf(m.Refs), Tags: tagsOf(m), Version: m.Version,
 	}
 }
@@ -366,8 +366,8 @@ func (n *Node) GetMessage(ctx context.Context, p *rpc.GetMessageParams) (*rpc.Ge
 		MessageID: m.MessageID, ThreadID: m.ThreadID,
 		Author: rpc.Author{AgentID: m.AgentID, SessionID: m.SessionID},
 		Body:   body(m), Scopes: scopesOf(m.Scopes), Refs: refsOf(m.Refs),
-		Metadata:  rpc.MessageMetadata{DeletedAt: m.DeletedAt.String, DeleteReason: m.DeleteReason.String},
-		CreatedAt: m.CreatedAt, UpdatedAt: m.UpdatedAt.String, Deleted: m.Deleted,
+		Metadata:  rpc.MessageMetadata{DeletedAt: m.DeletedAt, DeleteReason: m.DeleteReason},
+		CreatedAt: m.CreatedAt, UpdatedAt: m.UpdatedAt, Deleted: m.Deleted,
 		Priority: m.Priority, Tags: tagsOf(m), Version: m.Version, IsRead: m.IsRead,
 	}
 	if m.Disclose {
@@ -433,10 +433,10 @@ func (n *Node) ListMessages(ctx context.Context, p *rpc.ListMessagesParams) (*rp
 		return nil, invalid("invalid sort_order %q: must be \"asc\" or \"desc\"", p.SortOrder)
 	}
 	if p.Scope != nil {
-		f.Scope = &store.Pair{Type: p.Scope.Type, Value: p.Scope.Value}
+		f.Scope = &eventlog.Pair{Type: p.Scope.Type, Value: p.Scope.Value}
 	}
 	if p.Ref != nil {
-		f.Ref = &store.Pair{Type: p.Ref.Type, Value: p.Ref.Value}
+		f.Ref = &eventlog.Pair{Type: p.Ref.Type, Value: p.Ref.Value}
 	}
 	f.Reader = readerOf(ctx)
 	if p.UnreadForAgent != "" {

@@ -228,9 +228,7 @@ func (s *notifier) publishLocked(ctx context.Context, batch []*eventlog.Event) m
 				continue
 			}
 			m = published{id: msg.MessageID, thread: msg.ThreadID, author: msg.AgentID, content: msg.Content}
-			for _, sc := range msg.Scopes {
-				m.scopes = append(m.scopes, eventlog.Pair(sc))
-			}
+			m.scopes = msg.Scopes
 			for _, r := range msg.Refs {
 				if r.Type == rpc.RefMention {
 					m.mentions = append(m.mentions, r.Value)

@@ -16,15 +16,11 @@ const RefWorktree = "worktree"
 
 func sortStrings(s []string) { sort.Strings(s) }
 
-// pairLike is a {type, value} struct: rpc.Scope, rpc.Ref, eventlog.Pair.
-type pairLike interface {
-	~struct {
-		Type  string `json:"type"`
-		Value string `json:"value"`
-	}
-}
+// scopeOrRef is a caller's {type, value} pair, converted to the one pair
+// type below the wire (eventlog.Pair) as it enters the node.
+type scopeOrRef interface{ rpc.Scope | rpc.Ref }
 
-func toPairs[T pairLike](in []T) []eventlog.Pair {
+func toPairs[T scopeOrRef](in []T) []eventlog.Pair {
 	out := make([]eventlog.Pair, 0, len(in))
 	for _, p := range in {
 		out = append(out, eventlog.Pair(p))
@@ -33,7 +29,7 @@ func toPairs[T pairLike](in []T) []eventlog.Pair {
 }
 
 // checkPairs validates scopes or refs given by a caller.
-func checkPairs[T pairLike](what string, in []T) error {
+func checkPairs[T scopeOrRef](what string, in []T) error {
 	if len(in) > maxPairs {
 		return tooLarge("too many %s: at most %d", what, maxPairs)
 	}

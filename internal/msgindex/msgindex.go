@@ -83,14 +83,6 @@ func (x *Index) lookup(s string) (uint32, bool) {
 
 func pairKey(kind, typ, value string) string { return kind + "\x00" + typ + "\x00" + value }
 
-func nanos(ts string) int64 {
-	t, err := eventlog.ParseTime(ts)
-	if err != nil {
-		return 0
-	}
-	return t.UnixNano()
-}
-
 // Build fills the index from the projection, then applies what was
 // committed meanwhile. It is meant to run in its own goroutine, and holds
 // the lock only to install the result, so writers never wait for it.
@@ -98,10 +90,10 @@ func nanos(ts string) int64 {
 func (x *Index) Build(ctx context.Context, st *store.Store) {
 	b := New()
 	err := st.IndexSnapshot(ctx, func(r store.IndexRow) {
-		b.add(r.MessageID, r.AgentID, r.ThreadID, nanos(r.CreatedAt), r.Deleted)
+		b.add(r.MessageID, r.AgentID, r.ThreadID, r.CreatedAt.UnixNano(), r.Deleted)
 		m := &b.slots[b.byID[r.MessageID]]
-		if r.UpdatedAt.Valid {
-			m.updated = nanos(r.UpdatedAt.String)
+		if !r.UpdatedAt.IsZero() {
+			m.updated = r.UpdatedAt.UnixNano()
 		}
 		m.proxied = r.ActingAs != ""
 	}, func(id, kind, typ, value string) {
