@@ -14,6 +14,10 @@
 //	alice := thrum.AsAgent(ctx, "alice")
 //	n.SendMessage(alice, &rpc.SendMessageParams{Content: "auth is done", Mentions: []string{"@reviewer"}})
 //
+// Open is a convenience over New, which takes the node's parts: an
+// eventlog.Log whose commits go to a Projector, and the Projector over a
+// store.Store and any Projection an embedder adds.
+//
 // Every operation takes a params pointer and returns a result pointer:
 // the same types (package rpc) are the JSON-RPC params and results of the
 // daemon and the inputs and outputs of the MCP tools. Operations that act
