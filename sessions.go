@@ -2,7 +2,6 @@ package thrum
 
 import (
 	"context"
-	"sort"
 
 	"github.com/thrumhq/thrum/eventlog"
 	"github.com/thrumhq/thrum/identity"
@@ -13,8 +12,6 @@ import (
 // RefWorktree is the session ref whose value is a worktree path: a
 // heartbeat of such a session extracts the git work context there.
 const RefWorktree = "worktree"
-
-func sortStrings(s []string) { sort.Strings(s) }
 
 // scopeOrRef is a caller's {type, value} pair, converted to the one pair
 // type below the wire (eventlog.Pair) as it enters the node.
