@@ -216,8 +216,9 @@ func Open(ctx context.Context, dir string, opts *Options) (*Node, error) {
 // New returns a Node over its parts: lg, an open event log whose
 // eventlog.Options.OnCommit is p.Commit, and p, the Projector of an open
 // store (and of any projections an embedder adds). The node owns both
-// from here: Close closes them. opts.DBPath is ignored (the store's path
-// is used). Unlike Open, New takes no lock on the data directory: the
+// from here: Close closes them, and so does a failed New (unless p
+// already serves a node, which is an error). opts.DBPath is ignored (the
+// store's path is used). Unlike Open, New takes no lock on the data directory: the
 // caller keeps other processes from writing lg. The store catches up
 // with the log, and the extra projections replay it, before New returns.
 func New(ctx context.Context, lg *eventlog.Log, p *Projector, opts *Options) (*Node, error) {
