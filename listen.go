@@ -16,7 +16,7 @@ func ListenUnix(path string) (net.Listener, error) { return unixsock.Listen(path
 
 // LockFile is the file in a data directory that Open locks, so that two
 // processes never write one log.
-const LockFile = dirlock.File
+const LockFile = ".lock" // internal/dirlock.File too
 
 // ErrLocked is returned by Open when another process has the data
 // directory open.

@@ -11,6 +11,8 @@ import (
 
 	"github.com/thrumhq/thrum"
 	"github.com/thrumhq/thrum/eventlog"
+	"github.com/thrumhq/thrum/internal/directory"
+	"github.com/thrumhq/thrum/internal/dirlock"
 	"github.com/thrumhq/thrum/rpc"
 	"github.com/thrumhq/thrum/store"
 )
@@ -174,4 +176,12 @@ func TestOpenHonoursItsContext(t *testing.T) {
 		t.Fatal(err)
 	}
 	n.Close()
+}
+
+// The root's names for the everyone group and the lock file are the
+// internal packages' (which the root cannot show in go doc).
+func TestRootConstantsMatchInternal(t *testing.T) {
+	if thrum.EveryoneGroup != directory.Everyone || thrum.LockFile != dirlock.File {
+		t.Fatalf("EveryoneGroup %q vs %q, LockFile %q vs %q", thrum.EveryoneGroup, directory.Everyone, thrum.LockFile, dirlock.File)
+	}
 }

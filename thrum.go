@@ -288,7 +288,7 @@ func newNode(ctx context.Context, lg *eventlog.Log, p *Projector, opts *Options,
 }
 
 // EveryoneGroup is the built-in group that holds every agent.
-const EveryoneGroup = directory.Everyone
+const EveryoneGroup = "everyone" // internal/directory.Everyone too
 
 func (n *Node) ensureEveryone(ctx context.Context) error {
 	if n.dirc.HasGroup(EveryoneGroup) {
