@@ -351,7 +351,7 @@ func (n *Node) Rebuild(ctx context.Context, path string) (*store.Store, error) {
 }
 
 // append commits events: durable in the log, applied to the projection,
-// published to listeners, all before it returns.
+// published to subscribers, all before it returns.
 // While committed events wait to be applied (storage.go), it refuses.
 func (n *Node) append(ctx context.Context, evs ...*eventlog.Event) error {
 	if err := n.refuseWrites(); err != nil {
