@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/thrumhq/thrum/eventlog"
+	"github.com/thrumhq/thrum/internal/jsonrpc"
 	"github.com/thrumhq/thrum/rpc"
 )
 
@@ -331,7 +332,7 @@ const blankMatch = `"matched_subscription":{"subscription_id":0,"match_type":""}
 // subscriber's frame is a splice rather than another encoding. Both are
 // nil if the encoding fails (callers then encode per subscriber).
 func encodeAround(nt *rpc.MessageNotification) (head, tail []byte) {
-	b, err := rpc.EncodeNotification(rpc.NotificationMessage, nt)
+	b, err := jsonrpc.EncodeNotification(rpc.NotificationMessage, nt)
 	if err != nil {
 		return nil, nil
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/thrumhq/thrum"
+	"github.com/thrumhq/thrum/internal/jsonrpc"
 	"github.com/thrumhq/thrum/rpc"
 )
 
@@ -31,7 +32,7 @@ func TestNotificationFrameIsItsEncoding(t *testing.T) {
 	for range 3 {
 		select {
 		case nt := <-l.C():
-			want, err := rpc.EncodeNotification(rpc.NotificationMessage, nt)
+			want, err := jsonrpc.EncodeNotification(rpc.NotificationMessage, nt)
 			if err != nil {
 				t.Fatal(err)
 			}
