@@ -19,13 +19,13 @@ func TestNotificationFrameIsItsEncoding(t *testing.T) {
 	l := f.n.Listen(0)
 	defer l.Close()
 	bob := thrum.AsAgent(l.Context(ctx), "bob")
-	for _, p := range []*rpc.SubscribeParams{{All: true}, {Scope: &rpc.Scope{Type: "module", Value: "auth"}}, {MentionRole: "reviewer"}} {
+	for _, p := range []*rpc.SubscribeParams{{All: true}, {Scope: &rpc.Pair{Type: "module", Value: "auth"}}, {MentionRole: "reviewer"}} {
 		if _, err := f.n.Subscribe(bob, p); err != nil {
 			t.Fatal(err)
 		}
 	}
 	content := "naïve \"quoted\" <b>&</b> \u2028 " + string(rune(0x1F600))
-	if _, err := f.n.SendMessage(thrum.AsAgent(ctx, "alice"), &rpc.SendMessageParams{Content: content, Scopes: []rpc.Scope{{Type: "module", Value: "auth"}}, Mentions: []string{"@reviewer"}}); err != nil {
+	if _, err := f.n.SendMessage(thrum.AsAgent(ctx, "alice"), &rpc.SendMessageParams{Content: content, Scopes: []rpc.Pair{{Type: "module", Value: "auth"}}, Mentions: []string{"@reviewer"}}); err != nil {
 		t.Fatal(err)
 	}
 	matches := map[string]bool{}

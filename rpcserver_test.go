@@ -291,13 +291,13 @@ func TestPushOnBothTransports(t *testing.T) {
 	if _, err := w.Auth(ctx, &rpc.AuthParams{Token: d.tokens["bob"]}); err != nil {
 		t.Fatal(err)
 	}
-	subW, err := w.Subscribe(ctx, &rpc.SubscribeParams{Scope: &rpc.Scope{Type: "module", Value: "auth"}})
+	subW, err := w.Subscribe(ctx, &rpc.SubscribeParams{Scope: &rpc.Pair{Type: "module", Value: "auth"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	a := d.unix(t, nil)
 	a.Auth(ctx, &rpc.AuthParams{AgentID: "alice"})
-	sent, err := a.SendMessage(ctx, &rpc.SendMessageParams{Content: "review please", Mentions: []string{"@reviewer"}, Scopes: []rpc.Scope{{Type: "module", Value: "auth"}}})
+	sent, err := a.SendMessage(ctx, &rpc.SendMessageParams{Content: "review please", Mentions: []string{"@reviewer"}, Scopes: []rpc.Pair{{Type: "module", Value: "auth"}}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -131,7 +131,7 @@ func (s *Server) sendMessage(ctx context.Context, _ *mcp.CallToolRequest, in Sen
 	}
 	p := &rpc.SendMessageParams{Content: in.Content, Priority: pri, Mentions: []string{to}}
 	if in.ReplyTo != "" {
-		p.Refs = []rpc.Ref{{Type: rpc.RefReplyTo, Value: in.ReplyTo}}
+		p.Refs = []rpc.Pair{{Type: rpc.RefReplyTo, Value: in.ReplyTo}}
 	}
 	if len(in.Metadata) > 0 {
 		b, err := json.Marshal(in.Metadata)

@@ -61,15 +61,12 @@ const (
 	PriorityCritical = "critical"
 )
 
-// Scope is what a message is about: {"type":"module","value":"auth"}.
-type Scope struct {
-	Type  string `json:"type"`
-	Value string `json:"value"`
-}
-
-// Ref links a message to something else: {"type":"issue","value":"beads-42"}.
-// Mentions are refs of type "mention"; replies carry a "reply_to" ref.
-type Ref struct {
+// Pair is a {"type", "value"} pair, the one shape of two concepts: a
+// scope, what a message or session is about ({"type":"module","value":
+// "auth"}), and a ref, a link to something else ({"type":"issue",
+// "value":"beads-42"}). Mentions are refs of type RefMention; a reply
+// carries a RefReplyTo ref.
+type Pair struct {
 	Type  string `json:"type"`
 	Value string `json:"value"`
 }
@@ -247,9 +244,9 @@ type OrphanAgent struct {
 // ---- sessions ----
 
 type StartSessionParams struct {
-	AgentID string  `json:"agent_id"`
-	Scopes  []Scope `json:"scopes,omitempty"`
-	Refs    []Ref   `json:"refs,omitempty"`
+	AgentID string `json:"agent_id"`
+	Scopes  []Pair `json:"scopes,omitempty"`
+	Refs    []Pair `json:"refs,omitempty"`
 }
 
 type StartSessionResult struct {
@@ -270,11 +267,11 @@ type EndSessionResult struct {
 }
 
 type HeartbeatParams struct {
-	SessionID    string  `json:"session_id"`
-	AddScopes    []Scope `json:"add_scopes,omitempty"`
-	RemoveScopes []Scope `json:"remove_scopes,omitempty"`
-	AddRefs      []Ref   `json:"add_refs,omitempty"`
-	RemoveRefs   []Ref   `json:"remove_refs,omitempty"`
+	SessionID    string `json:"session_id"`
+	AddScopes    []Pair `json:"add_scopes,omitempty"`
+	RemoveScopes []Pair `json:"remove_scopes,omitempty"`
+	AddRefs      []Pair `json:"add_refs,omitempty"`
+	RemoveRefs   []Pair `json:"remove_refs,omitempty"`
 }
 
 type HeartbeatResult struct {
@@ -335,8 +332,8 @@ type SendMessageParams struct {
 	Format     string          `json:"format,omitempty"`
 	Structured json.RawMessage `json:"structured,omitempty"`
 	ThreadID   string          `json:"thread_id,omitempty"`
-	Scopes     []Scope         `json:"scopes,omitempty"`
-	Refs       []Ref           `json:"refs,omitempty"`
+	Scopes     []Pair          `json:"scopes,omitempty"`
+	Refs       []Pair          `json:"refs,omitempty"`
 	Mentions   []string        `json:"mentions,omitempty"`
 	Tags       []string        `json:"tags,omitempty"`
 	Priority   string          `json:"priority,omitempty"`
@@ -394,8 +391,8 @@ type MessageDetail struct {
 	ThreadID  string          `json:"thread_id"`
 	Author    Author          `json:"author"`
 	Body      Body            `json:"body"`
-	Scopes    []Scope         `json:"scopes"`
-	Refs      []Ref           `json:"refs"`
+	Scopes    []Pair          `json:"scopes"`
+	Refs      []Pair          `json:"refs"`
 	Metadata  MessageMetadata `json:"metadata"`
 	CreatedAt string          `json:"created_at"`
 	UpdatedAt string          `json:"updated_at"`
@@ -410,8 +407,8 @@ type MessageDetail struct {
 }
 
 type ListMessagesParams struct {
-	Scope          *Scope `json:"scope,omitempty"`
-	Ref            *Ref   `json:"ref,omitempty"`
+	Scope          *Pair  `json:"scope,omitempty"`
+	Ref            *Pair  `json:"ref,omitempty"`
 	ThreadID       string `json:"thread_id,omitempty"`
 	AuthorID       string `json:"author_id,omitempty"`
 	Mentions       bool   `json:"mentions,omitempty"`
@@ -445,8 +442,8 @@ type MessageSummary struct {
 	Deleted   bool     `json:"deleted"`
 	IsRead    bool     `json:"is_read"`
 	Priority  string   `json:"priority"`
-	Scopes    []Scope  `json:"scopes"`
-	Refs      []Ref    `json:"refs"`
+	Scopes    []Pair   `json:"scopes"`
+	Refs      []Pair   `json:"refs"`
 	Tags      []string `json:"tags"`
 	Version   int      `json:"version"`
 }
@@ -492,7 +489,7 @@ type ThreadMessage struct {
 
 type CreateThreadParams struct {
 	Title     string         `json:"title"`
-	Scopes    []Scope        `json:"scopes,omitempty"`
+	Scopes    []Pair         `json:"scopes,omitempty"`
 	Recipient string         `json:"recipient,omitempty"`
 	Message   *ThreadMessage `json:"message,omitempty"`
 	ActingAs  string         `json:"acting_as,omitempty"`
@@ -508,9 +505,9 @@ type CreateThreadResult struct {
 }
 
 type ListThreadsParams struct {
-	Scope    *Scope `json:"scope,omitempty"`
-	PageSize int    `json:"page_size,omitempty"`
-	Page     int    `json:"page,omitempty"`
+	Scope    *Pair `json:"scope,omitempty"`
+	PageSize int   `json:"page_size,omitempty"`
+	Page     int   `json:"page,omitempty"`
 }
 
 type ListThreadsResult struct {
@@ -558,7 +555,7 @@ type GetThreadResult struct {
 // ---- subscriptions and push ----
 
 type SubscribeParams struct {
-	Scope       *Scope `json:"scope,omitempty"`
+	Scope       *Pair  `json:"scope,omitempty"`
 	MentionRole string `json:"mention_role,omitempty"`
 	All         bool   `json:"all,omitempty"`
 }
@@ -605,7 +602,7 @@ type MessageNotification struct {
 	ThreadID            string              `json:"thread_id"`
 	Author              NotificationAuthor  `json:"author"`
 	Preview             string              `json:"preview"`
-	Scopes              []Scope             `json:"scopes"`
+	Scopes              []Pair              `json:"scopes"`
 	MatchedSubscription MatchedSubscription `json:"matched_subscription"`
 	Timestamp           string              `json:"timestamp"`
 

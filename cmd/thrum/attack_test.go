@@ -237,7 +237,7 @@ func TestAttackGitOutsideRepo(t *testing.T) {
 		t.Fatalf("alice's session: %+v %v", sessions, err)
 	}
 	sid := sessions.Sessions[0].SessionID
-	if _, err := w.Heartbeat(ctx, &rpc.HeartbeatParams{SessionID: sid, AddRefs: []rpc.Ref{{Type: "worktree", Value: evil}}}); err != nil {
+	if _, err := w.Heartbeat(ctx, &rpc.HeartbeatParams{SessionID: sid, AddRefs: []rpc.Pair{{Type: "worktree", Value: evil}}}); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(200 * time.Millisecond)
@@ -254,7 +254,7 @@ func TestAttackGitOutsideRepo(t *testing.T) {
 		}
 	}
 	// The daemon's own repository is still read.
-	if _, err := w.Heartbeat(ctx, &rpc.HeartbeatParams{SessionID: sid, RemoveRefs: []rpc.Ref{{Type: "worktree", Value: evil}}, AddRefs: []rpc.Ref{{Type: "worktree", Value: a.c.repo}}}); err != nil {
+	if _, err := w.Heartbeat(ctx, &rpc.HeartbeatParams{SessionID: sid, RemoveRefs: []rpc.Pair{{Type: "worktree", Value: evil}}, AddRefs: []rpc.Pair{{Type: "worktree", Value: a.c.repo}}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := w.Call(ctx, rpc.MethodAgentListContext, map[string]any{}, &lc); err != nil {
