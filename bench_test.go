@@ -59,7 +59,7 @@ func seedNode(tb testing.TB, dir string, msgs int) {
 	}
 	a0 := thrum.AsAgent(ctx, benchAgentName(0))
 	n.CreateGroup(a0, &rpc.CreateGroupParams{Name: "backend"})
-	n.AddGroupMember(a0, &rpc.GroupMemberParams{Group: "backend", MemberType: "role", MemberID: "reviewer"})
+	n.AddGroupMember(a0, &rpc.GroupMembership{Group: "backend", MemberType: "role", MemberID: "reviewer"})
 	th, _ := n.CreateThread(a0, &rpc.CreateThreadParams{Title: "bench"})
 	sessions := map[string]string{}
 	for i := 0; i < benchAgents; i++ {

@@ -352,7 +352,7 @@ func TestAddressingAndInbox(t *testing.T) {
 	if _, err := f.n.CreateGroup(f.as("alice"), &rpc.CreateGroupParams{Name: "backend"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.n.AddGroupMember(f.as("alice"), &rpc.GroupMemberParams{Group: "backend", MemberType: "role", MemberID: "reviewer"}); err != nil {
+	if _, err := f.n.AddGroupMember(f.as("alice"), &rpc.GroupMembership{Group: "backend", MemberType: "role", MemberID: "reviewer"}); err != nil {
 		t.Fatal(err)
 	}
 	toBob := f.send("alice", rpc.SendMessageParams{Content: "to bob", Mentions: []string{"@bob"}})
@@ -420,7 +420,7 @@ func TestAddressingAndInbox(t *testing.T) {
 		t.Fatalf("also_read_by = %+v", mr.AlsoReadBy)
 	}
 	// Membership resolves at read time: carol leaves via role removal.
-	if _, err := f.n.RemoveGroupMember(f.as("alice"), &rpc.GroupMemberParams{Group: "backend", MemberType: "role", MemberID: "reviewer"}); err != nil {
+	if _, err := f.n.RemoveGroupMember(f.as("alice"), &rpc.GroupMembership{Group: "backend", MemberType: "role", MemberID: "reviewer"}); err != nil {
 		t.Fatal(err)
 	}
 	if got := strings.Join(ids(f.list("carol", rpc.ListMessagesParams{Mentions: true}).Messages), ","); got != "to everyone,to reviewers" {
@@ -581,8 +581,8 @@ func TestGroups(t *testing.T) {
 	if r, err := f.n.CreateGroup(a, &rpc.CreateGroupParams{Name: "@reviewers_team", Description: "Code review"}); err != nil || r.Name != "reviewers_team" {
 		t.Fatalf("create: %+v %v", r, err)
 	}
-	f.n.AddGroupMember(a, &rpc.GroupMemberParams{Group: "reviewers_team", MemberType: "agent", MemberID: "@alice"})
-	f.n.AddGroupMember(a, &rpc.GroupMemberParams{Group: "reviewers_team", MemberType: "role", MemberID: "reviewer"})
+	f.n.AddGroupMember(a, &rpc.GroupMembership{Group: "reviewers_team", MemberType: "agent", MemberID: "@alice"})
+	f.n.AddGroupMember(a, &rpc.GroupMembership{Group: "reviewers_team", MemberType: "role", MemberID: "reviewer"})
 	info, err := f.n.GroupInfo(f.ctx, &rpc.GroupInfoParams{Name: "reviewers_team"})
 	if err != nil || len(info.Members) != 2 || info.CreatedBy != "alice" || info.Description != "Code review" {
 		t.Fatalf("info: %+v %v", info, err)
@@ -614,23 +614,23 @@ func TestGroups(t *testing.T) {
 		{"delete everyone", func() error { _, err := f.n.DeleteGroup(a, &rpc.DeleteGroupParams{Name: "everyone"}); return err }, rpc.CodeForbidden, "cannot be deleted"},
 		{"delete unknown", func() error { _, err := f.n.DeleteGroup(a, &rpc.DeleteGroupParams{Name: "nope"}); return err }, rpc.CodeNotFound, "group not found"},
 		{"add unknown agent", func() error {
-			_, err := f.n.AddGroupMember(a, &rpc.GroupMemberParams{Group: "reviewers_team", MemberType: "agent", MemberID: "zed"})
+			_, err := f.n.AddGroupMember(a, &rpc.GroupMembership{Group: "reviewers_team", MemberType: "agent", MemberID: "zed"})
 			return err
 		}, rpc.CodeNotFound, "agent not found"},
 		{"add twice", func() error {
-			_, err := f.n.AddGroupMember(a, &rpc.GroupMemberParams{Group: "reviewers_team", MemberType: "role", MemberID: "reviewer"})
+			_, err := f.n.AddGroupMember(a, &rpc.GroupMembership{Group: "reviewers_team", MemberType: "role", MemberID: "reviewer"})
 			return err
 		}, rpc.CodeConflict, "already a member"},
 		{"add bad type", func() error {
-			_, err := f.n.AddGroupMember(a, &rpc.GroupMemberParams{Group: "reviewers_team", MemberType: "team", MemberID: "x"})
+			_, err := f.n.AddGroupMember(a, &rpc.GroupMembership{Group: "reviewers_team", MemberType: "team", MemberID: "x"})
 			return err
 		}, rpc.CodeInvalidParams, "member_type"},
 		{"add to everyone", func() error {
-			_, err := f.n.AddGroupMember(a, &rpc.GroupMemberParams{Group: "everyone", MemberType: "role", MemberID: "x"})
+			_, err := f.n.AddGroupMember(a, &rpc.GroupMembership{Group: "everyone", MemberType: "role", MemberID: "x"})
 			return err
 		}, rpc.CodeForbidden, "everyone"},
 		{"remove non-member", func() error {
-			_, err := f.n.RemoveGroupMember(a, &rpc.GroupMemberParams{Group: "reviewers_team", MemberType: "agent", MemberID: "bob"})
+			_, err := f.n.RemoveGroupMember(a, &rpc.GroupMembership{Group: "reviewers_team", MemberType: "agent", MemberID: "bob"})
 			return err
 		}, rpc.CodeNotFound, "not a member"},
 		{"info unknown", func() error { _, err := f.n.GroupInfo(f.ctx, &rpc.GroupInfoParams{Name: "nope"}); return err }, rpc.CodeNotFound, "group not found"},

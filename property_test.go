@@ -968,8 +968,8 @@ func (g *propGen) groupDelete(ctx context.Context) {
 	g.w.outcome("group.delete", err, groupErrs...)
 }
 
-func (g *propGen) member() *rpc.GroupMemberParams {
-	p := &rpc.GroupMemberParams{Group: propPick(g.r, propGroups), MemberType: rpc.MemberAgent, MemberID: g.agentID()}
+func (g *propGen) member() *rpc.GroupMembership {
+	p := &rpc.GroupMembership{Group: propPick(g.r, propGroups), MemberType: rpc.MemberAgent, MemberID: g.agentID()}
 	if g.r.IntN(3) == 0 {
 		p.MemberType, p.MemberID = rpc.MemberRole, propPick(g.r, propRoles)
 	}

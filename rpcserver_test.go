@@ -104,7 +104,7 @@ func TestGroupsByOwner(t *testing.T) {
 	if _, err := u.CreateGroup(ctx, &rpc.CreateGroupParams{Name: "backend"}); err != nil {
 		t.Fatalf("create on the socket without identity: %v", err)
 	}
-	if _, err := u.AddGroupMember(ctx, &rpc.GroupMemberParams{Group: "backend", MemberType: rpc.MemberRole, MemberID: "reviewer"}); err != nil {
+	if _, err := u.AddGroupMember(ctx, &rpc.GroupMembership{Group: "backend", MemberType: rpc.MemberRole, MemberID: "reviewer"}); err != nil {
 		t.Fatalf("add on the socket without identity: %v", err)
 	}
 	info, err := u.GroupInfo(ctx, &rpc.GroupInfoParams{Name: "backend"})
@@ -122,7 +122,7 @@ func TestGroupsByOwner(t *testing.T) {
 	wantCode(t, err, rpc.CodeUnauthenticated, "call auth")
 	_, err = w.DeleteGroup(ctx, &rpc.DeleteGroupParams{Name: "backend"})
 	wantCode(t, err, rpc.CodeUnauthenticated, "call auth")
-	_, err = w.AddGroupMember(ctx, &rpc.GroupMemberParams{Group: "backend", MemberType: rpc.MemberAgent, MemberID: "alice"})
+	_, err = w.AddGroupMember(ctx, &rpc.GroupMembership{Group: "backend", MemberType: rpc.MemberAgent, MemberID: "alice"})
 	wantCode(t, err, rpc.CodeUnauthenticated, "call auth")
 	if _, err := w.Auth(ctx, &rpc.AuthParams{Token: d.tokens["alice"]}); err != nil {
 		t.Fatal(err)

@@ -386,8 +386,8 @@ func (s *Server) member(ctx context.Context, in GroupMemberInput, add bool) (*mc
 	if in.MemberType != rpc.MemberAgent && in.MemberType != rpc.MemberRole {
 		return nil, GroupMemberOutput{}, fmt.Errorf("invalid member_type %q: use agent or role", in.MemberType)
 	}
-	p := &rpc.GroupMemberParams{Group: in.Group, MemberType: in.MemberType, MemberID: in.MemberID}
-	r, err := callRPC(ctx, s, func(ctx context.Context, c *rpc.Client) (*rpc.GroupMemberResult, error) {
+	p := &rpc.GroupMembership{Group: in.Group, MemberType: in.MemberType, MemberID: in.MemberID}
+	r, err := callRPC(ctx, s, func(ctx context.Context, c *rpc.Client) (*rpc.GroupMembership, error) {
 		if add {
 			return c.AddGroupMember(ctx, p)
 		}

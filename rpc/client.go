@@ -87,7 +87,7 @@ func (c *Client) Call(ctx context.Context, method string, params, result any) er
 }
 
 // Notify sends a notification: a request without an id, which the server
-// runs and never answers.
+// runs and never answers (so its error, if any, is not seen either).
 func (c *Client) Notify(ctx context.Context, method string, params any) error {
 	return c.c.Notify(ctx, method, params)
 }
