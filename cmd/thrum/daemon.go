@@ -187,8 +187,8 @@ func (c *DaemonRunCmd) Run(ctx context.Context, g *Globals) error {
 	mux := http.NewServeMux()
 	mux.Handle("/ws", srv)
 	// Before the upgrade a connection is plain HTTP: small headers, a short
-	// deadline, and a cap on how many may be open (rpc refuses WebSockets
-	// over its own caps after the upgrade).
+	// deadline, and a cap on how many may be open (the RPC server refuses
+	// WebSockets over its own caps after the upgrade).
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, MaxHeaderBytes: 16 << 10, IdleTimeout: 30 * time.Second}
 	wl = jsonrpc.LimitListener(wl, daemonMaxHTTPConns)
 	if err := writeFile(l.WSPort, strconv.Itoa(port)); err != nil {
