@@ -288,9 +288,9 @@ type StartSessionParams struct {
 	Refs    []Pair `json:"refs,omitempty"`
 }
 
-// StartSessionResult is the result of session.start. On a connection not
-// yet bound to an agent, the connection is bound to this one with the new
-// session pinned.
+// StartSessionResult is the result of session.start. Over the Unix socket
+// or a pipe, a connection not yet bound to an agent is bound to this one,
+// with the new session pinned for its later calls.
 type StartSessionResult struct {
 	SessionID string `json:"session_id"`
 	AgentID   string `json:"agent_id"`
@@ -311,8 +311,10 @@ type EndSessionResult struct {
 }
 
 // HeartbeatParams are the params of session.heartbeat: the session, and
-// scopes and refs to add or remove. A ref of type "worktree" names the
-// worktree whose git state the node reads into the session's WorkContext.
+// scopes and refs to add or remove. A ref of type "worktree"
+// (thrum.RefWorktree) names the worktree whose git state the node reads
+// into the session's WorkContext, if it is a worktree of the node's
+// repository.
 type HeartbeatParams struct {
 	SessionID    string `json:"session_id"`
 	AddScopes    []Pair `json:"add_scopes,omitempty"`
