@@ -308,18 +308,18 @@ func body(m *store.Message) rpc.Body {
 	return rpc.Body{Format: m.Format, Content: m.Content, Structured: m.Structured.String}
 }
 
-func scopesOf(ps []store.Pair) []rpc.Scope {
-	out := make([]rpc.Scope, len(ps))
+func scopesOf(ps []store.Pair) []rpc.Pair {
+	out := make([]rpc.Pair, len(ps))
 	for i, p := range ps {
-		out[i] = rpc.Scope(p)
+		out[i] = rpc.Pair(p)
 	}
 	return out
 }
 
-func refsOf(ps []store.Pair) []rpc.Ref {
-	out := make([]rpc.Ref, len(ps))
+func refsOf(ps []store.Pair) []rpc.Pair {
+	out := make([]rpc.Pair, len(ps))
 	for i, p := range ps {
-		out[i] = rpc.Ref(p)
+		out[i] = rpc.Pair(p)
 	}
 	return out
 }

@@ -16,7 +16,7 @@ const RefWorktree = "worktree"
 
 func sortStrings(s []string) { sort.Strings(s) }
 
-// pairLike is a {type, value} struct: rpc.Scope, rpc.Ref, eventlog.Pair.
+// pairLike is a {type, value} struct: rpc.Pair, eventlog.Pair.
 type pairLike interface {
 	~struct {
 		Type  string `json:"type"`

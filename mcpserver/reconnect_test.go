@@ -65,7 +65,7 @@ func (d *socketDaemon) stop() {
 	if err := d.rs.Shutdown(ctx); err != nil {
 		d.t.Errorf("shutdown: %v", err)
 	}
-	if err := <-d.done; !errors.Is(err, rpc.ErrServerClosed) {
+	if err := <-d.done; !errors.Is(err, thrum.ErrServerClosed) {
 		d.t.Errorf("Serve returned %v, want ErrServerClosed", err)
 	}
 	d.rs = nil
