@@ -186,7 +186,7 @@ func TestCleanupSparesOtherWorktreesAndSaysWhy(t *testing.T) {
 		t.Fatalf("git worktree add: %v\n%s", err, out)
 	}
 	frank := f.register(rpc.RegisterAgentParams{Name: "frank", Role: "tester", Module: "core"})
-	s, err := f.n.StartSession(f.ctx, &rpc.StartSessionParams{AgentID: frank, Refs: []rpc.Ref{{Type: thrum.RefWorktree, Value: wt}}})
+	s, err := f.n.StartSession(f.ctx, &rpc.StartSessionParams{AgentID: frank, Refs: []rpc.Pair{{Type: thrum.RefWorktree, Value: wt}}})
 	if err != nil {
 		t.Fatal(err)
 	}

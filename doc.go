@@ -28,7 +28,8 @@
 //   - eventlog: the append-only JSONL log, the source of truth;
 //     eventlog/gitsync carries it between clones through git.
 //   - store: the SQLite projection that answers queries.
-//   - rpc: the JSON-RPC 2.0 wire protocol, its types, and a client.
+//   - rpc: the API contract (methods, params and results, error codes)
+//     and a client; RPCServer serves it.
 //   - identity: agent names, IDs and identity files.
 //   - mcpserver: the MCP tools for agents.
 //

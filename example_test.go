@@ -42,7 +42,7 @@ func Example() {
 	sent, err := n.SendMessage(alice, &rpc.SendMessageParams{
 		Content:  "Auth module complete, all tests passing",
 		Mentions: []string{"@reviewer"},
-		Scopes:   []rpc.Scope{{Type: "module", Value: "auth"}},
+		Scopes:   []rpc.Pair{{Type: "module", Value: "auth"}},
 	})
 	if err != nil {
 		log.Fatal(err)

@@ -96,7 +96,7 @@ func (n *Node) DeleteGroup(ctx context.Context, p *rpc.DeleteGroupParams) (*rpc.
 
 // checkMember validates a member change and returns the normalized group
 // and member ID.
-func (n *Node) checkMember(p *rpc.GroupMemberParams) (string, string, error) {
+func (n *Node) checkMember(p *rpc.GroupMembership) (string, string, error) {
 	if p.Group == "" {
 		return "", "", invalid("group is required")
 	}
@@ -125,16 +125,16 @@ func (n *Node) checkMember(p *rpc.GroupMemberParams) (string, string, error) {
 
 // AddGroupMember adds an agent (by ID) or a role to a group. An agent must
 // exist; a role need not have agents yet.
-func (n *Node) AddGroupMember(ctx context.Context, p *rpc.GroupMemberParams) (*rpc.GroupMemberResult, error) {
+func (n *Node) AddGroupMember(ctx context.Context, p *rpc.GroupMembership) (*rpc.GroupMembership, error) {
 	return n.changeMember(ctx, p, true)
 }
 
 // RemoveGroupMember removes a member from a group.
-func (n *Node) RemoveGroupMember(ctx context.Context, p *rpc.GroupMemberParams) (*rpc.GroupMemberResult, error) {
+func (n *Node) RemoveGroupMember(ctx context.Context, p *rpc.GroupMembership) (*rpc.GroupMembership, error) {
 	return n.changeMember(ctx, p, false)
 }
 
-func (n *Node) changeMember(ctx context.Context, p *rpc.GroupMemberParams, add bool) (*rpc.GroupMemberResult, error) {
+func (n *Node) changeMember(ctx context.Context, p *rpc.GroupMembership, add bool) (*rpc.GroupMembership, error) {
 	me, err := n.groupActor(ctx, "changing a group")
 	if err != nil {
 		return nil, err
@@ -161,7 +161,7 @@ func (n *Node) changeMember(ctx context.Context, p *rpc.GroupMemberParams, add b
 		Group: group, MemberType: p.MemberType, MemberID: id, AgentID: me}}); err != nil {
 		return nil, err
 	}
-	return &rpc.GroupMemberResult{Group: group, MemberType: p.MemberType, MemberID: id}, nil
+	return &rpc.GroupMembership{Group: group, MemberType: p.MemberType, MemberID: id}, nil
 }
 
 func (n *Node) isAgent(id string) bool {

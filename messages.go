@@ -310,18 +310,18 @@ func body(m *store.Message) rpc.Body {
 	return rpc.Body{Format: m.Format, Content: m.Content, Structured: m.Structured}
 }
 
-func scopesOf(ps []eventlog.Pair) []rpc.Scope {
-	out := make([]rpc.Scope, len(ps))
+func scopesOf(ps []eventlog.Pair) []rpc.Pair {
+	out := make([]rpc.Pair, len(ps))
 	for i, p := range ps {
-		out[i] = rpc.Scope(p)
+		out[i] = rpc.Pair(p)
 	}
 	return out
 }
 
-func refsOf(ps []eventlog.Pair) []rpc.Ref {
-	out := make([]rpc.Ref, len(ps))
+func refsOf(ps []eventlog.Pair) []rpc.Pair {
+	out := make([]rpc.Pair, len(ps))
 	for i, p := range ps {
-		out[i] = rpc.Ref(p)
+		out[i] = rpc.Pair(p)
 	}
 	return out
 }
@@ -604,9 +604,13 @@ func (n *Node) DeleteMessage(ctx context.Context, p *rpc.DeleteMessageParams) (*
 	return &rpc.DeleteMessageResult{MessageID: m.MessageID, DeletedAt: e.Timestamp()}, nil
 }
 
-// MarkRead marks messages read by the caller in its current session.
-// Unknown IDs are skipped; messages already read are counted but not
-// written again. AlsoReadBy names the other agents that read them.
+// MarkRead marks messages read by the caller in its current session and
+// says which of them this call newly marked: its claim. Claims are
+// arbitrated (claims.go): of concurrent calls for one agent naming the same
+// unread message, exactly one gets it in MarkedIDs, so a consumer that
+// hands out only what it claimed hands each message out once. Unknown IDs
+// are an error naming them (CodeNotFound, data {"unknown_ids": [...]}) and
+// nothing is marked. AlsoReadBy names the other agents that read them.
 func (n *Node) MarkRead(ctx context.Context, p *rpc.MarkReadParams) (*rpc.MarkReadResult, error) {
 	if len(p.MessageIDs) == 0 {
 		return nil, invalid("message_ids is required and must not be empty")
@@ -629,33 +633,27 @@ func (n *Node) MarkRead(ctx context.Context, p *rpc.MarkReadParams) (*rpc.MarkRe
 		sid = s.SessionID
 	}
 	ids := dedupe(p.MessageIDs)
-	state, err := n.store.ReadState(ctx, ids, me)
+	claimed, release, err := n.claims.claim(ctx, n.store, me, ids)
 	if err != nil {
-		return nil, internal("mark read", err)
+		return nil, err
 	}
-	var known, unread []string
-	for _, id := range ids {
-		read, ok := state[id]
-		if !ok {
-			continue // unknown IDs are skipped
-		}
-		known = append(known, id)
-		if !read {
-			unread = append(unread, id)
-		}
-	}
-	if len(unread) > 0 {
+	if len(claimed) > 0 {
 		e := &eventlog.Event{Type: eventlog.TypeMessageRead, Shard: shardOf(me), Payload: eventlog.MessageRead{
-			AgentID: me, SessionID: sid, MessageIDs: unread}}
-		if err := n.append(ctx, e); err != nil {
+			AgentID: me, SessionID: sid, MessageIDs: claimed}}
+		err := n.append(ctx, e)
+		release() // the projection has the reads now, or they were not written
+		if err != nil {
 			return nil, err
 		}
 	}
-	others, err := n.store.Readers(ctx, known, me)
+	others, err := n.store.Readers(ctx, ids, me)
 	if err != nil {
 		return nil, internal("mark read", err)
 	}
-	res := &rpc.MarkReadResult{MarkedCount: len(known)}
+	res := &rpc.MarkReadResult{MarkedCount: len(claimed), MarkedIDs: claimed}
+	if res.MarkedIDs == nil {
+		res.MarkedIDs = []string{}
+	}
 	if len(others) > 0 {
 		res.AlsoReadBy = others
 	}

@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/thrumhq/thrum/eventlog"
+	"github.com/thrumhq/thrum/internal/jsonrpc"
 	"github.com/thrumhq/thrum/rpc"
 )
 
@@ -251,7 +252,7 @@ type published struct {
 func (s *notifier) deliver(subs []*filter, m *published, at string, slow map[*Subscription][]int64) {
 	var (
 		author     *rpc.NotificationAuthor
-		scopes     []rpc.Scope
+		scopes     []rpc.Pair
 		head, tail []byte // the notification encoded once, around its match
 	)
 	targets := map[string][]string{} // mention_role → its targets, per publish
@@ -286,9 +287,9 @@ func (s *notifier) deliver(subs []*filter, m *published, at string, slow map[*Su
 		if author == nil {
 			a, _ := s.n.dirc.Agent(m.author)
 			author = &rpc.NotificationAuthor{AgentID: m.author, Role: a.Role, Module: a.Module}
-			scopes = make([]rpc.Scope, len(m.scopes))
+			scopes = make([]rpc.Pair, len(m.scopes))
 			for i, sc := range m.scopes {
-				scopes[i] = rpc.Scope(sc)
+				scopes[i] = rpc.Pair(sc)
 			}
 			head, tail = encodeAround(&rpc.MessageNotification{
 				MessageID: m.id, ThreadID: m.thread, Author: *author,
@@ -323,7 +324,7 @@ const blankMatch = `"matched_subscription":{"subscription_id":0,"match_type":""}
 // subscriber's frame is a splice rather than another encoding. Both are
 // nil if the encoding fails (callers then encode per subscriber).
 func encodeAround(nt *rpc.MessageNotification) (head, tail []byte) {
-	b, err := rpc.EncodeNotification(rpc.NotificationMessage, nt)
+	b, err := jsonrpc.EncodeNotification(rpc.NotificationMessage, nt)
 	if err != nil {
 		return nil, nil
 	}

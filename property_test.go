@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -500,18 +501,18 @@ func (g *propGen) content() string {
 	return strings.Join(parts, " ") + fmt.Sprintf(" #%d", g.seq)
 }
 
-func (g *propGen) scopes(max int) []rpc.Scope {
-	var out []rpc.Scope
+func (g *propGen) scopes(max int) []rpc.Pair {
+	var out []rpc.Pair
 	for i := g.r.IntN(max + 1); i > 0; i-- {
-		out = append(out, rpc.Scope{Type: propPick(g.r, propScopeT), Value: propPick(g.r, propScopeV)})
+		out = append(out, rpc.Pair{Type: propPick(g.r, propScopeT), Value: propPick(g.r, propScopeV)})
 	}
 	return out
 }
 
-func (g *propGen) refs(max int) []rpc.Ref {
-	var out []rpc.Ref
+func (g *propGen) refs(max int) []rpc.Pair {
+	var out []rpc.Pair
 	for i := g.r.IntN(max + 1); i > 0; i-- {
-		out = append(out, rpc.Ref{Type: propPick(g.r, propRefT), Value: strconv.Itoa(g.r.IntN(5))})
+		out = append(out, rpc.Pair{Type: propPick(g.r, propRefT), Value: strconv.Itoa(g.r.IntN(5))})
 	}
 	return out
 }
@@ -629,7 +630,7 @@ func (g *propGen) startSession(ctx context.Context) {
 	}
 	p := &rpc.StartSessionParams{AgentID: id, Scopes: g.scopes(2), Refs: g.refs(2)}
 	if g.w.repo != "" && g.r.IntN(25) == 0 {
-		p.Refs = append(p.Refs, rpc.Ref{Type: thrum.RefWorktree, Value: g.w.repo})
+		p.Refs = append(p.Refs, rpc.Pair{Type: thrum.RefWorktree, Value: g.w.repo})
 	}
 	res, err := g.w.n.StartSession(ctx, p)
 	if g.w.outcome("session.start", err, rpc.CodeForbidden, rpc.CodeNotFound) {
@@ -675,10 +676,10 @@ func (g *propGen) heartbeat(ctx context.Context) {
 		SessionID: sid, AddScopes: g.scopes(2), RemoveScopes: g.scopes(2), AddRefs: g.refs(2), RemoveRefs: g.refs(1),
 	}
 	if g.w.repo != "" && g.r.IntN(15) == 0 {
-		p.AddRefs = append(p.AddRefs, rpc.Ref{Type: thrum.RefWorktree, Value: g.w.repo})
+		p.AddRefs = append(p.AddRefs, rpc.Pair{Type: thrum.RefWorktree, Value: g.w.repo})
 	}
 	if g.w.repo != "" && g.r.IntN(8) == 0 {
-		p.RemoveRefs = append(p.RemoveRefs, rpc.Ref{Type: thrum.RefWorktree, Value: g.w.repo})
+		p.RemoveRefs = append(p.RemoveRefs, rpc.Pair{Type: thrum.RefWorktree, Value: g.w.repo})
 	}
 	_, err := g.w.n.Heartbeat(ctx, p)
 	g.w.outcome("session.heartbeat", err, sessionErrs...)
@@ -718,7 +719,7 @@ func (g *propGen) sendParams() *rpc.SendMessageParams {
 		Priority: propPick(g.r, []string{"", rpc.PriorityLow, rpc.PriorityNormal, rpc.PriorityHigh, rpc.PriorityCritical}),
 	}
 	if g.r.IntN(10) == 0 {
-		p.Refs = append(p.Refs, rpc.Ref{Type: rpc.RefMention, Value: g.mention()}) // a mention given as a ref
+		p.Refs = append(p.Refs, rpc.Pair{Type: rpc.RefMention, Value: g.mention()}) // a mention given as a ref
 	}
 	return p
 }
@@ -742,9 +743,9 @@ func (g *propGen) reply(ctx context.Context) {
 	ctx, who := g.caller(ctx)
 	p := g.sendParams()
 	if m, ok := g.message(); ok && g.r.IntN(20) > 0 {
-		p.Refs = append(p.Refs, rpc.Ref{Type: rpc.RefReplyTo, Value: m.id})
+		p.Refs = append(p.Refs, rpc.Pair{Type: rpc.RefReplyTo, Value: m.id})
 	} else {
-		p.Refs = append(p.Refs, rpc.Ref{Type: rpc.RefReplyTo, Value: "msg_nope"})
+		p.Refs = append(p.Refs, rpc.Pair{Type: rpc.RefReplyTo, Value: "msg_nope"})
 	}
 	g.doSend(ctx, "message.reply", who, p)
 }
@@ -934,12 +935,29 @@ func (g *propGen) markRead(ctx context.Context) {
 	if g.r.IntN(5) == 0 {
 		ids = append(ids, ids[0]) // duplicates count once
 	}
+	// What this call should newly mark: the known messages the caller has
+	// not read yet (its own count as read). An unknown ID fails the call.
+	unread := map[string]bool{}
+	for id := range known {
+		if got, err := g.w.n.GetMessage(ctx, &rpc.GetMessageParams{MessageID: id}); err == nil && !got.Message.IsRead {
+			unread[id] = true
+		}
+	}
 	res, err := g.w.n.MarkRead(ctx, &rpc.MarkReadParams{MessageIDs: ids})
+	if slices.Contains(ids, "msg_nope") && err == nil {
+		g.w.errorf("message.markRead %v as %q: no error for an unknown ID", ids, who)
+		return
+	}
 	if !g.w.outcome("message.markRead", err, rpc.CodeUnauthenticated, rpc.CodeConflict, rpc.CodeNotFound) {
 		return
 	}
-	if res.MarkedCount != len(known) {
-		g.w.errorf("message.markRead %v as %q: marked_count %d, want %d", ids, who, res.MarkedCount, len(known))
+	if res.MarkedCount != len(unread) || len(res.MarkedIDs) != len(unread) {
+		g.w.errorf("message.markRead %v as %q: marked %d %v, want the %d unread", ids, who, res.MarkedCount, res.MarkedIDs, len(unread))
+	}
+	for _, id := range res.MarkedIDs {
+		if !unread[id] {
+			g.w.errorf("message.markRead as %q claimed %s, which was read already", who, id)
+		}
 	}
 	// Read state only grows: every message marked is read by the caller now.
 	for id := range known {
@@ -969,8 +987,8 @@ func (g *propGen) groupDelete(ctx context.Context) {
 	g.w.outcome("group.delete", err, groupErrs...)
 }
 
-func (g *propGen) member() *rpc.GroupMemberParams {
-	p := &rpc.GroupMemberParams{Group: propPick(g.r, propGroups), MemberType: rpc.MemberAgent, MemberID: g.agentID()}
+func (g *propGen) member() *rpc.GroupMembership {
+	p := &rpc.GroupMembership{Group: propPick(g.r, propGroups), MemberType: rpc.MemberAgent, MemberID: g.agentID()}
 	if g.r.IntN(3) == 0 {
 		p.MemberType, p.MemberID = rpc.MemberRole, propPick(g.r, propRoles)
 	}
@@ -1087,10 +1105,10 @@ func (g *propGen) invalid(ctx context.Context) {
 	n, w := g.w.n, g.w
 	user := thrum.AsAgent(ctx, "user:ann") // registered first, never deleted, needs no session
 	long := strings.Repeat("x", 5000)
-	tooMany := func() []rpc.Scope {
-		out := make([]rpc.Scope, 101)
+	tooMany := func() []rpc.Pair {
+		out := make([]rpc.Pair, 101)
 		for i := range out {
-			out[i] = rpc.Scope{Type: "t", Value: strconv.Itoa(i)}
+			out[i] = rpc.Pair{Type: "t", Value: strconv.Itoa(i)}
 		}
 		return out
 	}
@@ -1138,9 +1156,9 @@ func (g *propGen) invalid(ctx context.Context) {
 		case 3:
 			p.Structured = json.RawMessage(`{"unterminated":`)
 		case 4:
-			p.Scopes = []rpc.Scope{{Type: "", Value: "x"}}
+			p.Scopes = []rpc.Pair{{Type: "", Value: "x"}}
 		case 5:
-			p.Refs = []rpc.Ref{{Type: "issue"}}
+			p.Refs = []rpc.Pair{{Type: "issue"}}
 		}
 		_, err = n.SendMessage(ctx, p)
 		w.mustFail("message.send", err, rpc.CodeInvalidParams)
@@ -1172,7 +1190,7 @@ func (g *propGen) invalid(ctx context.Context) {
 		case 0:
 			p.ThreadID = "thr_nope"
 		case 1:
-			p.Refs = []rpc.Ref{{Type: rpc.RefReplyTo, Value: "msg_nope"}}
+			p.Refs = []rpc.Pair{{Type: rpc.RefReplyTo, Value: "msg_nope"}}
 		case 2:
 			p.Mentions = []string{"@nobody_here"}
 		}

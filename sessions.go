@@ -13,11 +13,9 @@ import (
 // heartbeat of such a session extracts the git work context there.
 const RefWorktree = "worktree"
 
-// scopeOrRef is a caller's {type, value} pair, converted to the one pair
-// type below the wire (eventlog.Pair) as it enters the node.
-type scopeOrRef interface{ rpc.Scope | rpc.Ref }
-
-func toPairs[T scopeOrRef](in []T) []eventlog.Pair {
+// toPairs converts a caller's scopes or refs to the one pair type below
+// the wire as they enter the node.
+func toPairs(in []rpc.Pair) []eventlog.Pair {
 	out := make([]eventlog.Pair, 0, len(in))
 	for _, p := range in {
 		out = append(out, eventlog.Pair(p))
@@ -26,12 +24,11 @@ func toPairs[T scopeOrRef](in []T) []eventlog.Pair {
 }
 
 // checkPairs validates scopes or refs given by a caller.
-func checkPairs[T scopeOrRef](what string, in []T) error {
+func checkPairs(what string, in []rpc.Pair) error {
 	if len(in) > maxPairs {
 		return tooLarge("too many %s: at most %d", what, maxPairs)
 	}
-	for _, x := range in {
-		p := eventlog.Pair(x)
+	for _, p := range in {
 		if p.Type == "" || p.Value == "" {
 			return invalid("each of %s needs a type and a value, as {\"type\":\"module\",\"value\":\"auth\"}", what)
 		}

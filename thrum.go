@@ -138,6 +138,8 @@ type Node struct {
 	bg        sync.WaitGroup     // the index build
 	stopBg    context.CancelFunc // cancels it
 
+	claims readClaims // arbitrates message.markRead (claims.go)
+
 	// sessCache maps an agent to its active session; sessGen counts
 	// invalidations, so a read that raced one is not cached.
 	sessMu    sync.Mutex

@@ -2,9 +2,12 @@ package mcpserver_test
 
 import (
 	"context"
+	"os"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/thrumhq/thrum"
 	"github.com/thrumhq/thrum/mcpserver"
@@ -14,21 +17,51 @@ import (
 // return: p50 < 1 ms, p99 < 5 ms" end to end through MCP: bob's
 // wait_for_message is already blocked, alice calls send_message, and the
 // time is from just before alice's call to bob's call returning the
-// message. Both agents use go-sdk clients over in-memory MCP transports;
-// their servers reach the node in process (Node.MCPServer) or over a
-// Unix socket, as thrum mcp serve reaches the daemon. ns/op includes a
-// pause per iteration that lets the wait block; read p50-ms and p99-ms.
+// message — which includes bob's server fetching and claiming it
+// (message.get, message.markRead: a durable write). Both agents use
+// go-sdk clients over in-memory MCP transports, or over stdio (the
+// newline-delimited stream on OS pipes that thrum mcp serve reads, with
+// its screen); their servers reach the node in process (Node.MCPServer)
+// or over a Unix socket, as thrum mcp serve reaches the daemon. ns/op
+// includes a pause per iteration that lets the wait block; read p50-ms
+// and p99-ms.
 //
 //	go test -run '^$' -bench SendToWait -benchtime 500x ./mcpserver/
 func BenchmarkSendToWait(b *testing.B) {
-	b.Run("in-process", func(b *testing.B) { benchSendToWait(b, nil, false) })
-	b.Run("unix-socket", func(b *testing.B) { benchSendToWait(b, nil, true) })
-	// Without fsync: what the path costs beyond the durable write.
-	b.Run("in-process-nosync", func(b *testing.B) { benchSendToWait(b, &thrum.Options{NoSync: true}, false) })
-	b.Run("unix-socket-nosync", func(b *testing.B) { benchSendToWait(b, &thrum.Options{NoSync: true}, true) })
+	b.Run("in-process", func(b *testing.B) { benchSendToWait(b, nil, false, false) })
+	b.Run("unix-socket", func(b *testing.B) { benchSendToWait(b, nil, true, false) })
+	b.Run("stdio-unix-socket", func(b *testing.B) { benchSendToWait(b, nil, true, true) })
+	// Without fsync: what the path costs beyond the durable writes.
+	b.Run("in-process-nosync", func(b *testing.B) { benchSendToWait(b, &thrum.Options{NoSync: true}, false, false) })
+	b.Run("stdio-unix-socket-nosync", func(b *testing.B) { benchSendToWait(b, &thrum.Options{NoSync: true}, true, true) })
 }
 
-func benchSendToWait(b *testing.B, opts *thrum.Options, socket bool) {
+// serveStdio runs srv on a pair of OS pipes, as a host runs thrum mcp
+// serve, and connects a go-sdk client to the other ends.
+func serveStdio(b testing.TB, srv *mcpserver.Server, id mcpserver.Identity) *agentClient {
+	b.Helper()
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	go srv.Run(context.Background(), mcpserver.NewLineTransport(inR, outW))
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "bench", Version: "1"}, nil).Connect(context.Background(),
+		&mcp.IOTransport{Reader: outR, Writer: inW}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		cs.Close()
+		srv.Close()
+	})
+	return &agentClient{id: id, srv: srv, cs: cs}
+}
+
+func benchSendToWait(b *testing.B, opts *thrum.Options, socket, stdio bool) {
 	n := newNode(b, opts)
 	aliceID := addAgent(b, n, "alice", "implementer", "auth")
 	bobID := addAgent(b, n, "bob", "reviewer", "auth")
@@ -43,7 +76,11 @@ func benchSendToWait(b *testing.B, opts *thrum.Options, socket bool) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			*p.out = serve(b, srv, p.id)
+			if stdio {
+				*p.out = serveStdio(b, srv, p.id)
+			} else {
+				*p.out = serve(b, srv, p.id)
+			}
 		}
 	} else {
 		alice, bob = connect(b, n, aliceID, nil), connect(b, n, bobID, nil)

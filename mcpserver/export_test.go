@@ -22,7 +22,23 @@ func QueueIDs(s *Server) []string {
 	defer s.queue.mu.Unlock()
 	ids := make([]string, len(s.queue.items))
 	for i, n := range s.queue.items {
-		ids[i] = n.MessageID
+		ids[i] = n.id
 	}
 	return ids
+}
+
+// Waiting reports whether a wait_for_message holds the single-waiter slot.
+func Waiting(s *Server) bool {
+	if s.waitMu.TryLock() {
+		s.waitMu.Unlock()
+		return false
+	}
+	return true
+}
+
+// Held reports how many claimed messages wait for the next consuming call.
+func Held(s *Server) int {
+	s.heldMu.Lock()
+	defer s.heldMu.Unlock()
+	return len(s.held)
 }

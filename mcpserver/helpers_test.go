@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net/http"
 	"reflect"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -220,12 +222,25 @@ func checkToolErr(t testing.TB, name string, res *mcp.CallToolResult, want ...st
 			t.Errorf("%s: error %q does not say %q", name, txt, w)
 		}
 	}
-	if res.StructuredContent != nil {
-		raw, _ := json.Marshal(res.StructuredContent)
-		t.Errorf("%s: tool error carries structured content %s", name, raw)
+	// The structured error: {code, message, hint}, and the text is its copy.
+	raw, _ := json.Marshal(res.StructuredContent)
+	var te mcpserver.ToolError
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&te); err != nil || te.Code == "" || te.Message == "" {
+		t.Errorf("%s: tool error's structured content %s is not a {code, message, hint}: %v", name, raw, err)
+	}
+	if txt != te.Error() {
+		t.Errorf("%s: tool error text %q is not a copy of its structured content %s", name, txt, raw)
+	}
+	// Hints name tools, never CLI commands an agent cannot run.
+	if cliCommand.MatchString(txt) {
+		t.Errorf("%s: tool error %q points to a CLI command", name, txt)
 	}
 	return txt
 }
+
+var cliCommand = regexp.MustCompile(`thrum (agent (list|register)|group (list|create)|quickstart|daemon (start|stop)|send|inbox|message )`)
 
 func resultText(res *mcp.CallToolResult) string {
 	var b strings.Builder
@@ -277,4 +292,20 @@ func unread(t testing.TB, n *thrum.Node, agent string) []string {
 		ids = append(ids, m.MessageID)
 	}
 	return ids
+}
+
+// bearerClient is an HTTP client that sends token as a bearer.
+func bearerClient(token string) *http.Client {
+	return &http.Client{Transport: bearer{token: token, next: http.DefaultTransport}}
+}
+
+type bearer struct {
+	token string
+	next  http.RoundTripper
+}
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return b.next.RoundTrip(r)
 }

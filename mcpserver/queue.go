@@ -1,63 +1,81 @@
 package mcpserver
 
-import (
-	"sync"
+import "sync"
 
-	"github.com/thrumhq/thrum/rpc"
-)
-
-// queue holds notifications until wait_for_message takes them: bounded,
-// first in first out, dropping the oldest when full.
+// queue holds the IDs of messages pushed to this agent until a consuming
+// call claims them: bounded, in arrival order, each message once (an edit
+// notifies again; it keeps its place). When full, the oldest entry is
+// dropped and counted: the message stays unread in the daemon, where
+// check_messages finds it, and the next wait_for_message result reports
+// the count.
+//
+// An entry leaves the queue when it is claimed (by any consumer of this
+// server), found read or deleted, or dropped. A filtered wait skips
+// entries below its floor and leaves them in place.
 type queue struct {
 	mu      sync.Mutex
-	items   []*rpc.MessageNotification
+	items   []*queued
+	index   map[string]*queued
 	max     int
-	dropped int
+	dropped int           // entries dropped since the last takeDropped
 	signal  chan struct{} // receives a token when something may be new
-	closed  bool
+}
+
+// queued is one entry. priority is "" until the message was fetched.
+type queued struct {
+	id       string
+	priority string
 }
 
 func (q *queue) init(max int) {
 	q.max = max
+	q.index = map[string]*queued{}
 	q.signal = make(chan struct{}, 1)
 }
 
-func (q *queue) push(n *rpc.MessageNotification) {
+// push appends id unless it is queued already, and reports whether it
+// added it.
+func (q *queue) push(id string) bool {
 	q.mu.Lock()
-	if len(q.items) >= q.max {
-		q.items = q.items[1:]
-		q.dropped++
-	}
-	q.items = append(q.items, n)
+	added := q.add(id)
 	q.mu.Unlock()
-	q.wake()
-}
-
-// pushMissing appends those of ns not queued already, as push does, and
-// returns how many it added.
-func (q *queue) pushMissing(ns []*rpc.MessageNotification) int {
-	q.mu.Lock()
-	queued := make(map[string]bool, len(q.items))
-	for _, n := range q.items {
-		queued[n.MessageID] = true
-	}
-	added := 0
-	for _, n := range ns {
-		if queued[n.MessageID] {
-			continue
-		}
-		if len(q.items) >= q.max {
-			q.items = q.items[1:]
-			q.dropped++
-		}
-		q.items = append(q.items, n)
-		added++
-	}
-	q.mu.Unlock()
-	if added > 0 {
+	if added {
 		q.wake()
 	}
 	return added
+}
+
+// pushAll appends those of ids not queued already, in order, and returns
+// how many it added.
+func (q *queue) pushAll(ids []string) int {
+	q.mu.Lock()
+	n := 0
+	for _, id := range ids {
+		if q.add(id) {
+			n++
+		}
+	}
+	q.mu.Unlock()
+	if n > 0 {
+		q.wake()
+	}
+	return n
+}
+
+func (q *queue) add(id string) bool {
+	if _, ok := q.index[id]; ok {
+		return false
+	}
+	if len(q.items) >= q.max {
+		delete(q.index, q.items[0].id)
+		q.items[0] = nil
+		q.items = q.items[1:]
+		q.dropped++
+	}
+	it := &queued{id: id}
+	q.items = append(q.items, it)
+	q.index[id] = it
+	return true
 }
 
 // wake tells a waiter to look again.
@@ -68,28 +86,62 @@ func (q *queue) wake() {
 	}
 }
 
-// pop takes the oldest notification, if any.
-func (q *queue) pop() (*rpc.MessageNotification, bool) {
+// snapshot returns the entries in order, with their known priorities.
+func (q *queue) snapshot() []queued {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if len(q.items) == 0 {
-		return nil, false
+	out := make([]queued, len(q.items))
+	for i, it := range q.items {
+		out[i] = *it
 	}
-	n := q.items[0]
-	q.items[0] = nil
-	q.items = q.items[1:]
-	return n, true
+	return out
+}
+
+// setPriority records a fetched message's priority.
+func (q *queue) setPriority(id, priority string) {
+	q.mu.Lock()
+	if it, ok := q.index[id]; ok {
+		it.priority = priority
+	}
+	q.mu.Unlock()
+}
+
+// remove takes ids out of the queue, wherever they are.
+func (q *queue) remove(ids ...string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	gone := false
+	for _, id := range ids {
+		if _, ok := q.index[id]; ok {
+			delete(q.index, id)
+			gone = true
+		}
+	}
+	if !gone {
+		return
+	}
+	kept := q.items[:0]
+	for _, it := range q.items {
+		if _, ok := q.index[it.id]; ok && q.index[it.id] == it {
+			kept = append(kept, it)
+		}
+	}
+	clear(q.items[len(kept):])
+	q.items = kept
+}
+
+// takeDropped returns how many entries overflow dropped since it was last
+// called, and resets the count.
+func (q *queue) takeDropped() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	n := q.dropped
+	q.dropped = 0
+	return n
 }
 
 func (q *queue) len() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return len(q.items)
-}
-
-func (q *queue) close() {
-	q.mu.Lock()
-	q.closed = true
-	q.mu.Unlock()
-	q.wake()
 }

@@ -1,6 +1,7 @@
 // Package mcpserver gives AI agents thrum's messaging as native MCP tools
 // (spec/mcp-server.md): send_message, check_messages, wait_for_message,
-// list_agents, broadcast_message and six group tools.
+// list_agents, broadcast_message and six group tools, and get_message,
+// which shows a message in its conversation.
 //
 // A Server acts as one agent, resolved once by its caller. It holds one
 // persistent rpc.Client to a thrum daemon — a Unix socket, or an
@@ -10,24 +11,35 @@
 // connection drops, the server redials, re-authenticates and resubscribes,
 // and queues the messages sent to it meanwhile.
 //
-// Serve it over stdio with Run(ctx, &mcp.StdioTransport{}), or over
-// Streamable HTTP with HTTPHandler. The package logs only through the
-// given *slog.Logger: stdout belongs to the MCP wire.
+// Reading a message consumes it. Every consuming call (check_messages,
+// wait_for_message) claims what it returns with message.markRead, and the
+// daemon gives each message to exactly one claim of the agent, so across
+// all of an agent's servers and sessions each message is returned once;
+// what no call claimed stays unread (DESIGN.md, "Delivery to agents").
+//
+// Serve it over stdio with Run(ctx, &mcp.StdioTransport{}) (or
+// NewStdioTransport, which survives malformed lines), or over Streamable
+// HTTP with HTTPHandler. The package logs only through the given
+// *slog.Logger: stdout belongs to the MCP wire.
 package mcpserver
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/thrumhq/thrum/internal/jsonrpc"
 	"github.com/thrumhq/thrum/rpc"
 )
 
@@ -37,6 +49,10 @@ const (
 	DefaultWaitTimeout = 300 * time.Second
 	MaxWaitTimeout     = 600 * time.Second
 	DefaultCallTimeout = 30 * time.Second
+	// DefaultProgressInterval is how often a wait with a progressToken
+	// sends notifications/progress: under 15 s, so that a client resetting
+	// its request timeout on progress never times out a live wait.
+	DefaultProgressInterval = 10 * time.Second
 )
 
 // Dialer opens a connection to thrum whose notifications go to onNote.
@@ -62,6 +78,10 @@ type Options struct {
 	QueueSize int
 	// Version is reported to MCP clients. Default "dev".
 	Version string
+	// ProgressInterval is how often a waiting wait_for_message reports
+	// progress when its request has a progressToken. Default
+	// DefaultProgressInterval.
+	ProgressInterval time.Duration
 }
 
 // Server is an MCP server acting as one agent. Its methods may be called
@@ -82,13 +102,29 @@ type Server struct {
 
 	queue queue
 
-	// delivered holds the last messages wait_for_message handed out. Their
-	// read marks travel as notifications, without a reply: after a
-	// reconnect they are marked again, in case the connection dropped
-	// before the daemon ran them, so no message is handed out twice.
-	deliveredMu sync.Mutex
-	delivered   []string
-	waitMu      sync.Mutex // held by the one active wait_for_message
+	waitMu sync.Mutex // held by the one active wait_for_message
+
+	// held keeps what a wait claimed but could not return because it was
+	// stopped (cancelled, its POST closed, shutdown) while the claim was
+	// on its way: the next consuming call of this server returns it first.
+	heldMu  sync.Mutex
+	held    []MessageInfo
+	ending  chan struct{} // closed by EndWaits
+	endOnce sync.Once
+
+	// posts maps the key given to each HTTP POST (postKeyHeader) to the
+	// POST's context: a wait ends when the stream carrying it closes.
+	// sessionWaits maps an HTTP session ID to the cancel of its wait: a
+	// DELETE of the session ends it (the SDK's own close would wait for it).
+	posts        sync.Map
+	sessionWaits sync.Map
+
+	// roster caches agents' roles, for MessageInfo.from_role and
+	// addressed_as.
+	rosterMu   sync.Mutex
+	roles      map[string]string // agent ID → role
+	knownRoles map[string]bool
+	rosterAt   time.Time
 
 	// since is how far the notifications are known complete: every
 	// message addressed to this agent created up to it was pushed to the
@@ -99,12 +135,13 @@ type Server struct {
 
 // New connects to thrum through dial, authenticates as id and subscribes
 // to every message addressed to it (by name, role, group or @everyone),
-// then returns a Server with the 11 tools registered.
+// then returns a Server with its 12 tools registered.
 func New(ctx context.Context, dial Dialer, id Identity, opts *Options) (*Server, error) {
 	if id.AgentID == "" {
 		return nil, errors.New("mcpserver: identity has no agent ID")
 	}
-	s := &Server{id: id, dial: dial, ready: make(chan struct{}), stopRec: make(chan struct{}), recDone: make(chan struct{})}
+	s := &Server{id: id, dial: dial, ready: make(chan struct{}), stopRec: make(chan struct{}), recDone: make(chan struct{}),
+		ending: make(chan struct{})}
 	if opts != nil {
 		s.opts = *opts
 	}
@@ -113,6 +150,9 @@ func New(ctx context.Context, dial Dialer, id Identity, opts *Options) (*Server,
 	}
 	if s.opts.Version == "" {
 		s.opts.Version = "dev"
+	}
+	if s.opts.ProgressInterval <= 0 {
+		s.opts.ProgressInterval = DefaultProgressInterval
 	}
 	s.log = s.opts.Logger
 	if s.log == nil {
@@ -128,7 +168,8 @@ func New(ctx context.Context, dial Dialer, id Identity, opts *Options) (*Server,
 	go s.reconnectLoop()
 	s.mcp = mcp.NewServer(&mcp.Implementation{Name: "thrum", Title: "thrum messaging", Version: s.opts.Version}, &mcp.ServerOptions{
 		Instructions: "You are agent " + id.AgentID + " (role " + id.Role + "). Use check_messages for your backlog and " +
-			"wait_for_message to block until a message arrives; send_message addresses @role, a name, @group or @everyone.",
+			"wait_for_message to block until a message arrives (each message is returned once, to one of them); " +
+			"send_message addresses @role, a name, @group or @everyone; get_message shows a conversation.",
 		Capabilities: &mcp.ServerCapabilities{},
 	})
 	s.register()
@@ -138,16 +179,157 @@ func New(ctx context.Context, dial Dialer, id Identity, opts *Options) (*Server,
 // MCP returns the underlying go-sdk server.
 func (s *Server) MCP() *mcp.Server { return s.mcp }
 
-// Run serves MCP on t (e.g. &mcp.StdioTransport{}) until the client
-// disconnects or ctx ends.
+// Run serves MCP on t (e.g. NewStdioTransport()) until the client
+// disconnects or ctx ends. When ctx ends, a pending wait_for_message is
+// answered first (status "shutdown", see EndWaits), so Run returns at
+// once with the answer sent.
 func (s *Server) Run(ctx context.Context, t mcp.Transport) error {
-	return s.mcp.Run(ctx, t)
+	waits := &unanswered{}
+	run, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	stop := context.AfterFunc(ctx, func() {
+		s.EndWaits()
+		waits.awaitAnswers(shutdownGrace)
+		cancel()
+	})
+	defer stop()
+	err := s.mcp.Run(run, &answering{Transport: t, waits: waits})
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return err
 }
 
+// EndWaits answers a pending wait_for_message, and every later one, with
+// status "shutdown" and no message: they claim nothing. Call it before
+// shutting down an HTTP server that serves HTTPHandler, whose graceful
+// shutdown would otherwise wait for the wait. It is idempotent.
+func (s *Server) EndWaits() {
+	s.endOnce.Do(func() { close(s.ending) })
+}
+
+// postKeyHeader carries, from HTTPHandler to the tool handlers, the key of
+// the HTTP POST that brought a request. A client's own value is replaced.
+const postKeyHeader = "X-Thrum-Post-Key"
+
 // HTTPHandler serves MCP over Streamable HTTP. Mount it on a loopback
-// listener.
+// listener. Like the daemon's WebSocket it refuses (403) a Host that is
+// not loopback (DNS rebinding) and an Origin that is not a loopback page,
+// and it requires the agent's token as a bearer (401): the port is open
+// to every local user and every page a local browser shows. A server
+// whose Identity has no token refuses every request.
+//
+// A wait_for_message ends, claiming nothing, when the POST that carries it
+// closes: a client that drops mid-wait does not take the next message.
 func (s *Server) HTTPHandler() http.Handler {
-	return mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.mcp }, nil)
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.mcp }, nil)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !jsonrpc.LoopbackHost(r.Host) {
+			http.Error(w, "forbidden: Host must be localhost, 127.0.0.1 or [::1]", http.StatusForbidden)
+			return
+		}
+		if o := r.Header.Get("Origin"); o != "" && !jsonrpc.LoopbackOrigin(o) {
+			http.Error(w, "forbidden: Origin not allowed", http.StatusForbidden)
+			return
+		}
+		if !s.bearerOK(r.Header.Get("Authorization")) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="thrum"`)
+			http.Error(w, "unauthorized: send the agent's thrum token as Authorization: Bearer <token>", http.StatusUnauthorized)
+			return
+		}
+		r.Header.Del(postKeyHeader)
+		if r.Method == http.MethodDelete {
+			if w, ok := s.sessionWaits.Load(r.Header.Get("Mcp-Session-Id")); ok {
+				w.(*sessionWait).cancel()
+			}
+		}
+		if r.Method == http.MethodPost {
+			key := rand.Text()
+			r.Header.Set(postKeyHeader, key)
+			s.posts.Store(key, r.Context())
+			defer s.posts.Delete(key)
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// bearerOK checks an Authorization header against the agent's token, in
+// constant time.
+func (s *Server) bearerOK(h string) bool {
+	tok, ok := strings.CutPrefix(h, "Bearer ")
+	return ok && s.id.Token != "" && subtle.ConstantTimeCompare([]byte(strings.TrimSpace(tok)), []byte(s.id.Token)) == 1
+}
+
+// requestContext returns ctx, ended also when the HTTP POST that carried
+// req closes (the SDK keeps a request running after its stream closes, so
+// that a client could resume it; a wait must not outlive its caller).
+// A wait also ends when its session is deleted (wait true).
+func (s *Server) requestContext(ctx context.Context, req *mcp.CallToolRequest, wait bool) (context.Context, context.CancelFunc) {
+	if req == nil || req.Extra == nil || req.Extra.Header == nil || req.Session == nil {
+		return ctx, func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	stop := func() bool { return false }
+	if v, ok := s.posts.Load(req.Extra.Header.Get(postKeyHeader)); ok {
+		stop = context.AfterFunc(v.(context.Context), cancel)
+	}
+	if !wait {
+		return ctx, func() { stop(); cancel() }
+	}
+	sid, w := req.Session.ID(), &sessionWait{cancel: cancel}
+	s.sessionWaits.Store(sid, w)
+	return ctx, func() {
+		s.sessionWaits.CompareAndDelete(sid, w)
+		stop()
+		cancel()
+	}
+}
+
+type sessionWait struct{ cancel context.CancelFunc }
+
+// roleOf returns an agent's role, "" if unknown.
+func (s *Server) roleOf(ctx context.Context, agent string) string {
+	roles, _ := s.roster(ctx, agent)
+	return roles[agent]
+}
+
+// isAgentOrRole reports whether name is a registered agent or a role.
+func (s *Server) isAgentOrRole(ctx context.Context, name string) bool {
+	roles, known := s.roster(ctx, name)
+	_, agent := roles[name]
+	return agent || known[name]
+}
+
+// rosterMinAge is how old the roster must be before a name it lacks makes
+// it refresh: a new agent's first message shows its role, and a group's
+// name (never in the roster) costs at most a few listings a second.
+const rosterMinAge = 250 * time.Millisecond
+
+// roster returns the cached agents and roles, refreshed when name is in
+// neither and the cache is older than rosterMinAge.
+func (s *Server) roster(ctx context.Context, name string) (map[string]string, map[string]bool) {
+	s.rosterMu.Lock()
+	defer s.rosterMu.Unlock()
+	_, agent := s.roles[name]
+	if s.roles != nil && (agent || s.knownRoles[name] || time.Since(s.rosterAt) < rosterMinAge) {
+		return s.roles, s.knownRoles
+	}
+	r, err := callRPC(ctx, s, func(ctx context.Context, c *rpc.Client) (*rpc.ListAgentsResult, error) {
+		return c.ListAgents(ctx, &rpc.ListAgentsParams{})
+	})
+	s.rosterAt = time.Now()
+	if err != nil {
+		s.log.Debug("mcpserver: list agents for roles", "err", err)
+		return s.roles, s.knownRoles
+	}
+	s.roles, s.knownRoles = map[string]string{}, map[string]bool{}
+	for _, a := range r.Agents {
+		s.roles[a.AgentID] = a.Role
+		if a.Role != "" {
+			s.knownRoles[a.Role] = true
+		}
+	}
+	return s.roles, s.knownRoles
 }
 
 // Close ends the daemon connection and stops reconnecting. It is
@@ -162,11 +344,11 @@ func (s *Server) Close() error {
 	c := s.client
 	close(s.stopRec)
 	s.mu.Unlock()
+	s.EndWaits()
 	if c != nil {
 		c.Close()
 	}
 	<-s.recDone
-	s.queue.close()
 	return nil
 }
 
@@ -203,33 +385,9 @@ func (s *Server) advance(t time.Time) {
 // first, at most a queue's worth. Notifications are not replayed, so a
 // resubscribed server re-reads them (DESIGN.md), or wait_for_message would
 // never see them.
-// delivered notes a message handed out by wait_for_message.
-func (s *Server) noteDelivered(id string) {
-	s.deliveredMu.Lock()
-	defer s.deliveredMu.Unlock()
-	if len(s.delivered) >= s.opts.QueueSize {
-		s.delivered = s.delivered[1:]
-	}
-	s.delivered = append(s.delivered, id)
-}
-
-// remark marks read again every delivered message (idempotent: the daemon
-// skips what is read already).
-func (s *Server) remark(ctx context.Context, c *rpc.Client) {
-	s.deliveredMu.Lock()
-	ids := append([]string(nil), s.delivered...)
-	s.deliveredMu.Unlock()
-	if len(ids) == 0 {
-		return
-	}
-	if _, err := c.MarkRead(ctx, &rpc.MarkReadParams{MessageIDs: ids}); err != nil {
-		s.log.Warn("mcpserver: re-mark delivered messages read", "err", err)
-	}
-}
-
 func (s *Server) catchUp(ctx context.Context, c *rpc.Client, cutoff time.Time) {
 	const pageSize = 100
-	var missed []*rpc.MessageNotification
+	var missed []string
 	for page := 1; len(missed) < s.opts.QueueSize; page++ {
 		r, err := c.ListMessages(ctx, &rpc.ListMessagesParams{Mentions: true, Unread: true, PageSize: pageSize, Page: page, SortOrder: "desc"})
 		if err != nil {
@@ -242,8 +400,7 @@ func (s *Server) catchUp(ctx context.Context, c *rpc.Client, cutoff time.Time) {
 				done = true
 				break
 			}
-			missed = append(missed, &rpc.MessageNotification{MessageID: m.MessageID, ThreadID: m.ThreadID,
-				Author: rpc.NotificationAuthor{AgentID: m.AgentID}, Timestamp: m.CreatedAt})
+			missed = append(missed, m.MessageID)
 		}
 		if done {
 			break
@@ -253,7 +410,7 @@ func (s *Server) catchUp(ctx context.Context, c *rpc.Client, cutoff time.Time) {
 		missed = missed[:s.opts.QueueSize]
 	}
 	slices.Reverse(missed)
-	if n := s.queue.pushMissing(missed); n > 0 {
+	if n := s.queue.pushAll(missed); n > 0 {
 		s.log.Info("mcpserver: queued messages sent while disconnected", "count", n)
 	}
 }
@@ -292,7 +449,6 @@ func (s *Server) reconnectLoop() {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			nc, subAt, err := s.connect(ctx)
 			if err == nil {
-				s.remark(ctx, nc)
 				s.catchUp(ctx, nc, cutoff)
 			}
 			cancel()
@@ -323,7 +479,7 @@ func (s *Server) conn(ctx context.Context) (*rpc.Client, error) {
 	c, ready, closed := s.client, s.ready, s.closed
 	s.mu.Unlock()
 	if closed {
-		return nil, errors.New("the MCP server is shutting down")
+		return nil, fmt.Errorf("%w: the MCP server is shutting down", errUnreachable)
 	}
 	if c != nil {
 		select {
@@ -346,7 +502,7 @@ func (s *Server) conn(ctx context.Context) (*rpc.Client, error) {
 	case <-ready:
 		return s.conn(ctx)
 	case <-t.C:
-		return nil, errors.New("the thrum daemon is not reachable: start it with `thrum daemon start`")
+		return nil, errUnreachable
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
@@ -363,7 +519,7 @@ func (s *Server) onNotification(method string, params json.RawMessage) {
 		s.log.Warn("mcpserver: bad notification", "err", err)
 		return
 	}
-	s.queue.push(&n)
+	s.queue.push(n.MessageID)
 	if t, err := time.Parse(time.RFC3339Nano, n.Timestamp); err == nil {
 		s.advance(t)
 	}

@@ -56,8 +56,9 @@ func TestMCPServerNewErrors(t *testing.T) {
 	}
 }
 
-// TestMCPServerClose checks that Close ends a wait in progress with a tool
-// error and later calls fail cleanly, and that Close is idempotent.
+// TestMCPServerClose checks that Close answers a wait in progress with a
+// clean "shutdown" result, later calls fail cleanly, and Close is
+// idempotent.
 func TestMCPServerClose(t *testing.T) {
 	n := newNode(t, nil)
 	bob := connect(t, n, addAgent(t, n, "bob", "reviewer", "auth"), nil)
@@ -66,9 +67,13 @@ func TestMCPServerClose(t *testing.T) {
 	if err := bob.srv.Close(); err != nil {
 		t.Fatal(err)
 	}
-	checkToolErr(t, "wait_for_message", await(t, ch).res, "shutting down")
+	if out := decode[mcpserver.WaitForMessageOutput](t, "wait_for_message", await(t, ch).res); out.Status != "shutdown" || out.Message != nil {
+		t.Errorf("wait pending at Close = %+v, want status shutdown and no message", out)
+	}
 	callErr(t, bob, "list_agents", nil, "shutting down")
-	callErr(t, bob, "wait_for_message", args{"timeout": 1}, "shutting down")
+	if out := call[mcpserver.WaitForMessageOutput](t, bob, "wait_for_message", args{"timeout": 1}); out.Status != "shutdown" {
+		t.Errorf("wait after Close = %+v, want status shutdown", out)
+	}
 }
 
 // TestMCPStreamableHTTP serves the tools over Streamable HTTP
@@ -87,7 +92,8 @@ func TestMCPStreamableHTTP(t *testing.T) {
 		srv.Close()
 	})
 	client := mcp.NewClient(&mcp.Implementation{Name: "thrum-http-test", Version: "1"}, nil)
-	cs, err := client.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: hs.URL, MaxRetries: -1}, nil)
+	cs, err := client.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: hs.URL, MaxRetries: -1,
+		HTTPClient: bearerClient(bobID.Token)}, nil)
 	if err != nil {
 		t.Fatalf("connect over Streamable HTTP: %v", err)
 	}

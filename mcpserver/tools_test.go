@@ -36,6 +36,7 @@ var specTools = map[string]struct {
 	"remove_group_member": {required: []string{"group", "member_id", "member_type"}, destructive: true},
 	"list_groups":         {readOnly: true},
 	"get_group":           {required: []string{"name"}, readOnly: true},
+	"get_message":         {required: []string{"message_id"}, readOnly: true},
 }
 
 // asObject re-decodes a schema the client holds as a JSON object.
@@ -67,8 +68,8 @@ func TestListTools(t *testing.T) {
 	want := slices.Clone(mcpserver.ToolNames)
 	sort.Strings(names)
 	sort.Strings(want)
-	if len(names) != 11 || !slices.Equal(names, want) {
-		t.Fatalf("tools = %v, want the 11 of the spec %v", names, want)
+	if len(names) != 12 || !slices.Equal(names, want) {
+		t.Fatalf("tools = %v, want the 11 of the spec and get_message %v", names, want)
 	}
 	for _, tool := range res.Tools {
 		spec, ok := specTools[tool.Name]
@@ -145,7 +146,7 @@ func TestToolErrors(t *testing.T) {
 	n := newNode(t, nil)
 	alice := connect(t, n, addAgent(t, n, "alice", "implementer", "auth"), nil)
 	addAgent(t, n, "bob", "reviewer", "auth")
-	call[mcpserver.GroupNameOutput](t, alice, "create_group", args{"name": "backend"})
+	call[mcpserver.CreateGroupOutput](t, alice, "create_group", args{"name": "backend"})
 	call[mcpserver.GroupMemberOutput](t, alice, "add_group_member", args{"group": "backend", "member_type": "agent", "member_id": "bob"})
 
 	for _, tc := range []struct {
@@ -168,11 +169,13 @@ func TestToolErrors(t *testing.T) {
 		{"check with limit too large", "check_messages", args{"limit": 101}, []string{"invalid limit", "101"}},
 		{"check with non-integer limit", "check_messages", args{"limit": "ten"}, []string{"limit"}},
 		{"wait with bad priority_filter", "wait_for_message", args{"priority_filter": "urgent_only"}, []string{"invalid priority_filter", "urgent_only"}},
-		{"wait with negative timeout", "wait_for_message", args{"timeout": -5}, []string{"invalid timeout"}},
+		{"wait with negative timeout", "wait_for_message", args{"timeout": -5}, []string{"invalid timeout", "-5"}},
+		{"wait with zero timeout", "wait_for_message", args{"timeout": 0}, []string{"invalid timeout", "0"}},
+		{"wait with timeout too long", "wait_for_message", args{"timeout": 601}, []string{"invalid timeout", "601"}},
 		{"list agents with wrong type", "list_agents", args{"include_offline": "yes"}, []string{"include_offline"}},
 		{"broadcast without content", "broadcast_message", args{}, []string{"content"}},
 		{"broadcast with empty content", "broadcast_message", args{"content": ""}, []string{"content is required"}},
-		{"broadcast with bad priority", "broadcast_message", args{"content": "hi", "priority": "loud"}, []string{"invalid priority"}},
+		{"broadcast with bad priority", "broadcast_message", args{"content": "hi", "priority": "loud"}, []string{"invalid priority", "loud"}},
 		{"broadcast with bad status filter", "broadcast_message", args{"content": "hi", "filter": args{"status": "idle"}}, []string{"filter.status", "idle"}},
 		{"create group without name", "create_group", args{}, []string{"name"}},
 		{"create group with empty name", "create_group", args{"name": ""}, []string{"name is required"}},
@@ -225,10 +228,10 @@ func TestSendMessageAddressing(t *testing.T) {
 	if identity.NormalizeAgentID(legacy) != tester.AgentID {
 		t.Fatalf("legacy form %q does not normalize to %q", legacy, tester.AgentID)
 	}
-	call[mcpserver.GroupNameOutput](t, alice, "create_group", args{"name": "backend"})
+	call[mcpserver.CreateGroupOutput](t, alice, "create_group", args{"name": "backend"})
 	call[mcpserver.GroupMemberOutput](t, alice, "add_group_member", args{"group": "backend", "member_type": "agent", "member_id": "bob"})
-	call[mcpserver.GroupNameOutput](t, alice, "create_group", args{"name": "empty"})
-	everyone := []string{"alice", "bob", "carol", tester.AgentID}
+	call[mcpserver.CreateGroupOutput](t, alice, "create_group", args{"name": "empty"})
+	everyone := []string{"bob", "carol", tester.AgentID} // never the sender
 	sort.Strings(everyone)
 
 	for _, tc := range []struct {
@@ -276,7 +279,7 @@ func TestSendMessageAddressing(t *testing.T) {
 			if m.Author.AgentID != "alice" || m.Body.Content != content || m.Priority != rpc.PriorityNormal {
 				t.Errorf("stored message = %+v", m)
 			}
-			if !slices.Contains(m.Refs, rpc.Ref{Type: rpc.RefMention, Value: tc.address}) {
+			if !slices.Contains(m.Refs, rpc.Pair{Type: rpc.RefMention, Value: tc.address}) {
 				t.Errorf("stored refs %+v lack mention %s", m.Refs, tc.address)
 			}
 			for _, who := range append([]string{"alice"}, everyone...) {
@@ -314,7 +317,7 @@ func TestSendMessageFields(t *testing.T) {
 		"to": "alice", "content": "done", "reply_to": first.MessageID, "priority": "low", "metadata": meta,
 	})
 	r := getMessage(t, n, "", reply.MessageID)
-	if !slices.Contains(r.Refs, rpc.Ref{Type: rpc.RefReplyTo, Value: first.MessageID}) {
+	if !slices.Contains(r.Refs, rpc.Pair{Type: rpc.RefReplyTo, Value: first.MessageID}) {
 		t.Errorf("reply refs %+v lack reply_to %s", r.Refs, first.MessageID)
 	}
 	if r.Priority != rpc.PriorityLow || r.Author.AgentID != "bob" {
@@ -345,8 +348,8 @@ func TestSendMessageRecipientStatus(t *testing.T) {
 	alice := connect(t, n, addAgent(t, n, "alice", "implementer", "auth"), nil)
 	addAgent(t, n, "bob", "reviewer", "auth")
 	addStaleAgent(t, n, "olga", "ops", "infra") // seen an hour ago
-	call[mcpserver.GroupNameOutput](t, alice, "create_group", args{"name": "nobody_yet"})
-	call[mcpserver.GroupNameOutput](t, alice, "create_group", args{"name": "mixed"})
+	call[mcpserver.CreateGroupOutput](t, alice, "create_group", args{"name": "nobody_yet"})
+	call[mcpserver.CreateGroupOutput](t, alice, "create_group", args{"name": "mixed"})
 	call[mcpserver.GroupMemberOutput](t, alice, "add_group_member", args{"group": "mixed", "member_type": "role", "member_id": "ops"})
 	call[mcpserver.GroupMemberOutput](t, alice, "add_group_member", args{"group": "mixed", "member_type": "agent", "member_id": "bob"})
 
@@ -384,7 +387,7 @@ func TestCheckMessages(t *testing.T) {
 	alice := connect(t, n, addAgent(t, n, "alice", "implementer", "auth"), nil)
 	bob := connect(t, n, addAgent(t, n, "bob", "reviewer", "auth"), nil)
 	carol := connect(t, n, addAgent(t, n, "carol", "reviewer", "ui"), nil)
-	call[mcpserver.GroupNameOutput](t, alice, "create_group", args{"name": "backend"})
+	call[mcpserver.CreateGroupOutput](t, alice, "create_group", args{"name": "backend"})
 	call[mcpserver.GroupMemberOutput](t, alice, "add_group_member", args{"group": "backend", "member_type": "agent", "member_id": "bob"})
 
 	empty := call[mcpserver.CheckMessagesOutput](t, bob, "check_messages", nil)
@@ -565,7 +568,7 @@ func TestBroadcastMessage(t *testing.T) {
 				if m.Author.AgentID != "alice" || m.Body.Content != content || m.Priority != rpc.PriorityHigh {
 					t.Errorf("message %s = %+v", id, m)
 				}
-				if !slices.Contains(m.Refs, rpc.Ref{Type: rpc.RefMention, Value: out.SentTo[i]}) {
+				if !slices.Contains(m.Refs, rpc.Pair{Type: rpc.RefMention, Value: out.SentTo[i]}) {
 					t.Errorf("message %s for %s has refs %+v", id, out.SentTo[i], m.Refs)
 				}
 			}
@@ -621,8 +624,8 @@ func TestGroupTools(t *testing.T) {
 		t.Fatalf("fresh node groups = %v, want only everyone", gs)
 	}
 
-	created := call[mcpserver.GroupNameOutput](t, alice, "create_group", args{"name": "backend", "description": "Backend team"})
-	if created != (mcpserver.GroupNameOutput{Status: "created", Name: "backend"}) {
+	created := call[mcpserver.CreateGroupOutput](t, alice, "create_group", args{"name": "backend", "description": "Backend team"})
+	if created != (mcpserver.CreateGroupOutput{Status: "created", Name: "backend"}) {
 		t.Errorf("create_group = %+v", created)
 	}
 	g := groups()["backend"]
@@ -669,8 +672,8 @@ func TestGroupTools(t *testing.T) {
 
 	// The group is an address.
 	sent := call[mcpserver.SendMessageOutput](t, alice, "send_message", args{"to": "@backend", "content": "standup"})
-	if r := sent.Recipients; len(r) != 1 || r[0].Kind != "group" || !slices.Equal(r[0].Agents, []string{"alice", "bob", "carol"}) {
-		t.Errorf("send to @backend reached %+v", r)
+	if r := sent.Recipients; len(r) != 1 || r[0].Kind != "group" || !slices.Equal(r[0].Agents, []string{"bob", "carol"}) {
+		t.Errorf("send to @backend reached %+v, want bob and carol (not the sender)", r)
 	}
 
 	removed := call[mcpserver.GroupMemberOutput](t, alice, "remove_group_member", args{"group": "backend", "member_type": "role", "member_id": "reviewer"})
@@ -682,14 +685,14 @@ func TestGroupTools(t *testing.T) {
 		t.Errorf("after removing the role: %+v", after)
 	}
 
-	empty := call[mcpserver.GroupNameOutput](t, alice, "create_group", args{"name": "empty"})
+	empty := call[mcpserver.CreateGroupOutput](t, alice, "create_group", args{"name": "empty"})
 	e := call[mcpserver.GetGroupOutput](t, alice, "get_group", args{"name": empty.Name, "expand": true})
 	if e.Members == nil || len(e.Members) != 0 || e.ExpandedAgents == nil || len(e.ExpandedAgents) != 0 || e.ExpandedAgentsCount == nil || *e.ExpandedAgentsCount != 0 {
 		t.Errorf("empty group expanded = %+v, want [] members, [] agents, count 0", e)
 	}
 
-	deleted := call[mcpserver.GroupNameOutput](t, alice, "delete_group", args{"name": "backend"})
-	if deleted != (mcpserver.GroupNameOutput{Status: "deleted", Name: "backend"}) {
+	deleted := call[mcpserver.DeleteGroupOutput](t, alice, "delete_group", args{"name": "backend"})
+	if deleted != (mcpserver.DeleteGroupOutput{Status: "deleted", Name: "backend"}) {
 		t.Errorf("delete_group = %+v", deleted)
 	}
 	if _, ok := groups()["backend"]; ok {

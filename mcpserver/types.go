@@ -1,23 +1,35 @@
 package mcpserver
 
-// The inputs and outputs of the 11 tools, as spec/mcp-server.md names
-// them. jsonschema tags are the descriptions agents see.
+// The inputs and outputs of the 12 tools (spec/mcp-server.md's 11 and
+// get_message), as the spec names them. jsonschema tags are the
+// descriptions agents see; schema.go adds enums and bounds.
 
 // MessageInfo is one message as the tools return it.
 type MessageInfo struct {
-	MessageID string `json:"message_id" jsonschema:"message identifier"`
-	From      string `json:"from" jsonschema:"sender agent ID"`
-	Content   string `json:"content" jsonschema:"message content"`
-	Priority  string `json:"priority" jsonschema:"critical, high, normal or low"`
-	Timestamp string `json:"timestamp" jsonschema:"creation time, RFC 3339"`
+	MessageID   string     `json:"message_id" jsonschema:"message ID"`
+	ThreadID    string     `json:"thread_id,omitempty" jsonschema:"the thread it belongs to, if any (get_message shows the thread)"`
+	ReplyTo     string     `json:"reply_to,omitempty" jsonschema:"the message it replies to, if any"`
+	From        string     `json:"from" jsonschema:"sender's agent name"`
+	FromRole    string     `json:"from_role,omitempty" jsonschema:"sender's role"`
+	AddressedAs *Addressed `json:"addressed_as,omitempty" jsonschema:"how it reached you; absent if it was not addressed to you"`
+	Content     string     `json:"content" jsonschema:"message text"`
+	Metadata    any        `json:"metadata,omitempty" jsonschema:"the sender's metadata (structured data), if any"`
+	Priority    string     `json:"priority" jsonschema:"message priority"`
+	Timestamp   string     `json:"timestamp" jsonschema:"when it was sent, RFC 3339"`
+}
+
+// Addressed says how a message reached the agent.
+type Addressed struct {
+	Kind string `json:"kind" jsonschema:"agent (you by name), role (your role), group (a group you are in) or everyone"`
+	Name string `json:"name" jsonschema:"the address, without @"`
 }
 
 type SendMessageInput struct {
-	To       string         `json:"to" jsonschema:"recipient: @role, an agent name, @groupname, @everyone, or a composite agent:role:hash ID"`
+	To       string         `json:"to" jsonschema:"@role, an agent name, @group or @everyone"`
 	Content  string         `json:"content" jsonschema:"message text (markdown)"`
 	ReplyTo  string         `json:"reply_to,omitempty" jsonschema:"message ID this replies to"`
-	Priority string         `json:"priority,omitempty" jsonschema:"critical, high, normal (default) or low"`
-	Metadata map[string]any `json:"metadata,omitempty" jsonschema:"key-value metadata, stored as the message's structured data"`
+	Priority string         `json:"priority,omitempty" jsonschema:"message priority (default normal)"`
+	Metadata map[string]any `json:"metadata,omitempty" jsonschema:"key-value data for the recipient"`
 }
 
 // RecipientInfo says whom a send reached.
@@ -31,29 +43,40 @@ type RecipientInfo struct {
 type SendMessageOutput struct {
 	Status          string          `json:"status" jsonschema:"delivered"`
 	MessageID       string          `json:"message_id" jsonschema:"ID of the sent message"`
-	RecipientStatus string          `json:"recipient_status" jsonschema:"active (a recipient was seen in the last 2 minutes), offline (recipients exist, none active) or no_agents (the role or group has no agents yet)"`
+	RecipientStatus string          `json:"recipient_status" jsonschema:"active: a recipient was seen in the last 2 minutes; no_agents: nobody (but you) is addressed"`
 	Recipients      []RecipientInfo `json:"recipients" jsonschema:"whom the address reached"`
 }
 
 type CheckMessagesInput struct {
-	Limit int `json:"limit,omitempty" jsonschema:"max messages to return (default 50, max 100)"`
+	Limit *int `json:"limit,omitempty" jsonschema:"max messages to return (default 50)"`
 }
 
 type CheckMessagesOutput struct {
 	Status    string        `json:"status" jsonschema:"messages or empty"`
-	Messages  []MessageInfo `json:"messages" jsonschema:"the unread messages addressed to you, now marked read"`
+	Messages  []MessageInfo `json:"messages" jsonschema:"your unread messages, oldest first, now marked read; each is returned to exactly one call"`
 	Remaining int           `json:"remaining" jsonschema:"unread messages still waiting"`
 }
 
 type WaitForMessageInput struct {
-	Timeout        int    `json:"timeout,omitempty" jsonschema:"max seconds to wait (default 300, max 600)"`
-	PriorityFilter string `json:"priority_filter,omitempty" jsonschema:"all (default), critical, high_and_above or normal_and_above"`
+	Timeout        *int   `json:"timeout,omitempty" jsonschema:"max seconds to wait (default 300)"`
+	PriorityFilter string `json:"priority_filter,omitempty" jsonschema:"lowest priority to return (default all); others stay queued"`
 }
 
 type WaitForMessageOutput struct {
-	Status        string       `json:"status" jsonschema:"message_received or timeout"`
-	Message       *MessageInfo `json:"message" jsonschema:"the message, null on timeout"`
+	Status        string       `json:"status" jsonschema:"message_received, timeout, or shutdown (the server is stopping)"`
+	Message       *MessageInfo `json:"message" jsonschema:"the message, now marked read; null otherwise"`
 	WaitedSeconds int          `json:"waited_seconds" jsonschema:"how long the wait lasted"`
+	QueueOverflow int          `json:"queue_overflow,omitempty" jsonschema:"queue overflow since the last wait: those messages are unread, for check_messages"`
+}
+
+type GetMessageInput struct {
+	MessageID string `json:"message_id" jsonschema:"the message to show"`
+}
+
+type GetMessageOutput struct {
+	MessageID    string        `json:"message_id" jsonschema:"the message asked for"`
+	Conversation []MessageInfo `json:"conversation" jsonschema:"the message with its thread, or the replies it belongs to, oldest first; nothing is marked read"`
+	More         bool          `json:"more,omitempty" jsonschema:"the conversation is longer than the 100 shown"`
 }
 
 type ListAgentsInput struct {
@@ -74,13 +97,13 @@ type ListAgentsOutput struct {
 }
 
 type BroadcastFilter struct {
-	Status  string   `json:"status,omitempty" jsonschema:"all (default) or active (only agents seen in the last 2 minutes)"`
+	Status  string   `json:"status,omitempty" jsonschema:"all (default), or active: only agents seen in the last 2 minutes"`
 	Exclude []string `json:"exclude,omitempty" jsonschema:"agent names or roles to leave out"`
 }
 
 type BroadcastMessageInput struct {
 	Content  string           `json:"content" jsonschema:"message text to broadcast"`
-	Priority string           `json:"priority,omitempty" jsonschema:"critical, high, normal (default) or low"`
+	Priority string           `json:"priority,omitempty" jsonschema:"message priority (default normal)"`
 	Filter   *BroadcastFilter `json:"filter,omitempty" jsonschema:"optional recipient filters"`
 }
 
@@ -97,9 +120,14 @@ type CreateGroupInput struct {
 	Description string `json:"description,omitempty" jsonschema:"what the group is for"`
 }
 
-type GroupNameOutput struct {
-	Status string `json:"status" jsonschema:"created or deleted"`
-	Name   string `json:"name"`
+type CreateGroupOutput struct {
+	Status string `json:"status" jsonschema:"created"`
+	Name   string `json:"name" jsonschema:"the group's name"`
+}
+
+type DeleteGroupOutput struct {
+	Status string `json:"status" jsonschema:"deleted"`
+	Name   string `json:"name" jsonschema:"the group's name"`
 }
 
 type DeleteGroupInput struct {
@@ -151,4 +179,25 @@ type GetGroupOutput struct {
 	Members             []GroupMember `json:"members"`
 	ExpandedAgents      []string      `json:"expanded_agents,omitzero" jsonschema:"with expand: the agent IDs the group reaches"`
 	ExpandedAgentsCount *int          `json:"expanded_agents_count,omitempty" jsonschema:"with expand: how many"`
+}
+
+// Output descriptions kept in tools/list (schema.go's compact).
+const (
+	recipientStatusDoc = "active: a recipient was seen in the last 2 minutes; no_agents: nobody (but you) is addressed"
+	queueOverflowDoc   = "queue overflow since the last wait: those messages are unread, for check_messages"
+)
+
+// ToolError is the structured content of a failed tool call (isError):
+// a stable code, the message, and a hint naming the tool to use next.
+type ToolError struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Hint    string `json:"hint,omitempty"`
+}
+
+func (e *ToolError) Error() string {
+	if e.Hint == "" {
+		return e.Message
+	}
+	return e.Message + " (" + e.Hint + ")"
 }

@@ -109,7 +109,7 @@ func TestWaitForMessageReceives(t *testing.T) {
 	}
 
 	// Addressed by role, by group and to everyone, each wakes the waiter.
-	call[mcpserver.GroupNameOutput](t, alice, "create_group", args{"name": "backend"})
+	call[mcpserver.CreateGroupOutput](t, alice, "create_group", args{"name": "backend"})
 	call[mcpserver.GroupMemberOutput](t, alice, "add_group_member", args{"group": "backend", "member_type": "role", "member_id": "reviewer"})
 	for _, to := range []string{"@reviewer", "@backend", "@everyone", "agent:reviewer:0000000000"} {
 		ch := startWait(bob, args{"timeout": 30})
@@ -366,11 +366,13 @@ func TestWaitForMessageSkipsConsumed(t *testing.T) {
 	}
 	queuedUntil(t, bob.srv, deleted)
 	got := call[mcpserver.CheckMessagesOutput](t, bob, "check_messages", nil)
-	if len(got.Messages) != 3 {
-		t.Fatalf("check_messages = %+v, want the 3 live messages", got.Messages)
+	if len(got.Messages) != 3 || got.Messages[0].MessageID != ids[0] || got.Messages[2].MessageID != ids[2] {
+		t.Fatalf("check_messages = %+v, want the 3 live messages %v", got.Messages, ids)
 	}
-	if q := mcpserver.QueueLen(bob.srv); q != 4 {
-		t.Fatalf("queue holds %d, want the 4 notifications still there", q)
+	// What check_messages claimed left the queue; the deleted one is left
+	// for the wait to discard.
+	if q := mcpserver.QueueIDs(bob.srv); !slices.Equal(q, []string{deleted}) {
+		t.Fatalf("queue holds %v, want only the deleted %s", q, deleted)
 	}
 	r := await(t, startWait(bob, args{"timeout": 1}))
 	if out := decode[mcpserver.WaitForMessageOutput](t, "wait_for_message", r.res); out.Status != "timeout" {
@@ -387,7 +389,7 @@ func TestWaitForMessageIgnoresOwn(t *testing.T) {
 	n := newNode(t, nil)
 	alice := connect(t, n, addAgent(t, n, "alice", "implementer", "auth"), nil)
 	bob := connect(t, n, addAgent(t, n, "bob", "reviewer", "auth"), nil)
-	call[mcpserver.GroupNameOutput](t, alice, "create_group", args{"name": "backend"})
+	call[mcpserver.CreateGroupOutput](t, alice, "create_group", args{"name": "backend"})
 	call[mcpserver.GroupMemberOutput](t, alice, "add_group_member", args{"group": "backend", "member_type": "agent", "member_id": "bob"})
 
 	for _, to := range []string{"@bob", "@reviewer", "@backend", "@everyone"} {

@@ -253,7 +253,17 @@ func TestEndToEndRun(t *testing.T) {
 	contains(t, "message read --all (none)", c.ok("bob", "message", "read", "--all").stdout, "> No unread messages\n")
 	var mr map[string]any
 	c.okJSON(&mr, "bob", "message", "read", ids[1], ids[2])
-	hasKeys(t, "message read", mr, "marked_count")
+	hasKeys(t, "message read", mr, "marked_count", "marked_ids")
+	if mr["marked_count"] != 0.0 {
+		t.Errorf("message read of messages read already: marked_count %v, want 0", mr["marked_count"])
+	}
+	// Issue 12 item 10: the count is of newly marked messages; unknown IDs
+	// are an error naming them, and mark nothing.
+	var fresh map[string]any
+	c.okJSON(&fresh, "alice", "send", "four", "--to", "@bob")
+	contains(t, "message read (one new, one old)", c.ok("bob", "message", "read", ids[0], str(fresh, "message_id")).stdout,
+		"> Marked 1 message as read (1 read already)\n")
+	c.fails(exitError, "bob", []string{"message", "read", ids[0], "msg_nope", "msg_gone"}, "unknown messages: msg_nope, msg_gone")
 	c.fails(exitUsage, "bob", []string{"message", "read"}, "name message IDs, or pass --all")
 	c.fails(exitError, "bob", []string{"message", "get", "msg_nope"}, "message not found: msg_nope")
 	c.fails(exitError, "bob", []string{"reply", "msg_nope", "x"}, "message not found: msg_nope")

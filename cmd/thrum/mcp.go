@@ -10,8 +10,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/modelcontextprotocol/go-sdk/mcp"
-
 	"github.com/thrumhq/thrum"
 	"github.com/thrumhq/thrum/identity"
 	"github.com/thrumhq/thrum/mcpserver"
@@ -20,7 +18,7 @@ import (
 
 // McpCmd groups the MCP server.
 type McpCmd struct {
-	Serve McpServeCmd `cmd:"" help:"Serve the 11 thrum tools to an agent over stdio (or Streamable HTTP)."`
+	Serve McpServeCmd `cmd:"" help:"Serve the thrum tools to an agent over stdio (or Streamable HTTP)."`
 }
 
 // McpServeCmd runs the MCP server for one agent.
@@ -33,7 +31,17 @@ func (c *McpServeCmd) Help() string {
 single identity file in .thrum/identities. Talks to the daemon over one
 Unix-socket connection, which also carries the push notifications that
 wake wait_for_message; reconnects if the daemon restarts. Logs go to
-stderr only: stdout is the MCP wire.
+stderr only: stdout is the MCP wire. A malformed line on stdin is answered
+with a JSON-RPC error; the server stays up.
+
+Each message reaches the agent once: check_messages and wait_for_message
+return only what they claimed from the daemon, across every server of the
+agent. On SIGTERM a pending wait is answered (status "shutdown") and the
+server exits.
+
+With --http, every request must carry the agent's token (the "token" of
+its identity file in .thrum/identities) as "Authorization: Bearer <token>";
+requests from non-loopback Hosts or foreign Origins are refused.
 
 Claude Code (.mcp.json or .claude/settings.json):
   {"mcpServers": {"thrum": {"type": "stdio", "command": "thrum", "args": ["mcp", "serve"]}}}
@@ -76,7 +84,7 @@ func (c *McpServeCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	defer srv.Close()
 	if c.HTTP == "" {
-		err := srv.Run(ctx, &mcp.StdioTransport{})
+		err := srv.Run(ctx, mcpserver.NewStdioTransport())
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -96,9 +104,14 @@ func (c *McpServeCmd) Run(ctx context.Context, g *Globals) error {
 	go func() { errc <- hs.Serve(ln) }()
 	select {
 	case <-ctx.Done():
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		// Answer a pending wait first: graceful shutdown waits for it.
+		srv.EndWaits()
+		sctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 		defer cancel()
-		return hs.Shutdown(sctx)
+		if err := hs.Shutdown(sctx); err != nil {
+			return hs.Close() // streams a client keeps open (GET) end here
+		}
+		return nil
 	case err := <-errc:
 		return err
 	}

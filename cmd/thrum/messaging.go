@@ -82,16 +82,16 @@ func (c *QuickstartCmd) Run(ctx context.Context, g *Globals) error {
 }
 
 // parsePair parses "type:value" for --scope and --ref.
-func parsePair(flag, s string) (rpc.Scope, error) {
+func parsePair(flag, s string) (rpc.Pair, error) {
 	t, v, ok := strings.Cut(s, ":")
 	if !ok || t == "" || v == "" {
-		return rpc.Scope{}, withCode(exitUsage, "%s %q: use type:value, e.g. %s module:auth", flag, s, flag)
+		return rpc.Pair{}, withCode(exitUsage, "%s %q: use type:value, e.g. %s module:auth", flag, s, flag)
 	}
-	return rpc.Scope{Type: t, Value: v}, nil
+	return rpc.Pair{Type: t, Value: v}, nil
 }
 
-func parsePairs(flag string, in []string) ([]rpc.Scope, error) {
-	var out []rpc.Scope
+func parsePairs(flag string, in []string) ([]rpc.Pair, error) {
+	var out []rpc.Pair
 	for _, s := range in {
 		p, err := parsePair(flag, s)
 		if err != nil {
@@ -102,10 +102,10 @@ func parsePairs(flag string, in []string) ([]rpc.Scope, error) {
 	return out, nil
 }
 
-func toRefs(in []rpc.Scope) []rpc.Ref {
-	out := make([]rpc.Ref, len(in))
+func toRefs(in []rpc.Pair) []rpc.Pair {
+	out := make([]rpc.Pair, len(in))
 	for i, p := range in {
-		out[i] = rpc.Ref(p)
+		out[i] = rpc.Pair(p)
 	}
 	return out
 }
@@ -217,7 +217,7 @@ func (c *ReplyCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	p := &rpc.SendMessageParams{Content: c.Text, Format: c.Format, ThreadID: orig.Message.ThreadID,
-		Refs: []rpc.Ref{{Type: rpc.RefReplyTo, Value: c.MessageID}}}
+		Refs: []rpc.Pair{{Type: rpc.RefReplyTo, Value: c.MessageID}}}
 	if orig.Message.Author.AgentID != s.id.AgentID {
 		p.Mentions = []string{"@" + orig.Message.Author.AgentID}
 	}
@@ -452,7 +452,9 @@ type MessageReadCmd struct {
 }
 
 func (c *MessageReadCmd) Help() string {
-	return "Examples:\n  thrum message read msg_01 msg_02\n  thrum message read --all"
+	return "Marks messages read for you. The count says how many this command newly marked;\n" +
+		"an unknown ID is an error (exit 1) naming it, and then nothing is marked.\n\n" +
+		"Examples:\n  thrum message read msg_01 msg_02\n  thrum message read --all"
 }
 
 func (c *MessageReadCmd) Run(ctx context.Context, g *Globals) error {
@@ -464,8 +466,10 @@ func (c *MessageReadCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	defer s.close()
-	ids := c.MessageIDs
 	if c.All {
+		// Mark page by page until nothing is unread; count what this
+		// command newly marked (another reader may take some meanwhile).
+		res := &rpc.MarkReadResult{MarkedIDs: []string{}}
 		for {
 			r, err := s.c.ListMessages(ctx, &rpc.ListMessagesParams{Unread: true, PageSize: 100})
 			if err != nil {
@@ -478,26 +482,45 @@ func (c *MessageReadCmd) Run(ctx context.Context, g *Globals) error {
 			for _, m := range r.Messages {
 				page = append(page, m.MessageID)
 			}
-			if _, err := s.c.MarkRead(ctx, &rpc.MarkReadParams{MessageIDs: page}); err != nil {
+			mr, err := s.c.MarkRead(ctx, &rpc.MarkReadParams{MessageIDs: page})
+			if err != nil {
 				return err
 			}
-			ids = append(ids, page...)
+			res.MarkedIDs = append(res.MarkedIDs, mr.MarkedIDs...)
 		}
-		if len(ids) == 0 {
-			return g.out(&rpc.MarkReadResult{}, func(w io.Writer) { fmt.Fprintln(w, "> No unread messages") })
+		res.MarkedCount = len(res.MarkedIDs)
+		if res.MarkedCount == 0 {
+			return g.out(res, func(w io.Writer) { fmt.Fprintln(w, "> No unread messages") })
 		}
-		res := &rpc.MarkReadResult{MarkedCount: len(ids)}
 		return g.out(res, func(w io.Writer) {
-			fmt.Fprintf(w, "> Marked %d %s as read\n", len(ids), plural(len(ids), "message", "messages"))
+			fmt.Fprintf(w, "> Marked %d %s as read\n", res.MarkedCount, plural(res.MarkedCount, "message", "messages"))
 		})
 	}
-	r, err := s.c.MarkRead(ctx, &rpc.MarkReadParams{MessageIDs: ids})
+	// An unknown ID is an error naming it (exit 1), and nothing is marked.
+	r, err := s.c.MarkRead(ctx, &rpc.MarkReadParams{MessageIDs: c.MessageIDs})
 	if err != nil {
 		return err
 	}
 	return g.out(r, func(w io.Writer) {
-		fmt.Fprintf(w, "> Marked %d %s as read\n", r.MarkedCount, plural(r.MarkedCount, "message", "messages"))
+		fmt.Fprintf(w, "> Marked %d %s as read", r.MarkedCount, plural(r.MarkedCount, "message", "messages"))
+		if already := len(dedupe(c.MessageIDs)) - r.MarkedCount; already > 0 {
+			fmt.Fprintf(w, " (%d read already)", already)
+		}
+		fmt.Fprintln(w)
 	})
+}
+
+// dedupe drops repeated and empty IDs, keeping the first of each.
+func dedupe(ids []string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, id := range ids {
+		if id != "" && !seen[id] {
+			seen[id] = true
+			out = append(out, id)
+		}
+	}
+	return out
 }
 
 func plural(n int, one, many string) string {

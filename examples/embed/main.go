@@ -66,7 +66,7 @@ func run(ctx context.Context, dir string) error {
 	sent, err := n.SendMessage(alice, &rpc.SendMessageParams{
 		Content:  "Auth module complete, all tests passing",
 		Mentions: []string{"@reviewer"},
-		Scopes:   []rpc.Scope{{Type: "module", Value: "auth"}},
+		Scopes:   []rpc.Pair{{Type: "module", Value: "auth"}},
 	})
 	if err != nil {
 		return err
@@ -83,7 +83,7 @@ func run(ctx context.Context, dir string) error {
 		reply, err := n.SendMessage(bob, &rpc.SendMessageParams{
 			Content:  "Looks good, merging now",
 			Mentions: []string{"@" + msg.Message.Author.AgentID},
-			Refs:     []rpc.Ref{{Type: rpc.RefReplyTo, Value: nt.MessageID}},
+			Refs:     []rpc.Pair{{Type: rpc.RefReplyTo, Value: nt.MessageID}},
 		})
 		if err != nil {
 			return err

@@ -1,0 +1,97 @@
+package thrum_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+
+	"github.com/thrumhq/thrum"
+	"github.com/thrumhq/thrum/rpc"
+)
+
+// Concurrent message.markRead calls of one agent, each naming every
+// message, claim each message exactly once between them; after a restart
+// the claims stand (every message is read, none can be claimed again).
+func TestMarkReadClaimsOnce(t *testing.T) {
+	f := newFixture(t, nil)
+	var ids []string
+	for range 40 {
+		ids = append(ids, f.send("alice", rpc.SendMessageParams{Content: "x", Mentions: []string{"@reviewer"}}).MessageID)
+	}
+	const callers = 8
+	claimed := make([][]string, callers)
+	var wg sync.WaitGroup
+	for i := range callers {
+		wg.Go(func() {
+			// Each caller names the messages in its own rotation, so the
+			// calls overlap in every order.
+			order := append(append([]string(nil), ids[i*5:]...), ids[:i*5]...)
+			for j := 0; j < len(order); j += 7 {
+				r, err := f.n.MarkRead(f.as("bob"), &rpc.MarkReadParams{MessageIDs: order[j:min(j+7, len(order))]})
+				if err != nil {
+					t.Errorf("caller %d: %v", i, err)
+					return
+				}
+				if r.MarkedCount != len(r.MarkedIDs) {
+					t.Errorf("caller %d: marked_count %d but %d marked_ids", i, r.MarkedCount, len(r.MarkedIDs))
+				}
+				claimed[i] = append(claimed[i], r.MarkedIDs...)
+			}
+		})
+	}
+	wg.Wait()
+	times := map[string]int{}
+	for _, c := range claimed {
+		for _, id := range c {
+			times[id]++
+		}
+	}
+	for _, id := range ids {
+		if times[id] != 1 {
+			t.Errorf("message %s claimed %d times, want exactly once", id, times[id])
+		}
+	}
+	// carol reads separately: bob's claims are not hers.
+	if r, err := f.n.MarkRead(f.as("carol"), &rpc.MarkReadParams{MessageIDs: ids}); err != nil || r.MarkedCount != len(ids) {
+		t.Fatalf("carol: %+v %v", r, err)
+	}
+
+	if err := f.n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	n, err := thrum.Open(context.Background(), f.dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	r, err := n.MarkRead(thrum.AsAgent(f.ctx, "bob"), &rpc.MarkReadParams{MessageIDs: ids})
+	if err != nil || r.MarkedCount != 0 {
+		t.Fatalf("after restart bob claimed %d (%v): the claims were not kept", r.MarkedCount, err)
+	}
+}
+
+// The unknown IDs of a message.markRead error cross the wire as data, so
+// that a client (the MCP server) can drop them and claim the rest.
+func TestMarkReadUnknownIDsOverRPC(t *testing.T) {
+	f := newFixture(t, nil)
+	id := f.send("alice", rpc.SendMessageParams{Content: "x", Mentions: []string{"@bob"}}).MessageID
+	c := f.n.Dial(nil)
+	defer c.Close()
+	if _, err := c.Auth(f.ctx, &rpc.AuthParams{AgentID: "bob"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := c.MarkRead(f.ctx, &rpc.MarkReadParams{MessageIDs: []string{id, "msg_gone"}})
+	var re *rpc.Error
+	if !errors.As(err, &re) || re.Code != rpc.CodeNotFound {
+		t.Fatalf("mark read with an unknown ID over RPC: %v", err)
+	}
+	d, _ := re.Data.(map[string]any)
+	if ids, _ := d["unknown_ids"].([]any); len(ids) != 1 || ids[0] != "msg_gone" {
+		t.Errorf("error data = %#v, want unknown_ids [msg_gone]", re.Data)
+	}
+	r, err := c.MarkRead(f.ctx, &rpc.MarkReadParams{MessageIDs: []string{id}})
+	if err != nil || r.MarkedCount != 1 {
+		t.Errorf("the known one, after: %+v %v (the failed call must not have marked it)", r, err)
+	}
+}
