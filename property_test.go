@@ -989,6 +989,19 @@ func (g *propGen) groupDelete(ctx context.Context) {
 
 func (g *propGen) member() *rpc.GroupMembership {
 	p := &rpc.GroupMembership{Group: propPick(g.r, propGroups), MemberType: rpc.MemberAgent, MemberID: g.agentID()}
+	if g.r.IntN(4) > 0 { // mostly a group that exists (but never everyone, which is implicit)
+		if gs, err := g.w.n.ListGroups(context.Background(), &rpc.ListGroupsParams{}); err == nil {
+			var names []string
+			for _, gr := range gs.Groups {
+				if gr.Name != thrum.EveryoneGroup {
+					names = append(names, gr.Name)
+				}
+			}
+			if len(names) > 0 {
+				p.Group = propPick(g.r, names)
+			}
+		}
+	}
 	if g.r.IntN(3) == 0 {
 		p.MemberType, p.MemberID = rpc.MemberRole, propPick(g.r, propRoles)
 	}
@@ -1004,11 +1017,14 @@ func (g *propGen) memberAdd(ctx context.Context) {
 func (g *propGen) memberRemove(ctx context.Context) {
 	ctx, _ = g.caller(ctx)
 	p := g.member()
-	if g.r.IntN(4) > 0 { // mostly a member that is there
-		info, err := g.w.n.GroupInfo(ctx, &rpc.GroupInfoParams{Name: p.Group})
-		if err == nil && len(info.Members) > 0 {
-			m := propPick(g.r, info.Members)
-			p.MemberType, p.MemberID = m.Type, m.ID
+	if g.r.IntN(4) > 0 { // mostly a member that is there, of any group that has one
+		for _, i := range g.r.Perm(len(propGroups)) {
+			info, err := g.w.n.GroupInfo(ctx, &rpc.GroupInfoParams{Name: propGroups[i]})
+			if err == nil && len(info.Members) > 0 {
+				m := propPick(g.r, info.Members)
+				p.Group, p.MemberType, p.MemberID = propGroups[i], m.Type, m.ID
+				break
+			}
 		}
 	}
 	_, err := g.w.n.RemoveGroupMember(ctx, p)
