@@ -223,7 +223,7 @@ func Open(ctx context.Context, dir string, opts *Options) (*Node, error) {
 // store's path is used). Unlike Open, New takes no lock on the data directory: the
 // caller keeps other processes from writing lg. The store catches up
 // with the log, and the extra projections replay it, before New returns.
-func New(ctx context.Context, lg *eventlog.Log, p *Projector, opts *Options) (*Node, error) {
+func New(ctx context.Context, lg *EventLog, p *Projector, opts *Options) (*Node, error) {
 	var o Options
 	if opts != nil {
 		o = *opts
@@ -330,7 +330,13 @@ func (n *Node) Close() error {
 func (n *Node) Dir() string { return n.dir }
 
 // EventLog returns the node's event log, for inspection and replay.
-func (n *Node) EventLog() *eventlog.Log { return n.log }
+func (n *Node) EventLog() *EventLog { return n.log }
+
+// EventLog is the append-only log of a node, the source of truth: open
+// one with eventlog.Open, with its Options.OnCommit set to a Projector's
+// Commit, and hand both to New (Open does all three). It is package
+// eventlog's Log, named here as the first of the node's parts.
+type EventLog = eventlog.Log
 
 // Projector returns the node's projector.
 func (n *Node) Projector() *Projector { return n.proj }
