@@ -27,7 +27,7 @@ const (
 func (n *Node) callerID(ctx context.Context, what string) (string, error) {
 	c, ok := CallerFrom(ctx)
 	if !ok {
-		return "", rpc.Errorf(rpc.CodeUnauthenticated, "%s needs the calling agent: pass caller_agent_id or call auth on the connection", what).WithReason(rpc.ReasonNoCaller)
+		return "", rpc.ReasonErrorf(rpc.CodeUnauthenticated, rpc.ReasonNoCaller, "%s needs the calling agent: pass caller_agent_id or call auth on the connection", what)
 	}
 	return identity.NormalizeAgentID(c.AgentID), nil
 }
@@ -39,7 +39,7 @@ func (n *Node) registeredCaller(ctx context.Context, what string) (string, error
 	if err != nil {
 		return "", err
 	}
-	if _, ok := n.dirc.agent(id); !ok {
+	if _, ok := n.dirc.Agent(id); !ok {
 		return "", notRegistered("%s: agent %q is not registered", what, id)
 	}
 	return id, nil
@@ -81,7 +81,7 @@ func (n *Node) activeSession(ctx context.Context, id string) (*store.Session, er
 		return nil, internal("find session", err)
 	}
 	if len(ss) == 0 {
-		return nil, rpc.Errorf(rpc.CodeConflict, "no active session found for %s: start one with session.start", id).WithReason(rpc.ReasonNoSession)
+		return nil, rpc.ReasonErrorf(rpc.CodeConflict, rpc.ReasonNoSession, "no active session found for %s: start one with session.start", id)
 	}
 	n.sessMu.Lock()
 	if n.sessGen == gen { // no session changed while we read: safe to keep
@@ -115,7 +115,7 @@ func (n *Node) RegisterAgent(ctx context.Context, p *rpc.RegisterAgentParams) (*
 	id := identity.AgentID(n.opts.RepoID, p.Role, p.Module, p.Name)
 	n.ctlMu.Lock()
 	defer n.ctlMu.Unlock()
-	if n.dirc.hasGroup(id) {
+	if n.dirc.HasGroup(id) {
 		return nil, conflict("agent name %q is taken by a group: choose another name", id)
 	}
 	existing, err := n.store.Agent(ctx, id)
@@ -164,7 +164,7 @@ func (n *Node) Authenticate(ctx context.Context, token string) (string, error) {
 	}
 	id, err := n.store.AgentByToken(ctx, identity.HashToken(token))
 	if isNotFound(err) {
-		return "", rpc.Errorf(rpc.CodeUnauthenticated, "invalid token: register the agent again to get a new one").WithReason(rpc.ReasonInvalidToken)
+		return "", rpc.ReasonErrorf(rpc.CodeUnauthenticated, rpc.ReasonInvalidToken, "invalid token: register the agent again to get a new one")
 	}
 	if err != nil {
 		return "", internal("authenticate", err)
@@ -206,7 +206,7 @@ func (n *Node) ListAgents(ctx context.Context, p *rpc.ListAgentsParams) (*rpc.Li
 func (n *Node) Whoami(ctx context.Context, _ *rpc.WhoamiParams) (*rpc.WhoamiResult, error) {
 	c, ok := CallerFrom(ctx)
 	if !ok {
-		return nil, rpc.Errorf(rpc.CodeUnauthenticated, "resolve identity: no agent identity: pass caller_agent_id or call auth on the connection").WithReason(rpc.ReasonNoCaller)
+		return nil, rpc.ReasonErrorf(rpc.CodeUnauthenticated, rpc.ReasonNoCaller, "resolve identity: no agent identity: pass caller_agent_id or call auth on the connection")
 	}
 	id := identity.NormalizeAgentID(c.AgentID)
 	a, err := n.store.Agent(ctx, id)
@@ -497,14 +497,16 @@ func (n *Node) RegisterUser(ctx context.Context, p *rpc.RegisterUserParams) (*rp
 	return &rpc.RegisterUserResult{UserID: id, Username: p.Username, DisplayName: display, Token: token, Status: status}, nil
 }
 
-// IdentifyUser reads the user's name and email from git config in
-// Options.RepoDir.
+// IdentifyUser reads the user's name and email from Options.WorkContext
+// (git config, for the reference binary).
 func (n *Node) IdentifyUser(ctx context.Context, _ *rpc.IdentifyUserParams) (*rpc.IdentifyUserResult, error) {
-	name, _ := gitOutput(ctx, n.opts.RepoDir, "config", "user.name")
+	var name, email string
+	if n.opts.WorkContext != nil {
+		name, email = n.opts.WorkContext.User(ctx)
+	}
 	if name == "" {
 		return nil, notFound("git config user.name not set: run git config user.name \"Your Name\"")
 	}
-	email, _ := gitOutput(ctx, n.opts.RepoDir, "config", "user.email")
 	username := strings.ToLower(strings.Join(strings.Fields(name), "-"))
 	username = strings.Map(func(r rune) rune {
 		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_' || r == '-' {

@@ -44,7 +44,7 @@ func benchAgentName(i int) string { return fmt.Sprintf("agent_%02d", i) }
 // them one by one, built in seconds instead of minutes.
 func seedNode(tb testing.TB, dir string, msgs int) {
 	ctx := context.Background()
-	n, err := thrum.Open(dir, &thrum.Options{NoSync: true})
+	n, err := thrum.Open(context.Background(), dir, &thrum.Options{NoSync: true})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -59,7 +59,7 @@ func seedNode(tb testing.TB, dir string, msgs int) {
 	}
 	a0 := thrum.AsAgent(ctx, benchAgentName(0))
 	n.CreateGroup(a0, &rpc.CreateGroupParams{Name: "backend"})
-	n.AddGroupMember(a0, &rpc.GroupMemberParams{Group: "backend", MemberType: "role", MemberID: "reviewer"})
+	n.AddGroupMember(a0, &rpc.GroupMembership{Group: "backend", MemberType: "role", MemberID: "reviewer"})
 	th, _ := n.CreateThread(a0, &rpc.CreateThreadParams{Title: "bench"})
 	sessions := map[string]string{}
 	for i := 0; i < benchAgents; i++ {
@@ -109,14 +109,14 @@ func seedNode(tb testing.TB, dir string, msgs int) {
 		tb.Fatal(err)
 	}
 	lg.Close()
-	n, err = thrum.Open(dir, nil) // catches up
+	n, err = thrum.Open(context.Background(), dir, nil) // catches up
 	if err != nil {
 		tb.Fatal(err)
 	}
 	n.Close()
 }
 
-func toEventPairs(in []rpc.Scope) []eventlog.Pair {
+func toEventPairs(in []rpc.Pair) []eventlog.Pair {
 	out := make([]eventlog.Pair, len(in))
 	for i, p := range in {
 		out[i] = eventlog.Pair(p)
@@ -137,10 +137,10 @@ func benchMessage(r *rand.Rand, i int, thread string) *rpc.SendMessageParams {
 		p.Mentions = []string{"@everyone"}
 	}
 	if r.IntN(4) == 0 {
-		p.Scopes = []rpc.Scope{{Type: "module", Value: fmt.Sprintf("mod%d", r.IntN(50))}}
+		p.Scopes = []rpc.Pair{{Type: "module", Value: fmt.Sprintf("mod%d", r.IntN(50))}}
 	}
 	if r.IntN(8) == 0 {
-		p.Refs = []rpc.Ref{{Type: "issue", Value: fmt.Sprintf("beads-%d", r.IntN(500))}}
+		p.Refs = []rpc.Pair{{Type: "issue", Value: fmt.Sprintf("beads-%d", r.IntN(500))}}
 	}
 	if r.IntN(20) == 0 {
 		p.ThreadID = thread
@@ -264,7 +264,7 @@ func BenchmarkSend(b *testing.B) {
 		for _, senders := range []int{1, 8} {
 			b.Run(fmt.Sprintf("stored=%d/senders=%d", stored, senders), func(b *testing.B) {
 				dir := benchDir(b, stored)
-				n, err := thrum.Open(dir, nil) // durable
+				n, err := thrum.Open(context.Background(), dir, nil) // durable
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -309,7 +309,7 @@ func BenchmarkSend(b *testing.B) {
 func BenchmarkInbox(b *testing.B) {
 	const stored = 100_000
 	dir := benchDir(b, stored)
-	n, err := thrum.Open(dir, nil)
+	n, err := thrum.Open(context.Background(), dir, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -323,8 +323,8 @@ func BenchmarkInbox(b *testing.B) {
 	}{
 		{"all", ctx, rpc.ListMessagesParams{}},
 		{"all-as-agent", me, rpc.ListMessagesParams{}},
-		{"scope", ctx, rpc.ListMessagesParams{Scope: &rpc.Scope{Type: "module", Value: "mod7"}}},
-		{"ref", ctx, rpc.ListMessagesParams{Ref: &rpc.Ref{Type: "issue", Value: "beads-42"}}},
+		{"scope", ctx, rpc.ListMessagesParams{Scope: &rpc.Pair{Type: "module", Value: "mod7"}}},
+		{"ref", ctx, rpc.ListMessagesParams{Ref: &rpc.Pair{Type: "issue", Value: "beads-42"}}},
 		{"author", ctx, rpc.ListMessagesParams{AuthorID: benchAgentName(3)}},
 		{"mentions", me, rpc.ListMessagesParams{Mentions: true}},
 		{"mentions-unread", me, rpc.ListMessagesParams{Mentions: true, Unread: true}},

@@ -1,6 +1,7 @@
 package thrum_test
 
 import (
+	"context"
 	"errors"
 	"sync"
 	"testing"
@@ -59,7 +60,7 @@ func TestMarkReadClaimsOnce(t *testing.T) {
 	if err := f.n.Close(); err != nil {
 		t.Fatal(err)
 	}
-	n, err := thrum.Open(f.dir, nil)
+	n, err := thrum.Open(context.Background(), f.dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

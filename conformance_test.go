@@ -15,6 +15,7 @@ import (
 
 	"github.com/thrumhq/thrum"
 	"github.com/thrumhq/thrum/identity"
+	"github.com/thrumhq/thrum/internal/gitwork"
 	"github.com/thrumhq/thrum/rpc"
 )
 
@@ -167,7 +168,7 @@ func TestCleanupSparesOtherWorktreesAndSaysWhy(t *testing.T) {
 	var offset time.Duration
 	var dirsErr error
 	opts := &thrum.Options{
-		RepoDir:      repo,
+		WorkContext:  gitwork.New(repo),
 		IdentityDir:  mainIDs,
 		IdentityDirs: func(context.Context) ([]string, error) { return []string{mainIDs, featIDs}, dirsErr },
 		Now:          func() time.Time { return time.Now().Add(offset) },
@@ -185,7 +186,7 @@ func TestCleanupSparesOtherWorktreesAndSaysWhy(t *testing.T) {
 		t.Fatalf("git worktree add: %v\n%s", err, out)
 	}
 	frank := f.register(rpc.RegisterAgentParams{Name: "frank", Role: "tester", Module: "core"})
-	s, err := f.n.StartSession(f.ctx, &rpc.StartSessionParams{AgentID: frank, Refs: []rpc.Ref{{Type: thrum.RefWorktree, Value: wt}}})
+	s, err := f.n.StartSession(f.ctx, &rpc.StartSessionParams{AgentID: frank, Refs: []rpc.Pair{{Type: thrum.RefWorktree, Value: wt}}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -261,7 +261,7 @@ type crashStats struct {
 // log must also equal the recovered one.
 func verifyAfterCrash(t *testing.T, dir, rebuildPath string, round int, acked, fresh map[string]string, tear *tornTail, deep bool) crashStats {
 	ctx := context.Background()
-	n, err := thrum.Open(dir, nil)
+	n, err := thrum.Open(context.Background(), dir, nil)
 	if err != nil {
 		t.Fatalf("round %d: open after kill: %v", round, err)
 	}
@@ -379,7 +379,7 @@ func verifyAfterCrash(t *testing.T, dir, rebuildPath string, round int, acked, f
 			t.Fatalf("round %d: rebuild: %v", round, err)
 		}
 		defer rebuilt.Close()
-		if d := diffDumps(dumpProjection(t, n.Projector()), dumpProjection(t, rebuilt)); d != "" {
+		if d := diffDumps(dumpProjection(t, n.Store()), dumpProjection(t, rebuilt)); d != "" {
 			t.Errorf("round %d: the recovered projection differs from one rebuilt from the log (first = recovered):\n%s", round, d)
 		}
 	}
@@ -416,7 +416,7 @@ func TestCrashChild(t *testing.T) {
 	}
 	out := &lineWriter{}
 	ctx := context.Background()
-	n, err := thrum.Open(dir, nil) // durable: fsync before every acknowledgement
+	n, err := thrum.Open(context.Background(), dir, nil) // durable: fsync before every acknowledgement
 	if err != nil {
 		out.printf("ERR open: %v", err)
 		t.Fatal(err)

@@ -10,9 +10,8 @@ import (
 
 // homes says which of the module's packages may import each third-party
 // dependency (DESIGN.md, "Packages"): one home each, so swapping a
-// dependency touches one package. coder/websocket lives in the JSON-RPC
-// engine, which is rpc or, once moved, internal/jsonrpc. Test files may
-// import anything; only the build is checked.
+// dependency touches one package. Test files may import anything; only
+// the build is checked.
 var homes = map[string][]string{
 	"github.com/jmoiron/sqlx":                {"store"},
 	"modernc.org/sqlite":                     {"store"},

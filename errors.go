@@ -34,7 +34,7 @@ func notFound(format string, args ...any) error {
 // notRegistered is notFound for a caller (or named agent) with no
 // registration: its reason lets a client say how to register.
 func notRegistered(format string, args ...any) error {
-	return rpc.Errorf(rpc.CodeNotFound, format, args...).WithReason(rpc.ReasonAgentNotRegistered)
+	return rpc.ReasonErrorf(rpc.CodeNotFound, rpc.ReasonAgentNotRegistered, format, args...)
 }
 
 func forbidden(format string, args ...any) error {

@@ -20,7 +20,7 @@ func Example() {
 	defer os.RemoveAll(dir)
 
 	ctx := context.Background()
-	n, err := thrum.Open(dir, nil)
+	n, err := thrum.Open(context.Background(), dir, nil)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -42,7 +42,7 @@ func Example() {
 	sent, err := n.SendMessage(alice, &rpc.SendMessageParams{
 		Content:  "Auth module complete, all tests passing",
 		Mentions: []string{"@reviewer"},
-		Scopes:   []rpc.Scope{{Type: "module", Value: "auth"}},
+		Scopes:   []rpc.Pair{{Type: "module", Value: "auth"}},
 	})
 	if err != nil {
 		log.Fatal(err)
@@ -64,13 +64,13 @@ func Example() {
 	// unread: 1
 }
 
-// A Listener receives the messages matching its subscriptions as they are
+// A Subscription receives the messages matching its filters as they are
 // committed.
 func ExampleNode_Subscribe() {
 	dir, _ := os.MkdirTemp("", "thrum-example")
 	defer os.RemoveAll(dir)
 	ctx := context.Background()
-	n, err := thrum.Open(dir, nil)
+	n, err := thrum.Open(context.Background(), dir, nil)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -82,8 +82,8 @@ func ExampleNode_Subscribe() {
 
 	l := n.Listen(0)
 	defer l.Close()
-	bob := l.Context(thrum.AsAgent(ctx, "bob"))
-	if _, err := n.Subscribe(bob, &rpc.SubscribeParams{MentionRole: "bob"}); err != nil {
+	bob := thrum.AsAgent(ctx, "bob")
+	if _, err := n.Subscribe(bob, l, &rpc.SubscribeParams{MentionRole: "bob"}); err != nil {
 		log.Fatal(err)
 	}
 

@@ -228,7 +228,7 @@ func (g *floodGen) category() string {
 // frame makes the i-th frame of a flood.
 func (g *floodGen) frame(i int) floodCase {
 	if i%2500 == 1249 { // a few over the size limit
-		return floodCase{cat: "oversize", frame: paddedHealth(rpc.DefaultMaxLineBytes + 1 + g.pick(4096)), want: floodWant{oversize: true}}
+		return floodCase{cat: "oversize", frame: paddedHealth(thrum.DefaultMaxRequestBytes + 1 + g.pick(4096)), want: floodWant{oversize: true}}
 	}
 	if i%1000 == 499 { // a few large but under the limit
 		return g.one("long-string")
@@ -396,7 +396,7 @@ func (g *floodGen) batch() floodCase {
 	case 0: // one over the limit: one error, not an array
 		var sb strings.Builder
 		sb.WriteByte('[')
-		for i := range rpc.DefaultMaxBatch + 1 {
+		for i := range thrum.DefaultMaxBatch + 1 {
 			if i > 0 {
 				sb.WriteByte(',')
 			}

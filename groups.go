@@ -53,13 +53,13 @@ func (n *Node) CreateGroup(ctx context.Context, p *rpc.CreateGroupParams) (*rpc.
 	}
 	n.ctlMu.Lock()
 	defer n.ctlMu.Unlock()
-	if n.dirc.hasGroup(name) {
+	if n.dirc.HasGroup(name) {
 		return nil, conflict("group already exists: %s", name)
 	}
-	if _, ok := n.dirc.agent(name); ok {
+	if _, ok := n.dirc.Agent(name); ok {
 		return nil, conflict("%q is an agent's name: choose another group name", name)
 	}
-	if n.dirc.hasRole(name) {
+	if n.dirc.HasRole(name) {
 		return nil, conflict("%q is a role: choose another group name", name)
 	}
 	e := &eventlog.Event{Type: eventlog.TypeGroupCreate, Payload: eventlog.GroupCreate{Name: name, Description: p.Description, CreatedBy: me}}
@@ -85,7 +85,7 @@ func (n *Node) DeleteGroup(ctx context.Context, p *rpc.DeleteGroupParams) (*rpc.
 	}
 	n.ctlMu.Lock()
 	defer n.ctlMu.Unlock()
-	if !n.dirc.hasGroup(name) {
+	if !n.dirc.HasGroup(name) {
 		return nil, notFound("group not found: %s", name)
 	}
 	if err := n.append(ctx, &eventlog.Event{Type: eventlog.TypeGroupDelete, Payload: eventlog.GroupDelete{Name: name, AgentID: me}}); err != nil {
@@ -96,7 +96,7 @@ func (n *Node) DeleteGroup(ctx context.Context, p *rpc.DeleteGroupParams) (*rpc.
 
 // checkMember validates a member change and returns the normalized group
 // and member ID.
-func (n *Node) checkMember(p *rpc.GroupMemberParams) (string, string, error) {
+func (n *Node) checkMember(p *rpc.GroupMembership) (string, string, error) {
 	if p.Group == "" {
 		return "", "", invalid("group is required")
 	}
@@ -117,7 +117,7 @@ func (n *Node) checkMember(p *rpc.GroupMemberParams) (string, string, error) {
 	if group == EveryoneGroup {
 		return "", "", forbidden("the everyone group holds every agent already; its members cannot be changed")
 	}
-	if !n.dirc.hasGroup(group) {
+	if !n.dirc.HasGroup(group) {
 		return "", "", notFound("group not found: %s", group)
 	}
 	return group, id, nil
@@ -125,16 +125,16 @@ func (n *Node) checkMember(p *rpc.GroupMemberParams) (string, string, error) {
 
 // AddGroupMember adds an agent (by ID) or a role to a group. An agent must
 // exist; a role need not have agents yet.
-func (n *Node) AddGroupMember(ctx context.Context, p *rpc.GroupMemberParams) (*rpc.GroupMemberResult, error) {
+func (n *Node) AddGroupMember(ctx context.Context, p *rpc.GroupMembership) (*rpc.GroupMembership, error) {
 	return n.changeMember(ctx, p, true)
 }
 
 // RemoveGroupMember removes a member from a group.
-func (n *Node) RemoveGroupMember(ctx context.Context, p *rpc.GroupMemberParams) (*rpc.GroupMemberResult, error) {
+func (n *Node) RemoveGroupMember(ctx context.Context, p *rpc.GroupMembership) (*rpc.GroupMembership, error) {
 	return n.changeMember(ctx, p, false)
 }
 
-func (n *Node) changeMember(ctx context.Context, p *rpc.GroupMemberParams, add bool) (*rpc.GroupMemberResult, error) {
+func (n *Node) changeMember(ctx context.Context, p *rpc.GroupMembership, add bool) (*rpc.GroupMembership, error) {
 	me, err := n.groupActor(ctx, "changing a group")
 	if err != nil {
 		return nil, err
@@ -161,24 +161,15 @@ func (n *Node) changeMember(ctx context.Context, p *rpc.GroupMemberParams, add b
 		Group: group, MemberType: p.MemberType, MemberID: id, AgentID: me}}); err != nil {
 		return nil, err
 	}
-	return &rpc.GroupMemberResult{Group: group, MemberType: p.MemberType, MemberID: id}, nil
+	return &rpc.GroupMembership{Group: group, MemberType: p.MemberType, MemberID: id}, nil
 }
 
 func (n *Node) isAgent(id string) bool {
-	a, ok := n.dirc.agent(id)
+	a, ok := n.dirc.Agent(id)
 	return ok && a.Kind == KindAgent
 }
 
-func (n *Node) isMember(group, typ, id string) bool {
-	n.dirc.mu.RLock()
-	defer n.dirc.mu.RUnlock()
-	for _, m := range n.dirc.members[group] {
-		if m.Type == typ && m.ID == id {
-			return true
-		}
-	}
-	return false
-}
+func (n *Node) isMember(group, typ, id string) bool { return n.dirc.IsMember(group, typ, id) }
 
 func groupInfo(g *store.Group) rpc.GroupInfo {
 	return rpc.GroupInfo{Name: g.Name, Description: g.Description, CreatedAt: g.CreatedAt, CreatedBy: g.CreatedBy, MemberCount: g.MemberCount}
@@ -195,7 +186,7 @@ func (n *Node) ListGroups(ctx context.Context, _ *rpc.ListGroupsParams) (*rpc.Li
 	for i := range gs {
 		gi := groupInfo(&gs[i])
 		if gi.Name == EveryoneGroup {
-			gi.MemberCount = len(n.dirc.expand(EveryoneGroup))
+			gi.MemberCount = len(n.dirc.Expand(EveryoneGroup))
 		}
 		out.Groups = append(out.Groups, gi)
 	}
@@ -243,7 +234,7 @@ func (n *Node) GroupMembers(ctx context.Context, p *rpc.GroupMembersParams) (*rp
 	}
 	out := &rpc.GroupMembersResult{Members: ms}
 	if p.Expand {
-		out.ExpandedAgents = n.dirc.expand(g.Name)
+		out.ExpandedAgents = n.dirc.Expand(g.Name)
 	}
 	return out, nil
 }

@@ -84,7 +84,7 @@ func (n *Node) replaySend(ctx context.Context, k *store.Keyed, key string) (*rpc
 		if r.Type != rpc.RefMention {
 			continue
 		}
-		if rc, ok := n.dirc.resolve(r.Value); ok {
+		if rc, ok := n.dirc.Resolve(r.Value); ok {
 			res.Recipients = append(res.Recipients, rc)
 		}
 	}

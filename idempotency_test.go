@@ -23,7 +23,7 @@ func TestIdempotencyKey(t *testing.T) {
 	dir := t.TempDir()
 	var skew atomic.Int64
 	open := func() *thrum.Node {
-		n, err := thrum.Open(dir, &thrum.Options{NoSync: true, Now: func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }})
+		n, err := thrum.Open(context.Background(), dir, &thrum.Options{NoSync: true, Now: func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"math"
 	"strings"
 	"time"
 
 	"github.com/thrumhq/thrum/eventlog"
 	"github.com/thrumhq/thrum/identity"
+	"github.com/thrumhq/thrum/internal/msgindex"
 	"github.com/thrumhq/thrum/rpc"
 	"github.com/thrumhq/thrum/store"
 )
@@ -44,7 +46,7 @@ func (n *Node) resolveAuthor(ctx context.Context, actingAs string) (author, erro
 	if err != nil {
 		return author{}, err
 	}
-	caller, ok := n.dirc.agent(id)
+	caller, ok := n.dirc.Agent(id)
 	if !ok {
 		return author{}, notRegistered("agent %q is not registered", id)
 	}
@@ -53,7 +55,7 @@ func (n *Node) resolveAuthor(ctx context.Context, actingAs string) (author, erro
 			return author{}, forbidden("only users can impersonate agents")
 		}
 		target := identity.NormalizeAgentID(actingAs)
-		if a, ok := n.dirc.agent(target); !ok || a.Kind != KindAgent {
+		if a, ok := n.dirc.Agent(target); !ok || a.Kind != KindAgent {
 			return author{}, notFound("target agent does not exist: %s", target)
 		}
 		sid := ""
@@ -222,7 +224,7 @@ func (n *Node) prepareMessage(ctx context.Context, p *rpc.SendMessageParams, thr
 			to, rc, ok = n.resolveMention(m, addr)
 		}
 		if !ok {
-			return nil, rpc.Errorf(rpc.CodeNotFound, "unknown recipient @%s: no agent, role or group has that name", addr).WithReason(rpc.ReasonUnknownRecipient)
+			return nil, rpc.ReasonErrorf(rpc.CodeNotFound, rpc.ReasonUnknownRecipient, "unknown recipient @%s: no agent, role or group has that name", addr)
 		}
 		if addr = to; seen[addr] {
 			continue
@@ -247,11 +249,11 @@ func (n *Node) prepareMessage(ctx context.Context, p *rpc.SendMessageParams, thr
 // resolveMention resolves a mention m (addr normalized) and returns the
 // address it resolved as: a legacy role:hash ID resolves as its role.
 func (n *Node) resolveMention(m, addr string) (string, rpc.Recipient, bool) {
-	if rc, ok := n.dirc.resolve(addr); ok {
+	if rc, ok := n.dirc.Resolve(addr); ok {
 		return addr, rc, true
 	}
 	if role, _, legacy := identity.ParseLegacyID(trimAt(m)); legacy {
-		rc, ok := n.dirc.resolve(role)
+		rc, ok := n.dirc.Resolve(role)
 		return role, rc, ok
 	}
 	return addr, rpc.Recipient{}, false
@@ -305,21 +307,21 @@ func (n *Node) lastSeen(ctx context.Context) map[string]string {
 }
 
 func body(m *store.Message) rpc.Body {
-	return rpc.Body{Format: m.Format, Content: m.Content, Structured: m.Structured.String}
+	return rpc.Body{Format: m.Format, Content: m.Content, Structured: m.Structured}
 }
 
-func scopesOf(ps []store.Pair) []rpc.Scope {
-	out := make([]rpc.Scope, len(ps))
+func scopesOf(ps []eventlog.Pair) []rpc.Pair {
+	out := make([]rpc.Pair, len(ps))
 	for i, p := range ps {
-		out[i] = rpc.Scope(p)
+		out[i] = rpc.Pair(p)
 	}
 	return out
 }
 
-func refsOf(ps []store.Pair) []rpc.Ref {
-	out := make([]rpc.Ref, len(ps))
+func refsOf(ps []eventlog.Pair) []rpc.Pair {
+	out := make([]rpc.Pair, len(ps))
 	for i, p := range ps {
-		out[i] = rpc.Ref(p)
+		out[i] = rpc.Pair(p)
 	}
 	return out
 }
@@ -334,7 +336,7 @@ func tagsOf(m *store.Message) []string {
 func summary(m *store.Message) rpc.MessageSummary {
 	return rpc.MessageSummary{
 		MessageID: m.MessageID, ThreadID: m.ThreadID, AgentID: m.AgentID, Body: body(m),
-		CreatedAt: m.CreatedAt, UpdatedAt: m.UpdatedAt.String, Deleted: m.Deleted, IsRead: m.IsRead,
+		CreatedAt: m.CreatedAt, UpdatedAt: m.UpdatedAt, Deleted: m.Deleted, IsRead: m.IsRead,
 		Priority: m.Priority, Scopes: scopesOf(m.Scopes), Refs: refsOf(m.Refs), Tags: tagsOf(m), Version: m.Version,
 	}
 }
@@ -364,8 +366,8 @@ func (n *Node) GetMessage(ctx context.Context, p *rpc.GetMessageParams) (*rpc.Ge
 		MessageID: m.MessageID, ThreadID: m.ThreadID,
 		Author: rpc.Author{AgentID: m.AgentID, SessionID: m.SessionID},
 		Body:   body(m), Scopes: scopesOf(m.Scopes), Refs: refsOf(m.Refs),
-		Metadata:  rpc.MessageMetadata{DeletedAt: m.DeletedAt.String, DeleteReason: m.DeleteReason.String},
-		CreatedAt: m.CreatedAt, UpdatedAt: m.UpdatedAt.String, Deleted: m.Deleted,
+		Metadata:  rpc.MessageMetadata{DeletedAt: m.DeletedAt, DeleteReason: m.DeleteReason},
+		CreatedAt: m.CreatedAt, UpdatedAt: m.UpdatedAt, Deleted: m.Deleted,
 		Priority: m.Priority, Tags: tagsOf(m), Version: m.Version, IsRead: m.IsRead,
 	}
 	if m.Disclose {
@@ -431,10 +433,10 @@ func (n *Node) ListMessages(ctx context.Context, p *rpc.ListMessagesParams) (*rp
 		return nil, invalid("invalid sort_order %q: must be \"asc\" or \"desc\"", p.SortOrder)
 	}
 	if p.Scope != nil {
-		f.Scope = &store.Pair{Type: p.Scope.Type, Value: p.Scope.Value}
+		f.Scope = &eventlog.Pair{Type: p.Scope.Type, Value: p.Scope.Value}
 	}
 	if p.Ref != nil {
-		f.Ref = &store.Pair{Type: p.Ref.Type, Value: p.Ref.Value}
+		f.Ref = &eventlog.Pair{Type: p.Ref.Type, Value: p.Ref.Value}
 	}
 	f.Reader = readerOf(ctx)
 	if p.UnreadForAgent != "" {
@@ -448,14 +450,14 @@ func (n *Node) ListMessages(ctx context.Context, p *rpc.ListMessagesParams) (*rp
 		f.Unread = true
 	}
 	if p.MentionRole != "" {
-		f.Mentions = n.dirc.mentionTargets(trimAt(p.MentionRole))
+		f.Mentions = n.dirc.MentionTargets(trimAt(p.MentionRole))
 	}
 	if p.Mentions {
 		me := readerOf(ctx)
 		if me == "" {
 			return nil, unauthenticated("the mentions filter needs the current agent: pass caller_agent_id or use mention_role")
 		}
-		mine := n.dirc.targets(me)
+		mine := n.dirc.Targets(me)
 		if f.Mentions != nil {
 			mine = intersection(f.Mentions, mine)
 		}
@@ -480,9 +482,14 @@ type messagePage struct {
 // messages runs a listing: the index picks the page and counts, the
 // projection supplies the page's rows.
 func (n *Node) messages(ctx context.Context, f store.MessageFilter) (*messagePage, error) {
-	ids, total, unread, err := n.idx.list(ctx, f)
-	if err != nil {
+	ids, total, unread, err := n.idx.List(ctx, f)
+	switch {
+	case errors.Is(err, msgindex.ErrClosed):
+		return nil, rpcUnavailable()
+	case err != nil && ctx.Err() != nil:
 		return nil, err
+	case err != nil:
+		return nil, internal("message index", err)
 	}
 	rows, err := n.store.MessagesByID(ctx, ids, f.Reader)
 	if err != nil {
@@ -535,7 +542,7 @@ func (n *Node) ownMessage(ctx context.Context, id, verb string) (*store.Message,
 		return nil, author{}, conflict("message already deleted: %s", id)
 	}
 	au := author{agentID: me}
-	if a, _ := n.dirc.agent(me); a.Kind == KindAgent {
+	if a, _ := n.dirc.Agent(me); a.Kind == KindAgent {
 		_, s, err := n.callerSession(ctx)
 		if err != nil {
 			return nil, author{}, err
@@ -618,7 +625,7 @@ func (n *Node) MarkRead(ctx context.Context, p *rpc.MarkReadParams) (*rpc.MarkRe
 	// Reads are keyed by (message, session). Users have no sessions: their
 	// ID stands in, so that two users' reads never collide.
 	sid := me
-	if a, _ := n.dirc.agent(me); a.Kind != KindUser {
+	if a, _ := n.dirc.Agent(me); a.Kind != KindUser {
 		_, s, err := n.callerSession(ctx)
 		if err != nil {
 			return nil, err

@@ -14,6 +14,7 @@ import (
 
 	"github.com/thrumhq/thrum"
 	"github.com/thrumhq/thrum/identity"
+	"github.com/thrumhq/thrum/internal/gitwork"
 	"github.com/thrumhq/thrum/rpc"
 )
 
@@ -29,7 +30,7 @@ type fixture struct {
 func newFixture(t *testing.T, opts *thrum.Options) *fixture {
 	t.Helper()
 	dir := t.TempDir()
-	n, err := thrum.Open(dir, opts)
+	n, err := thrum.Open(context.Background(), dir, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,7 +196,7 @@ func TestSessions(t *testing.T) {
 		t.Fatalf("alice has %d active sessions", len(old.Sessions))
 	}
 	// Starting again recovers the orphaned session.
-	s, err := f.n.StartSession(f.ctx, &rpc.StartSessionParams{AgentID: "alice", Scopes: []rpc.Scope{{Type: "module", Value: "auth"}}})
+	s, err := f.n.StartSession(f.ctx, &rpc.StartSessionParams{AgentID: "alice", Scopes: []rpc.Pair{{Type: "module", Value: "auth"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,7 +210,7 @@ func TestSessions(t *testing.T) {
 	if r, err := f.n.SetTask(f.ctx, &rpc.SetTaskParams{SessionID: s.SessionID, CurrentTask: ptr("beads:x")}); err != nil || r.CurrentTask != "beads:x" || r.TaskUpdatedAt == "" {
 		t.Fatalf("set task: %+v %v", r, err)
 	}
-	hb, err := f.n.Heartbeat(f.ctx, &rpc.HeartbeatParams{SessionID: s.SessionID, AddRefs: []rpc.Ref{{Type: "issue", Value: "1"}}})
+	hb, err := f.n.Heartbeat(f.ctx, &rpc.HeartbeatParams{SessionID: s.SessionID, AddRefs: []rpc.Pair{{Type: "issue", Value: "1"}}})
 	if err != nil || hb.LastSeenAt == "" {
 		t.Fatalf("heartbeat: %+v %v", hb, err)
 	}
@@ -255,7 +256,7 @@ func TestSessions(t *testing.T) {
 			return err
 		}, rpc.CodeConflict, "session has already ended"},
 		{"heartbeat bad scope", func() error {
-			_, err := f.n.Heartbeat(f.ctx, &rpc.HeartbeatParams{SessionID: s.SessionID, AddScopes: []rpc.Scope{{Type: "x"}}})
+			_, err := f.n.Heartbeat(f.ctx, &rpc.HeartbeatParams{SessionID: s.SessionID, AddScopes: []rpc.Pair{{Type: "x"}}})
 			return err
 		}, rpc.CodeInvalidParams, "type and a value"},
 		{"intent unknown", func() error {
@@ -292,8 +293,8 @@ func TestHeartbeatExtractsGitContext(t *testing.T) {
 	git("commit", "-qm", "add b")
 	os.WriteFile(filepath.Join(repo, "c.go"), []byte("package a\n"), 0o644)
 
-	f := newFixture(t, &thrum.Options{RepoDir: repo})
-	s, _ := f.n.StartSession(f.ctx, &rpc.StartSessionParams{AgentID: "alice", Refs: []rpc.Ref{{Type: thrum.RefWorktree, Value: repo}}})
+	f := newFixture(t, &thrum.Options{WorkContext: gitwork.New(repo)})
+	s, _ := f.n.StartSession(f.ctx, &rpc.StartSessionParams{AgentID: "alice", Refs: []rpc.Pair{{Type: thrum.RefWorktree, Value: repo}}})
 	if _, err := f.n.Heartbeat(f.ctx, &rpc.HeartbeatParams{SessionID: s.SessionID}); err != nil {
 		t.Fatal(err)
 	}
@@ -335,8 +336,8 @@ func TestSendErrors(t *testing.T) {
 		{"unknown recipient", f.as("alice"), rpc.SendMessageParams{Content: "x", Mentions: []string{"@nobody"}}, rpc.CodeNotFound, "unknown recipient @nobody"},
 		{"agent acting as", f.as("alice"), rpc.SendMessageParams{Content: "x", ActingAs: "bob"}, rpc.CodeForbidden, "only users can impersonate agents"},
 		{"unknown thread", f.as("alice"), rpc.SendMessageParams{Content: "x", ThreadID: "thr_nope"}, rpc.CodeNotFound, "thread not found"},
-		{"unknown reply_to", f.as("alice"), rpc.SendMessageParams{Content: "x", Refs: []rpc.Ref{{Type: "reply_to", Value: "msg_nope"}}}, rpc.CodeNotFound, "reply_to"},
-		{"empty scope", f.as("alice"), rpc.SendMessageParams{Content: "x", Scopes: []rpc.Scope{{Type: "module"}}}, rpc.CodeInvalidParams, "type and a value"},
+		{"unknown reply_to", f.as("alice"), rpc.SendMessageParams{Content: "x", Refs: []rpc.Pair{{Type: "reply_to", Value: "msg_nope"}}}, rpc.CodeNotFound, "reply_to"},
+		{"empty scope", f.as("alice"), rpc.SendMessageParams{Content: "x", Scopes: []rpc.Pair{{Type: "module"}}}, rpc.CodeInvalidParams, "type and a value"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -352,14 +353,14 @@ func TestAddressingAndInbox(t *testing.T) {
 	if _, err := f.n.CreateGroup(f.as("alice"), &rpc.CreateGroupParams{Name: "backend"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.n.AddGroupMember(f.as("alice"), &rpc.GroupMemberParams{Group: "backend", MemberType: "role", MemberID: "reviewer"}); err != nil {
+	if _, err := f.n.AddGroupMember(f.as("alice"), &rpc.GroupMembership{Group: "backend", MemberType: "role", MemberID: "reviewer"}); err != nil {
 		t.Fatal(err)
 	}
 	toBob := f.send("alice", rpc.SendMessageParams{Content: "to bob", Mentions: []string{"@bob"}})
-	toRole := f.send("alice", rpc.SendMessageParams{Content: "to reviewers", Mentions: []string{"reviewer"}, Scopes: []rpc.Scope{{Type: "module", Value: "auth"}}})
+	toRole := f.send("alice", rpc.SendMessageParams{Content: "to reviewers", Mentions: []string{"reviewer"}, Scopes: []rpc.Pair{{Type: "module", Value: "auth"}}})
 	toGroup := f.send("alice", rpc.SendMessageParams{Content: "to backend", Mentions: []string{"@backend"}, Priority: "high"})
 	f.send("alice", rpc.SendMessageParams{Content: "to everyone", Mentions: []string{"@everyone"}})
-	f.send("bob", rpc.SendMessageParams{Content: "bob to dave", Mentions: []string{"@dave"}, Refs: []rpc.Ref{{Type: "issue", Value: "42"}}})
+	f.send("bob", rpc.SendMessageParams{Content: "bob to dave", Mentions: []string{"@dave"}, Refs: []rpc.Pair{{Type: "issue", Value: "42"}}})
 	f.send("alice", rpc.SendMessageParams{Content: "legacy", Mentions: []string{"agent:ops:XYZ"}})
 
 	if got := toRole.Recipients[0]; got.Kind != "role" || strings.Join(got.Agents, ",") != "bob,carol" || len(got.Active) != 2 {
@@ -383,8 +384,8 @@ func TestAddressingAndInbox(t *testing.T) {
 		{"dave mentions", "dave", rpc.ListMessagesParams{Mentions: true}, "legacy,bob to dave,to everyone"},
 		{"mention_role explicit", "", rpc.ListMessagesParams{MentionRole: "reviewer"}, "to everyone,to backend,to reviewers"},
 		{"mention_role agent id", "", rpc.ListMessagesParams{MentionRole: "@bob"}, "to everyone,to backend,to reviewers,to bob"},
-		{"scope", "", rpc.ListMessagesParams{Scope: &rpc.Scope{Type: "module", Value: "auth"}}, "to reviewers"},
-		{"ref", "", rpc.ListMessagesParams{Ref: &rpc.Ref{Type: "issue", Value: "42"}}, "bob to dave"},
+		{"scope", "", rpc.ListMessagesParams{Scope: &rpc.Pair{Type: "module", Value: "auth"}}, "to reviewers"},
+		{"ref", "", rpc.ListMessagesParams{Ref: &rpc.Pair{Type: "issue", Value: "42"}}, "bob to dave"},
 		{"author", "", rpc.ListMessagesParams{AuthorID: "bob"}, "bob to dave"},
 		{"ascending page 2", "", rpc.ListMessagesParams{SortOrder: "asc", PageSize: 2, Page: 2}, "to backend,to everyone"},
 		{"unread for carol", "", rpc.ListMessagesParams{UnreadForAgent: "carol", MentionRole: "carol"}, "to everyone,to backend,to reviewers"},
@@ -427,7 +428,7 @@ func TestAddressingAndInbox(t *testing.T) {
 		t.Fatalf("also_read_by = %+v", mr.AlsoReadBy)
 	}
 	// Membership resolves at read time: carol leaves via role removal.
-	if _, err := f.n.RemoveGroupMember(f.as("alice"), &rpc.GroupMemberParams{Group: "backend", MemberType: "role", MemberID: "reviewer"}); err != nil {
+	if _, err := f.n.RemoveGroupMember(f.as("alice"), &rpc.GroupMembership{Group: "backend", MemberType: "role", MemberID: "reviewer"}); err != nil {
 		t.Fatal(err)
 	}
 	if got := strings.Join(ids(f.list("carol", rpc.ListMessagesParams{Mentions: true}).Messages), ","); got != "to everyone,to reviewers" {
@@ -538,7 +539,7 @@ func TestEditDeleteGet(t *testing.T) {
 func TestThreads(t *testing.T) {
 	f := newFixture(t, nil)
 	th, err := f.n.CreateThread(f.as("alice"), &rpc.CreateThreadParams{Title: "Auth review", Recipient: "@bob",
-		Message: &rpc.ThreadMessage{Content: "please look"}, Scopes: []rpc.Scope{{Type: "module", Value: "auth"}}})
+		Message: &rpc.ThreadMessage{Content: "please look"}, Scopes: []rpc.Pair{{Type: "module", Value: "auth"}}})
 	if err != nil || th.MessageID == "" {
 		t.Fatalf("create: %+v %v", th, err)
 	}
@@ -559,7 +560,7 @@ func TestThreads(t *testing.T) {
 	if l.Threads[1].Preview != nil || l.Threads[1].MessageCount != 0 {
 		t.Fatalf("empty thread summary: %+v", l.Threads[1])
 	}
-	if l, _ := f.n.ListThreads(f.as("bob"), &rpc.ListThreadsParams{Scope: &rpc.Scope{Type: "module", Value: "auth"}}); l.Total != 1 {
+	if l, _ := f.n.ListThreads(f.as("bob"), &rpc.ListThreadsParams{Scope: &rpc.Pair{Type: "module", Value: "auth"}}); l.Total != 1 {
 		t.Fatalf("scope filter: %+v", l)
 	}
 	g, err := f.n.GetThread(f.ctx, &rpc.GetThreadParams{ThreadID: th.ThreadID})
@@ -588,8 +589,8 @@ func TestGroups(t *testing.T) {
 	if r, err := f.n.CreateGroup(a, &rpc.CreateGroupParams{Name: "@reviewers_team", Description: "Code review"}); err != nil || r.Name != "reviewers_team" {
 		t.Fatalf("create: %+v %v", r, err)
 	}
-	f.n.AddGroupMember(a, &rpc.GroupMemberParams{Group: "reviewers_team", MemberType: "agent", MemberID: "@alice"})
-	f.n.AddGroupMember(a, &rpc.GroupMemberParams{Group: "reviewers_team", MemberType: "role", MemberID: "reviewer"})
+	f.n.AddGroupMember(a, &rpc.GroupMembership{Group: "reviewers_team", MemberType: "agent", MemberID: "@alice"})
+	f.n.AddGroupMember(a, &rpc.GroupMembership{Group: "reviewers_team", MemberType: "role", MemberID: "reviewer"})
 	info, err := f.n.GroupInfo(f.ctx, &rpc.GroupInfoParams{Name: "reviewers_team"})
 	if err != nil || len(info.Members) != 2 || info.CreatedBy != "alice" || info.Description != "Code review" {
 		t.Fatalf("info: %+v %v", info, err)
@@ -621,23 +622,23 @@ func TestGroups(t *testing.T) {
 		{"delete everyone", func() error { _, err := f.n.DeleteGroup(a, &rpc.DeleteGroupParams{Name: "everyone"}); return err }, rpc.CodeForbidden, "cannot be deleted"},
 		{"delete unknown", func() error { _, err := f.n.DeleteGroup(a, &rpc.DeleteGroupParams{Name: "nope"}); return err }, rpc.CodeNotFound, "group not found"},
 		{"add unknown agent", func() error {
-			_, err := f.n.AddGroupMember(a, &rpc.GroupMemberParams{Group: "reviewers_team", MemberType: "agent", MemberID: "zed"})
+			_, err := f.n.AddGroupMember(a, &rpc.GroupMembership{Group: "reviewers_team", MemberType: "agent", MemberID: "zed"})
 			return err
 		}, rpc.CodeNotFound, "agent not found"},
 		{"add twice", func() error {
-			_, err := f.n.AddGroupMember(a, &rpc.GroupMemberParams{Group: "reviewers_team", MemberType: "role", MemberID: "reviewer"})
+			_, err := f.n.AddGroupMember(a, &rpc.GroupMembership{Group: "reviewers_team", MemberType: "role", MemberID: "reviewer"})
 			return err
 		}, rpc.CodeConflict, "already a member"},
 		{"add bad type", func() error {
-			_, err := f.n.AddGroupMember(a, &rpc.GroupMemberParams{Group: "reviewers_team", MemberType: "team", MemberID: "x"})
+			_, err := f.n.AddGroupMember(a, &rpc.GroupMembership{Group: "reviewers_team", MemberType: "team", MemberID: "x"})
 			return err
 		}, rpc.CodeInvalidParams, "member_type"},
 		{"add to everyone", func() error {
-			_, err := f.n.AddGroupMember(a, &rpc.GroupMemberParams{Group: "everyone", MemberType: "role", MemberID: "x"})
+			_, err := f.n.AddGroupMember(a, &rpc.GroupMembership{Group: "everyone", MemberType: "role", MemberID: "x"})
 			return err
 		}, rpc.CodeForbidden, "everyone"},
 		{"remove non-member", func() error {
-			_, err := f.n.RemoveGroupMember(a, &rpc.GroupMemberParams{Group: "reviewers_team", MemberType: "agent", MemberID: "bob"})
+			_, err := f.n.RemoveGroupMember(a, &rpc.GroupMembership{Group: "reviewers_team", MemberType: "agent", MemberID: "bob"})
 			return err
 		}, rpc.CodeNotFound, "not a member"},
 		{"info unknown", func() error { _, err := f.n.GroupInfo(f.ctx, &rpc.GroupInfoParams{Name: "nope"}); return err }, rpc.CodeNotFound, "group not found"},
@@ -656,18 +657,18 @@ func TestSubscriptionsAndNotifications(t *testing.T) {
 	f := newFixture(t, nil)
 	l := f.n.Listen(0)
 	defer l.Close()
-	bob := l.Context(f.as("bob"))
-	scope, err := f.n.Subscribe(bob, &rpc.SubscribeParams{Scope: &rpc.Scope{Type: "module", Value: "auth"}})
+	bob := f.as("bob")
+	scope, err := f.n.Subscribe(bob, l, &rpc.SubscribeParams{Scope: &rpc.Pair{Type: "module", Value: "auth"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	mention, _ := f.n.Subscribe(bob, &rpc.SubscribeParams{MentionRole: "@reviewer"})
-	all, _ := f.n.Subscribe(bob, &rpc.SubscribeParams{All: true})
+	mention, _ := f.n.Subscribe(bob, l, &rpc.SubscribeParams{MentionRole: "@reviewer"})
+	all, _ := f.n.Subscribe(bob, l, &rpc.SubscribeParams{All: true})
 	subs, _ := f.n.ListSubscriptions(f.as("bob"), &rpc.ListSubscriptionsParams{})
 	if len(subs.Subscriptions) != 3 || subs.Subscriptions[0].ScopeType != "module" || subs.Subscriptions[1].MentionRole != "reviewer" || !subs.Subscriptions[2].All {
 		t.Fatalf("subscriptions: %+v", subs)
 	}
-	m := f.send("alice", rpc.SendMessageParams{Content: strings.Repeat("é", 150), Mentions: []string{"@backend_missing_is_not_used"}[:0], Scopes: []rpc.Scope{{Type: "module", Value: "auth"}}})
+	m := f.send("alice", rpc.SendMessageParams{Content: strings.Repeat("é", 150), Mentions: []string{"@backend_missing_is_not_used"}[:0], Scopes: []rpc.Pair{{Type: "module", Value: "auth"}}})
 	f.send("alice", rpc.SendMessageParams{Content: "to reviewers", Mentions: []string{"@reviewer"}})
 	f.send("bob", rpc.SendMessageParams{Content: "own message wakes nobody", Mentions: []string{"@reviewer"}})
 
@@ -710,17 +711,17 @@ func TestSubscriptionsAndNotifications(t *testing.T) {
 		t.Fatal("alice removed bob's subscription")
 	}
 
-	_, err = f.n.Subscribe(bob, &rpc.SubscribeParams{})
+	_, err = f.n.Subscribe(bob, l, &rpc.SubscribeParams{})
 	wantCode(t, err, rpc.CodeInvalidParams, "at least one of scope, mention_role, or all must be specified")
-	_, err = f.n.Subscribe(bob, &rpc.SubscribeParams{All: true, MentionRole: "x"})
+	_, err = f.n.Subscribe(bob, l, &rpc.SubscribeParams{All: true, MentionRole: "x"})
 	wantCode(t, err, rpc.CodeInvalidParams, "only one")
-	_, err = f.n.Subscribe(f.as("bob"), &rpc.SubscribeParams{All: true})
+	_, err = f.n.Subscribe(f.as("bob"), nil, &rpc.SubscribeParams{All: true})
 	wantCode(t, err, rpc.CodeInvalidRequest, "Listen")
 	_, err = f.n.Unsubscribe(f.as("bob"), &rpc.UnsubscribeParams{})
 	wantCode(t, err, rpc.CodeInvalidParams, "subscription_id is required")
 	f.register(rpc.RegisterAgentParams{Name: "eve", Role: "x", Module: "y"})
 	f.n.EndSession(f.ctx, &rpc.EndSessionParams{SessionID: mustSession(t, f, "eve")})
-	_, err = f.n.Subscribe(l.Context(f.as("eve")), &rpc.SubscribeParams{All: true})
+	_, err = f.n.Subscribe(f.as("eve"), l, &rpc.SubscribeParams{All: true})
 	wantCode(t, err, rpc.CodeConflict, "no active session found")
 }
 
@@ -736,7 +737,7 @@ func mustSession(t *testing.T, f *fixture, agent string) string {
 func TestSlowListenerIsDroppedWithoutBlockingWriters(t *testing.T) {
 	f := newFixture(t, &thrum.Options{SubscriberQueue: 4, NoSync: true})
 	l := f.n.Listen(0)
-	if _, err := f.n.Subscribe(l.Context(f.as("bob")), &rpc.SubscribeParams{All: true}); err != nil {
+	if _, err := f.n.Subscribe(f.as("bob"), l, &rpc.SubscribeParams{All: true}); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan struct{})
@@ -755,7 +756,7 @@ func TestSlowListenerIsDroppedWithoutBlockingWriters(t *testing.T) {
 	for range l.C() {
 		n++
 	}
-	if n != 4 || !errors.Is(l.Err(), thrum.ErrSlowListener) {
+	if n != 4 || !errors.Is(l.Err(), thrum.ErrSlowConsumer) {
 		t.Fatalf("drained %d, err %v", n, l.Err())
 	}
 	subs, _ := f.n.ListSubscriptions(f.as("bob"), &rpc.ListSubscriptionsParams{})
@@ -848,7 +849,7 @@ func TestWhoamiDeleteCleanup(t *testing.T) {
 func TestReopenKeepsEverything(t *testing.T) {
 	dir := t.TempDir()
 	ctx := context.Background()
-	n, err := thrum.Open(dir, nil)
+	n, err := thrum.Open(context.Background(), dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -867,7 +868,7 @@ func TestReopenKeepsEverything(t *testing.T) {
 	os.Remove(filepath.Join(dir, thrum.DefaultDBName))
 	os.Remove(filepath.Join(dir, thrum.DefaultDBName+"-wal"))
 	os.Remove(filepath.Join(dir, thrum.DefaultDBName+"-shm"))
-	n, err = thrum.Open(dir, nil)
+	n, err = thrum.Open(context.Background(), dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -900,16 +901,16 @@ func TestClosedNodeRefusesWrites(t *testing.T) {
 
 func TestSecondOpenIsRefused(t *testing.T) {
 	dir := t.TempDir()
-	n, err := thrum.Open(dir, nil)
+	n, err := thrum.Open(context.Background(), dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = thrum.Open(dir, nil)
+	_, err = thrum.Open(context.Background(), dir, nil)
 	if !errors.Is(err, thrum.ErrLocked) || !strings.Contains(err.Error(), fmt.Sprintf("process %d", os.Getpid())) {
 		t.Fatalf("second open: %v", err)
 	}
 	n.Close()
-	n2, err := thrum.Open(dir, nil)
+	n2, err := thrum.Open(context.Background(), dir, nil)
 	if err != nil {
 		t.Fatalf("open after close: %v", err)
 	}

@@ -10,144 +10,139 @@ import (
 	"unicode/utf8"
 
 	"github.com/thrumhq/thrum/eventlog"
+	"github.com/thrumhq/thrum/internal/jsonrpc"
 	"github.com/thrumhq/thrum/rpc"
 )
 
-// ErrSlowListener is the Err of a Listener that was closed because its
-// queue filled up: writers never wait for listeners. Catch up with
-// ListMessages.
-var ErrSlowListener = errors.New("thrum: listener fell behind and was closed")
+// ErrSlowConsumer is the Err of a Subscription that was closed because
+// its consumer could not take a notification at once (its queue was
+// full): writers never wait for subscribers. Catch up with ListMessages.
+var ErrSlowConsumer = errors.New("thrum: subscriber fell behind and was closed")
 
-// ErrListenerClosed is the Err of a Listener closed by Close.
-var ErrListenerClosed = errors.New("thrum: listener closed")
+// ErrSubscriptionClosed is the Err of a Subscription closed by Close.
+var ErrSubscriptionClosed = errors.New("thrum: subscription closed")
 
-// A Listener receives the notifications of the subscriptions made with
-// its context (see Listener.Context and Node.Subscribe). Notifications
-// arrive on C in commit order. The node never blocks on a listener: when
-// its queue is full the listener is closed, C is closed and Err returns
-// ErrSlowListener. A Listener may be used from several goroutines.
-type Listener struct {
+// A Subscription is one consumer of notifications: every filter added to
+// it with Node.Subscribe delivers to it, in commit order. It has one
+// bounded queue, and one policy when the queue is full: the node never
+// blocks on a subscriber, so the Subscription is closed, with Err
+// ErrSlowConsumer, and its filters are removed. The queue is either its
+// own channel (Listen: read C) or the consumer's (ListenFunc: an RPC
+// connection's outgoing queue, say). A Subscription may be used from
+// several goroutines.
+type Subscription struct {
 	n  *Node
 	ch chan *rpc.MessageNotification
-	// sink, if set, takes notifications instead of ch, without blocking;
-	// false means it could not (its consumer is too slow).
-	sink func(*rpc.MessageNotification) bool
+	// deliver, if set, takes notifications instead of ch, without
+	// blocking; false means it could not (its queue is full).
+	deliver func(*rpc.MessageNotification) bool
 
-	mu     sync.Mutex
-	closed bool
-	err    error
-	subs   map[int64]*subscription
+	mu      sync.Mutex
+	closed  bool
+	err     error
+	filters map[int64]*filter
 }
 
-// Listen creates a Listener with a queue of queue notifications (0 means
-// Options.SubscriberQueue).
-func (n *Node) Listen(queue int) *Listener {
+// Listen returns a Subscription whose notifications queue on C, up to
+// queue of them (0 means Options.SubscriberQueue).
+func (n *Node) Listen(queue int) *Subscription {
 	if queue <= 0 {
 		queue = n.opts.SubscriberQueue
 	}
-	l := &Listener{n: n, ch: make(chan *rpc.MessageNotification, queue), subs: map[int64]*subscription{}}
-	n.subs.mu.Lock()
-	n.subs.listeners[l] = struct{}{}
-	n.subs.mu.Unlock()
-	return l
+	return n.listen(make(chan *rpc.MessageNotification, queue), nil)
 }
 
-// listenTo is Listen for a consumer that takes each notification at once
-// and never blocks (an RPC connection's queue): one goroutine hop less
-// per notification and subscriber than a channel and a forwarder. C
-// stays empty and is closed when the listener closes.
-func (n *Node) listenTo(sink func(*rpc.MessageNotification) bool) *Listener {
-	l := n.Listen(1)
-	l.mu.Lock()
-	l.sink = sink
-	l.mu.Unlock()
-	return l
+// ListenFunc returns a Subscription that hands each notification to
+// deliver, on the commit path: deliver must not block, and returns false
+// when it cannot take the notification now (its queue is full), which
+// closes the Subscription with ErrSlowConsumer. C stays empty and is
+// closed when the Subscription closes. RPCServer delivers onto each
+// connection's outgoing queue this way, with no goroutine in between.
+func (n *Node) ListenFunc(deliver func(*rpc.MessageNotification) bool) *Subscription {
+	return n.listen(make(chan *rpc.MessageNotification), deliver)
+}
+
+func (n *Node) listen(ch chan *rpc.MessageNotification, deliver func(*rpc.MessageNotification) bool) *Subscription {
+	s := &Subscription{n: n, ch: ch, deliver: deliver, filters: map[int64]*filter{}}
+	n.subs.mu.Lock()
+	n.subs.consumers[s] = struct{}{}
+	n.subs.mu.Unlock()
+	return s
 }
 
 // C returns the channel notifications arrive on. It is closed when the
-// listener closes.
-func (l *Listener) C() <-chan *rpc.MessageNotification { return l.ch }
+// Subscription closes.
+func (s *Subscription) C() <-chan *rpc.MessageNotification { return s.ch }
 
-// Err reports why the listener closed, or nil while it is open.
-func (l *Listener) Err() error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.err
+// Err reports why the Subscription closed, or nil while it is open.
+func (s *Subscription) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
 }
 
-// Close closes the listener and removes its subscriptions. It is
+// Close closes the Subscription and removes its filters. It is
 // idempotent.
-func (l *Listener) Close() { l.closeWith(ErrListenerClosed) }
+func (s *Subscription) Close() { s.closeWith(ErrSubscriptionClosed) }
 
-func (l *Listener) closeWith(err error) {
-	if ids, ok := l.markClosed(err); ok {
-		l.n.subs.drop(l, ids)
+func (s *Subscription) closeWith(err error) {
+	if ids, ok := s.markClosed(err); ok {
+		s.n.subs.drop(s, ids)
 	}
 }
 
-// markClosed closes the listener's side and returns its subscription IDs
+// markClosed closes the Subscription's side and returns its filter IDs
 // for the notifier to drop; ok is false if it was closed already.
-func (l *Listener) markClosed(err error) (ids []int64, ok bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed {
+func (s *Subscription) markClosed(err error) (ids []int64, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
 		return nil, false
 	}
-	l.closed = true
-	l.err = err
-	close(l.ch)
-	for id := range l.subs {
+	s.closed = true
+	s.err = err
+	close(s.ch)
+	for id := range s.filters {
 		ids = append(ids, id)
 	}
-	l.subs = nil
+	s.filters = nil
 	return ids, true
 }
 
-// deliver queues a notification without blocking. A full queue closes
-// the listener: deliver then returns the IDs of its subscriptions, which
-// the caller drops once it no longer holds the notifier's lock.
-func (l *Listener) deliver(nt *rpc.MessageNotification) (dropped []int64, slow bool) {
-	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
+// push queues a notification without blocking. A full queue closes the
+// Subscription: push then returns the IDs of its filters, which the
+// caller drops once it no longer holds the notifier's lock.
+func (s *Subscription) push(nt *rpc.MessageNotification) (dropped []int64, slow bool) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
 		return nil, false
 	}
-	if l.sink != nil {
-		ok := l.sink(nt)
-		l.mu.Unlock()
+	if s.deliver != nil {
+		ok := s.deliver(nt)
+		s.mu.Unlock()
 		if ok {
 			return nil, false
 		}
-		return l.markClosed(ErrSlowListener)
+		return s.markClosed(ErrSlowConsumer)
 	}
 	select {
-	case l.ch <- nt:
-		l.mu.Unlock()
+	case s.ch <- nt:
+		s.mu.Unlock()
 		return nil, false
 	default:
 	}
-	l.mu.Unlock()
-	return l.markClosed(ErrSlowListener)
+	s.mu.Unlock()
+	return s.markClosed(ErrSlowConsumer)
 }
 
-type listenerKey struct{}
-
-// Context returns ctx carrying the listener: Subscribe calls made with it
-// deliver to this listener.
-func (l *Listener) Context(ctx context.Context) context.Context {
-	return context.WithValue(ctx, listenerKey{}, l)
-}
-
-func listenerFrom(ctx context.Context) *Listener {
-	l, _ := ctx.Value(listenerKey{}).(*Listener)
-	return l
-}
-
-type subscription struct {
+// filter is one subscription made by Node.Subscribe: what it matches,
+// whose session it belongs to, and the Subscription it delivers to.
+type filter struct {
 	info      rpc.SubscriptionInfo
 	sessionID string
 	agentID   string
-	l         *Listener
+	s         *Subscription
 }
 
 // notifier holds the live subscriptions and matches committed messages
@@ -156,34 +151,34 @@ type notifier struct {
 	n         *Node
 	mu        sync.RWMutex
 	nextID    int64
-	subs      map[int64]*subscription
-	listeners map[*Listener]struct{}
+	subs      map[int64]*filter
+	consumers map[*Subscription]struct{}
 }
 
 func (s *notifier) init(n *Node) {
 	s.n = n
-	s.subs = map[int64]*subscription{}
-	s.listeners = map[*Listener]struct{}{}
+	s.subs = map[int64]*filter{}
+	s.consumers = map[*Subscription]struct{}{}
 }
 
-func (s *notifier) drop(l *Listener, ids []int64) {
+func (s *notifier) drop(c *Subscription, ids []int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, id := range ids {
 		delete(s.subs, id)
 	}
-	delete(s.listeners, l)
+	delete(s.consumers, c)
 }
 
 func (s *notifier) closeAll() {
 	s.mu.RLock()
-	ls := make([]*Listener, 0, len(s.listeners))
-	for l := range s.listeners {
-		ls = append(ls, l)
+	cs := make([]*Subscription, 0, len(s.consumers))
+	for c := range s.consumers {
+		cs = append(cs, c)
 	}
 	s.mu.RUnlock()
-	for _, l := range ls {
-		l.Close()
+	for _, c := range cs {
+		c.Close()
 	}
 }
 
@@ -193,19 +188,19 @@ func (s *notifier) closeAll() {
 // lookups hit memory or an indexed row.
 func (s *notifier) publish(ctx context.Context, batch []*eventlog.Event) {
 	slow := s.publishLocked(ctx, batch)
-	for l, ids := range slow {
-		s.drop(l, ids)
+	for c, ids := range slow {
+		s.drop(c, ids)
 	}
 }
 
-func (s *notifier) publishLocked(ctx context.Context, batch []*eventlog.Event) map[*Listener][]int64 {
+func (s *notifier) publishLocked(ctx context.Context, batch []*eventlog.Event) map[*Subscription][]int64 {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if len(s.subs) == 0 {
 		return nil
 	}
-	slow := map[*Listener][]int64{}
-	subs := make([]*subscription, 0, len(s.subs))
+	slow := map[*Subscription][]int64{}
+	subs := make([]*filter, 0, len(s.subs))
 	for _, sub := range s.subs {
 		subs = append(subs, sub)
 	}
@@ -214,8 +209,8 @@ func (s *notifier) publishLocked(ctx context.Context, batch []*eventlog.Event) m
 		var m published
 		switch e.Type {
 		case eventlog.TypeMessageCreate:
-			var p eventlog.MessageCreate
-			if e.Decode(&p) != nil {
+			p, err := eventlog.PayloadAs[eventlog.MessageCreate](e)
+			if err != nil {
 				continue
 			}
 			m = published{id: p.MessageID, thread: p.ThreadID, author: p.AgentID, content: p.Content, scopes: p.Scopes}
@@ -225,8 +220,8 @@ func (s *notifier) publishLocked(ctx context.Context, batch []*eventlog.Event) m
 				}
 			}
 		case eventlog.TypeMessageEdit:
-			var p eventlog.MessageEdit
-			if e.Decode(&p) != nil {
+			p, err := eventlog.PayloadAs[eventlog.MessageEdit](e)
+			if err != nil {
 				continue
 			}
 			msg, err := s.n.store.Message(ctx, p.MessageID, "")
@@ -234,9 +229,7 @@ func (s *notifier) publishLocked(ctx context.Context, batch []*eventlog.Event) m
 				continue
 			}
 			m = published{id: msg.MessageID, thread: msg.ThreadID, author: msg.AgentID, content: msg.Content}
-			for _, sc := range msg.Scopes {
-				m.scopes = append(m.scopes, eventlog.Pair(sc))
-			}
+			m.scopes = msg.Scopes
 			for _, r := range msg.Refs {
 				if r.Type == rpc.RefMention {
 					m.mentions = append(m.mentions, r.Value)
@@ -256,10 +249,10 @@ type published struct {
 	mentions                    []string
 }
 
-func (s *notifier) deliver(subs []*subscription, m *published, at string, slow map[*Listener][]int64) {
+func (s *notifier) deliver(subs []*filter, m *published, at string, slow map[*Subscription][]int64) {
 	var (
 		author     *rpc.NotificationAuthor
-		scopes     []rpc.Scope
+		scopes     []rpc.Pair
 		head, tail []byte // the notification encoded once, around its match
 	)
 	targets := map[string][]string{} // mention_role → its targets, per publish
@@ -281,7 +274,7 @@ func (s *notifier) deliver(subs []*subscription, m *published, at string, slow m
 		case sub.info.MentionRole != "" && len(m.mentions) > 0:
 			ts, ok := targets[sub.info.MentionRole]
 			if !ok {
-				ts = s.n.dirc.mentionTargets(sub.info.MentionRole)
+				ts = s.n.dirc.MentionTargets(sub.info.MentionRole)
 				targets[sub.info.MentionRole] = ts
 			}
 			if intersects(m.mentions, ts) {
@@ -292,11 +285,11 @@ func (s *notifier) deliver(subs []*subscription, m *published, at string, slow m
 			continue
 		}
 		if author == nil {
-			a, _ := s.n.dirc.agent(m.author)
+			a, _ := s.n.dirc.Agent(m.author)
 			author = &rpc.NotificationAuthor{AgentID: m.author, Role: a.Role, Module: a.Module}
-			scopes = make([]rpc.Scope, len(m.scopes))
+			scopes = make([]rpc.Pair, len(m.scopes))
 			for i, sc := range m.scopes {
-				scopes[i] = rpc.Scope(sc)
+				scopes[i] = rpc.Pair(sc)
 			}
 			head, tail = encodeAround(&rpc.MessageNotification{
 				MessageID: m.id, ThreadID: m.thread, Author: *author,
@@ -315,9 +308,9 @@ func (s *notifier) deliver(subs []*subscription, m *published, at string, slow m
 		if head != nil {
 			nt.Frame = spliceMatch(head, tail, nt.MatchedSubscription)
 		}
-		ids, dropped := sub.l.deliver(nt)
+		ids, dropped := sub.s.push(nt)
 		if dropped {
-			slow[sub.l] = ids
+			slow[sub.s] = ids
 		}
 	}
 }
@@ -331,7 +324,7 @@ const blankMatch = `"matched_subscription":{"subscription_id":0,"match_type":""}
 // subscriber's frame is a splice rather than another encoding. Both are
 // nil if the encoding fails (callers then encode per subscriber).
 func encodeAround(nt *rpc.MessageNotification) (head, tail []byte) {
-	b, err := rpc.EncodeNotification(rpc.NotificationMessage, nt)
+	b, err := jsonrpc.EncodeNotification(rpc.NotificationMessage, nt)
 	if err != nil {
 		return nil, nil
 	}
@@ -383,10 +376,9 @@ func preview(s string, n int) string {
 
 // Subscribe subscribes the caller's current session to messages matching
 // exactly one of a scope, a mention (of a role, or of an agent by its ID,
-// which covers its role and groups too) or all. Notifications go to the
-// Listener in ctx (see Listener.Context). A subscriber is not notified of
-// its own messages.
-func (n *Node) Subscribe(ctx context.Context, p *rpc.SubscribeParams) (*rpc.SubscribeResult, error) {
+// which covers its role and groups too) or all. Notifications go to sub
+// (see Listen). A subscriber is not notified of its own messages.
+func (n *Node) Subscribe(ctx context.Context, sub *Subscription, p *rpc.SubscribeParams) (*rpc.SubscribeResult, error) {
 	kinds := 0
 	if p.Scope != nil {
 		kinds++
@@ -406,39 +398,38 @@ func (n *Node) Subscribe(ctx context.Context, p *rpc.SubscribeParams) (*rpc.Subs
 	if kinds > 1 {
 		return nil, invalid("only one of scope, mention_role, or all may be specified")
 	}
-	l := listenerFrom(ctx)
-	if l == nil {
-		return nil, rpc.Errorf(rpc.CodeInvalidRequest, "subscribe needs a connection to deliver to: over RPC keep the connection open; in Go call Node.Listen and use Listener.Context")
+	if sub == nil {
+		return nil, rpc.Errorf(rpc.CodeInvalidRequest, "subscribe needs a Subscription to deliver to: over RPC keep the connection open; in Go pass one from Node.Listen")
 	}
 	agent, sess, err := n.callerSession(ctx)
 	if err != nil {
 		return nil, err
 	}
-	sub := &subscription{sessionID: sess.SessionID, agentID: agent, l: l}
-	sub.info.CreatedAt = ts(n.now())
+	f := &filter{sessionID: sess.SessionID, agentID: agent, s: sub}
+	f.info.CreatedAt = ts(n.now())
 	if p.Scope != nil {
-		sub.info.ScopeType, sub.info.ScopeValue = p.Scope.Type, p.Scope.Value
+		f.info.ScopeType, f.info.ScopeValue = p.Scope.Type, p.Scope.Value
 	}
-	sub.info.MentionRole = trimAt(p.MentionRole)
-	sub.info.All = p.All
+	f.info.MentionRole = trimAt(p.MentionRole)
+	f.info.All = p.All
 
-	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
-		return nil, rpc.Errorf(rpc.CodeUnavailable, "listener is closed")
+	sub.mu.Lock()
+	if sub.closed {
+		sub.mu.Unlock()
+		return nil, rpc.Errorf(rpc.CodeUnavailable, "subscription is closed")
 	}
-	if len(l.subs) >= n.opts.MaxSubscriptions {
-		l.mu.Unlock()
+	if len(sub.filters) >= n.opts.MaxSubscriptions {
+		sub.mu.Unlock()
 		return nil, tooLarge("too many subscriptions on this connection: the limit is %d", n.opts.MaxSubscriptions)
 	}
 	n.subs.mu.Lock()
 	n.subs.nextID++
-	sub.info.ID = n.subs.nextID
-	n.subs.subs[sub.info.ID] = sub
+	f.info.ID = n.subs.nextID
+	n.subs.subs[f.info.ID] = f
 	n.subs.mu.Unlock()
-	l.subs[sub.info.ID] = sub
-	l.mu.Unlock()
-	return &rpc.SubscribeResult{SubscriptionID: sub.info.ID, SessionID: sub.sessionID, CreatedAt: sub.info.CreatedAt}, nil
+	sub.filters[f.info.ID] = f
+	sub.mu.Unlock()
+	return &rpc.SubscribeResult{SubscriptionID: f.info.ID, SessionID: f.sessionID, CreatedAt: f.info.CreatedAt}, nil
 }
 
 // Unsubscribe removes one of the caller's session's subscriptions.
@@ -458,9 +449,9 @@ func (n *Node) Unsubscribe(ctx context.Context, p *rpc.UnsubscribeParams) (*rpc.
 	}
 	delete(n.subs.subs, p.SubscriptionID)
 	n.subs.mu.Unlock()
-	sub.l.mu.Lock()
-	delete(sub.l.subs, p.SubscriptionID)
-	sub.l.mu.Unlock()
+	sub.s.mu.Lock()
+	delete(sub.s.filters, p.SubscriptionID)
+	sub.s.mu.Unlock()
 	return &rpc.UnsubscribeResult{Removed: true}, nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/thrumhq/thrum"
+	"github.com/thrumhq/thrum/internal/jsonrpc"
 	"github.com/thrumhq/thrum/rpc"
 )
 
@@ -17,21 +18,21 @@ func TestNotificationFrameIsItsEncoding(t *testing.T) {
 	ctx := context.Background()
 	l := f.n.Listen(0)
 	defer l.Close()
-	bob := thrum.AsAgent(l.Context(ctx), "bob")
-	for _, p := range []*rpc.SubscribeParams{{All: true}, {Scope: &rpc.Scope{Type: "module", Value: "auth"}}, {MentionRole: "reviewer"}} {
-		if _, err := f.n.Subscribe(bob, p); err != nil {
+	bob := thrum.AsAgent(ctx, "bob")
+	for _, p := range []*rpc.SubscribeParams{{All: true}, {Scope: &rpc.Pair{Type: "module", Value: "auth"}}, {MentionRole: "reviewer"}} {
+		if _, err := f.n.Subscribe(bob, l, p); err != nil {
 			t.Fatal(err)
 		}
 	}
 	content := "naïve \"quoted\" <b>&</b> \u2028 " + string(rune(0x1F600))
-	if _, err := f.n.SendMessage(thrum.AsAgent(ctx, "alice"), &rpc.SendMessageParams{Content: content, Scopes: []rpc.Scope{{Type: "module", Value: "auth"}}, Mentions: []string{"@reviewer"}}); err != nil {
+	if _, err := f.n.SendMessage(thrum.AsAgent(ctx, "alice"), &rpc.SendMessageParams{Content: content, Scopes: []rpc.Pair{{Type: "module", Value: "auth"}}, Mentions: []string{"@reviewer"}}); err != nil {
 		t.Fatal(err)
 	}
 	matches := map[string]bool{}
 	for range 3 {
 		select {
 		case nt := <-l.C():
-			want, err := rpc.EncodeNotification(rpc.NotificationMessage, nt)
+			want, err := jsonrpc.EncodeNotification(rpc.NotificationMessage, nt)
 			if err != nil {
 				t.Fatal(err)
 			}

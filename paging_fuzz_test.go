@@ -18,7 +18,7 @@ import (
 // the last one is empty.
 func FuzzListParams(f *testing.F) {
 	ctx := context.Background()
-	n, err := thrum.Open(f.TempDir(), &thrum.Options{NoSync: true})
+	n, err := thrum.Open(context.Background(), f.TempDir(), &thrum.Options{NoSync: true})
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/thrumhq/thrum"
+	"github.com/thrumhq/thrum/internal/gitwork"
 	"github.com/thrumhq/thrum/rpc"
 )
 
@@ -40,7 +41,7 @@ func FuzzMethodParams(f *testing.F) {
 		}
 	}
 	dir := f.TempDir()
-	n, err := thrum.Open(filepath.Join(dir, "log"), &thrum.Options{RepoDir: dir})
+	n, err := thrum.Open(context.Background(), filepath.Join(dir, "log"), &thrum.Options{WorkContext: gitwork.New(dir)})
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -23,6 +23,7 @@ import (
 
 	"github.com/thrumhq/thrum"
 	"github.com/thrumhq/thrum/eventlog"
+	"github.com/thrumhq/thrum/internal/gitwork"
 	"github.com/thrumhq/thrum/rpc"
 	"github.com/thrumhq/thrum/store"
 )
@@ -66,11 +67,11 @@ func TestRebuildEqualsLive(t *testing.T) {
 	w.repo = propGitRepo(t, filepath.Join(tmp, "repo"))
 	open := func(dbPath string) *thrum.Node {
 		t.Helper()
-		n, err := thrum.Open(logDir, &thrum.Options{
+		n, err := thrum.Open(context.Background(), logDir, &thrum.Options{
 			DBPath:          dbPath,
-			RepoDir:         w.repo, // the node runs git only in its own repository's worktrees
-			NoSync:          true,   // durability is TestCrashLosesNoAcknowledgedMessage's job
-			MaxContentBytes: 2048,   // so that the limit is reachable
+			WorkContext:     gitwork.New(w.repo), // the node runs git only in its own repository's worktrees
+			NoSync:          true,                // durability is TestCrashLosesNoAcknowledgedMessage's job
+			MaxContentBytes: 2048,                // so that the limit is reachable
 			Now:             func() time.Time { return time.Now().Add(time.Duration(w.skew.Load())) },
 		})
 		if err != nil {
@@ -103,14 +104,14 @@ func TestRebuildEqualsLive(t *testing.T) {
 	}
 
 	// Close, keep a copy of the projection as it is halfway, reopen.
-	before := dumpProjection(t, w.n.Projector())
+	before := dumpProjection(t, w.n.Store())
 	if err := w.n.Close(); err != nil {
 		t.Fatalf("close: %v", err)
 	}
 	snapDB := filepath.Join(tmp, "snap", "snap.db")
 	copyProjection(t, liveDB, snapDB)
 	w.n = open(liveDB)
-	if d := diffDumps(before, dumpProjection(t, w.n.Projector())); d != "" {
+	if d := diffDumps(before, dumpProjection(t, w.n.Store())); d != "" {
 		t.Fatalf("projection changed across Close and Open:\n%s", d)
 	}
 
@@ -136,7 +137,7 @@ func TestRebuildEqualsLive(t *testing.T) {
 
 	// The live projection has applied the whole log.
 	logPos := w.n.EventLog().Positions()
-	projPos, err := w.n.Projector().Positions(ctx)
+	projPos, err := w.n.Store().Positions(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +147,7 @@ func TestRebuildEqualsLive(t *testing.T) {
 		}
 	}
 
-	live := dumpProjection(t, w.n.Projector())
+	live := dumpProjection(t, w.n.Store())
 	t.Logf("live projection: %s", propRowCounts(live))
 
 	rebuilt, err := w.n.Rebuild(ctx, filepath.Join(tmp, "rebuilt.db"))
@@ -175,7 +176,7 @@ func TestRebuildEqualsLive(t *testing.T) {
 		{"caught up from nothing", filepath.Join(tmp, "fresh", "fresh.db")},
 	} {
 		n := open(c.db)
-		if d := diffDumps(live, dumpProjection(t, n.Projector())); d != "" {
+		if d := diffDumps(live, dumpProjection(t, n.Store())); d != "" {
 			t.Errorf("%s projection differs from the live one (first = live, second = %s):\n%s", c.name, c.name, d)
 		}
 		if err := n.Close(); err != nil {
@@ -500,18 +501,18 @@ func (g *propGen) content() string {
 	return strings.Join(parts, " ") + fmt.Sprintf(" #%d", g.seq)
 }
 
-func (g *propGen) scopes(max int) []rpc.Scope {
-	var out []rpc.Scope
+func (g *propGen) scopes(max int) []rpc.Pair {
+	var out []rpc.Pair
 	for i := g.r.IntN(max + 1); i > 0; i-- {
-		out = append(out, rpc.Scope{Type: propPick(g.r, propScopeT), Value: propPick(g.r, propScopeV)})
+		out = append(out, rpc.Pair{Type: propPick(g.r, propScopeT), Value: propPick(g.r, propScopeV)})
 	}
 	return out
 }
 
-func (g *propGen) refs(max int) []rpc.Ref {
-	var out []rpc.Ref
+func (g *propGen) refs(max int) []rpc.Pair {
+	var out []rpc.Pair
 	for i := g.r.IntN(max + 1); i > 0; i-- {
-		out = append(out, rpc.Ref{Type: propPick(g.r, propRefT), Value: strconv.Itoa(g.r.IntN(5))})
+		out = append(out, rpc.Pair{Type: propPick(g.r, propRefT), Value: strconv.Itoa(g.r.IntN(5))})
 	}
 	return out
 }
@@ -629,7 +630,7 @@ func (g *propGen) startSession(ctx context.Context) {
 	}
 	p := &rpc.StartSessionParams{AgentID: id, Scopes: g.scopes(2), Refs: g.refs(2)}
 	if g.w.repo != "" && g.r.IntN(25) == 0 {
-		p.Refs = append(p.Refs, rpc.Ref{Type: thrum.RefWorktree, Value: g.w.repo})
+		p.Refs = append(p.Refs, rpc.Pair{Type: thrum.RefWorktree, Value: g.w.repo})
 	}
 	res, err := g.w.n.StartSession(ctx, p)
 	if g.w.outcome("session.start", err, rpc.CodeForbidden, rpc.CodeNotFound) {
@@ -675,10 +676,10 @@ func (g *propGen) heartbeat(ctx context.Context) {
 		SessionID: sid, AddScopes: g.scopes(2), RemoveScopes: g.scopes(2), AddRefs: g.refs(2), RemoveRefs: g.refs(1),
 	}
 	if g.w.repo != "" && g.r.IntN(15) == 0 {
-		p.AddRefs = append(p.AddRefs, rpc.Ref{Type: thrum.RefWorktree, Value: g.w.repo})
+		p.AddRefs = append(p.AddRefs, rpc.Pair{Type: thrum.RefWorktree, Value: g.w.repo})
 	}
 	if g.w.repo != "" && g.r.IntN(8) == 0 {
-		p.RemoveRefs = append(p.RemoveRefs, rpc.Ref{Type: thrum.RefWorktree, Value: g.w.repo})
+		p.RemoveRefs = append(p.RemoveRefs, rpc.Pair{Type: thrum.RefWorktree, Value: g.w.repo})
 	}
 	_, err := g.w.n.Heartbeat(ctx, p)
 	g.w.outcome("session.heartbeat", err, sessionErrs...)
@@ -718,7 +719,7 @@ func (g *propGen) sendParams() *rpc.SendMessageParams {
 		Priority: propPick(g.r, []string{"", rpc.PriorityLow, rpc.PriorityNormal, rpc.PriorityHigh, rpc.PriorityCritical}),
 	}
 	if g.r.IntN(10) == 0 {
-		p.Refs = append(p.Refs, rpc.Ref{Type: rpc.RefMention, Value: g.mention()}) // a mention given as a ref
+		p.Refs = append(p.Refs, rpc.Pair{Type: rpc.RefMention, Value: g.mention()}) // a mention given as a ref
 	}
 	return p
 }
@@ -742,9 +743,9 @@ func (g *propGen) reply(ctx context.Context) {
 	ctx, who := g.caller(ctx)
 	p := g.sendParams()
 	if m, ok := g.message(); ok && g.r.IntN(20) > 0 {
-		p.Refs = append(p.Refs, rpc.Ref{Type: rpc.RefReplyTo, Value: m.id})
+		p.Refs = append(p.Refs, rpc.Pair{Type: rpc.RefReplyTo, Value: m.id})
 	} else {
-		p.Refs = append(p.Refs, rpc.Ref{Type: rpc.RefReplyTo, Value: "msg_nope"})
+		p.Refs = append(p.Refs, rpc.Pair{Type: rpc.RefReplyTo, Value: "msg_nope"})
 	}
 	g.doSend(ctx, "message.reply", who, p)
 }
@@ -986,8 +987,21 @@ func (g *propGen) groupDelete(ctx context.Context) {
 	g.w.outcome("group.delete", err, groupErrs...)
 }
 
-func (g *propGen) member() *rpc.GroupMemberParams {
-	p := &rpc.GroupMemberParams{Group: propPick(g.r, propGroups), MemberType: rpc.MemberAgent, MemberID: g.agentID()}
+func (g *propGen) member() *rpc.GroupMembership {
+	p := &rpc.GroupMembership{Group: propPick(g.r, propGroups), MemberType: rpc.MemberAgent, MemberID: g.agentID()}
+	if g.r.IntN(4) > 0 { // mostly a group that exists (but never everyone, which is implicit)
+		if gs, err := g.w.n.ListGroups(context.Background(), &rpc.ListGroupsParams{}); err == nil {
+			var names []string
+			for _, gr := range gs.Groups {
+				if gr.Name != thrum.EveryoneGroup {
+					names = append(names, gr.Name)
+				}
+			}
+			if len(names) > 0 {
+				p.Group = propPick(g.r, names)
+			}
+		}
+	}
 	if g.r.IntN(3) == 0 {
 		p.MemberType, p.MemberID = rpc.MemberRole, propPick(g.r, propRoles)
 	}
@@ -1003,11 +1017,14 @@ func (g *propGen) memberAdd(ctx context.Context) {
 func (g *propGen) memberRemove(ctx context.Context) {
 	ctx, _ = g.caller(ctx)
 	p := g.member()
-	if g.r.IntN(4) > 0 { // mostly a member that is there
-		info, err := g.w.n.GroupInfo(ctx, &rpc.GroupInfoParams{Name: p.Group})
-		if err == nil && len(info.Members) > 0 {
-			m := propPick(g.r, info.Members)
-			p.MemberType, p.MemberID = m.Type, m.ID
+	if g.r.IntN(4) > 0 { // mostly a member that is there, of any group that has one
+		for _, i := range g.r.Perm(len(propGroups)) {
+			info, err := g.w.n.GroupInfo(ctx, &rpc.GroupInfoParams{Name: propGroups[i]})
+			if err == nil && len(info.Members) > 0 {
+				m := propPick(g.r, info.Members)
+				p.Group, p.MemberType, p.MemberID = propGroups[i], m.Type, m.ID
+				break
+			}
 		}
 	}
 	_, err := g.w.n.RemoveGroupMember(ctx, p)
@@ -1104,10 +1121,10 @@ func (g *propGen) invalid(ctx context.Context) {
 	n, w := g.w.n, g.w
 	user := thrum.AsAgent(ctx, "user:ann") // registered first, never deleted, needs no session
 	long := strings.Repeat("x", 5000)
-	tooMany := func() []rpc.Scope {
-		out := make([]rpc.Scope, 101)
+	tooMany := func() []rpc.Pair {
+		out := make([]rpc.Pair, 101)
 		for i := range out {
-			out[i] = rpc.Scope{Type: "t", Value: strconv.Itoa(i)}
+			out[i] = rpc.Pair{Type: "t", Value: strconv.Itoa(i)}
 		}
 		return out
 	}
@@ -1155,9 +1172,9 @@ func (g *propGen) invalid(ctx context.Context) {
 		case 3:
 			p.Structured = json.RawMessage(`{"unterminated":`)
 		case 4:
-			p.Scopes = []rpc.Scope{{Type: "", Value: "x"}}
+			p.Scopes = []rpc.Pair{{Type: "", Value: "x"}}
 		case 5:
-			p.Refs = []rpc.Ref{{Type: "issue"}}
+			p.Refs = []rpc.Pair{{Type: "issue"}}
 		}
 		_, err = n.SendMessage(ctx, p)
 		w.mustFail("message.send", err, rpc.CodeInvalidParams)
@@ -1189,7 +1206,7 @@ func (g *propGen) invalid(ctx context.Context) {
 		case 0:
 			p.ThreadID = "thr_nope"
 		case 1:
-			p.Refs = []rpc.Ref{{Type: rpc.RefReplyTo, Value: "msg_nope"}}
+			p.Refs = []rpc.Pair{{Type: rpc.RefReplyTo, Value: "msg_nope"}}
 		case 2:
 			p.Mentions = []string{"@nobody_here"}
 		}

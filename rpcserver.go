@@ -6,20 +6,25 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"sync"
+	"time"
 
 	"github.com/thrumhq/thrum/identity"
+	"github.com/thrumhq/thrum/internal/jsonrpc"
 	"github.com/thrumhq/thrum/rpc"
 )
 
 // RPCServer serves a node's API as JSON-RPC 2.0: newline-delimited JSON
 // on stream listeners (Serve, for a Unix socket), one message per frame on
-// WebSockets (ServeHTTP), and in-process pipes (Node.Dial). It is an
-// *rpc.Server with thrum's methods bound, so Serve, ServeHTTP, Shutdown
-// and Close are those of rpc.Server. Its methods may be called
-// concurrently.
+// WebSockets (ServeHTTP), and single stream connections (ServeConn, as
+// Node.Dial does with an in-process pipe). Its methods are thrum's API
+// (package rpc) and are fixed when it is made. It has the shape of an
+// http.Server: Serve returns ErrServerClosed after Shutdown or Close. Its
+// methods may be called concurrently.
 //
 // Callers identify explicitly, never by guess. A Unix socket or pipe is
 // the owner's: a request may name its agent with "caller_agent_id" in its
@@ -33,26 +38,185 @@ import (
 // ends another agent's session or deletes another agent. DESIGN.md, "Trust
 // boundary", has the whole model.
 type RPCServer struct {
-	*rpc.Server
-	n      *Node
-	secret []byte
-
-	syncMu sync.Mutex
+	eng     *jsonrpc.Server
+	n       *Node
+	secret  []byte
+	anyPeer bool
+	uid     int
 }
 
-// RPCOptions configure an RPCServer. A nil *RPCOptions means defaults.
+// ErrServerClosed is returned by RPCServer.Serve after Shutdown or Close.
+var ErrServerClosed = jsonrpc.ErrServerClosed
+
+// Defaults of RPCOptions.
+const (
+	DefaultMaxRequestBytes = 1 << 20 // 1 MiB
+	DefaultMaxBatch        = 100
+	DefaultMaxConns        = 256
+	DefaultMaxUnauthConns  = 16
+	DefaultAuthTimeout     = 5 * time.Second
+	DefaultRequestTimeout  = 10 * time.Second
+	DefaultMaxPendingBytes = 16 << 20 // 16 MiB
+)
+
+// RPCOptions configure an RPCServer. A nil *RPCOptions means defaults;
+// zero or negative limits mean their default too. The options are copied.
 type RPCOptions struct {
-	// Server are the engine's options (limits, logger, origins).
-	Server rpc.ServerOptions
+	// Logger receives connection events, refusals and handler faults. Nil
+	// is silent.
+	Logger *slog.Logger
+
 	// AllowAnyPeer skips the check that a Unix-socket peer runs as the
 	// same user as this process. Default false: other users are refused.
 	AllowAnyPeer bool
+
 	// OwnerSecret, if set, is the owner's secret: a WebSocket that presents
 	// it to auth acts for the owner, as the Unix socket does. The daemon
 	// keeps it in a 0600 file that only the owner's processes can read
 	// (see NewOwnerSecret). Empty: no WebSocket can act for the owner.
 	OwnerSecret string
+
+	// AllowedOrigins lists extra Origin hosts ("app.example:8080", or with
+	// a scheme, "https://app.example") a browser page may open a WebSocket
+	// from, besides loopback origins. Default none. A WebSocket whose Host
+	// is not loopback is refused whatever its origin (DNS rebinding).
+	AllowedOrigins []string
+
+	// Sync, if set, answers sync.status and sync.force; without it those
+	// methods do not exist (-32601), as on a node that does not sync.
+	Sync Syncer
+
+	// MaxRequestBytes caps one request: a line on a stream, a message on a
+	// WebSocket. A longer line is answered with -32600 and its connection
+	// closed, as the stream cannot be resynchronised; a longer WebSocket
+	// message closes the connection with status 1009. Default
+	// DefaultMaxRequestBytes.
+	MaxRequestBytes int
+
+	// MaxBatch caps the requests of one batch. Default DefaultMaxBatch.
+	MaxBatch int
+
+	// MaxConns caps concurrent stream connections (Unix socket, pipes),
+	// and separately WebSockets that authenticated. Over it a stream
+	// connection gets one -32006 error line and is closed, and auth on a
+	// WebSocket fails with -32006. Default DefaultMaxConns.
+	MaxConns int
+
+	// MaxUnauthConns caps WebSockets that have not authenticated yet: a
+	// small pool of their own, so that connections which present no
+	// credential never crowd out those that did, nor the Unix socket. Over
+	// it a WebSocket handshake is answered with HTTP 503. Default
+	// DefaultMaxUnauthConns.
+	MaxUnauthConns int
+
+	// AuthTimeout is how long a WebSocket may stay unauthenticated before
+	// it is closed. Default DefaultAuthTimeout.
+	AuthTimeout time.Duration
+
+	// RequestTimeout is how long the rest of a request may take to arrive
+	// once its first byte has: a line or frame left half sent for longer
+	// closes its connection. An idle connection is not timed. Default
+	// DefaultRequestTimeout.
+	RequestTimeout time.Duration
+
+	// MaxPendingBytes is the server-wide budget of bytes held for requests
+	// being read or handled (a request is charged its size while read and
+	// a few times its size while handled). A request that would exceed it
+	// is refused with -32006, so memory stays bounded however many
+	// connections send at once. Default DefaultMaxPendingBytes.
+	MaxPendingBytes int64
 }
+
+// A Syncer reports on and triggers syncing of the node's log with a
+// remote, for the sync.status and sync.force methods (RPCOptions.Sync).
+// Its methods may be called concurrently.
+type Syncer interface {
+	SyncStatus(ctx context.Context, p *rpc.SyncStatusParams) (*rpc.SyncStatusResult, error)
+	SyncForce(ctx context.Context, p *rpc.SyncForceParams) (*rpc.SyncForceResult, error)
+}
+
+// engineOptions are the engine's options for o, with thrum's defaults.
+func (o *RPCOptions) engineOptions() *jsonrpc.ServerOptions {
+	def := func(v, d int) int {
+		if v <= 0 {
+			return d
+		}
+		return v
+	}
+	e := &jsonrpc.ServerOptions{
+		Logger:          o.Logger,
+		AllowedOrigins:  o.AllowedOrigins,
+		MaxLineBytes:    def(o.MaxRequestBytes, DefaultMaxRequestBytes),
+		MaxBatch:        def(o.MaxBatch, DefaultMaxBatch),
+		MaxConns:        def(o.MaxConns, DefaultMaxConns),
+		MaxUnauthConns:  def(o.MaxUnauthConns, DefaultMaxUnauthConns),
+		AuthTimeout:     o.AuthTimeout,
+		LineTimeout:     o.RequestTimeout,
+		MaxPendingBytes: o.MaxPendingBytes,
+	}
+	if e.AuthTimeout <= 0 {
+		e.AuthTimeout = DefaultAuthTimeout
+	}
+	if e.LineTimeout <= 0 {
+		e.LineTimeout = DefaultRequestTimeout
+	}
+	if e.MaxPendingBytes <= 0 {
+		e.MaxPendingBytes = DefaultMaxPendingBytes
+	}
+	return e
+}
+
+// RPCServer returns a new server for the node's API. Each call returns a
+// new server; the caller serves it and shuts it down. opts may be nil.
+func (n *Node) RPCServer(opts *RPCOptions) *RPCServer {
+	var o RPCOptions
+	if opts != nil {
+		o = *opts
+	}
+	s := &RPCServer{eng: jsonrpc.NewServer(o.engineOptions()), n: n, anyPeer: o.AllowAnyPeer, uid: os.Getuid()}
+	if o.OwnerSecret != "" {
+		s.secret = []byte(o.OwnerSecret)
+	}
+	s.bindAll(o.Sync)
+	return s
+}
+
+// Serve accepts connections on l (a Unix socket, from ListenUnix) and
+// serves each in its own goroutine, until Shutdown or Close, when it
+// returns ErrServerClosed. Serve closes l when it returns. A Unix socket's
+// peer must run as this process's user (see RPCOptions.AllowAnyPeer).
+func (s *RPCServer) Serve(l net.Listener) error { return s.eng.Serve(l) }
+
+// ServeConn serves one stream connection of newline-delimited JSON, such
+// as one end of a net.Pipe, and blocks until it ends. The connection is the
+// owner's, as the Unix socket is (a *net.UnixConn has its peer checked).
+// Cancelling ctx closes the connection.
+func (s *RPCServer) ServeConn(ctx context.Context, nc net.Conn) {
+	transport := jsonrpc.TransportPipe
+	if _, ok := nc.(*net.UnixConn); ok {
+		transport = jsonrpc.TransportUnix
+	}
+	s.eng.ServeConn(ctx, nc, transport)
+}
+
+// ServeHTTP serves the WebSocket endpoint: one JSON-RPC message (or
+// batch) per frame. It refuses with 403 a request whose Host is not
+// loopback or whose Origin is neither loopback nor allowed
+// (RPCOptions.AllowedOrigins), and with 503 one over
+// RPCOptions.MaxUnauthConns. It blocks until the connection ends.
+func (s *RPCServer) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.eng.ServeHTTP(w, r) }
+
+// Shutdown stops the server gracefully: it closes the listeners, lets calls
+// in flight finish and their replies go out, then closes every connection
+// (WebSockets with status 1001) and waits until each has ended. If ctx
+// ends first, Shutdown closes everything at once, as Close does, and
+// returns ctx's error.
+func (s *RPCServer) Shutdown(ctx context.Context) error { return s.eng.Shutdown(ctx) }
+
+// Close closes the listeners and every connection at once; calls in
+// flight have their contexts cancelled. It does not wait for them. Close is
+// idempotent.
+func (s *RPCServer) Close() error { return s.eng.Close() }
 
 // access is what a method needs from its caller.
 type access int
@@ -70,12 +234,12 @@ type connState struct {
 	token     bool   // bound by a token
 	owner     bool   // a WebSocket that presented the owner's secret
 	sessionID string // pinned by session.start on this connection
-	listener  *Listener
+	listener  *Subscription
 }
 
 type connStateKey struct{}
 
-func stateOf(c *rpc.Conn) *connState {
+func stateOf(c *jsonrpc.Conn) *connState {
 	if c == nil {
 		return &connState{}
 	}
@@ -89,30 +253,6 @@ func stateOf(c *rpc.Conn) *connState {
 	return st
 }
 
-// RPCServer returns a new server for the node's API. Each call returns a
-// new server; the caller serves it and shuts it down.
-func (n *Node) RPCServer(opts *RPCOptions) *RPCServer {
-	var o RPCOptions
-	if opts != nil {
-		o = *opts
-	}
-	s := &RPCServer{Server: rpc.NewServer(&o.Server), n: n}
-	if o.OwnerSecret != "" {
-		s.secret = []byte(o.OwnerSecret)
-	}
-	uid := os.Getuid()
-	s.bindAll(func(c *rpc.Conn) error {
-		if o.AllowAnyPeer || c == nil || c.Transport() != rpc.TransportUnix {
-			return nil
-		}
-		if peer, ok := c.PeerUID(); ok && peer != uid {
-			return rpc.Errorf(rpc.CodeForbidden, "connection refused: the daemon serves only its own user")
-		}
-		return nil
-	})
-	return s
-}
-
 // Dial returns a client connected to the node in process, through a pipe
 // served by a fresh RPCServer: the same API, codes and notifications as
 // over a socket, with no socket. Closing the client ends the pipe.
@@ -120,7 +260,7 @@ func (n *Node) Dial(opts *rpc.ClientOptions) *rpc.Client {
 	srv := n.RPCServer(nil)
 	a, b := net.Pipe()
 	go func() {
-		srv.ServeConn(context.Background(), a, rpc.TransportPipe)
+		srv.ServeConn(context.Background(), a)
 		srv.Close()
 	}()
 	return rpc.NewClient(b, opts)
@@ -167,8 +307,8 @@ func jsonKind(k string) string {
 // Unix socket or a pipe (whose peer was checked), or over a WebSocket that
 // presented the owner's secret.
 func isOwner(ctx context.Context) bool {
-	c := rpc.ConnFromContext(ctx)
-	if c == nil || c.Transport() != rpc.TransportWebSocket {
+	c := jsonrpc.ConnFromContext(ctx)
+	if c == nil || c.Transport() != jsonrpc.TransportWebSocket {
 		return true
 	}
 	st := stateOf(c)
@@ -180,7 +320,7 @@ func isOwner(ctx context.Context) bool {
 // callerOf works out who a request acts as, and checks the method's
 // access on this transport.
 func (s *RPCServer) callerOf(ctx context.Context, method string, acc access, raw json.RawMessage) (context.Context, error) {
-	c := rpc.ConnFromContext(ctx)
+	c := jsonrpc.ConnFromContext(ctx)
 	st := stateOf(c)
 	var named struct {
 		CallerAgentID string `json:"caller_agent_id"`
@@ -190,7 +330,7 @@ func (s *RPCServer) callerOf(ctx context.Context, method string, acc access, raw
 			return ctx, rpc.Errorf(rpc.CodeInvalidParams, "invalid params: caller_agent_id must be a string")
 		}
 	}
-	ws := c != nil && c.Transport() == rpc.TransportWebSocket
+	ws := c != nil && c.Transport() == jsonrpc.TransportWebSocket
 	st.mu.Lock()
 	bound, byToken, owner, sid := st.agentID, st.token, st.owner, st.sessionID
 	st.mu.Unlock()
@@ -221,9 +361,9 @@ func (s *RPCServer) callerOf(ctx context.Context, method string, acc access, raw
 
 // bind registers one method: decode params into P, identify the caller,
 // run op.
-func bind[P, R any](s *RPCServer, method string, acc access, peerOK func(*rpc.Conn) error, op func(context.Context, *P) (*R, error)) {
-	s.Handle(method, func(ctx context.Context, raw json.RawMessage) (any, error) {
-		if err := peerOK(rpc.ConnFromContext(ctx)); err != nil {
+func bind[P, R any](s *RPCServer, method string, acc access, op func(context.Context, *P) (*R, error)) {
+	s.eng.Handle(method, func(ctx context.Context, raw json.RawMessage) (any, error) {
+		if err := s.peerOK(jsonrpc.ConnFromContext(ctx)); err != nil {
 			return nil, err
 		}
 		var p P
@@ -238,43 +378,60 @@ func bind[P, R any](s *RPCServer, method string, acc access, peerOK func(*rpc.Co
 	})
 }
 
-func (s *RPCServer) bindAll(peer func(*rpc.Conn) error) {
+// peerOK refuses a Unix-socket peer that runs as another user.
+func (s *RPCServer) peerOK(c *jsonrpc.Conn) error {
+	if s.anyPeer || c == nil || c.Transport() != jsonrpc.TransportUnix {
+		return nil
+	}
+	if peer, ok := c.PeerUID(); ok && peer != s.uid {
+		return rpc.Errorf(rpc.CodeForbidden, "connection refused: the daemon serves only its own user")
+	}
+	return nil
+}
+
+// bindAll registers every method with the access it needs; sync.status
+// and sync.force only with a Syncer.
+func (s *RPCServer) bindAll(sy Syncer) {
 	n := s.n
-	bind(s, rpc.MethodHealth, open, peer, n.Health)
-	bind(s, rpc.MethodAuth, open, peer, s.auth)
-	bind(s, rpc.MethodAgentRegister, read, peer, s.registerAgent)
-	bind(s, rpc.MethodAgentList, read, peer, n.ListAgents)
-	bind(s, rpc.MethodAgentWhoami, read, peer, n.Whoami)
-	bind(s, rpc.MethodAgentListContext, read, peer, n.ListContext)
-	bind(s, rpc.MethodAgentDelete, write, peer, s.deleteAgent)
-	bind(s, rpc.MethodAgentCleanup, write, peer, s.cleanupAgents)
-	bind(s, rpc.MethodSessionStart, write, peer, s.startSession)
-	bind(s, rpc.MethodSessionEnd, write, peer, s.endSession)
-	bind(s, rpc.MethodSessionHeartbeat, write, peer, n.Heartbeat)
-	bind(s, rpc.MethodSessionSetIntent, write, peer, n.SetIntent)
-	bind(s, rpc.MethodSessionSetTask, write, peer, n.SetTask)
-	bind(s, rpc.MethodSessionList, read, peer, n.ListSessions)
-	bind(s, rpc.MethodMessageSend, write, peer, s.sendMessage)
-	bind(s, rpc.MethodMessageGet, read, peer, n.GetMessage)
-	bind(s, rpc.MethodMessageList, read, peer, n.ListMessages)
-	bind(s, rpc.MethodMessageEdit, write, peer, n.EditMessage)
-	bind(s, rpc.MethodMessageDelete, write, peer, n.DeleteMessage)
-	bind(s, rpc.MethodMessageMarkRead, write, peer, n.MarkRead)
-	bind(s, rpc.MethodThreadCreate, write, peer, s.createThread)
-	bind(s, rpc.MethodThreadList, read, peer, n.ListThreads)
-	bind(s, rpc.MethodThreadGet, read, peer, n.GetThread)
-	bind(s, rpc.MethodSubscribe, write, peer, s.subscribe)
-	bind(s, rpc.MethodUnsubscribe, write, peer, n.Unsubscribe)
-	bind(s, rpc.MethodSubscriptionsList, write, peer, n.ListSubscriptions)
-	bind(s, rpc.MethodUserRegister, read, peer, s.registerUser)
-	bind(s, rpc.MethodUserIdentify, read, peer, n.IdentifyUser)
-	bind(s, rpc.MethodGroupCreate, write, peer, n.CreateGroup)
-	bind(s, rpc.MethodGroupDelete, write, peer, n.DeleteGroup)
-	bind(s, rpc.MethodGroupMemberAdd, write, peer, n.AddGroupMember)
-	bind(s, rpc.MethodGroupMemberRemove, write, peer, n.RemoveGroupMember)
-	bind(s, rpc.MethodGroupList, read, peer, n.ListGroups)
-	bind(s, rpc.MethodGroupInfo, read, peer, n.GroupInfo)
-	bind(s, rpc.MethodGroupMembers, read, peer, n.GroupMembers)
+	bind(s, rpc.MethodHealth, open, n.Health)
+	bind(s, rpc.MethodAuth, open, s.auth)
+	bind(s, rpc.MethodAgentRegister, read, s.registerAgent)
+	bind(s, rpc.MethodAgentList, read, n.ListAgents)
+	bind(s, rpc.MethodAgentWhoami, read, n.Whoami)
+	bind(s, rpc.MethodAgentListContext, read, n.ListContext)
+	bind(s, rpc.MethodAgentDelete, write, s.deleteAgent)
+	bind(s, rpc.MethodAgentCleanup, write, s.cleanupAgents)
+	bind(s, rpc.MethodSessionStart, write, s.startSession)
+	bind(s, rpc.MethodSessionEnd, write, s.endSession)
+	bind(s, rpc.MethodSessionHeartbeat, write, n.Heartbeat)
+	bind(s, rpc.MethodSessionSetIntent, write, n.SetIntent)
+	bind(s, rpc.MethodSessionSetTask, write, n.SetTask)
+	bind(s, rpc.MethodSessionList, read, n.ListSessions)
+	bind(s, rpc.MethodMessageSend, write, s.sendMessage)
+	bind(s, rpc.MethodMessageGet, read, n.GetMessage)
+	bind(s, rpc.MethodMessageList, read, n.ListMessages)
+	bind(s, rpc.MethodMessageEdit, write, n.EditMessage)
+	bind(s, rpc.MethodMessageDelete, write, n.DeleteMessage)
+	bind(s, rpc.MethodMessageMarkRead, write, n.MarkRead)
+	bind(s, rpc.MethodThreadCreate, write, s.createThread)
+	bind(s, rpc.MethodThreadList, read, n.ListThreads)
+	bind(s, rpc.MethodThreadGet, read, n.GetThread)
+	bind(s, rpc.MethodSubscribe, write, s.subscribe)
+	bind(s, rpc.MethodUnsubscribe, write, n.Unsubscribe)
+	bind(s, rpc.MethodSubscriptionsList, write, n.ListSubscriptions)
+	bind(s, rpc.MethodUserRegister, read, s.registerUser)
+	bind(s, rpc.MethodUserIdentify, read, n.IdentifyUser)
+	bind(s, rpc.MethodGroupCreate, write, n.CreateGroup)
+	bind(s, rpc.MethodGroupDelete, write, n.DeleteGroup)
+	bind(s, rpc.MethodGroupMemberAdd, write, n.AddGroupMember)
+	bind(s, rpc.MethodGroupMemberRemove, write, n.RemoveGroupMember)
+	bind(s, rpc.MethodGroupList, read, n.ListGroups)
+	bind(s, rpc.MethodGroupInfo, read, n.GroupInfo)
+	bind(s, rpc.MethodGroupMembers, read, n.GroupMembers)
+	if sy != nil {
+		bind(s, rpc.MethodSyncStatus, read, sy.SyncStatus)
+		bind(s, rpc.MethodSyncForce, write, sy.SyncForce)
+	}
 }
 
 // auth authenticates the connection and binds it to an identity. A token
@@ -282,8 +439,8 @@ func (s *RPCServer) bindAll(peer func(*rpc.Conn) error) {
 // and, with agent_id, binds it to that agent; on a Unix socket or pipe
 // (the owner's already) naming a registered agent is enough.
 func (s *RPCServer) auth(ctx context.Context, p *rpc.AuthParams) (*rpc.AuthResult, error) {
-	c := rpc.ConnFromContext(ctx)
-	ws := c != nil && c.Transport() == rpc.TransportWebSocket
+	c := jsonrpc.ConnFromContext(ctx)
+	ws := c != nil && c.Transport() == jsonrpc.TransportWebSocket
 	id := identity.NormalizeAgentID(p.AgentID)
 	byToken, owner := false, false
 	switch {
@@ -311,7 +468,7 @@ func (s *RPCServer) auth(ctx context.Context, p *rpc.AuthParams) (*rpc.AuthResul
 	}
 	res := &rpc.AuthResult{AgentID: id, Owner: owner}
 	if id != "" {
-		a, ok := s.n.dirc.agent(id)
+		a, ok := s.n.dirc.Agent(id)
 		if !ok {
 			return nil, rpc.Errorf(rpc.CodeNotFound, "agent not found: %s is not registered", id)
 		}
@@ -335,7 +492,7 @@ func (s *RPCServer) ownerSecret(secret string) bool {
 	return len(s.secret) > 0 && subtle.ConstantTimeCompare([]byte(secret), s.secret) == 1
 }
 
-func (s *RPCServer) bindConn(c *rpc.Conn, id string, byToken bool) {
+func (s *RPCServer) bindConn(c *jsonrpc.Conn, id string, byToken bool) {
 	st := stateOf(c)
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -352,10 +509,10 @@ func (s *RPCServer) startSession(ctx context.Context, p *rpc.StartSessionParams)
 	if err != nil {
 		return nil, err
 	}
-	c := rpc.ConnFromContext(ctx)
+	c := jsonrpc.ConnFromContext(ctx)
 	st := stateOf(c)
 	st.mu.Lock()
-	if st.agentID == "" && c != nil && c.Transport() != rpc.TransportWebSocket {
+	if st.agentID == "" && c != nil && c.Transport() != jsonrpc.TransportWebSocket {
 		st.agentID = r.AgentID
 	}
 	if st.agentID == r.AgentID {
@@ -367,7 +524,7 @@ func (s *RPCServer) startSession(ctx context.Context, p *rpc.StartSessionParams)
 
 // boundAs returns the identity a token bound the connection to, "" if none.
 func boundAs(ctx context.Context) string {
-	st := stateOf(rpc.ConnFromContext(ctx))
+	st := stateOf(jsonrpc.ConnFromContext(ctx))
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if !st.token {
@@ -381,7 +538,7 @@ func boundAs(ctx context.Context) string {
 func (s *RPCServer) registerAgent(ctx context.Context, p *rpc.RegisterAgentParams) (*rpc.RegisterAgentResult, error) {
 	if !isOwner(ctx) {
 		id := identity.AgentID(s.n.opts.RepoID, p.Role, p.Module, p.Name)
-		if _, exists := s.n.dirc.agent(id); exists && boundAs(ctx) != id {
+		if _, exists := s.n.dirc.Agent(id); exists && boundAs(ctx) != id {
 			return nil, rpc.Errorf(rpc.CodeForbidden, "agent %s exists: re-registering it needs its own token or the owner's secret", id)
 		}
 	}
@@ -392,7 +549,7 @@ func (s *RPCServer) registerAgent(ctx context.Context, p *rpc.RegisterAgentParam
 func (s *RPCServer) deleteAgent(ctx context.Context, p *rpc.DeleteAgentParams) (*rpc.DeleteAgentResult, error) {
 	if !isOwner(ctx) {
 		me, target := boundAs(ctx), identity.NormalizeAgentID(p.Name)
-		if t, ok := s.n.dirc.agent(target); ok && t.Kind == KindAgent && target != me {
+		if t, ok := s.n.dirc.Agent(target); ok && t.Kind == KindAgent && target != me {
 			return nil, rpc.Errorf(rpc.CodeForbidden, "%s may not delete agent %s: only the agent itself or the owner may", me, p.Name)
 		}
 	}
@@ -413,7 +570,7 @@ func (s *RPCServer) endSession(ctx context.Context, p *rpc.EndSessionParams) (*r
 	// The node refuses an agent ending another's session, but lets a user
 	// end any: over a WebSocket, only an owner-authenticated one.
 	me := boundAs(ctx)
-	if a, ok := s.n.dirc.agent(me); ok && a.Kind == KindUser && !isOwner(ctx) && p.SessionID != "" {
+	if a, ok := s.n.dirc.Agent(me); ok && a.Kind == KindUser && !isOwner(ctx) && p.SessionID != "" {
 		if ss, err := s.n.store.Session(ctx, p.SessionID); err == nil && ss.AgentID != me {
 			return nil, rpc.Errorf(rpc.CodeForbidden, "session %s belongs to %s: only that agent or the owner may end it", p.SessionID, ss.AgentID)
 		}
@@ -427,7 +584,7 @@ func (s *RPCServer) actingAs(ctx context.Context, target string) error {
 	if target == "" || isOwner(ctx) {
 		return nil
 	}
-	if a, ok := s.n.dirc.agent(boundAs(ctx)); !ok || a.Kind != KindUser {
+	if a, ok := s.n.dirc.Agent(boundAs(ctx)); !ok || a.Kind != KindUser {
 		return nil // an agent may not act as another at all: the node says so
 	}
 	return rpc.Errorf(rpc.CodeForbidden, "acting_as %s needs the owner: the Unix socket, or a WebSocket authenticated with the owner's secret", target)
@@ -451,8 +608,8 @@ func (s *RPCServer) createThread(ctx context.Context, p *rpc.CreateThreadParams)
 // a person at the owner's browser), and it binds the connection to the
 // user.
 func (s *RPCServer) registerUser(ctx context.Context, p *rpc.RegisterUserParams) (*rpc.RegisterUserResult, error) {
-	c := rpc.ConnFromContext(ctx)
-	if c == nil || c.Transport() != rpc.TransportWebSocket {
+	c := jsonrpc.ConnFromContext(ctx)
+	if c == nil || c.Transport() != jsonrpc.TransportWebSocket {
 		return nil, rpc.Errorf(rpc.CodeTransport, "user.register is only available over WebSocket")
 	}
 	if !isOwner(ctx) {
@@ -470,7 +627,7 @@ func (s *RPCServer) registerUser(ctx context.Context, p *rpc.RegisterUserParams)
 // are pushed as notification.message. The connection's listener is made
 // on the first subscribe and closed with the connection.
 func (s *RPCServer) subscribe(ctx context.Context, p *rpc.SubscribeParams) (*rpc.SubscribeResult, error) {
-	c := rpc.ConnFromContext(ctx)
+	c := jsonrpc.ConnFromContext(ctx)
 	if c == nil {
 		return nil, rpc.Errorf(rpc.CodeInvalidRequest, "subscribe needs a connection")
 	}
@@ -481,7 +638,7 @@ func (s *RPCServer) subscribe(ctx context.Context, p *rpc.SubscribeParams) (*rpc
 		// Notifications go straight onto the connection's queue (which
 		// never blocks: a full one closes the connection as a slow
 		// consumer, and the client catches up with message.list).
-		l = s.n.listenTo(func(nt *rpc.MessageNotification) bool {
+		l = s.n.ListenFunc(func(nt *rpc.MessageNotification) bool {
 			if nt.Frame != nil {
 				return c.NotifyEncoded(nt.Frame) == nil // encoded once by the notifier
 			}
@@ -491,19 +648,5 @@ func (s *RPCServer) subscribe(ctx context.Context, p *rpc.SubscribeParams) (*rpc
 		c.OnClose(l.Close)
 	}
 	st.mu.Unlock()
-	return s.n.Subscribe(l.Context(ctx), p)
-}
-
-// HandleSync registers sync.status and sync.force, which exist only when
-// the node syncs with a remote.
-func (s *RPCServer) HandleSync(status func(context.Context) (*rpc.SyncStatusResult, error), force func(context.Context) (*rpc.SyncForceResult, error)) {
-	s.syncMu.Lock()
-	defer s.syncMu.Unlock()
-	peer := func(*rpc.Conn) error { return nil }
-	bind(s, rpc.MethodSyncStatus, read, peer, func(ctx context.Context, _ *rpc.SyncStatusParams) (*rpc.SyncStatusResult, error) {
-		return status(ctx)
-	})
-	bind(s, rpc.MethodSyncForce, write, peer, func(ctx context.Context, _ *rpc.SyncForceParams) (*rpc.SyncForceResult, error) {
-		return force(ctx)
-	})
+	return s.n.Subscribe(ctx, l, p)
 }

@@ -4,15 +4,20 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/thrumhq/thrum"
+	"github.com/thrumhq/thrum/internal/gitwork"
 	"github.com/thrumhq/thrum/rpc"
 )
 
@@ -33,7 +38,7 @@ func startDaemon(t testing.TB) *daemon { return startDaemonIn(t, "") }
 func startDaemonIn(t testing.TB, repoDir string) *daemon {
 	t.Helper()
 	dir := t.TempDir()
-	n, err := thrum.Open(filepath.Join(dir, "log"), &thrum.Options{RepoDir: repoDir})
+	n, err := thrum.Open(context.Background(), filepath.Join(dir, "log"), &thrum.Options{WorkContext: gitwork.New(repoDir)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +109,7 @@ func TestGroupsByOwner(t *testing.T) {
 	if _, err := u.CreateGroup(ctx, &rpc.CreateGroupParams{Name: "backend"}); err != nil {
 		t.Fatalf("create on the socket without identity: %v", err)
 	}
-	if _, err := u.AddGroupMember(ctx, &rpc.GroupMemberParams{Group: "backend", MemberType: rpc.MemberRole, MemberID: "reviewer"}); err != nil {
+	if _, err := u.AddGroupMember(ctx, &rpc.GroupMembership{Group: "backend", MemberType: rpc.MemberRole, MemberID: "reviewer"}); err != nil {
 		t.Fatalf("add on the socket without identity: %v", err)
 	}
 	info, err := u.GroupInfo(ctx, &rpc.GroupInfoParams{Name: "backend"})
@@ -122,7 +127,7 @@ func TestGroupsByOwner(t *testing.T) {
 	wantCode(t, err, rpc.CodeUnauthenticated, "call auth")
 	_, err = w.DeleteGroup(ctx, &rpc.DeleteGroupParams{Name: "backend"})
 	wantCode(t, err, rpc.CodeUnauthenticated, "call auth")
-	_, err = w.AddGroupMember(ctx, &rpc.GroupMemberParams{Group: "backend", MemberType: rpc.MemberAgent, MemberID: "alice"})
+	_, err = w.AddGroupMember(ctx, &rpc.GroupMembership{Group: "backend", MemberType: rpc.MemberAgent, MemberID: "alice"})
 	wantCode(t, err, rpc.CodeUnauthenticated, "call auth")
 	if _, err := w.Auth(ctx, &rpc.AuthParams{Token: d.tokens["alice"]}); err != nil {
 		t.Fatal(err)
@@ -291,13 +296,13 @@ func TestPushOnBothTransports(t *testing.T) {
 	if _, err := w.Auth(ctx, &rpc.AuthParams{Token: d.tokens["bob"]}); err != nil {
 		t.Fatal(err)
 	}
-	subW, err := w.Subscribe(ctx, &rpc.SubscribeParams{Scope: &rpc.Scope{Type: "module", Value: "auth"}})
+	subW, err := w.Subscribe(ctx, &rpc.SubscribeParams{Scope: &rpc.Pair{Type: "module", Value: "auth"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	a := d.unix(t, nil)
 	a.Auth(ctx, &rpc.AuthParams{AgentID: "alice"})
-	sent, err := a.SendMessage(ctx, &rpc.SendMessageParams{Content: "review please", Mentions: []string{"@reviewer"}, Scopes: []rpc.Scope{{Type: "module", Value: "auth"}}})
+	sent, err := a.SendMessage(ctx, &rpc.SendMessageParams{Content: "review please", Mentions: []string{"@reviewer"}, Scopes: []rpc.Pair{{Type: "module", Value: "auth"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -364,4 +369,67 @@ func TestDialInProcess(t *testing.T) {
 	if !errors.Is(err, thrum.ErrNotFound) {
 		t.Fatalf("error code lost over the pipe: %v", err)
 	}
+}
+
+// TestRPCServerMethodsAreFixed: an RPCServer exposes the net/http shape
+// and nothing that could add, replace or remove one of its methods (the
+// engine's Handle is not reachable), and sync.status and sync.force exist
+// exactly when RPCOptions.Sync is given, behind the same access policy as
+// the other methods.
+func TestRPCServerMethodsAreFixed(t *testing.T) {
+	var got []string
+	typ := reflect.TypeOf(&thrum.RPCServer{})
+	for i := range typ.NumMethod() {
+		got = append(got, typ.Method(i).Name)
+	}
+	if want := []string{"Close", "Serve", "ServeConn", "ServeHTTP", "Shutdown"}; !slices.Equal(got, want) {
+		t.Fatalf("RPCServer's methods are %v, want %v", got, want)
+	}
+
+	f := newFixture(t, nil)
+	ctx := context.Background()
+	sy := &fakeSyncer{}
+	srv := f.n.RPCServer(&thrum.RPCOptions{Sync: sy})
+	hs := httptest.NewServer(srv)
+	a, b := net.Pipe()
+	done := make(chan struct{})
+	go func() { defer close(done); srv.ServeConn(ctx, a) }()
+	t.Cleanup(func() { srv.Close(); hs.Close(); <-done })
+
+	c := rpc.NewClient(b, nil)
+	defer c.Close()
+	st, err := c.SyncStatus(ctx, &rpc.SyncStatusParams{})
+	if err != nil || st.SyncState != "synced" || !st.Running {
+		t.Fatalf("sync.status with a Syncer: %+v, %v", st, err)
+	}
+	if err := c.Call(ctx, rpc.MethodSyncForce, nil, nil); err != nil {
+		t.Fatalf("sync.force from the owner: %v", err)
+	}
+	if sy.forced.Load() != 1 {
+		t.Fatalf("sync.force reached the Syncer %d times, want 1", sy.forced.Load())
+	}
+
+	ws, err := rpc.DialWebSocket(ctx, "ws"+strings.TrimPrefix(hs.URL, "http")+"/ws", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.Close()
+	_, err = ws.SyncForce(ctx, &rpc.SyncForceParams{})
+	wantCode(t, err, rpc.CodeUnauthenticated, "needs a credential")
+	if sy.forced.Load() != 1 {
+		t.Fatal("an anonymous WebSocket forced a sync")
+	}
+}
+
+// fakeSyncer stands in for gitsync behind RPCOptions.Sync; the real one
+// is driven end to end by cmd/thrum's TestSyncEndToEnd.
+type fakeSyncer struct{ forced atomic.Int32 }
+
+func (s *fakeSyncer) SyncStatus(context.Context, *rpc.SyncStatusParams) (*rpc.SyncStatusResult, error) {
+	return &rpc.SyncStatusResult{Running: true, SyncState: "synced"}, nil
+}
+
+func (s *fakeSyncer) SyncForce(context.Context, *rpc.SyncForceParams) (*rpc.SyncForceResult, error) {
+	s.forced.Add(1)
+	return &rpc.SyncForceResult{Triggered: true, SyncState: "synced"}, nil
 }

@@ -476,7 +476,7 @@ func TestSecurityOversizeWebSocketFrame(t *testing.T) {
 
 	// Exactly at the limit: still served.
 	ws := dialRawWS(t, d.wsURL)
-	if err := ws.send(paddedHealth(rpc.DefaultMaxLineBytes)); err != nil {
+	if err := ws.send(paddedHealth(thrum.DefaultMaxRequestBytes)); err != nil {
 		t.Fatal(err)
 	}
 	b, err := ws.readReply()
@@ -489,7 +489,7 @@ func TestSecurityOversizeWebSocketFrame(t *testing.T) {
 
 	// One byte over: closed with 1009, no reply.
 	errc := make(chan error, 1)
-	go func() { errc <- ws.send(paddedHealth(rpc.DefaultMaxLineBytes + 1)) }()
+	go func() { errc <- ws.send(paddedHealth(thrum.DefaultMaxRequestBytes + 1)) }()
 	_, err = ws.readReply()
 	var closed *wsClosed
 	if !errors.As(err, &closed) || closed.code != wsStatusMessageBig {
@@ -502,7 +502,7 @@ func TestSecurityOversizeWebSocketFrame(t *testing.T) {
 	// as the limit is passed, not after buffering it all.
 	ws = dialRawWS(t, d.wsURL)
 	go func() {
-		big := make([]byte, 8*rpc.DefaultMaxLineBytes)
+		big := make([]byte, 8*thrum.DefaultMaxRequestBytes)
 		errc <- ws.send(big)
 	}()
 	_, err = ws.readReply()
@@ -520,7 +520,7 @@ func TestSecurityOversizeUnixLine(t *testing.T) {
 
 	// Exactly at the limit: still served.
 	c := dialRawUnix(t, d.sock)
-	if err := c.send(paddedHealth(rpc.DefaultMaxLineBytes)); err != nil {
+	if err := c.send(paddedHealth(thrum.DefaultMaxRequestBytes)); err != nil {
 		t.Fatal(err)
 	}
 	b, err := c.readReply()
@@ -533,12 +533,12 @@ func TestSecurityOversizeUnixLine(t *testing.T) {
 
 	// One byte over: an error reply naming the limit, then close.
 	errc := make(chan error, 1)
-	go func() { errc <- c.send(paddedHealth(rpc.DefaultMaxLineBytes + 1)) }()
+	go func() { errc <- c.send(paddedHealth(thrum.DefaultMaxRequestBytes + 1)) }()
 	b, err = c.readReply()
 	if err != nil {
 		t.Fatalf("no reply to an oversize line: %v", err)
 	}
-	r := wantErrorReply(t, b, rpc.CodeInvalidRequest, "request too large: limit is "+strconv.Itoa(rpc.DefaultMaxLineBytes))
+	r := wantErrorReply(t, b, rpc.CodeInvalidRequest, "request too large: limit is "+strconv.Itoa(thrum.DefaultMaxRequestBytes))
 	if string(r.ID) != "null" {
 		t.Fatalf("oversize reply id %s, want null", r.ID)
 	}
@@ -548,7 +548,7 @@ func TestSecurityOversizeUnixLine(t *testing.T) {
 	// Through the typed client: the call fails with the server's reason.
 	cl := d.unix(t, nil)
 	err = cl.Call(context.Background(), rpc.MethodMessageSend, map[string]any{
-		"caller_agent_id": "alice", "content": strings.Repeat("x", rpc.DefaultMaxLineBytes),
+		"caller_agent_id": "alice", "content": strings.Repeat("x", thrum.DefaultMaxRequestBytes),
 	}, nil)
 	if !errors.Is(err, rpc.ErrConnClosed) || !errors.Is(err, rpc.ErrInvalidRequest) || !strings.Contains(err.Error(), "request too large") {
 		t.Fatalf("oversize call: %v, want the connection closed with the server's reason", err)
@@ -694,7 +694,7 @@ func TestSecuritySecondDaemon(t *testing.T) {
 	dataDir := filepath.Join(filepath.Dir(filepath.Dir(d.sock)), "log")
 
 	t.Run("Open of a data dir in use", func(t *testing.T) {
-		n2, err := thrum.Open(dataDir, nil)
+		n2, err := thrum.Open(context.Background(), dataDir, nil)
 		if err == nil {
 			n2.Close()
 			t.Fatal("a second Open of the same data directory succeeded")
@@ -714,17 +714,17 @@ func TestSecuritySecondDaemon(t *testing.T) {
 
 	t.Run("Open after Close", func(t *testing.T) {
 		dir := t.TempDir()
-		n1, err := thrum.Open(dir, nil)
+		n1, err := thrum.Open(context.Background(), dir, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := thrum.Open(dir, nil); !errors.Is(err, thrum.ErrLocked) {
+		if _, err := thrum.Open(context.Background(), dir, nil); !errors.Is(err, thrum.ErrLocked) {
 			t.Fatalf("second Open: %v, want ErrLocked", err)
 		}
 		if err := n1.Close(); err != nil {
 			t.Fatal(err)
 		}
-		n2, err := thrum.Open(dir, nil)
+		n2, err := thrum.Open(context.Background(), dir, nil)
 		if err != nil {
 			t.Fatalf("Open after the holder closed: %v", err)
 		}
@@ -795,7 +795,7 @@ func TestSecuritySecondDaemon(t *testing.T) {
 		go func() { done <- srv.Serve(l) }()
 		defer func() {
 			srv.Close()
-			if err := <-done; !errors.Is(err, rpc.ErrServerClosed) {
+			if err := <-done; !errors.Is(err, thrum.ErrServerClosed) {
 				t.Errorf("Serve: %v", err)
 			}
 		}()
@@ -818,7 +818,7 @@ func TestSecuritySecondDaemon(t *testing.T) {
 // and WebSocket.
 func capServer(t *testing.T, d *daemon, max int) (sock, wsURL string) {
 	t.Helper()
-	srv := d.n.RPCServer(&thrum.RPCOptions{OwnerSecret: d.secret, Server: rpc.ServerOptions{MaxConns: max, MaxUnauthConns: max}})
+	srv := d.n.RPCServer(&thrum.RPCOptions{OwnerSecret: d.secret, MaxConns: max, MaxUnauthConns: max})
 	sock = filepath.Join(t.TempDir(), "cap.sock")
 	l, err := thrum.ListenUnix(sock)
 	if err != nil {

@@ -2,7 +2,6 @@ package thrum
 
 import (
 	"context"
-	"sort"
 
 	"github.com/thrumhq/thrum/eventlog"
 	"github.com/thrumhq/thrum/identity"
@@ -14,17 +13,9 @@ import (
 // heartbeat of such a session extracts the git work context there.
 const RefWorktree = "worktree"
 
-func sortStrings(s []string) { sort.Strings(s) }
-
-// pairLike is a {type, value} struct: rpc.Scope, rpc.Ref, eventlog.Pair.
-type pairLike interface {
-	~struct {
-		Type  string `json:"type"`
-		Value string `json:"value"`
-	}
-}
-
-func toPairs[T pairLike](in []T) []eventlog.Pair {
+// toPairs converts a caller's scopes or refs to the one pair type below
+// the wire as they enter the node.
+func toPairs(in []rpc.Pair) []eventlog.Pair {
 	out := make([]eventlog.Pair, 0, len(in))
 	for _, p := range in {
 		out = append(out, eventlog.Pair(p))
@@ -33,12 +24,11 @@ func toPairs[T pairLike](in []T) []eventlog.Pair {
 }
 
 // checkPairs validates scopes or refs given by a caller.
-func checkPairs[T pairLike](what string, in []T) error {
+func checkPairs(what string, in []rpc.Pair) error {
 	if len(in) > maxPairs {
 		return tooLarge("too many %s: at most %d", what, maxPairs)
 	}
-	for _, x := range in {
-		p := eventlog.Pair(x)
+	for _, p := range in {
 		if p.Type == "" || p.Value == "" {
 			return invalid("each of %s needs a type and a value, as {\"type\":\"module\",\"value\":\"auth\"}", what)
 		}
@@ -62,11 +52,11 @@ func (n *Node) StartSession(ctx context.Context, p *rpc.StartSessionParams) (*rp
 		return nil, invalid("agent_id is required")
 	}
 	id := identity.NormalizeAgentID(p.AgentID)
-	if a, ok := n.dirc.agent(id); !ok || a.Kind != KindAgent {
+	if a, ok := n.dirc.Agent(id); !ok || a.Kind != KindAgent {
 		return nil, notFound("agent not found: %s is not registered", id)
 	}
 	if c, ok := CallerFrom(ctx); ok && identity.NormalizeAgentID(c.AgentID) != id {
-		if a, _ := n.dirc.agent(identity.NormalizeAgentID(c.AgentID)); a.Kind != KindUser {
+		if a, _ := n.dirc.Agent(identity.NormalizeAgentID(c.AgentID)); a.Kind != KindUser {
 			return nil, forbidden("%s may not start a session for %s", c.AgentID, id)
 		}
 	}
@@ -78,7 +68,7 @@ func (n *Node) StartSession(ctx context.Context, p *rpc.StartSessionParams) (*rp
 	}
 	n.ctlMu.Lock()
 	defer n.ctlMu.Unlock()
-	if a, ok := n.dirc.agent(id); !ok || a.Kind != KindAgent {
+	if a, ok := n.dirc.Agent(id); !ok || a.Kind != KindAgent {
 		return nil, notFound("agent not found: %s is not registered", id)
 	}
 	open, err := n.store.Sessions(ctx, id, true)
@@ -114,7 +104,7 @@ func (n *Node) openSession(ctx context.Context, id string) (*store.Session, erro
 		return nil, internal("get session", err)
 	}
 	if c, ok := CallerFrom(ctx); ok && identity.NormalizeAgentID(c.AgentID) != s.AgentID {
-		if a, _ := n.dirc.agent(identity.NormalizeAgentID(c.AgentID)); a.Kind != KindUser {
+		if a, _ := n.dirc.Agent(identity.NormalizeAgentID(c.AgentID)); a.Kind != KindUser {
 			return nil, forbidden("session %s belongs to %s", id, s.AgentID)
 		}
 	}
@@ -174,11 +164,9 @@ func (n *Node) Heartbeat(ctx context.Context, p *rpc.HeartbeatParams) (*rpc.Hear
 		AddRefs: toPairs(p.AddRefs), RemoveRefs: toPairs(p.RemoveRefs),
 	}}
 	evs := []*eventlog.Event{hb}
-	if wt, own := n.ownWorktree(ctx, n.worktreeOf(ctx, s.SessionID, p)); own {
-		if wc, ok := gitContext(ctx, wt); ok {
-			wc.SessionID, wc.AgentID = s.SessionID, s.AgentID
-			evs = append(evs, &eventlog.Event{Type: eventlog.TypeSessionContext, Payload: wc})
-		}
+	if wc, ok := n.workContext(ctx, n.worktreeOf(ctx, s.SessionID, p)); ok {
+		wc.SessionID, wc.AgentID = s.SessionID, s.AgentID
+		evs = append(evs, &eventlog.Event{Type: eventlog.TypeSessionContext, Payload: wc})
 	}
 	if err := n.append(ctx, evs...); err != nil {
 		return nil, err

@@ -1,7 +1,6 @@
 package thrum
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -26,47 +25,11 @@ import (
 // applies the pending events as soon as the projection accepts them (when
 // space returns on a full disk), and writes resume by themselves.
 
-// faultState is the node's record of storage failures.
+// faultState is the node's record of a failed log write (the projector
+// keeps the events that failed to apply).
 type faultState struct {
-	pending  []*eventlog.Event // durable, not applied, in log order; guarded by applyMu
-	applyErr error             // why pending is not applied; guarded by applyMu
-
-	writeErr error     // the last failed log write, until one succeeds; guarded by mu
+	writeErr error     // the last failed log write, until one succeeds; guarded by faultMu
 	writeAt  time.Time // when it failed
-}
-
-// onCommit runs on the log's committer for each durable batch, in log
-// order: it applies the pending events and the batch, then publishes.
-func (n *Node) onCommit(batch []*eventlog.Event) error {
-	n.applyMu.Lock()
-	defer n.applyMu.Unlock()
-	evs := batch
-	if len(n.fault.pending) > 0 {
-		evs = append(n.fault.pending, batch...)
-	}
-	keep := func() []*eventlog.Event { // the log reuses batch's array after we return
-		if len(n.fault.pending) > 0 {
-			return evs
-		}
-		return append([]*eventlog.Event(nil), batch...)
-	}
-	if err := n.store.Apply(context.Background(), evs); err != nil {
-		n.fault.pending, n.fault.applyErr = keep(), err
-		n.behind.Store(true)
-		if n.opts.Logger != nil {
-			n.opts.Logger.Error("thrum: the projection failed to apply committed events; they are safe in the log, and writes are refused until a retry applies them",
-				"events", len(evs), "err", err)
-		}
-		select {
-		case n.kick <- struct{}{}:
-		default:
-		}
-		return n.applyFailure(err)
-	}
-	n.fault.pending, n.fault.applyErr = nil, nil
-	n.behind.Store(false)
-	n.published(evs)
-	return nil
 }
 
 // retryLoop applies pending events after an apply failure, and probes the
@@ -78,7 +41,7 @@ func (n *Node) retryLoop() {
 		select {
 		case <-n.quit:
 			return
-		case <-n.kick:
+		case <-n.proj.kick:
 		}
 		for delay := 50 * time.Millisecond; ; delay = min(2*delay, 2*time.Second) {
 			select {
@@ -86,48 +49,20 @@ func (n *Node) retryLoop() {
 				return
 			case <-time.After(delay):
 			}
-			if n.retryPending() && n.probeWrite() {
+			if n.proj.retry() && n.probeWrite() {
 				break
 			}
 		}
 	}
 }
 
-// retryPending tries once to apply the pending events; it reports whether
-// none are left.
-func (n *Node) retryPending() bool {
-	n.applyMu.Lock()
-	defer n.applyMu.Unlock()
-	if len(n.fault.pending) == 0 {
-		return true
-	}
-	evs := n.fault.pending
-	if err := n.store.Apply(context.Background(), evs); err != nil {
-		n.fault.applyErr = err
-		return false
-	}
-	if n.opts.Logger != nil {
-		n.opts.Logger.Info("thrum: applied the events that had failed to apply; writes resume", "events", len(evs))
-	}
-	n.fault.pending, n.fault.applyErr = nil, nil
-	n.behind.Store(false)
-	n.published(evs)
-	return true
-}
-
 // refuseWrites returns the error a write gets while the projection is
 // behind the log.
 func (n *Node) refuseWrites() error {
-	if !n.behind.Load() {
-		return nil
+	if _, err := n.proj.failure(); err != nil {
+		return n.applyFailure(err)
 	}
-	n.applyMu.Lock()
-	err := n.fault.applyErr
-	n.applyMu.Unlock()
-	if err == nil {
-		return nil
-	}
-	return n.applyFailure(err)
+	return nil
 }
 
 // applyFailure is the error of a write whose batch, or an earlier one,
@@ -149,7 +84,7 @@ func (n *Node) writeFailure(err error) error {
 	n.fault.writeErr, n.fault.writeAt = err, n.now()
 	n.faultMu.Unlock()
 	select {
-	case n.kick <- struct{}{}:
+	case n.proj.kick <- struct{}{}:
 	default:
 	}
 	if isDiskFull(err) {
@@ -211,17 +146,12 @@ func (n *Node) writeSucceeded() {
 // problems describes what makes the node degraded now, for health.
 func (n *Node) problems() []string {
 	var out []string
-	if n.behind.Load() {
-		n.applyMu.Lock()
-		k, err := len(n.fault.pending), n.fault.applyErr
-		n.applyMu.Unlock()
-		if err != nil {
-			what := "the projection cannot apply them"
-			if isDiskFull(err) {
-				what = "disk full at " + n.opts.DBPath
-			}
-			out = append(out, fmt.Sprintf("%d committed event(s) not yet in the projection (%s: %v): writes are refused until a retry applies them", k, what, err))
+	if k, err := n.proj.failure(); err != nil {
+		what := "the projection cannot apply them"
+		if isDiskFull(err) {
+			what = "disk full at " + n.opts.DBPath
 		}
+		out = append(out, fmt.Sprintf("%d committed event(s) not yet in the projection (%s: %v): writes are refused until a retry applies them", k, what, err))
 	}
 	n.faultMu.Lock()
 	werr, at := n.fault.writeErr, n.fault.writeAt

@@ -69,7 +69,7 @@ func TestStorageFaultsKeepProjectionEqualToLog(t *testing.T) {
 	disk := newFaultyDisk(t, dir, seed)
 	open := func() *thrum.Node {
 		t.Helper()
-		n, err := thrum.Open(dir, &thrum.Options{NoSync: true})
+		n, err := thrum.Open(context.Background(), dir, &thrum.Options{NoSync: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -185,9 +185,9 @@ func TestStorageFaultsKeepProjectionEqualToLog(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rebuilt.Close()
-	live, want := dumpProjection(t, n.Projector()), dumpProjection(t, rebuilt)
+	live, want := dumpProjection(t, n.Store()), dumpProjection(t, rebuilt)
 	if d := diffDumps(live, want); d != "" {
-		pos, _ := n.Projector().Positions(ctx)
+		pos, _ := n.Store().Positions(ctx)
 		_, _ = n.EventLog().Scan(ctx, nil, func(e *eventlog.Event) error {
 			if e.Type == eventlog.TypeMessageCreate && !strings.Contains(strings.Join(live["messages"], " "), messageIDOf(e.Raw)) {
 				t.Logf("missing %s %s off %d; checkpoint %d", messageIDOf(e.Raw), e.Shard, e.Offset, pos[eventlog.ShardPath(e.Shard)])
@@ -228,7 +228,7 @@ func waitHealthy(t *testing.T, n *thrum.Node) {
 func TestDiskFullIsReportedAndResolvesItself(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	n, err := thrum.Open(dir, &thrum.Options{NoSync: true})
+	n, err := thrum.Open(context.Background(), dir, &thrum.Options{NoSync: true})
 	if err != nil {
 		t.Fatal(err)
 	}

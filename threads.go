@@ -27,7 +27,7 @@ func (n *Node) CreateThread(ctx context.Context, p *rpc.CreateThreadParams) (*rp
 	if err != nil {
 		return nil, err
 	}
-	if _, ok := n.dirc.agent(me); !ok {
+	if _, ok := n.dirc.Agent(me); !ok {
 		return nil, notRegistered("agent %q is not registered", me)
 	}
 	if p.IdempotencyKey != "" {
@@ -80,9 +80,9 @@ func (n *Node) ListThreads(ctx context.Context, p *rpc.ListThreadsParams) (*rpc.
 	if err != nil {
 		return nil, err
 	}
-	var scope *store.Pair
+	var scope *eventlog.Pair
 	if p.Scope != nil {
-		scope = &store.Pair{Type: p.Scope.Type, Value: p.Scope.Value}
+		scope = &eventlog.Pair{Type: p.Scope.Type, Value: p.Scope.Value}
 	}
 	ts, total, err := n.store.Threads(ctx, scope, reader, size, offset)
 	if err != nil {
@@ -93,10 +93,7 @@ func (n *Node) ListThreads(ctx context.Context, p *rpc.ListThreadsParams) (*rpc.
 		s := rpc.ThreadSummary{
 			ThreadID: t.ThreadID, Title: t.Title, MessageCount: t.MessageCount, UnreadCount: t.UnreadCount,
 			LastActivity: t.LastActivity, LastSender: t.LastSender, CreatedBy: t.CreatedBy, CreatedAt: t.CreatedAt,
-		}
-		if t.Preview.Valid {
-			pv := t.Preview.String
-			s.Preview = &pv
+			Preview: t.Preview,
 		}
 		out.Threads = append(out.Threads, s)
 	}

@@ -4,15 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/thrumhq/thrum/eventlog"
+	"github.com/thrumhq/thrum/internal/directory"
+	"github.com/thrumhq/thrum/internal/dirlock"
+	"github.com/thrumhq/thrum/internal/msgindex"
 	"github.com/thrumhq/thrum/rpc"
 	"github.com/thrumhq/thrum/store"
 )
@@ -23,8 +26,8 @@ const Version = "0.1.0"
 // Defaults of Options.
 const (
 	DefaultMaxContentBytes  = 256 << 10 // message content
-	DefaultSubscriberQueue  = 1024      // notifications buffered per Listener
-	DefaultMaxSubscriptions = 256       // per Listener
+	DefaultSubscriberQueue  = 1024      // notifications buffered per Subscription
+	DefaultMaxSubscriptions = 256       // per Subscription
 	DefaultActiveWindow     = 2 * time.Minute
 	DefaultDBName           = "messages.db"
 	DefaultCleanupDays      = 30
@@ -45,11 +48,13 @@ type Options struct {
 	// agent IDs). Default empty.
 	RepoID string
 
-	// RepoDir is the git working tree that user.identify reads git config
-	// from; the node runs git only in the worktrees of its repository (`git
-	// worktree list`), never in another path a caller names. Default: the
-	// current directory.
-	RepoDir string
+	// WorkContext, if set, supplies the git work context: the user for
+	// user.identify, and the context a heartbeat records for a session's
+	// worktree, asked only about the worktrees of the node's repository
+	// (WorkContext.Worktrees), never another path a caller names. The
+	// library never runs git itself. Default: none (user.identify finds
+	// no user, heartbeats record no context).
+	WorkContext WorkContext
 
 	// IdentityDir is where identity files live (.thrum/identities).
 	// agent.delete removes the agent's file from it, and agent.cleanup
@@ -69,12 +74,13 @@ type Options struct {
 	// DefaultMaxContentBytes.
 	MaxContentBytes int
 
-	// SubscriberQueue is the notification buffer of a Listener; a listener
-	// whose buffer is full is closed rather than slowing writers. Default
-	// DefaultSubscriberQueue.
+	// SubscriberQueue is the notification queue of a Subscription made by
+	// Listen; a Subscription whose queue is full is closed rather than
+	// slowing writers. Default DefaultSubscriberQueue.
 	SubscriberQueue int
 
-	// MaxSubscriptions caps the subscriptions of one Listener. Default
+	// MaxSubscriptions caps the filters (Subscribe calls) of one
+	// Subscription. Default
 	// DefaultMaxSubscriptions.
 	MaxSubscriptions int
 
@@ -109,26 +115,28 @@ type Options struct {
 	Now func() time.Time
 }
 
-// Node is an open thrum data directory: the event log, its SQLite
-// projection and the notifier, with every domain operation as a method.
-// All methods may be called concurrently. Operations that act as "the
-// current agent" take the caller from ctx (see WithCaller).
+// Node is an open thrum data directory: the event log, the projector of
+// its read models and the notifier, with every domain operation as a
+// method. All methods may be called concurrently. Operations that act as
+// "the current agent" take the caller from ctx (see WithCaller).
 type Node struct {
 	dir     string
 	opts    Options
 	log     *eventlog.Log
-	store   *store.Store
-	lock    *os.File
+	proj    *Projector
+	store   *store.Store         // proj's
+	dirc    *directory.Directory // proj's: agents and groups in memory, for addressing
+	idx     *msgindex.Index      // proj's: messages in memory, for listing
+	lock    io.Closer            // the data directory's flock, if Open took it
 	started time.Time
 
 	ctlMu sync.Mutex // serializes check-then-write operations on agents, sessions and groups
 	keys  keyLocks   // serialize calls with the same idempotency key
-	dirc  directory  // agents and groups in memory, for addressing
 	subs  notifier
 
 	worktrees worktreeCache
-	idx       *msgIndex      // messages in memory, for listing
-	bg        sync.WaitGroup // the index build
+	bg        sync.WaitGroup     // the index build
+	stopBg    context.CancelFunc // cancels it
 
 	claims readClaims // arbitrates message.markRead (claims.go)
 
@@ -144,14 +152,11 @@ type Node struct {
 	seen     map[string]string
 	seenTime time.Time
 
-	// Storage faults (storage.go): applyMu serializes applying batches;
-	// behind is set while committed events wait to be applied; retryLoop
-	// retries them when kicked, until quit.
-	applyMu   sync.Mutex
+	// Storage faults (storage.go): a failed log write, until one
+	// succeeds; retryLoop retries the projector's pending events and
+	// probes the log's disk when kicked, until quit.
 	faultMu   sync.Mutex
 	fault     faultState
-	behind    atomic.Bool
-	kick      chan struct{}
 	quit      chan struct{}
 	retryDone chan struct{}
 
@@ -159,39 +164,24 @@ type Node struct {
 	closeErr  error
 }
 
-// Open opens the data directory dir (creating it if needed): the event log
-// in dir, the projection at opts.DBPath. Any log tail past the
-// projection's checkpoint is applied before Open returns, and a torn final
-// line is repaired (see Repairs).
-func Open(dir string, opts *Options) (*Node, error) {
-	n := &Node{dir: dir, started: time.Now(), sessCache: map[string]*store.Session{}, idx: newMsgIndex()}
+// Open opens the data directory dir (creating it if needed) and takes
+// its lock (ErrLocked if another process has it): the event log in dir,
+// the SQLite store at opts.DBPath, and a Projector over the store. It is
+// New over parts made with the defaults. Any log tail past the store's
+// checkpoint is applied before Open returns (ctx bounds that replay), and
+// a torn final line is repaired (see Repairs).
+func Open(ctx context.Context, dir string, opts *Options) (*Node, error) {
+	var o Options
 	if opts != nil {
-		n.opts = *opts
+		o = *opts
 	}
-	o := &n.opts
 	if o.DBPath == "" {
 		o.DBPath = filepath.Join(dir, DefaultDBName)
 	}
-	if o.MaxContentBytes <= 0 {
-		o.MaxContentBytes = DefaultMaxContentBytes
-	}
-	if o.SubscriberQueue <= 0 {
-		o.SubscriberQueue = DefaultSubscriberQueue
-	}
-	if o.MaxSubscriptions <= 0 {
-		o.MaxSubscriptions = DefaultMaxSubscriptions
-	}
-	if o.Now == nil {
-		o.Now = time.Now
-	}
-	if o.RefreshTimeout <= 0 {
-		o.RefreshTimeout = DefaultRefreshTimeout
-	}
-	lock, err := lockDir(dir)
+	lock, err := dirlock.Lock(dir)
 	if err != nil {
 		return nil, err
 	}
-	n.lock = lock
 	if err := os.MkdirAll(filepath.Dir(o.DBPath), 0o755); err != nil {
 		lock.Close()
 		return nil, fmt.Errorf("thrum: open: %w", err)
@@ -211,35 +201,86 @@ func Open(dir string, opts *Options) (*Node, error) {
 		lock.Close()
 		return nil, fmt.Errorf("thrum: open: %w", err)
 	}
-	n.store = st
-	n.subs.init(n)
-	n.keys.init()
-	n.kick, n.quit, n.retryDone = make(chan struct{}, 1), make(chan struct{}), make(chan struct{})
-	go n.retryLoop()
-	lg, err := eventlog.Open(dir, &eventlog.Options{Logger: o.Logger, OnCommit: n.onCommit, NoSync: o.NoSync})
+	p := NewProjector(st)
+	lg, err := eventlog.Open(dir, &eventlog.Options{Logger: o.Logger, OnCommit: p.Commit, NoSync: o.NoSync})
 	if err != nil {
-		close(n.quit)
-		<-n.retryDone
 		st.Close()
 		lock.Close()
 		return nil, fmt.Errorf("thrum: open: %w", err)
 	}
-	n.log = lg
-	ctx := context.Background()
-	if _, err := st.CatchUp(ctx, lg); err != nil {
+	n, err := newNode(ctx, lg, p, &o, lock)
+	if err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+// New returns a Node over its parts: lg, an open event log whose
+// eventlog.Options.OnCommit is p.Commit, and p, the Projector of an open
+// store (and of any projections an embedder adds). The node owns both
+// from here: Close closes them, and so does a failed New (unless p
+// already serves a node, which is an error). opts.DBPath is ignored (the
+// store's path is used). Unlike Open, New takes no lock on the data directory: the
+// caller keeps other processes from writing lg. The store catches up
+// with the log, and the extra projections replay it, before New returns.
+func New(ctx context.Context, lg *EventLog, p *Projector, opts *Options) (*Node, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	return newNode(ctx, lg, p, &o, nil)
+}
+
+// newNode assembles a node; on failure it closes lg, p's store and lock.
+func newNode(ctx context.Context, lg *eventlog.Log, p *Projector, opts *Options, lock io.Closer) (*Node, error) {
+	if p.n.Load() != nil {
+		return nil, errors.New("thrum: the projector already serves a node")
+	}
+	n := &Node{dir: lg.Dir(), opts: *opts, log: lg, proj: p, store: p.store, dirc: p.dirc, idx: p.idx, lock: lock,
+		started: time.Now(), sessCache: map[string]*store.Session{}}
+	o := &n.opts
+	o.DBPath = p.store.Path()
+	if o.MaxContentBytes <= 0 {
+		o.MaxContentBytes = DefaultMaxContentBytes
+	}
+	if o.SubscriberQueue <= 0 {
+		o.SubscriberQueue = DefaultSubscriberQueue
+	}
+	if o.MaxSubscriptions <= 0 {
+		o.MaxSubscriptions = DefaultMaxSubscriptions
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.RefreshTimeout <= 0 {
+		o.RefreshTimeout = DefaultRefreshTimeout
+	}
+	n.subs.init(n)
+	n.keys.init()
+	n.quit, n.retryDone = make(chan struct{}), make(chan struct{})
+	bg, stop := context.WithCancel(context.WithoutCancel(ctx))
+	n.stopBg = stop
+	go n.retryLoop()
+	p.n.Store(n)
+	if _, err := n.store.CatchUp(ctx, lg); err != nil {
 		n.Close()
 		return nil, fmt.Errorf("thrum: open: replay log: %w", err)
 	}
-	if err := n.dirc.reload(ctx, st); err != nil {
+	if err := p.replayExtra(ctx, lg); err != nil {
+		n.Close()
+		return nil, fmt.Errorf("thrum: open: replay log: %w", err)
+	}
+	if err := n.dirc.Reload(ctx, n.store); err != nil {
 		n.Close()
 		return nil, fmt.Errorf("thrum: open: %w", err)
 	}
 	// The message index builds in the background: Open (and a daemon's
-	// first health answer) need not wait for it; listings do.
+	// first health answer) need not wait for it; listings do. Close
+	// cancels it.
 	n.bg.Add(1)
 	go func() {
 		defer n.bg.Done()
-		n.idx.build(ctx, st)
+		n.idx.Build(bg, n.store)
 	}()
 	if err := n.ensureEveryone(ctx); err != nil {
 		n.Close()
@@ -249,10 +290,10 @@ func Open(dir string, opts *Options) (*Node, error) {
 }
 
 // EveryoneGroup is the built-in group that holds every agent.
-const EveryoneGroup = "everyone"
+const EveryoneGroup = "everyone" // internal/directory.Everyone too
 
 func (n *Node) ensureEveryone(ctx context.Context) error {
-	if n.dirc.hasGroup(EveryoneGroup) {
+	if n.dirc.HasGroup(EveryoneGroup) {
 		return nil
 	}
 	return n.append(ctx, &eventlog.Event{Type: eventlog.TypeGroupCreate, Payload: eventlog.GroupCreate{
@@ -260,15 +301,16 @@ func (n *Node) ensureEveryone(ctx context.Context) error {
 	}})
 }
 
-// Close stops the node: listeners are closed, the log and the projection
-// are closed. It is idempotent.
+// Close stops the node: subscriptions are closed, the index build is
+// cancelled, the log and the store are closed. It is idempotent.
 func (n *Node) Close() error {
 	n.closeOnce.Do(func() {
 		n.subs.closeAll()
+		n.stopBg()
 		n.bg.Wait()
 		close(n.quit)
 		<-n.retryDone
-		n.idx.close()
+		n.idx.Close()
 		var errs []error
 		if n.log != nil {
 			errs = append(errs, n.log.Close())
@@ -290,14 +332,17 @@ func (n *Node) Dir() string { return n.dir }
 // EventLog returns the node's event log, for inspection and replay.
 func (n *Node) EventLog() *EventLog { return n.log }
 
-// Projector returns the node's SQLite projection.
-func (n *Node) Projector() *Projector { return n.store }
-
-// EventLog is the append-only log of a node (package eventlog).
+// EventLog is the append-only log of a node, the source of truth: open
+// one with eventlog.Open, with its Options.OnCommit set to a Projector's
+// Commit, and hand both to New (Open does all three). It is package
+// eventlog's Log, named here as the first of the node's parts.
 type EventLog = eventlog.Log
 
-// Projector is the SQLite projection of a node (package store).
-type Projector = store.Store
+// Projector returns the node's projector.
+func (n *Node) Projector() *Projector { return n.proj }
+
+// Store returns the node's SQLite projection.
+func (n *Node) Store() *store.Store { return n.store }
 
 // Repairs reports the torn log tails that Open moved aside.
 func (n *Node) Repairs() []eventlog.Repair { return n.log.Repairs() }
@@ -306,7 +351,7 @@ func (n *Node) Repairs() []eventlog.Repair { return n.log.Repairs() }
 // be the live database) and returns it; the caller closes it. It is how a
 // projection is checked against the log, and the first step of replacing a
 // damaged one.
-func (n *Node) Rebuild(ctx context.Context, path string) (*Projector, error) {
+func (n *Node) Rebuild(ctx context.Context, path string) (*store.Store, error) {
 	if filepath.Clean(path) == filepath.Clean(n.opts.DBPath) {
 		return nil, errors.New("thrum: rebuild: path is the live projection")
 	}
@@ -314,7 +359,7 @@ func (n *Node) Rebuild(ctx context.Context, path string) (*Projector, error) {
 }
 
 // append commits events: durable in the log, applied to the projection,
-// published to listeners, all before it returns.
+// published to subscribers, all before it returns.
 // While committed events wait to be applied (storage.go), it refuses.
 func (n *Node) append(ctx context.Context, evs ...*eventlog.Event) error {
 	if err := n.refuseWrites(); err != nil {
@@ -323,7 +368,7 @@ func (n *Node) append(ctx context.Context, evs ...*eventlog.Event) error {
 	if err := n.log.Append(ctx, evs...); err != nil {
 		var re *rpc.Error
 		switch {
-		case errors.As(err, &re): // from onCommit: durable, not applied
+		case errors.As(err, &re): // from the projector: durable, not applied
 			return err
 		case errors.Is(err, eventlog.ErrClosed):
 			return rpc.Errorf(rpc.CodeUnavailable, "thrum is shutting down")
@@ -338,13 +383,10 @@ func (n *Node) append(ctx context.Context, evs ...*eventlog.Event) error {
 	return nil
 }
 
-// published runs after a batch is applied to the projection, in log
-// order: it updates the message index, refreshes the in-memory directory
-// if the batch touched agents or groups, and publishes messages to
-// listeners.
+// published runs after the projector applied a batch, in log order: it
+// drops the caches the batch made stale, publishes messages to
+// subscribers and signals a local commit.
 func (n *Node) published(batch []*eventlog.Event) {
-	ctx := context.Background()
-	n.idx.apply(batch)
 	reload, sessions := false, false
 	for _, e := range batch {
 		switch {
@@ -368,12 +410,7 @@ func (n *Node) published(batch []*eventlog.Event) {
 		clear(n.sessCache)
 		n.sessMu.Unlock()
 	}
-	if reload {
-		if err := n.dirc.reload(ctx, n.store); err != nil && n.opts.Logger != nil {
-			n.opts.Logger.Error("thrum: reload directory", "err", err)
-		}
-	}
-	n.subs.publish(ctx, batch)
+	n.subs.publish(context.Background(), batch)
 	if n.opts.OnLocalCommit != nil {
 		for _, e := range batch {
 			if !e.Imported() {

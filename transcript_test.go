@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/thrumhq/thrum/internal/jsonrpc"
 	"github.com/thrumhq/thrum/rpc"
 )
 
@@ -72,7 +73,7 @@ var update = flag.Bool("update", false, "rewrite the golden transcripts in testd
 
 const transcriptDir = "testdata/transcripts"
 
-var transcriptTransports = []string{rpc.TransportUnix, rpc.TransportWebSocket}
+var transcriptTransports = []string{jsonrpc.TransportUnix, jsonrpc.TransportWebSocket}
 
 type transcript struct {
 	About string `json:"about"`
@@ -194,7 +195,7 @@ func loadTranscript(t *testing.T, file string) *transcript {
 	}
 	for i, s := range tr.Steps {
 		switch s.Transport {
-		case "", rpc.TransportUnix, rpc.TransportWebSocket:
+		case "", jsonrpc.TransportUnix, jsonrpc.TransportWebSocket:
 		default:
 			t.Fatalf("%s %s: transport %q: use unix or websocket", file, transcriptStepName(i, s), s.Transport)
 		}
@@ -353,13 +354,13 @@ func (p *wsWire) close() { p.c.Close(websocket.StatusNormalClosure, "") }
 func dialWire(t *testing.T, d *daemon, transport string) wirePeer {
 	t.Helper()
 	switch transport {
-	case rpc.TransportUnix:
+	case jsonrpc.TransportUnix:
 		c, err := net.Dial("unix", d.sock)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return &unixWire{c: c, r: bufio.NewReader(c)}
-	case rpc.TransportWebSocket:
+	case jsonrpc.TransportWebSocket:
 		ctx, cancel := context.WithTimeout(context.Background(), transcriptWireTimeout)
 		defer cancel()
 		c, _, err := websocket.Dial(ctx, d.wsURL, nil)
@@ -419,7 +420,7 @@ func replayTranscript(t *testing.T, tr *transcript, transport string) []json.Raw
 			if anon == nil {
 				anon = []string{"raw", "fresh"}
 			}
-			if transport == rpc.TransportWebSocket && !slices.Contains(anon, name) {
+			if transport == jsonrpc.TransportWebSocket && !slices.Contains(anon, name) {
 				if err := p.send([]byte(`{"jsonrpc":"2.0","id":"owner","method":"auth","params":{"owner_secret":"` + d.secret + `"}}`)); err != nil {
 					t.Fatal(err)
 				}

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/thrumhq/thrum/eventlog"
+	"github.com/thrumhq/thrum/internal/dirlock"
 )
 
 // VerifyReport is what Verify found. A report without problems means every
@@ -51,14 +52,14 @@ func (p Problem) String() string {
 // Problems are reported in the VerifyReport; the error is for a check that
 // could not be done.
 func (n *Node) Verify(ctx context.Context) (*VerifyReport, error) {
-	n.applyMu.Lock()
-	defer n.applyMu.Unlock()
+	n.proj.mu.Lock() // writes wait: their batches cannot apply
+	defer n.proj.mu.Unlock()
 	rep := &VerifyReport{Problems: []Problem{}}
 	for _, r := range n.log.Repairs() {
 		rep.Repairs = append(rep.Repairs, r.String())
 	}
-	if k := len(n.fault.pending); k > 0 {
-		rep.Problems = append(rep.Problems, Problem{Message: fmt.Sprintf("%d committed event(s) wait to be applied to the projection (%v)", k, n.fault.applyErr)})
+	if k := len(n.proj.pending); k > 0 {
+		rep.Problems = append(rep.Problems, Problem{Message: fmt.Sprintf("%d committed event(s) wait to be applied to the projection (%v)", k, n.proj.applyErr)})
 	}
 	seen, bad, err := verifyLines(ctx, n.log, rep)
 	if err != nil {
@@ -176,7 +177,7 @@ func verifyLines(ctx context.Context, lg *eventlog.Log, rep *VerifyReport) (map[
 // parse, with its file and line, without the projection. Like Open, it
 // takes the directory's lock and moves torn final lines aside.
 func VerifyLog(ctx context.Context, dir string) (*VerifyReport, error) {
-	lock, err := lockDir(dir)
+	lock, err := dirlock.Lock(dir)
 	if err != nil {
 		return nil, err
 	}

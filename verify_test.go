@@ -18,7 +18,7 @@ import (
 func TestVerifyFindsWhatAStartDoesNot(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	n, err := thrum.Open(dir, &thrum.Options{NoSync: true})
+	n, err := thrum.Open(context.Background(), dir, &thrum.Options{NoSync: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +41,7 @@ func TestVerifyFindsWhatAStartDoesNot(t *testing.T) {
 		t.Fatal(err)
 	}
 	os.WriteFile(shard, []byte(strings.Replace(string(b), "hello two", "jello two", 1)), 0o644)
-	n, err = thrum.Open(dir, &thrum.Options{NoSync: true})
+	n, err = thrum.Open(context.Background(), dir, &thrum.Options{NoSync: true})
 	if err != nil {
 		t.Fatalf("a same-length overwrite before the checkpoint stopped the start: %v", err)
 	}
@@ -60,7 +60,7 @@ func TestVerifyFindsWhatAStartDoesNot(t *testing.T) {
 
 	lines := strings.SplitAfter(string(b), "\n")
 	os.WriteFile(shard, []byte(lines[0]+"garbage\n"+strings.Join(lines[1:], "")), 0o644)
-	_, err = thrum.Open(dir, &thrum.Options{NoSync: true})
+	_, err = thrum.Open(context.Background(), dir, &thrum.Options{NoSync: true})
 	if err == nil || !strings.Contains(err.Error(), "messages/alice.jsonl:2:") {
 		t.Fatalf("start with a garbage line 2 = %v, want it named", err)
 	}

@@ -23,9 +23,10 @@ func ParseTime(s string) (time.Time, error) { return time.Parse(time.RFC3339Nano
 //
 //	{"event_id":"01J…","type":"message.create","timestamp":"…",<payload fields>}
 //
-// To append, set Type, Shard and Payload; Append fills ID and Time. Events
-// read back by Scan carry Raw (the whole line) instead of Payload; Decode
-// unmarshals it into a payload struct.
+// To append, set Type, Shard and Payload; Append fills ID and Time. The
+// events that Scan reads and that OnCommit receives carry Raw (the whole
+// line) instead of Payload; for the known types the log has decoded Raw
+// once into the type's payload struct, which PayloadAs returns.
 type Event struct {
 	ID    string    // ULID; assigned by Append when empty
 	Type  string    // e.g. TypeMessageCreate
@@ -33,18 +34,15 @@ type Event struct {
 	Shard string    // "" for events.jsonl, else the agent whose messages/<Shard>.jsonl holds it
 
 	Payload any    // appended: marshalled as the payload fields (a struct or pointer to one)
-	Raw     []byte // scanned: the line without its newline
+	Raw     []byte // committed or scanned: the line without its newline
 
 	// Offset is the byte offset just past this event's line in its shard
 	// file, set by Append and Scan: a projection records it as its
 	// checkpoint.
 	Offset int64
 
-	// Decoded, if set, is the payload already decoded from Raw into its
-	// typed struct (a cache for replay; see store.Predecode).
-	Decoded any
-
 	imported bool // Raw is written as is (Import)
+	decoded  any  // the payload struct decoded from Raw once (decodePayload), or nil
 }
 
 // Decode unmarshals the event's payload fields into v. Events appended
@@ -59,6 +57,32 @@ func (e *Event) Decode(v any) error {
 		return json.Unmarshal(b, v)
 	}
 	return json.Unmarshal(e.Raw, v)
+}
+
+// decodePayload decodes Raw once, for the known types, for PayloadAs. A
+// payload that does not decode is left for PayloadAs to report.
+func (e *Event) decodePayload() {
+	if e.decoded != nil || e.Raw == nil {
+		return
+	}
+	if dec := decoders[e.Type]; dec != nil {
+		if p, err := dec(e.Raw); err == nil {
+			e.decoded = p
+		}
+	}
+}
+
+// PayloadAs returns the event's payload as T, its type's payload struct:
+// the value decoded once from the line when the log committed or scanned
+// the event, or else decoded now (reporting the error of a payload that
+// does not decode).
+func PayloadAs[T any](e *Event) (T, error) {
+	if p, ok := e.decoded.(T); ok {
+		return p, nil
+	}
+	var p T
+	err := e.Decode(&p)
+	return p, err
 }
 
 // Imported reports whether the event came from another log through

@@ -340,6 +340,9 @@ func (l *Log) applyLoop(done chan struct{}) {
 		}
 		var cerr error
 		if l.opts.OnCommit != nil && len(evs) > 0 {
+			for _, e := range evs {
+				e.decodePayload() // once, for every projection
+			}
 			cerr = l.opts.OnCommit(evs)
 		}
 		for _, b := range group {
@@ -412,6 +415,7 @@ func (l *Log) commit(batch []*appendReq) {
 				break
 			}
 			e.Raw = append([]byte(nil), sb.buf.Bytes()[start:sb.buf.Len()-1]...)
+			e.decoded = nil // decoded again from this line (decodePayload)
 		}
 		if err != nil {
 			for rel, n := range staged {
@@ -653,7 +657,8 @@ func (e *CorruptError) Unwrap() error { return e.Err }
 
 // Scan calls fn for every event past the given positions (shard path →
 // byte offset; nil means from the start), merging the shards in event-ID
-// order. Events it passes carry Raw, Shard and Offset. It returns the
+// order. Events it passes carry Raw, Shard and Offset, with the payload
+// decoded once for PayloadAs. It returns the
 // positions after the last event passed to fn. fn must not retain Raw
 // beyond the call. Memory use is bounded by one line per shard.
 func (l *Log) Scan(ctx context.Context, from map[string]int64, fn func(*Event) error) (map[string]int64, error) {
@@ -704,6 +709,7 @@ func (l *Log) Scan(ctx context.Context, from map[string]int64, fn func(*Event) e
 		}
 		r := (*h)[0]
 		ev := r.ev
+		ev.decodePayload()
 		if err := fn(ev); err != nil {
 			return pos, err
 		}

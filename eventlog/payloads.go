@@ -176,3 +176,32 @@ type GroupMember struct {
 	MemberID   string `json:"member_id"`
 	AgentID    string `json:"agent_id"` // who changed the membership
 }
+
+// decodeAs decodes raw into a T and returns it as any.
+func decodeAs[T any](raw []byte) (any, error) {
+	var p T
+	err := json.Unmarshal(raw, &p)
+	return p, err
+}
+
+// decoders maps each event type to the decoder of its payload struct.
+var decoders = map[string]func([]byte) (any, error){
+	TypeAgentRegister:    decodeAs[AgentRegister],
+	TypeAgentUpdate:      decodeAs[AgentRegister],
+	TypeAgentCleanup:     decodeAs[AgentCleanup],
+	TypeSessionStart:     decodeAs[SessionStart],
+	TypeSessionEnd:       decodeAs[SessionEnd],
+	TypeSessionHeartbeat: decodeAs[SessionHeartbeat],
+	TypeSessionIntent:    decodeAs[SessionIntent],
+	TypeSessionTask:      decodeAs[SessionTask],
+	TypeSessionContext:   decodeAs[SessionContext],
+	TypeMessageCreate:    decodeAs[MessageCreate],
+	TypeMessageEdit:      decodeAs[MessageEdit],
+	TypeMessageDelete:    decodeAs[MessageDelete],
+	TypeMessageRead:      decodeAs[MessageRead],
+	TypeThreadCreate:     decodeAs[ThreadCreate],
+	TypeGroupCreate:      decodeAs[GroupCreate],
+	TypeGroupDelete:      decodeAs[GroupDelete],
+	TypeGroupMemberAdd:   decodeAs[GroupMember],
+	TypeGroupMemberDel:   decodeAs[GroupMember],
+}

@@ -110,7 +110,7 @@ func TestDeliveryExactlyOnce(t *testing.T) {
 	if _, err := n.CreateGroup(thrum.AsAgent(ctx, "alice"), &rpc.CreateGroupParams{Name: "backend"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := n.AddGroupMember(thrum.AsAgent(ctx, "alice"), &rpc.GroupMemberParams{Group: "backend", MemberType: rpc.MemberAgent, MemberID: "bob"}); err != nil {
+	if _, err := n.AddGroupMember(thrum.AsAgent(ctx, "alice"), &rpc.GroupMembership{Group: "backend", MemberType: rpc.MemberAgent, MemberID: "bob"}); err != nil {
 		t.Fatal(err)
 	}
 	rec := &delivered{times: map[string]int{}, by: map[string][]string{}}

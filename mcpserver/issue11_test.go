@@ -341,7 +341,7 @@ func TestMessageInfoAndConversation(t *testing.T) {
 	if _, err := n.CreateGroup(ctx, &rpc.CreateGroupParams{Name: "backend"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := n.AddGroupMember(ctx, &rpc.GroupMemberParams{Group: "backend", MemberType: rpc.MemberRole, MemberID: "reviewer"}); err != nil {
+	if _, err := n.AddGroupMember(ctx, &rpc.GroupMembership{Group: "backend", MemberType: rpc.MemberRole, MemberID: "reviewer"}); err != nil {
 		t.Fatal(err)
 	}
 	root := call[mcpserver.SendMessageOutput](t, alice, "send_message", args{"to": "@reviewer", "content": "review PR 7",

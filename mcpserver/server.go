@@ -39,6 +39,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/thrumhq/thrum/internal/jsonrpc"
 	"github.com/thrumhq/thrum/rpc"
 )
 
@@ -223,11 +224,11 @@ const postKeyHeader = "X-Thrum-Post-Key"
 func (s *Server) HTTPHandler() http.Handler {
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.mcp }, nil)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !rpc.LoopbackHost(r.Host) {
+		if !jsonrpc.LoopbackHost(r.Host) {
 			http.Error(w, "forbidden: Host must be localhost, 127.0.0.1 or [::1]", http.StatusForbidden)
 			return
 		}
-		if o := r.Header.Get("Origin"); o != "" && !rpc.LoopbackOrigin(o) {
+		if o := r.Header.Get("Origin"); o != "" && !jsonrpc.LoopbackOrigin(o) {
 			http.Error(w, "forbidden: Origin not allowed", http.StatusForbidden)
 			return
 		}

@@ -371,7 +371,7 @@ func (s *Server) sendMessage(ctx context.Context, _ *mcp.CallToolRequest, in Sen
 	// send the message twice.
 	p := &rpc.SendMessageParams{Content: in.Content, Priority: pri, Mentions: []string{to}, IdempotencyKey: newKey()}
 	if in.ReplyTo != "" {
-		p.Refs = []rpc.Ref{{Type: rpc.RefReplyTo, Value: in.ReplyTo}}
+		p.Refs = []rpc.Pair{{Type: rpc.RefReplyTo, Value: in.ReplyTo}}
 	}
 	if len(in.Metadata) > 0 {
 		b, err := json.Marshal(in.Metadata)
@@ -655,7 +655,7 @@ func (s *Server) unhold(n, floor int) []MessageInfo {
 }
 
 // info builds a MessageInfo.
-func (s *Server) info(ctx context.Context, id, thread, from string, body rpc.Body, refs []rpc.Ref, priority, at string) MessageInfo {
+func (s *Server) info(ctx context.Context, id, thread, from string, body rpc.Body, refs []rpc.Pair, priority, at string) MessageInfo {
 	mi := MessageInfo{MessageID: id, ThreadID: thread, From: from, FromRole: s.roleOf(ctx, from),
 		Content: body.Content, Priority: priority, Timestamp: at}
 	if body.Structured != "" && json.Valid([]byte(body.Structured)) {
@@ -759,7 +759,7 @@ func (s *Server) getMessage(ctx context.Context, _ *mcp.CallToolRequest, in GetM
 		for next := []string{root.MessageID}; len(next) > 0 && !out.More; {
 			id := next[0]
 			next = next[1:]
-			ms, total, err := list(&rpc.ListMessagesParams{Ref: &rpc.Ref{Type: rpc.RefReplyTo, Value: id}})
+			ms, total, err := list(&rpc.ListMessagesParams{Ref: &rpc.Pair{Type: rpc.RefReplyTo, Value: id}})
 			if err != nil {
 				return out, err
 			}
@@ -782,7 +782,7 @@ func (s *Server) getMessage(ctx context.Context, _ *mcp.CallToolRequest, in GetM
 	return out, nil
 }
 
-func replyTo(refs []rpc.Ref) string {
+func replyTo(refs []rpc.Pair) string {
 	for _, r := range refs {
 		if r.Type == rpc.RefReplyTo {
 			return r.Value
@@ -896,8 +896,8 @@ func (s *Server) member(ctx context.Context, in GroupMemberInput, add bool) (Gro
 		}
 		return GroupMemberOutput{}, invalidArg(tool, "invalid member_type %q: use agent or role", in.MemberType)
 	}
-	p := &rpc.GroupMemberParams{Group: in.Group, MemberType: in.MemberType, MemberID: in.MemberID}
-	r, err := callRPC(ctx, s, func(ctx context.Context, c *rpc.Client) (*rpc.GroupMemberResult, error) {
+	p := &rpc.GroupMembership{Group: in.Group, MemberType: in.MemberType, MemberID: in.MemberID}
+	r, err := callRPC(ctx, s, func(ctx context.Context, c *rpc.Client) (*rpc.GroupMembership, error) {
 		if add {
 			return c.AddGroupMember(ctx, p)
 		}

@@ -279,7 +279,7 @@ func TestSendMessageAddressing(t *testing.T) {
 			if m.Author.AgentID != "alice" || m.Body.Content != content || m.Priority != rpc.PriorityNormal {
 				t.Errorf("stored message = %+v", m)
 			}
-			if !slices.Contains(m.Refs, rpc.Ref{Type: rpc.RefMention, Value: tc.address}) {
+			if !slices.Contains(m.Refs, rpc.Pair{Type: rpc.RefMention, Value: tc.address}) {
 				t.Errorf("stored refs %+v lack mention %s", m.Refs, tc.address)
 			}
 			for _, who := range append([]string{"alice"}, everyone...) {
@@ -317,7 +317,7 @@ func TestSendMessageFields(t *testing.T) {
 		"to": "alice", "content": "done", "reply_to": first.MessageID, "priority": "low", "metadata": meta,
 	})
 	r := getMessage(t, n, "", reply.MessageID)
-	if !slices.Contains(r.Refs, rpc.Ref{Type: rpc.RefReplyTo, Value: first.MessageID}) {
+	if !slices.Contains(r.Refs, rpc.Pair{Type: rpc.RefReplyTo, Value: first.MessageID}) {
 		t.Errorf("reply refs %+v lack reply_to %s", r.Refs, first.MessageID)
 	}
 	if r.Priority != rpc.PriorityLow || r.Author.AgentID != "bob" {
@@ -568,7 +568,7 @@ func TestBroadcastMessage(t *testing.T) {
 				if m.Author.AgentID != "alice" || m.Body.Content != content || m.Priority != rpc.PriorityHigh {
 					t.Errorf("message %s = %+v", id, m)
 				}
-				if !slices.Contains(m.Refs, rpc.Ref{Type: rpc.RefMention, Value: out.SentTo[i]}) {
+				if !slices.Contains(m.Refs, rpc.Pair{Type: rpc.RefMention, Value: out.SentTo[i]}) {
 					t.Errorf("message %s for %s has refs %+v", id, out.SentTo[i], m.Refs)
 				}
 			}

@@ -1,51 +1,41 @@
 package rpc
 
-import (
-	"errors"
-	"fmt"
-)
+import "github.com/thrumhq/thrum/internal/jsonrpc"
 
 // JSON-RPC 2.0 error codes, and thrum's own codes in the range the
 // specification reserves for implementation-defined server errors.
 const (
-	CodeParseError     = -32700 // the bytes are not JSON
-	CodeInvalidRequest = -32600 // JSON, but not a JSON-RPC 2.0 request
-	CodeMethodNotFound = -32601 // no such method (or not on this transport setup)
-	CodeInvalidParams  = -32602 // a parameter is missing, malformed or out of range
-	CodeInternal       = -32603 // a fault of the server, not of the request
-	CodeServerError    = -32000 // generic server error
-	CodeTransport      = -32001 // the method is not available on this transport
+	CodeParseError     = jsonrpc.CodeParseError     // -32700: the bytes are not JSON
+	CodeInvalidRequest = jsonrpc.CodeInvalidRequest // -32600: JSON, but not a JSON-RPC 2.0 request
+	CodeMethodNotFound = jsonrpc.CodeMethodNotFound // -32601: no such method (or not on this transport setup)
+	CodeInvalidParams  = jsonrpc.CodeInvalidParams  // -32602: a parameter is missing, malformed or out of range
+	CodeInternal       = jsonrpc.CodeInternal       // -32603: a fault of the server, not of the request
+	CodeServerError    = -32000                     // generic server error
+	CodeTransport      = -32001                     // the method is not available on this transport
 
-	CodeUnauthenticated = -32002 // the call needs an identity and none was given
-	CodeForbidden       = -32003 // the identity may not do this
-	CodeNotFound        = -32004 // the named thing does not exist
-	CodeConflict        = -32005 // the thing exists already, or its state forbids the change
-	CodeLimitExceeded   = -32006 // a size, count or rate limit was hit
-	CodeUnavailable     = -32007 // the server is shutting down or not ready
-	CodeStorageFull     = -32008 // the disk is full: the message says where; writes resume when space is freed
+	CodeUnauthenticated = -32002                    // the call needs an identity and none was given
+	CodeForbidden       = -32003                    // the identity may not do this
+	CodeNotFound        = -32004                    // the named thing does not exist
+	CodeConflict        = -32005                    // the thing exists already, or its state forbids the change
+	CodeLimitExceeded   = jsonrpc.CodeLimitExceeded // -32006: a size, count or rate limit was hit
+	CodeUnavailable     = jsonrpc.CodeUnavailable   // -32007: the server is shutting down or not ready
+	CodeStorageFull     = -32008                    // the disk is full: the message says where; writes resume when space is freed
 )
 
-// Error is the one error type of thrum: a JSON-RPC error object. It keeps its
-// code across the wire, so errors.Is(err, ErrNotFound) holds for an error
-// built locally and for one decoded from a daemon's reply alike.
-type Error struct {
-	Code    int    `json:"code"`
-	Message string `json:"message"`
-	Data    any    `json:"data,omitempty"`
-}
-
-func (e *Error) Error() string { return e.Message }
-
-// Is reports whether target is an *Error with the same code, so that the
-// sentinels below match any error of their kind.
-func (e *Error) Is(target error) bool {
-	t, ok := target.(*Error)
-	return ok && t.Code == e.Code
-}
+// Error is the one error type of thrum: a JSON-RPC error object
+// {"code", "message", "data"}, with Code one of the Code constants, Message
+// a sentence for the caller, and Data optional details. It keeps its code
+// across the wire: its Is method matches any *Error with the same code, so
+// errors.Is(err, ErrNotFound) holds for an error built locally and for one
+// decoded from a daemon's reply alike. Error returns Message.
+//
+// It is the JSON-RPC engine's error type, so that the engine and the
+// client send and decode it without a conversion.
+type Error = jsonrpc.Error
 
 // Errorf returns an *Error with the given code and a formatted message.
 func Errorf(code int, format string, args ...any) *Error {
-	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+	return jsonrpc.Errorf(code, format, args...)
 }
 
 // Sentinels for errors.Is. Their messages are generic; errors returned by
@@ -66,16 +56,6 @@ var (
 	ErrStorageFull     = &Error{Code: CodeStorageFull, Message: "disk full"}
 )
 
-// AsError converts any error into an *Error for the wire. An *Error anywhere
-// in err's chain is returned as is; anything else becomes an internal error
-// whose message does not leak details.
-func AsError(err error) *Error {
-	if err == nil {
-		return nil
-	}
-	var e *Error
-	if errors.As(err, &e) {
-		return e
-	}
-	return &Error{Code: CodeInternal, Message: "internal error"}
-}
+// ErrConnClosed is (or is wrapped in) the error of a Client call on a
+// connection that has ended.
+var ErrConnClosed = jsonrpc.ErrConnClosed

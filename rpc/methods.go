@@ -164,13 +164,13 @@ func (c *Client) DeleteGroup(ctx context.Context, p *DeleteGroupParams) (*Delete
 }
 
 // AddGroupMember calls the "group.member.add" method.
-func (c *Client) AddGroupMember(ctx context.Context, p *GroupMemberParams) (*GroupMemberResult, error) {
-	return call[GroupMemberResult](ctx, c, MethodGroupMemberAdd, p)
+func (c *Client) AddGroupMember(ctx context.Context, p *GroupMembership) (*GroupMembership, error) {
+	return call[GroupMembership](ctx, c, MethodGroupMemberAdd, p)
 }
 
 // RemoveGroupMember calls the "group.member.remove" method.
-func (c *Client) RemoveGroupMember(ctx context.Context, p *GroupMemberParams) (*GroupMemberResult, error) {
-	return call[GroupMemberResult](ctx, c, MethodGroupMemberRemove, p)
+func (c *Client) RemoveGroupMember(ctx context.Context, p *GroupMembership) (*GroupMembership, error) {
+	return call[GroupMembership](ctx, c, MethodGroupMemberRemove, p)
 }
 
 // ListGroups calls the "group.list" method.

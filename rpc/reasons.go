@@ -24,9 +24,10 @@ const (
 	ReasonUnknownRecipient = "unknown_recipient"
 )
 
-// WithReason sets e's data to {"reason": reason} and returns e. Use it
-// on an error just built (Errorf), never on a shared sentinel.
-func (e *Error) WithReason(reason string) *Error {
+// ReasonErrorf is Errorf with reason in the error's data
+// ({"reason": reason}).
+func ReasonErrorf(code int, reason, format string, args ...any) *Error {
+	e := Errorf(code, format, args...)
 	e.Data = map[string]any{"reason": reason}
 	return e
 }

@@ -3,8 +3,10 @@ package rpc
 import "encoding/json"
 
 // Method names of thrum's JSON-RPC API (spec/rpc-api.md, and the group.*
-// shapes of DESIGN.md). Auth is thrum's own: it binds a connection to an
-// identity.
+// shapes of DESIGN.md), and NotificationMessage, the one notification the
+// server pushes. Auth is thrum's own: it binds a connection to an
+// identity. Method X takes XParams and returns XResult, as the Client
+// method of the same name shows.
 const (
 	MethodHealth            = "health"
 	MethodAuth              = "auth"
@@ -61,15 +63,12 @@ const (
 	PriorityCritical = "critical"
 )
 
-// Scope is what a message is about: {"type":"module","value":"auth"}.
-type Scope struct {
-	Type  string `json:"type"`
-	Value string `json:"value"`
-}
-
-// Ref links a message to something else: {"type":"issue","value":"beads-42"}.
-// Mentions are refs of type "mention"; replies carry a "reply_to" ref.
-type Ref struct {
+// Pair is a {"type", "value"} pair, the one shape of two concepts: a
+// scope, what a message or session is about ({"type":"module","value":
+// "auth"}), and a ref, a link to something else ({"type":"issue",
+// "value":"beads-42"}). Mentions are refs of type RefMention; a reply
+// carries a RefReplyTo ref.
+type Pair struct {
 	Type  string `json:"type"`
 	Value string `json:"value"`
 }
@@ -82,8 +81,13 @@ const (
 
 // ---- health and auth ----
 
+// HealthParams are the params of health (MethodHealth): none. Like every
+// params type without fields, it exists so that each method takes a params
+// pointer and can gain a parameter without changing any signature.
 type HealthParams struct{}
 
+// HealthResult is the result of health: whether the node is well, and
+// why not.
 type HealthResult struct {
 	Status    string `json:"status"` // "ok" or "degraded"
 	UptimeMs  int64  `json:"uptime_ms"`
@@ -98,8 +102,6 @@ type HealthResult struct {
 	Repairs []string `json:"repairs,omitempty"`
 }
 
-// AuthParams binds the connection to an identity: an agent (by agent_id
-// and, where required, its token) or a user (by token).
 // AuthParams authenticate a connection: with an agent's or user's Token,
 // or with the owner's secret (OwnerSecret), which makes the connection the
 // owner's, as the Unix socket is; AgentID then optionally binds it to that
@@ -110,6 +112,8 @@ type AuthParams struct {
 	OwnerSecret string `json:"owner_secret,omitempty"`
 }
 
+// AuthResult is the result of auth: the identity the connection is now
+// bound to.
 type AuthResult struct {
 	AgentID string `json:"agent_id,omitempty"` // "" when the owner authenticated without naming an agent
 	Kind    string `json:"kind,omitempty"`     // "agent" or "user"
@@ -118,6 +122,10 @@ type AuthResult struct {
 
 // ---- agents ----
 
+// RegisterAgentParams are the params of agent.register. The agent's ID is
+// derived from the repository, Role, Module and Name. Force takes over a
+// registration held by a different agent; ReRegister is the same agent
+// returning (after losing its identity file).
 type RegisterAgentParams struct {
 	Name       string `json:"name,omitempty"`
 	Role       string `json:"role"`
@@ -127,6 +135,8 @@ type RegisterAgentParams struct {
 	ReRegister bool   `json:"re_register,omitempty"`
 }
 
+// RegisterAgentResult is the result of agent.register. With Status
+// "conflict", nothing was registered and Conflict names the holder.
 type RegisterAgentResult struct {
 	AgentID  string         `json:"agent_id"`
 	Status   string         `json:"status"` // "registered", "updated" or "conflict"
@@ -136,21 +146,25 @@ type RegisterAgentResult struct {
 	Token string `json:"token,omitempty"`
 }
 
+// AgentConflict describes the agent that already holds a registration.
 type AgentConflict struct {
 	ExistingAgentID string `json:"existing_agent_id"`
 	RegisteredAt    string `json:"registered_at"`
 	LastSeenAt      string `json:"last_seen_at"`
 }
 
+// ListAgentsParams are the params of agent.list: optional filters.
 type ListAgentsParams struct {
 	Role   string `json:"role,omitempty"`
 	Module string `json:"module,omitempty"`
 }
 
+// ListAgentsResult is the result of agent.list.
 type ListAgentsResult struct {
 	Agents []AgentInfo `json:"agents"`
 }
 
+// AgentInfo is one registered identity: an agent, or a user (Kind "user").
 type AgentInfo struct {
 	AgentID      string `json:"agent_id"`
 	Kind         string `json:"kind"` // "agent" or "user"
@@ -163,8 +177,13 @@ type AgentInfo struct {
 	Status       string `json:"status"` // "active" (seen in the last 2 minutes) or "offline"
 }
 
+// WhoamiParams are the params of agent.whoami: none (the caller is the
+// connection's identity or caller_agent_id). See HealthParams.
 type WhoamiParams struct{}
 
+// WhoamiResult is the result of agent.whoami: the caller and its current
+// session, if any (SessionID and SessionStart empty if none). Source says
+// where the identity came from: "environment", "flags" or "identity_file".
 type WhoamiResult struct {
 	AgentID      string `json:"agent_id"`
 	Role         string `json:"role"`
@@ -175,16 +194,22 @@ type WhoamiResult struct {
 	SessionStart string `json:"session_start"`
 }
 
+// ListContextParams are the params of agent.listContext: optional filters;
+// File matches changed or uncommitted files.
 type ListContextParams struct {
 	AgentID string `json:"agent_id,omitempty"`
 	Branch  string `json:"branch,omitempty"`
 	File    string `json:"file,omitempty"`
 }
 
+// ListContextResult is the result of agent.listContext.
 type ListContextResult struct {
 	Contexts []WorkContext `json:"contexts"`
 }
 
+// WorkContext is what one session is working on: its git state (from the
+// worktree its heartbeat names), task and intent. Empty strings mean
+// unknown or not set.
 type WorkContext struct {
 	SessionID        string          `json:"session_id"`
 	AgentID          string          `json:"agent_id"`
@@ -200,27 +225,34 @@ type WorkContext struct {
 	IntentUpdatedAt  string          `json:"intent_updated_at"`
 }
 
+// CommitSummary is one commit of a branch not yet on main.
 type CommitSummary struct {
 	Hash    string `json:"hash"`
 	Subject string `json:"subject"`
 }
 
+// DeleteAgentParams are the params of agent.delete: the agent's name.
 type DeleteAgentParams struct {
 	Name string `json:"name"`
 }
 
+// DeleteAgentResult is the result of agent.delete.
 type DeleteAgentResult struct {
 	AgentID string `json:"agent_id"`
 	Deleted bool   `json:"deleted"`
 	Message string `json:"message"`
 }
 
+// CleanupAgentsParams are the params of agent.cleanup. Without Force or
+// with DryRun, orphans are listed and none deleted.
 type CleanupAgentsParams struct {
 	DryRun    bool `json:"dry_run,omitempty"`
 	Force     bool `json:"force,omitempty"`
 	Threshold int  `json:"threshold,omitempty"` // days; default 30
 }
 
+// CleanupAgentsResult is the result of agent.cleanup: the orphans found
+// and the IDs deleted (none in a dry run).
 type CleanupAgentsResult struct {
 	Orphans []OrphanAgent `json:"orphans"`
 	Deleted []string      `json:"deleted"`
@@ -228,6 +260,8 @@ type CleanupAgentsResult struct {
 	Message string        `json:"message"`
 }
 
+// OrphanAgent is an agent agent.cleanup considers abandoned: its worktree
+// or branch is gone, or it has been idle past the threshold.
 type OrphanAgent struct {
 	AgentID           string `json:"agent_id"`
 	Role              string `json:"role"`
@@ -246,77 +280,98 @@ type OrphanAgent struct {
 
 // ---- sessions ----
 
+// StartSessionParams are the params of session.start: the agent, and the
+// session's initial scopes and refs.
 type StartSessionParams struct {
-	AgentID string  `json:"agent_id"`
-	Scopes  []Scope `json:"scopes,omitempty"`
-	Refs    []Ref   `json:"refs,omitempty"`
+	AgentID string `json:"agent_id"`
+	Scopes  []Pair `json:"scopes,omitempty"`
+	Refs    []Pair `json:"refs,omitempty"`
 }
 
+// StartSessionResult is the result of session.start. Over the Unix socket
+// or a pipe, a connection not yet bound to an agent is bound to this one,
+// with the new session pinned for its later calls.
 type StartSessionResult struct {
 	SessionID string `json:"session_id"`
 	AgentID   string `json:"agent_id"`
 	StartedAt string `json:"started_at"`
 }
 
+// EndSessionParams are the params of session.end.
 type EndSessionParams struct {
 	SessionID string `json:"session_id"`
 	Reason    string `json:"reason,omitempty"` // "normal" (default), "crash" or "superseded"
 }
 
+// EndSessionResult is the result of session.end.
 type EndSessionResult struct {
 	SessionID  string `json:"session_id"`
 	EndedAt    string `json:"ended_at"`
 	DurationMs int64  `json:"duration_ms"`
 }
 
+// HeartbeatParams are the params of session.heartbeat: the session, and
+// scopes and refs to add or remove. A ref of type "worktree"
+// (thrum.RefWorktree) names the worktree whose git state the node reads
+// into the session's WorkContext, if it is a worktree of the node's
+// repository.
 type HeartbeatParams struct {
-	SessionID    string  `json:"session_id"`
-	AddScopes    []Scope `json:"add_scopes,omitempty"`
-	RemoveScopes []Scope `json:"remove_scopes,omitempty"`
-	AddRefs      []Ref   `json:"add_refs,omitempty"`
-	RemoveRefs   []Ref   `json:"remove_refs,omitempty"`
+	SessionID    string `json:"session_id"`
+	AddScopes    []Pair `json:"add_scopes,omitempty"`
+	RemoveScopes []Pair `json:"remove_scopes,omitempty"`
+	AddRefs      []Pair `json:"add_refs,omitempty"`
+	RemoveRefs   []Pair `json:"remove_refs,omitempty"`
 }
 
+// HeartbeatResult is the result of session.heartbeat.
 type HeartbeatResult struct {
 	SessionID  string `json:"session_id"`
 	LastSeenAt string `json:"last_seen_at"`
 }
 
-// SetIntentParams: Intent is required, as the spec says; nil (absent on
-// the wire) is an invalid-params error, and a pointer to "" clears it.
+// SetIntentParams are the params of session.setIntent. Intent is
+// required, as the spec says: nil (absent on the wire) is an
+// invalid-params error, and a pointer to "" clears it.
 type SetIntentParams struct {
 	SessionID string  `json:"session_id"`
 	Intent    *string `json:"intent,omitempty"`
 }
 
+// SetIntentResult is the result of session.setIntent.
 type SetIntentResult struct {
 	SessionID       string `json:"session_id"`
 	Intent          string `json:"intent"`
 	IntentUpdatedAt string `json:"intent_updated_at"`
 }
 
-// SetTaskParams: CurrentTask is required, as the spec says; nil (absent
-// on the wire) is an invalid-params error, and a pointer to "" clears it.
+// SetTaskParams are the params of session.setTask. CurrentTask is
+// required, as the spec says: nil (absent on the wire) is an
+// invalid-params error, and a pointer to "" clears it.
 type SetTaskParams struct {
 	SessionID   string  `json:"session_id"`
 	CurrentTask *string `json:"current_task,omitempty"`
 }
 
+// SetTaskResult is the result of session.setTask.
 type SetTaskResult struct {
 	SessionID     string `json:"session_id"`
 	CurrentTask   string `json:"current_task"`
 	TaskUpdatedAt string `json:"task_updated_at"`
 }
 
+// ListSessionsParams are the params of session.list: optional filters.
 type ListSessionsParams struct {
 	AgentID    string `json:"agent_id,omitempty"`
 	ActiveOnly bool   `json:"active_only,omitempty"`
 }
 
+// ListSessionsResult is the result of session.list.
 type ListSessionsResult struct {
 	Sessions []SessionInfo `json:"sessions"`
 }
 
+// SessionInfo is one session of an agent. EndedAt and EndReason are empty
+// while it is active.
 type SessionInfo struct {
 	SessionID  string `json:"session_id"`
 	AgentID    string `json:"agent_id"`
@@ -330,13 +385,18 @@ type SessionInfo struct {
 
 // ---- messages ----
 
+// SendMessageParams are the params of message.send. Content is required
+// (Format FormatMarkdown by default); Structured, if set, must be a JSON
+// object, a typed payload beside the text. Mentions are addresses without "@": an agent, a
+// role, a group or "everyone". ActingAs (users only) sends as another
+// agent, with a "[via user:X]" tag if Disclose.
 type SendMessageParams struct {
 	Content    string          `json:"content"`
 	Format     string          `json:"format,omitempty"`
 	Structured json.RawMessage `json:"structured,omitempty"`
 	ThreadID   string          `json:"thread_id,omitempty"`
-	Scopes     []Scope         `json:"scopes,omitempty"`
-	Refs       []Ref           `json:"refs,omitempty"`
+	Scopes     []Pair          `json:"scopes,omitempty"`
+	Refs       []Pair          `json:"refs,omitempty"`
 	Mentions   []string        `json:"mentions,omitempty"`
 	Tags       []string        `json:"tags,omitempty"`
 	Priority   string          `json:"priority,omitempty"`
@@ -349,6 +409,7 @@ type SendMessageParams struct {
 	IdempotencyKey string `json:"idempotency_key,omitempty"`
 }
 
+// SendMessageResult is the result of message.send.
 type SendMessageResult struct {
 	MessageID string `json:"message_id"`
 	ThreadID  string `json:"thread_id,omitempty"`
@@ -366,37 +427,47 @@ type Recipient struct {
 	Active  []string `json:"active" jsonschema:"those seen in the last 2 minutes"` // of Agents
 }
 
+// GetMessageParams are the params of message.get.
 type GetMessageParams struct {
 	MessageID string `json:"message_id"`
 }
 
+// GetMessageResult is the result of message.get.
 type GetMessageResult struct {
 	Message MessageDetail `json:"message"`
 }
 
+// Author is who wrote a message: the agent and the session it wrote in.
 type Author struct {
 	AgentID   string `json:"agent_id"`
 	SessionID string `json:"session_id"`
 }
 
+// Body is a message's content. Structured is the structured payload as
+// JSON text, empty if none.
 type Body struct {
 	Format     string `json:"format"`
 	Content    string `json:"content"`
 	Structured string `json:"structured"` // JSON text, empty if none
 }
 
+// MessageMetadata is a message's deletion record, empty if it is not
+// deleted.
 type MessageMetadata struct {
 	DeletedAt    string `json:"deleted_at"`
 	DeleteReason string `json:"delete_reason"`
 }
 
+// MessageDetail is one message in full, as message.get returns it. It is
+// a different shape from MessageSummary (author as an object, deletion
+// metadata), as the spec has it.
 type MessageDetail struct {
 	MessageID string          `json:"message_id"`
 	ThreadID  string          `json:"thread_id"`
 	Author    Author          `json:"author"`
 	Body      Body            `json:"body"`
-	Scopes    []Scope         `json:"scopes"`
-	Refs      []Ref           `json:"refs"`
+	Scopes    []Pair          `json:"scopes"`
+	Refs      []Pair          `json:"refs"`
 	Metadata  MessageMetadata `json:"metadata"`
 	CreatedAt string          `json:"created_at"`
 	UpdatedAt string          `json:"updated_at"`
@@ -405,14 +476,20 @@ type MessageDetail struct {
 	Tags      []string        `json:"tags"`
 	Version   int             `json:"version"` // number of edits
 	IsRead    bool            `json:"is_read"`
-	// ActingAs is set when a user sent the message as this agent with
+	// DisclosedVia is set when a user sent the message as this agent with
 	// disclose on: the user's ID, for a "[via user:X]" tag.
 	DisclosedVia string `json:"disclosed_via,omitempty"`
 }
 
+// ListMessagesParams are the params of message.list: filters, all
+// optional, and a page. Mentions and Unread are for the caller; MentionRole
+// and UnreadForAgent name whom explicitly (for callers acting for another,
+// such as the MCP server). SortBy is "created_at" (default) or
+// "updated_at"; SortOrder "desc" (default) or "asc". Pages count from 1;
+// PageSize defaults to 10.
 type ListMessagesParams struct {
-	Scope          *Scope `json:"scope,omitempty"`
-	Ref            *Ref   `json:"ref,omitempty"`
+	Scope          *Pair  `json:"scope,omitempty"`
+	Ref            *Pair  `json:"ref,omitempty"`
 	ThreadID       string `json:"thread_id,omitempty"`
 	AuthorID       string `json:"author_id,omitempty"`
 	Mentions       bool   `json:"mentions,omitempty"`
@@ -427,6 +504,8 @@ type ListMessagesParams struct {
 	IncludeDeleted bool `json:"include_deleted,omitempty"`
 }
 
+// ListMessagesResult is one page of message.list, with the totals of the
+// whole list.
 type ListMessagesResult struct {
 	Messages   []MessageSummary `json:"messages"`
 	Total      int              `json:"total"`
@@ -436,6 +515,7 @@ type ListMessagesResult struct {
 	TotalPages int              `json:"total_pages"`
 }
 
+// MessageSummary is one message in a list (message.list, thread.get).
 type MessageSummary struct {
 	MessageID string   `json:"message_id"`
 	ThreadID  string   `json:"thread_id"`
@@ -446,34 +526,41 @@ type MessageSummary struct {
 	Deleted   bool     `json:"deleted"`
 	IsRead    bool     `json:"is_read"`
 	Priority  string   `json:"priority"`
-	Scopes    []Scope  `json:"scopes"`
-	Refs      []Ref    `json:"refs"`
+	Scopes    []Pair   `json:"scopes"`
+	Refs      []Pair   `json:"refs"`
 	Tags      []string `json:"tags"`
 	Version   int      `json:"version"`
 }
 
+// EditMessageParams are the params of message.edit: a new Content, a new
+// Structured payload, or both; at least one.
 type EditMessageParams struct {
 	MessageID  string          `json:"message_id"`
 	Content    *string         `json:"content,omitempty"`
 	Structured json.RawMessage `json:"structured,omitempty"`
 }
 
+// EditMessageResult is the result of message.edit.
 type EditMessageResult struct {
 	MessageID string `json:"message_id"`
 	UpdatedAt string `json:"updated_at"`
 	Version   int    `json:"version"`
 }
 
+// DeleteMessageParams are the params of message.delete. Deletion is soft:
+// the message stays, marked deleted.
 type DeleteMessageParams struct {
 	MessageID string `json:"message_id"`
 	Reason    string `json:"reason,omitempty"`
 }
 
+// DeleteMessageResult is the result of message.delete.
 type DeleteMessageResult struct {
 	MessageID string `json:"message_id"`
 	DeletedAt string `json:"deleted_at"`
 }
 
+// MarkReadParams are the params of message.markRead.
 type MarkReadParams struct {
 	MessageIDs []string `json:"message_ids"`
 }
@@ -481,7 +568,8 @@ type MarkReadParams struct {
 // MarkReadResult says what one message.markRead call did. MarkedIDs are
 // the messages this call newly marked read for the caller — its claim:
 // no other call for the same agent gets them — and MarkedCount is their
-// number. Messages read already are in neither.
+// number. Messages read already are in neither. AlsoReadBy says who else
+// has read each (omitted if nobody).
 type MarkReadResult struct {
 	MarkedCount int                 `json:"marked_count"`
 	MarkedIDs   []string            `json:"marked_ids"`
@@ -490,15 +578,19 @@ type MarkReadResult struct {
 
 // ---- threads ----
 
+// ThreadMessage is the first message of a thread made by thread.create.
 type ThreadMessage struct {
 	Content    string          `json:"content"`
 	Format     string          `json:"format,omitempty"`
 	Structured json.RawMessage `json:"structured,omitempty"`
 }
 
+// CreateThreadParams are the params of thread.create. Message and
+// Recipient go together: the thread starts with that message, sent to
+// that agent.
 type CreateThreadParams struct {
 	Title     string         `json:"title"`
-	Scopes    []Scope        `json:"scopes,omitempty"`
+	Scopes    []Pair         `json:"scopes,omitempty"`
 	Recipient string         `json:"recipient,omitempty"`
 	Message   *ThreadMessage `json:"message,omitempty"`
 	ActingAs  string         `json:"acting_as,omitempty"`
@@ -507,18 +599,23 @@ type CreateThreadParams struct {
 	IdempotencyKey string `json:"idempotency_key,omitempty"`
 }
 
+// CreateThreadResult is the result of thread.create; MessageID is set when
+// a first message was sent.
 type CreateThreadResult struct {
 	ThreadID  string `json:"thread_id"`
 	CreatedAt string `json:"created_at"`
 	MessageID string `json:"message_id,omitempty"`
 }
 
+// ListThreadsParams are the params of thread.list: an optional scope
+// filter and a page.
 type ListThreadsParams struct {
-	Scope    *Scope `json:"scope,omitempty"`
-	PageSize int    `json:"page_size,omitempty"`
-	Page     int    `json:"page,omitempty"`
+	Scope    *Pair `json:"scope,omitempty"`
+	PageSize int   `json:"page_size,omitempty"`
+	Page     int   `json:"page,omitempty"`
 }
 
+// ListThreadsResult is one page of thread.list.
 type ListThreadsResult struct {
 	Threads    []ThreadSummary `json:"threads"`
 	Total      int             `json:"total"`
@@ -527,6 +624,9 @@ type ListThreadsResult struct {
 	TotalPages int             `json:"total_pages"`
 }
 
+// ThreadSummary is one thread in thread.list, with its activity as the
+// caller sees it (UnreadCount). Preview is the start of the latest
+// message, null if there is none.
 type ThreadSummary struct {
 	ThreadID     string  `json:"thread_id"`
 	Title        string  `json:"title"`
@@ -539,12 +639,15 @@ type ThreadSummary struct {
 	CreatedAt    string  `json:"created_at"`
 }
 
+// GetThreadParams are the params of thread.get: the thread and a page of
+// its messages.
 type GetThreadParams struct {
 	ThreadID string `json:"thread_id"`
 	PageSize int    `json:"page_size,omitempty"`
 	Page     int    `json:"page,omitempty"`
 }
 
+// ThreadInfo is a thread's own record, in thread.get.
 type ThreadInfo struct {
 	ThreadID  string `json:"thread_id"`
 	Title     string `json:"title"`
@@ -552,6 +655,8 @@ type ThreadInfo struct {
 	CreatedAt string `json:"created_at"`
 }
 
+// GetThreadResult is the result of thread.get: the thread and one page of
+// its messages.
 type GetThreadResult struct {
 	Thread     ThreadInfo       `json:"thread"`
 	Messages   []MessageSummary `json:"messages"`
@@ -563,32 +668,44 @@ type GetThreadResult struct {
 
 // ---- subscriptions and push ----
 
+// SubscribeParams are the params of subscribe: exactly one of Scope,
+// MentionRole or All. Matching messages are pushed to the connection as
+// NotificationMessage until it closes.
 type SubscribeParams struct {
-	Scope       *Scope `json:"scope,omitempty"`
+	Scope       *Pair  `json:"scope,omitempty"`
 	MentionRole string `json:"mention_role,omitempty"`
 	All         bool   `json:"all,omitempty"`
 }
 
+// SubscribeResult is the result of subscribe.
 type SubscribeResult struct {
 	SubscriptionID int64  `json:"subscription_id"`
 	SessionID      string `json:"session_id"`
 	CreatedAt      string `json:"created_at"`
 }
 
+// UnsubscribeParams are the params of unsubscribe.
 type UnsubscribeParams struct {
 	SubscriptionID int64 `json:"subscription_id"`
 }
 
+// UnsubscribeResult is the result of unsubscribe; Removed is false if the
+// subscription did not exist.
 type UnsubscribeResult struct {
 	Removed bool `json:"removed"`
 }
 
+// ListSubscriptionsParams are the params of subscriptions.list: none (the
+// caller's subscriptions are listed). See HealthParams.
 type ListSubscriptionsParams struct{}
 
+// ListSubscriptionsResult is the result of subscriptions.list.
 type ListSubscriptionsResult struct {
 	Subscriptions []SubscriptionInfo `json:"subscriptions"`
 }
 
+// SubscriptionInfo is one subscription; ScopeType and ScopeValue are empty
+// unless it is a scope subscription.
 type SubscriptionInfo struct {
 	ID          int64  `json:"id"`
 	ScopeType   string `json:"scope_type"`
@@ -598,36 +715,42 @@ type SubscriptionInfo struct {
 	CreatedAt   string `json:"created_at"`
 }
 
-// Match types of a notification.
+// Match types of a notification (MatchedSubscription.MatchType).
 const (
 	MatchScope   = "scope"
 	MatchMention = "mention"
 	MatchAll     = "all"
 )
 
-// MessageNotification is the params of a notification.message push.
+// MessageNotification is the params of a NotificationMessage push: a
+// message that matched one of the connection's subscriptions.
 type MessageNotification struct {
 	MessageID           string              `json:"message_id"`
 	ThreadID            string              `json:"thread_id"`
 	Author              NotificationAuthor  `json:"author"`
 	Preview             string              `json:"preview"`
-	Scopes              []Scope             `json:"scopes"`
+	Scopes              []Pair              `json:"scopes"`
 	MatchedSubscription MatchedSubscription `json:"matched_subscription"`
 	Timestamp           string              `json:"timestamp"`
 
-	// Frame, if set, is this whole notification.message as JSON-RPC, for
-	// Conn.NotifyEncoded: the node encodes a message's notification once
-	// and splices in each subscriber's match, instead of encoding it again
-	// per subscriber. It is not part of the JSON and must not be modified.
+	// Frame, if set, is this whole notification.message as a JSON-RPC
+	// message, for the RPC server to write as is: the node encodes a
+	// message's notification once and splices in each subscriber's match,
+	// instead of encoding it again per subscriber. It is not part of the
+	// JSON and must not be modified.
 	Frame []byte `json:"-"`
 }
 
+// NotificationAuthor is the author of a pushed message, with the role and
+// module a subscriber filters on.
 type NotificationAuthor struct {
 	AgentID string `json:"agent_id"`
 	Role    string `json:"role"`
 	Module  string `json:"module"`
 }
 
+// MatchedSubscription says which of the subscriber's subscriptions a
+// pushed message matched, and how (MatchScope, MatchMention or MatchAll).
 type MatchedSubscription struct {
 	SubscriptionID int64  `json:"subscription_id"`
 	MatchType      string `json:"match_type"`
@@ -635,11 +758,15 @@ type MatchedSubscription struct {
 
 // ---- users ----
 
+// RegisterUserParams are the params of user.register (WebSocket only, for
+// the owner).
 type RegisterUserParams struct {
 	Username string `json:"username"`
 	Display  string `json:"display,omitempty"`
 }
 
+// RegisterUserResult is the result of user.register: the user's identity
+// and token (Status "existing" if the user was registered before).
 type RegisterUserResult struct {
 	UserID      string `json:"user_id"`
 	Username    string `json:"username"`
@@ -648,8 +775,13 @@ type RegisterUserResult struct {
 	Status      string `json:"status"` // "registered" or "existing"
 }
 
+// IdentifyUserParams are the params of user.identify: none. See
+// HealthParams.
 type IdentifyUserParams struct{}
 
+// IdentifyUserResult is the result of user.identify: the person at this
+// repository, from git config user.name and user.email, with Username
+// derived from the name.
 type IdentifyUserResult struct {
 	Username string `json:"username"`
 	Email    string `json:"email"`
@@ -658,49 +790,53 @@ type IdentifyUserResult struct {
 
 // ---- groups ----
 
+// CreateGroupParams are the params of group.create.
 type CreateGroupParams struct {
 	Name        string `json:"name"`
 	Description string `json:"description,omitempty"`
 }
 
+// CreateGroupResult is the result of group.create.
 type CreateGroupResult struct {
 	Name      string `json:"name"`
 	CreatedAt string `json:"created_at"`
 }
 
+// DeleteGroupParams are the params of group.delete.
 type DeleteGroupParams struct {
 	Name string `json:"name"`
 }
 
+// DeleteGroupResult is the result of group.delete.
 type DeleteGroupResult struct {
 	Name    string `json:"name"`
 	Deleted bool   `json:"deleted"`
 }
 
-// Group member types.
+// Group member types (GroupMember.Type, GroupMembership.MemberType).
 const (
 	MemberAgent = "agent"
 	MemberRole  = "role"
 )
 
-type GroupMemberParams struct {
+// GroupMembership is one member of one group: the params of
+// group.member.add and group.member.remove, and their result. MemberType
+// is MemberAgent or MemberRole (every agent with that role).
+type GroupMembership struct {
 	Group      string `json:"group"`
 	MemberType string `json:"member_type"` // "agent" or "role"
 	MemberID   string `json:"member_id"`
 }
 
-type GroupMemberResult struct {
-	Group      string `json:"group"`
-	MemberType string `json:"member_type"`
-	MemberID   string `json:"member_id"`
-}
-
+// ListGroupsParams are the params of group.list: none. See HealthParams.
 type ListGroupsParams struct{}
 
+// ListGroupsResult is the result of group.list.
 type ListGroupsResult struct {
 	Groups []GroupInfo `json:"groups"`
 }
 
+// GroupInfo is one group in group.list.
 type GroupInfo struct {
 	Name        string `json:"name"`
 	Description string `json:"description"`
@@ -709,15 +845,20 @@ type GroupInfo struct {
 	MemberCount int    `json:"member_count" jsonschema:"direct members"`
 }
 
+// GroupMember is one member of a group: Type MemberAgent with an agent ID,
+// or MemberRole with a role.
 type GroupMember struct {
 	Type string `json:"type" jsonschema:"agent or role"`
 	ID   string `json:"id" jsonschema:"agent name or role name"`
 }
 
+// GroupInfoParams are the params of group.info.
 type GroupInfoParams struct {
 	Name string `json:"name"`
 }
 
+// GroupInfoResult is the result of group.info: the group and its direct
+// members.
 type GroupInfoResult struct {
 	Name        string        `json:"name"`
 	Description string        `json:"description"`
@@ -726,11 +867,14 @@ type GroupInfoResult struct {
 	Members     []GroupMember `json:"members"`
 }
 
+// GroupMembersParams are the params of group.members; Expand also
+// resolves the members to the agent IDs they reach now.
 type GroupMembersParams struct {
 	Name   string `json:"name"`
 	Expand bool   `json:"expand,omitempty"`
 }
 
+// GroupMembersResult is the result of group.members.
 type GroupMembersResult struct {
 	Members        []GroupMember `json:"members"`
 	ExpandedAgents []string      `json:"expanded_agents,omitempty"`
@@ -738,8 +882,11 @@ type GroupMembersResult struct {
 
 // ---- sync ----
 
+// SyncStatusParams are the params of sync.status: none. See HealthParams.
 type SyncStatusParams struct{}
 
+// SyncStatusResult is the result of sync.status: the state of syncing
+// the log with the git remote.
 type SyncStatusResult struct {
 	Running    bool   `json:"running"`
 	LastSyncAt string `json:"last_sync_at"`
@@ -747,8 +894,11 @@ type SyncStatusResult struct {
 	SyncState  string `json:"sync_state"` // "stopped", "idle", "synced" or "error"
 }
 
+// SyncForceParams are the params of sync.force: none. See HealthParams.
 type SyncForceParams struct{}
 
+// SyncForceResult is the result of sync.force: whether a sync round was
+// started, and the state so far.
 type SyncForceResult struct {
 	Triggered  bool   `json:"triggered"`
 	LastSyncAt string `json:"last_sync_at"`

@@ -462,61 +462,8 @@ func (t *txApplier) event(ctx context.Context, e *eventlog.Event) error {
 	return nil
 }
 
-// seen moves an agent's (and a session's) last_seen_at forward to ts.
-// payload returns the event's payload as T: the one Predecode cached, or
-// decoded from the line now.
-func payload[T any](e *eventlog.Event) (T, error) {
-	if d, ok := e.Decoded.(T); ok {
-		return d, nil
-	}
-	var p T
-	err := e.Decode(&p)
-	return p, err
-}
-
-// Predecode decodes the payload of a scanned event ahead of Apply and
-// caches it on the event, so that replay can decode on one core while
-// SQLite writes on the other. Unknown types are left alone.
-func Predecode(e *eventlog.Event) {
-	var err error
-	switch e.Type {
-	case eventlog.TypeAgentRegister, eventlog.TypeAgentUpdate:
-		e.Decoded, err = payload[eventlog.AgentRegister](e)
-	case eventlog.TypeAgentCleanup:
-		e.Decoded, err = payload[eventlog.AgentCleanup](e)
-	case eventlog.TypeSessionStart:
-		e.Decoded, err = payload[eventlog.SessionStart](e)
-	case eventlog.TypeSessionEnd:
-		e.Decoded, err = payload[eventlog.SessionEnd](e)
-	case eventlog.TypeSessionHeartbeat:
-		e.Decoded, err = payload[eventlog.SessionHeartbeat](e)
-	case eventlog.TypeSessionIntent:
-		e.Decoded, err = payload[eventlog.SessionIntent](e)
-	case eventlog.TypeSessionTask:
-		e.Decoded, err = payload[eventlog.SessionTask](e)
-	case eventlog.TypeSessionContext:
-		e.Decoded, err = payload[eventlog.SessionContext](e)
-	case eventlog.TypeMessageCreate:
-		e.Decoded, err = payload[eventlog.MessageCreate](e)
-	case eventlog.TypeMessageEdit:
-		e.Decoded, err = payload[eventlog.MessageEdit](e)
-	case eventlog.TypeMessageDelete:
-		e.Decoded, err = payload[eventlog.MessageDelete](e)
-	case eventlog.TypeMessageRead:
-		e.Decoded, err = payload[eventlog.MessageRead](e)
-	case eventlog.TypeThreadCreate:
-		e.Decoded, err = payload[eventlog.ThreadCreate](e)
-	case eventlog.TypeGroupCreate:
-		e.Decoded, err = payload[eventlog.GroupCreate](e)
-	case eventlog.TypeGroupDelete:
-		e.Decoded, err = payload[eventlog.GroupDelete](e)
-	case eventlog.TypeGroupMemberAdd, eventlog.TypeGroupMemberDel:
-		e.Decoded, err = payload[eventlog.GroupMember](e)
-	}
-	if err != nil {
-		e.Decoded = nil // Apply decodes again and reports the error
-	}
-}
+// payload returns the event's payload as T, decoded once by the log.
+func payload[T any](e *eventlog.Event) (T, error) { return eventlog.PayloadAs[T](e) }
 
 // seen notes that an agent (and a session) was active at ts. The updates
 // are coalesced per batch (see flushSeen): last_seen_at only ever moves

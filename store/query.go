@@ -6,8 +6,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jmoiron/sqlx"
+
+	"github.com/thrumhq/thrum/eventlog"
 )
 
 // Agent is a row of agents.
@@ -111,7 +114,7 @@ func (s *Store) Sessions(ctx context.Context, agentID string, activeOnly bool) (
 
 // SessionPairs returns a session's scopes or refs (which: "scopes" or
 // "refs").
-func (s *Store) SessionPairs(ctx context.Context, sessionID, which string) ([]Pair, error) {
+func (s *Store) SessionPairs(ctx context.Context, sessionID, which string) ([]eventlog.Pair, error) {
 	var q string
 	switch which {
 	case "scopes":
@@ -121,7 +124,7 @@ func (s *Store) SessionPairs(ctx context.Context, sessionID, which string) ([]Pa
 	default:
 		return nil, fmt.Errorf("store: unknown pair kind %q", which)
 	}
-	var out []Pair
+	var out []eventlog.Pair
 	err := s.sel(ctx, &out, q, sessionID)
 	return out, err
 }
@@ -170,35 +173,29 @@ func (s *Store) WorkContexts(ctx context.Context, agentID, branch, file string) 
 	return out, err
 }
 
-// Pair is a {type, value} scope or ref.
-type Pair struct {
-	Type  string `db:"type" json:"type"`
-	Value string `db:"value" json:"value"`
-}
-
 // Message is a row of messages with what a reader needs to know about it.
 type Message struct {
-	MessageID    string         `db:"message_id"`
-	AgentID      string         `db:"agent_id"`
-	SessionID    string         `db:"session_id"`
-	ThreadID     string         `db:"thread_id"`
-	CreatedAt    string         `db:"created_at"`
-	UpdatedAt    sql.NullString `db:"updated_at"`
-	Deleted      bool           `db:"deleted"`
-	DeletedAt    sql.NullString `db:"deleted_at"`
-	DeleteReason sql.NullString `db:"delete_reason"`
-	Format       string         `db:"body_format"`
-	Content      string         `db:"body_content"`
-	Structured   sql.NullString `db:"body_structured"`
-	Priority     string         `db:"priority"`
-	Tags         string         `db:"tags"` // JSON array, or "" for none
-	ActingAs     string         `db:"acting_as"`
-	Disclose     bool           `db:"disclose"`
-	Version      int            `db:"version"`
-	IsRead       bool           `db:"is_read"`
+	MessageID    string `db:"message_id"`
+	AgentID      string `db:"agent_id"`
+	SessionID    string `db:"session_id"`
+	ThreadID     string `db:"thread_id"`
+	CreatedAt    string `db:"created_at"`
+	UpdatedAt    string `db:"updated_at"` // "" if never edited
+	Deleted      bool   `db:"deleted"`
+	DeletedAt    string `db:"deleted_at"`    // "" if not deleted
+	DeleteReason string `db:"delete_reason"` // "" if none
+	Format       string `db:"body_format"`
+	Content      string `db:"body_content"`
+	Structured   string `db:"body_structured"` // JSON, or "" for none
+	Priority     string `db:"priority"`
+	Tags         string `db:"tags"` // JSON array, or "" for none
+	ActingAs     string `db:"acting_as"`
+	Disclose     bool   `db:"disclose"`
+	Version      int    `db:"version"`
+	IsRead       bool   `db:"is_read"`
 
-	Scopes []Pair `db:"-"`
-	Refs   []Pair `db:"-"`
+	Scopes []eventlog.Pair `db:"-"`
+	Refs   []eventlog.Pair `db:"-"`
 }
 
 // TagList decodes Tags.
@@ -210,8 +207,9 @@ func (m *Message) TagList() []string {
 	return out
 }
 
-const messageCols = `m.message_id, m.agent_id, m.session_id, m.thread_id, m.created_at, m.updated_at,
-	COALESCE(m.deleted, 0) AS deleted, m.deleted_at, m.delete_reason, m.body_format, m.body_content, m.body_structured,
+const messageCols = `m.message_id, m.agent_id, m.session_id, m.thread_id, m.created_at, COALESCE(m.updated_at, '') AS updated_at,
+	COALESCE(m.deleted, 0) AS deleted, COALESCE(m.deleted_at, '') AS deleted_at, COALESCE(m.delete_reason, '') AS delete_reason,
+	m.body_format, m.body_content, COALESCE(m.body_structured, '') AS body_structured,
 	m.priority, m.tags, m.acting_as, m.disclose, m.version`
 
 // readExpr is true when reader has read message m or wrote it (a message
@@ -238,8 +236,8 @@ func (s *Store) Message(ctx context.Context, id, reader string) (*Message, error
 // MessageFilter selects messages for a listing. Zero fields do not
 // filter. (The node evaluates it over its in-memory index.)
 type MessageFilter struct {
-	Scope    *Pair
-	Ref      *Pair
+	Scope    *eventlog.Pair
+	Ref      *eventlog.Pair
 	ThreadID string
 	AuthorID string
 	// Mentions, when non-nil, keeps messages with a mention ref whose value
@@ -270,7 +268,7 @@ func (s *Store) attachPairs(ctx context.Context, ms []*Message) error {
 	for i, m := range ms {
 		byID[m.MessageID] = m
 		ids[i] = m.MessageID
-		m.Scopes, m.Refs = []Pair{}, []Pair{}
+		m.Scopes, m.Refs = []eventlog.Pair{}, []eventlog.Pair{}
 	}
 	for _, kind := range []string{"scope", "ref"} {
 		q := fmt.Sprintf(`SELECT message_id, %[1]s_type, %[1]s_value FROM message_%[1]ss WHERE message_id IN (%[2]s) ORDER BY message_id, %[1]s_type, %[1]s_value`,
@@ -281,7 +279,7 @@ func (s *Store) attachPairs(ctx context.Context, ms []*Message) error {
 		}
 		for rows.Next() {
 			var id string
-			var p Pair
+			var p eventlog.Pair
 			if err := rows.Scan(&id, &p.Type, &p.Value); err != nil {
 				rows.Close()
 				return err
@@ -378,16 +376,16 @@ func (s *Store) Thread(ctx context.Context, id string) (*Thread, error) {
 // ThreadSummary is a thread with its activity, as thread.list shows it.
 type ThreadSummary struct {
 	Thread
-	MessageCount int            `db:"message_count"`
-	UnreadCount  int            `db:"unread_count"`
-	LastActivity string         `db:"last_activity"`
-	LastSender   string         `db:"last_sender"`
-	Preview      sql.NullString `db:"preview"`
+	MessageCount int     `db:"message_count"`
+	UnreadCount  int     `db:"unread_count"`
+	LastActivity string  `db:"last_activity"`
+	LastSender   string  `db:"last_sender"`
+	Preview      *string `db:"preview"` // nil: no message yet
 }
 
 // Threads lists threads, most recently active first, optionally with a
 // scope, with unread counts for reader. It returns one page and the total.
-func (s *Store) Threads(ctx context.Context, scope *Pair, reader string, limit, offset int) ([]ThreadSummary, int, error) {
+func (s *Store) Threads(ctx context.Context, scope *eventlog.Pair, reader string, limit, offset int) ([]ThreadSummary, int, error) {
 	where := ""
 	var args []any
 	if scope != nil {
@@ -516,13 +514,13 @@ func (s *Store) MessagesByID(ctx context.Context, ids []string, reader string) (
 
 // IndexRow is what the node's in-memory message index keeps of a message.
 type IndexRow struct {
-	MessageID string         `db:"message_id"`
-	AgentID   string         `db:"agent_id"`
-	ThreadID  string         `db:"thread_id"`
-	CreatedAt string         `db:"created_at"`
-	UpdatedAt sql.NullString `db:"updated_at"`
-	Deleted   bool           `db:"deleted"`
-	ActingAs  string         `db:"acting_as"`
+	MessageID string
+	AgentID   string
+	ThreadID  string
+	CreatedAt time.Time
+	UpdatedAt time.Time // zero if never edited
+	Deleted   bool
+	ActingAs  string
 }
 
 // IndexSnapshot reads, in one read transaction, everything the node's
@@ -540,10 +538,23 @@ func (s *Store) IndexSnapshot(ctx context.Context, msg func(IndexRow), pair func
 		return err
 	}
 	for rows.Next() {
-		var r IndexRow
-		if err := rows.StructScan(&r); err != nil {
+		var row struct {
+			MessageID string         `db:"message_id"`
+			AgentID   string         `db:"agent_id"`
+			ThreadID  string         `db:"thread_id"`
+			CreatedAt string         `db:"created_at"`
+			UpdatedAt sql.NullString `db:"updated_at"`
+			Deleted   bool           `db:"deleted"`
+			ActingAs  string         `db:"acting_as"`
+		}
+		if err := rows.StructScan(&row); err != nil {
 			rows.Close()
 			return err
+		}
+		r := IndexRow{MessageID: row.MessageID, AgentID: row.AgentID, ThreadID: row.ThreadID, Deleted: row.Deleted, ActingAs: row.ActingAs}
+		r.CreatedAt, _ = eventlog.ParseTime(row.CreatedAt) // written by Apply in eventlog.TimeFormat
+		if row.UpdatedAt.Valid {
+			r.UpdatedAt, _ = eventlog.ParseTime(row.UpdatedAt.String)
 		}
 		msg(r)
 	}

@@ -350,7 +350,6 @@ func (s *Store) CatchUp(ctx context.Context, log *eventlog.Log) (int, error) {
 		defer close(batches)
 		batch := make([]*eventlog.Event, 0, DefaultRebuildBatch)
 		_, err := log.Scan(ctx, from, func(e *eventlog.Event) error {
-			Predecode(e)
 			batch = append(batch, e)
 			if len(batch) == cap(batch) {
 				select {

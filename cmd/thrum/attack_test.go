@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/thrumhq/thrum"
 	"github.com/thrumhq/thrum/identity"
 	"github.com/thrumhq/thrum/internal/thrumtest"
 	"github.com/thrumhq/thrum/rpc"
@@ -235,7 +236,7 @@ func TestAttackGitOutsideRepo(t *testing.T) {
 		t.Fatalf("alice's session: %+v %v", sessions, err)
 	}
 	sid := sessions.Sessions[0].SessionID
-	if _, err := w.Heartbeat(ctx, &rpc.HeartbeatParams{SessionID: sid, AddRefs: []rpc.Ref{{Type: "worktree", Value: evil}}}); err != nil {
+	if _, err := w.Heartbeat(ctx, &rpc.HeartbeatParams{SessionID: sid, AddRefs: []rpc.Pair{{Type: "worktree", Value: evil}}}); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(200 * time.Millisecond)
@@ -252,7 +253,7 @@ func TestAttackGitOutsideRepo(t *testing.T) {
 		}
 	}
 	// The daemon's own repository is still read.
-	if _, err := w.Heartbeat(ctx, &rpc.HeartbeatParams{SessionID: sid, RemoveRefs: []rpc.Ref{{Type: "worktree", Value: evil}}, AddRefs: []rpc.Ref{{Type: "worktree", Value: a.c.repo}}}); err != nil {
+	if _, err := w.Heartbeat(ctx, &rpc.HeartbeatParams{SessionID: sid, RemoveRefs: []rpc.Pair{{Type: "worktree", Value: evil}}, AddRefs: []rpc.Pair{{Type: "worktree", Value: a.c.repo}}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := w.Call(ctx, rpc.MethodAgentListContext, map[string]any{}, &lc); err != nil {
@@ -327,8 +328,8 @@ func TestAttackIdleConnections(t *testing.T) {
 		}
 	})
 	t.Logf("%d idle WebSockets: %d upgraded, %d refused", n, len(upgraded), refused)
-	if len(upgraded) > rpc.DefaultMaxUnauthConns {
-		t.Errorf("%d unauthenticated WebSockets held, the cap is %d", len(upgraded), rpc.DefaultMaxUnauthConns)
+	if len(upgraded) > thrum.DefaultMaxUnauthConns {
+		t.Errorf("%d unauthenticated WebSockets held, the cap is %d", len(upgraded), thrum.DefaultMaxUnauthConns)
 	}
 	// The owner is not locked out.
 	r := a.c.ok("alice", "send", "still here", "--to", "@bob")
@@ -341,15 +342,15 @@ func TestAttackIdleConnections(t *testing.T) {
 		defer c.Close()
 		_, err = c.Auth(context.Background(), &rpc.AuthParams{Token: a.tokens["bob"]})
 	}
-	if err != nil && len(upgraded) < rpc.DefaultMaxUnauthConns {
+	if err != nil && len(upgraded) < thrum.DefaultMaxUnauthConns {
 		t.Errorf("a token holder during the attack: %v", err)
 	}
 	// The idle ones are closed by the server within its auth timeout.
-	deadline := time.Now().Add(rpc.DefaultAuthTimeout + 5*time.Second)
+	deadline := time.Now().Add(thrum.DefaultAuthTimeout + 5*time.Second)
 	for _, nc := range upgraded {
 		nc.SetReadDeadline(deadline)
 		if _, err := io.Copy(io.Discard, nc); err != nil {
-			t.Fatalf("an unauthenticated WebSocket was not closed within %v: %v", rpc.DefaultAuthTimeout, err)
+			t.Fatalf("an unauthenticated WebSocket was not closed within %v: %v", thrum.DefaultAuthTimeout, err)
 		}
 	}
 }

@@ -20,6 +20,9 @@ import (
 
 	"github.com/thrumhq/thrum"
 	"github.com/thrumhq/thrum/eventlog/gitsync"
+	"github.com/thrumhq/thrum/internal/dirlock"
+	"github.com/thrumhq/thrum/internal/gitwork"
+	"github.com/thrumhq/thrum/internal/jsonrpc"
 	"github.com/thrumhq/thrum/rpc"
 )
 
@@ -113,7 +116,7 @@ func (c *DaemonRunCmd) Run(ctx context.Context, g *Globals) error {
 	// through this pointer.
 	var syncer atomic.Pointer[gitsync.Syncer]
 	syncOn := l.Git && gitsync.HasRemote(ctx, l.Root, gitsync.DefaultRemote)
-	opts := &thrum.Options{Logger: logger, DBPath: l.DB, RepoID: l.RepoID(ctx), RepoDir: l.Root, IdentityDir: l.IDs,
+	opts := &thrum.Options{Logger: logger, DBPath: l.DB, RepoID: l.RepoID(ctx), WorkContext: gitwork.New(l.Root), IdentityDir: l.IDs,
 		IdentityDirs: worktreeIdentityDirs(l)}
 	if syncOn {
 		opts.OnLocalCommit = func() {
@@ -140,7 +143,7 @@ func (c *DaemonRunCmd) Run(ctx context.Context, g *Globals) error {
 			}
 		}
 	}
-	n, err := thrum.Open(l.LogDir, opts)
+	n, err := thrum.Open(ctx, l.LogDir, opts)
 	if err != nil {
 		if errors.Is(err, thrum.ErrLocked) {
 			return withCode(exitError, "%w", err)
@@ -160,7 +163,19 @@ func (c *DaemonRunCmd) Run(ctx context.Context, g *Globals) error {
 		// collector from letting garbage double the heap around it.
 		debug.SetMemoryLimit(daemonMemoryLimit)
 	}
-	srv := n.RPCServer(&thrum.RPCOptions{OwnerSecret: secret, Server: rpc.ServerOptions{Logger: logger}})
+	// The syncer is made (not run) before the server, which answers
+	// sync.status and sync.force through it.
+	var gs *gitsync.Syncer
+	if syncOn {
+		if gs, err = gitsync.New(n.EventLog(), &gitsync.Options{Interval: c.SyncInterval, Logger: logger}); err != nil {
+			return err
+		}
+	}
+	ropts := &thrum.RPCOptions{OwnerSecret: secret, Logger: logger}
+	if gs != nil {
+		ropts.Sync = rpcSync{gs}
+	}
+	srv := n.RPCServer(ropts)
 	ul, err := thrum.ListenUnix(l.Socket)
 	if err != nil {
 		return err
@@ -174,10 +189,10 @@ func (c *DaemonRunCmd) Run(ctx context.Context, g *Globals) error {
 	mux := http.NewServeMux()
 	mux.Handle("/ws", srv)
 	// Before the upgrade a connection is plain HTTP: small headers, a short
-	// deadline, and a cap on how many may be open (rpc refuses WebSockets
-	// over its own caps after the upgrade).
+	// deadline, and a cap on how many may be open (the RPC server refuses
+	// WebSockets over its own caps after the upgrade).
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, MaxHeaderBytes: 16 << 10, IdleTimeout: 30 * time.Second}
-	wl = rpc.LimitListener(wl, daemonMaxHTTPConns)
+	wl = jsonrpc.LimitListener(wl, daemonMaxHTTPConns)
 	if err := writeFile(l.WSPort, strconv.Itoa(port)); err != nil {
 		return err
 	}
@@ -190,14 +205,9 @@ func (c *DaemonRunCmd) Run(ctx context.Context, g *Globals) error {
 	syncDone := make(chan struct{})
 	syncCtx, stopSync := context.WithCancel(context.Background())
 	defer stopSync()
-	if syncOn {
-		s, err := gitsync.New(n.EventLog(), &gitsync.Options{Interval: c.SyncInterval, Logger: logger})
-		if err != nil {
-			return err
-		}
-		syncer.Store(s)
-		srv.HandleSync(syncStatus(s), syncForce(s))
-		go func() { defer close(syncDone); s.Run(syncCtx) }()
+	if gs != nil {
+		syncer.Store(gs)
+		go func() { defer close(syncDone); gs.Run(syncCtx) }()
 	} else {
 		close(syncDone)
 	}
@@ -228,19 +238,19 @@ func (c *DaemonRunCmd) Run(ctx context.Context, g *Globals) error {
 		}
 		cancel()
 	}
-	if serveErr != nil && !errors.Is(serveErr, rpc.ErrServerClosed) && !errors.Is(serveErr, http.ErrServerClosed) {
+	if serveErr != nil && !errors.Is(serveErr, thrum.ErrServerClosed) && !errors.Is(serveErr, http.ErrServerClosed) {
 		return serveErr
 	}
 	return nil
 }
 
 // daemonMemoryLimit is the daemon's soft memory limit (runtime/debug):
-// requests in flight hold at most rpc.DefaultMaxPendingBytes.
+// requests in flight hold at most thrum.DefaultMaxPendingBytes.
 const daemonMemoryLimit = 64 << 20
 
 // daemonMaxHTTPConns caps the loopback port's TCP connections: WebSockets
 // of both classes plus room for handshakes.
-const daemonMaxHTTPConns = rpc.DefaultMaxConns + rpc.DefaultMaxUnauthConns + 64
+const daemonMaxHTTPConns = thrum.DefaultMaxConns + thrum.DefaultMaxUnauthConns + 64
 
 func writeFile(path, s string) error {
 	return os.WriteFile(path, []byte(s+"\n"), 0o600)
@@ -460,7 +470,7 @@ func statusJSON(l *layout, pid int, h *rpc.HealthResult) map[string]any {
 // lockedBy returns the live process holding the data directory's lock:
 // the daemon, answering or not.
 func lockedBy(l *layout) (pid int, ok bool) {
-	holder, held, err := thrum.LockHolder(l.LogDir)
+	holder, held, err := dirlock.Holder(l.LogDir)
 	if err != nil || !held || !alive(holder) {
 		return 0, false
 	}
@@ -484,7 +494,7 @@ func (c *DaemonStopCmd) Run(ctx context.Context, g *Globals) error {
 	pid := readPID(l.PIDFile)
 	// Signal only the process that holds the data directory's lock: after
 	// a crash the pid file may name an unrelated process that got its ID.
-	holder, held, err := thrum.LockHolder(l.LogDir)
+	holder, held, err := dirlock.Holder(l.LogDir)
 	if err != nil {
 		return fmt.Errorf("daemon stop: %w", err)
 	}
@@ -590,19 +600,18 @@ func syncTime(t time.Time) string {
 	return t.UTC().Format(time.RFC3339Nano)
 }
 
-func syncStatus(s *gitsync.Syncer) func(context.Context) (*rpc.SyncStatusResult, error) {
-	return func(context.Context) (*rpc.SyncStatusResult, error) {
-		st := s.Status()
-		return &rpc.SyncStatusResult{Running: st.Running, LastSyncAt: syncTime(st.LastSyncAt), LastError: st.LastError, SyncState: st.State}, nil
-	}
+// rpcSync answers sync.status and sync.force from the daemon's syncer.
+type rpcSync struct{ s *gitsync.Syncer }
+
+func (r rpcSync) SyncStatus(context.Context, *rpc.SyncStatusParams) (*rpc.SyncStatusResult, error) {
+	st := r.s.Status()
+	return &rpc.SyncStatusResult{Running: st.Running, LastSyncAt: syncTime(st.LastSyncAt), LastError: st.LastError, SyncState: st.State}, nil
 }
 
-func syncForce(s *gitsync.Syncer) func(context.Context) (*rpc.SyncForceResult, error) {
-	return func(context.Context) (*rpc.SyncForceResult, error) {
-		triggered := s.Force()
-		st := s.Status()
-		return &rpc.SyncForceResult{Triggered: triggered, LastSyncAt: syncTime(st.LastSyncAt), SyncState: st.State}, nil
-	}
+func (r rpcSync) SyncForce(context.Context, *rpc.SyncForceParams) (*rpc.SyncForceResult, error) {
+	triggered := r.s.Force()
+	st := r.s.Status()
+	return &rpc.SyncForceResult{Triggered: triggered, LastSyncAt: syncTime(st.LastSyncAt), SyncState: st.State}, nil
 }
 
 // errSilent marks an error already reported to the user.

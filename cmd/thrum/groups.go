@@ -68,7 +68,7 @@ type memberArgs struct {
 	Member string `arg:"" optional:"" help:"Agent, as @name; or give --role ROLE to add every agent of a role, now and later."`
 }
 
-func (m *memberArgs) params(g *Globals) (*rpc.GroupMemberParams, error) {
+func (m *memberArgs) params(g *Globals) (*rpc.GroupMembership, error) {
 	role := ""
 	if g.roleFlag {
 		role = g.Role
@@ -78,9 +78,9 @@ func (m *memberArgs) params(g *Globals) (*rpc.GroupMemberParams, error) {
 	case m.Member != "" && role != "":
 		return nil, withCode(exitUsage, "name either an agent (@name) or --role ROLE, not both")
 	case role != "":
-		return &rpc.GroupMemberParams{Group: m.Group, MemberType: rpc.MemberRole, MemberID: role}, nil
+		return &rpc.GroupMembership{Group: m.Group, MemberType: rpc.MemberRole, MemberID: role}, nil
 	case m.Member != "":
-		return &rpc.GroupMemberParams{Group: m.Group, MemberType: rpc.MemberAgent, MemberID: m.Member}, nil
+		return &rpc.GroupMembership{Group: m.Group, MemberType: rpc.MemberAgent, MemberID: m.Member}, nil
 	}
 	return nil, withCode(exitUsage, "name a member: an agent as @name, or --role ROLE")
 }
@@ -97,7 +97,7 @@ func (c *GroupAddCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	return call(ctx, g, false, func(s *session) (any, error) { return s.c.AddGroupMember(ctx, p) }, func(w io.Writer, v any) {
-		r := v.(*rpc.GroupMemberResult)
+		r := v.(*rpc.GroupMembership)
 		fmt.Fprintf(w, "> Added %s %s to @%s\n", r.MemberType, r.MemberID, r.Group)
 	})
 }
@@ -114,7 +114,7 @@ func (c *GroupRemoveCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	return call(ctx, g, false, func(s *session) (any, error) { return s.c.RemoveGroupMember(ctx, p) }, func(w io.Writer, v any) {
-		r := v.(*rpc.GroupMemberResult)
+		r := v.(*rpc.GroupMembership)
 		fmt.Fprintf(w, "> Removed %s %s from @%s\n", r.MemberType, r.MemberID, r.Group)
 	})
 }

@@ -82,16 +82,16 @@ func (c *QuickstartCmd) Run(ctx context.Context, g *Globals) error {
 }
 
 // parsePair parses "type:value" for --scope and --ref.
-func parsePair(flag, s string) (rpc.Scope, error) {
+func parsePair(flag, s string) (rpc.Pair, error) {
 	t, v, ok := strings.Cut(s, ":")
 	if !ok || t == "" || v == "" {
-		return rpc.Scope{}, withCode(exitUsage, "%s %q: use type:value, e.g. %s module:auth", flag, s, flag)
+		return rpc.Pair{}, withCode(exitUsage, "%s %q: use type:value, e.g. %s module:auth", flag, s, flag)
 	}
-	return rpc.Scope{Type: t, Value: v}, nil
+	return rpc.Pair{Type: t, Value: v}, nil
 }
 
-func parsePairs(flag string, in []string) ([]rpc.Scope, error) {
-	var out []rpc.Scope
+func parsePairs(flag string, in []string) ([]rpc.Pair, error) {
+	var out []rpc.Pair
 	for _, s := range in {
 		p, err := parsePair(flag, s)
 		if err != nil {
@@ -102,10 +102,10 @@ func parsePairs(flag string, in []string) ([]rpc.Scope, error) {
 	return out, nil
 }
 
-func toRefs(in []rpc.Scope) []rpc.Ref {
-	out := make([]rpc.Ref, len(in))
+func toRefs(in []rpc.Pair) []rpc.Pair {
+	out := make([]rpc.Pair, len(in))
 	for i, p := range in {
-		out[i] = rpc.Ref(p)
+		out[i] = rpc.Pair(p)
 	}
 	return out
 }
@@ -217,7 +217,7 @@ func (c *ReplyCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	p := &rpc.SendMessageParams{Content: c.Text, Format: c.Format, ThreadID: orig.Message.ThreadID,
-		Refs: []rpc.Ref{{Type: rpc.RefReplyTo, Value: c.MessageID}}}
+		Refs: []rpc.Pair{{Type: rpc.RefReplyTo, Value: c.MessageID}}}
 	if orig.Message.Author.AgentID != s.id.AgentID {
 		p.Mentions = []string{"@" + orig.Message.Author.AgentID}
 	}

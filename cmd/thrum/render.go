@@ -218,7 +218,7 @@ func wrap(text string, width int) []string {
 	return out
 }
 
-func replyTo(refs []rpc.Ref) string {
+func replyTo(refs []rpc.Pair) string {
 	for _, r := range refs {
 		if r.Type == rpc.RefReplyTo {
 			return r.Value
@@ -247,7 +247,7 @@ func ago(ts string, now time.Time) string {
 	}
 }
 
-func pairs(ps []rpc.Scope) string {
+func pairs(ps []rpc.Pair) string {
 	s := make([]string, len(ps))
 	for i, p := range ps {
 		s[i] = p.Type + ":" + p.Value
@@ -255,10 +255,10 @@ func pairs(ps []rpc.Scope) string {
 	return strings.Join(s, ", ")
 }
 
-func refPairs(rs []rpc.Ref) string {
-	ps := make([]rpc.Scope, len(rs))
+func refPairs(rs []rpc.Pair) string {
+	ps := make([]rpc.Pair, len(rs))
 	for i, r := range rs {
-		ps[i] = rpc.Scope(r)
+		ps[i] = rpc.Pair(r)
 	}
 	return pairs(ps)
 }

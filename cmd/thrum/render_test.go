@@ -50,7 +50,7 @@ func msg(id, agent string, age time.Duration, read bool, content string) rpc.Mes
 }
 
 func replyOf(m rpc.MessageSummary, parent string) rpc.MessageSummary {
-	m.Refs = append(m.Refs, rpc.Ref{Type: rpc.RefReplyTo, Value: parent})
+	m.Refs = append(m.Refs, rpc.Pair{Type: rpc.RefReplyTo, Value: parent})
 	return m
 }
 
@@ -178,8 +178,8 @@ func TestMessageGolden(t *testing.T) {
 		ThreadID:  "thr_01HXE000000000000000THREAD",
 		Author:    rpc.Author{AgentID: "implementer", SessionID: "ses_01HXE0000000000000000SESS"},
 		Body:      rpc.Body{Format: rpc.FormatMarkdown, Content: "Auth module complete, all tests passing\n\n- 45 passed\n- 2 failed", Structured: `{"type":"test_result","passed":45,"failed":2}`},
-		Scopes:    []rpc.Scope{{Type: "module", Value: "auth"}, {Type: "file", Value: "src/auth.go"}},
-		Refs:      []rpc.Ref{{Type: "issue", Value: "beads-42"}, {Type: "mention", Value: "reviewer"}},
+		Scopes:    []rpc.Pair{{Type: "module", Value: "auth"}, {Type: "file", Value: "src/auth.go"}},
+		Refs:      []rpc.Pair{{Type: "issue", Value: "beads-42"}, {Type: "mention", Value: "reviewer"}},
 		CreatedAt: at(5 * time.Minute),
 		UpdatedAt: at(2 * time.Minute),
 		Priority:  rpc.PriorityHigh,

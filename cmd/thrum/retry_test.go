@@ -53,7 +53,7 @@ func TestSendRetriesWithItsKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, err := thrum.Open(l.LogDir, &thrum.Options{DBPath: l.DB, IdentityDir: l.IDs, NoSync: true})
+	n, err := thrum.Open(context.Background(), l.LogDir, &thrum.Options{DBPath: l.DB, IdentityDir: l.IDs, NoSync: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -36,7 +36,7 @@ func (c *SessionStartCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	if c.Worktree != "" {
-		refs = append(refs, rpc.Scope{Type: "worktree", Value: c.Worktree})
+		refs = append(refs, rpc.Pair{Type: "worktree", Value: c.Worktree})
 	}
 	s, err := connectAs(ctx, g)
 	if err != nil {
@@ -119,7 +119,7 @@ type SessionHeartbeatCmd struct {
 }
 
 func (c *SessionHeartbeatCmd) Run(ctx context.Context, g *Globals) error {
-	var lists [4][]rpc.Scope
+	var lists [4][]rpc.Pair
 	for i, in := range [][]string{c.AddScope, c.RemoveScope, c.AddRef, c.RemoveRef} {
 		ps, err := parsePairs("--scope/--ref", in)
 		if err != nil {

@@ -33,7 +33,7 @@ const (
 // runs sync rounds back to back, until it is killed.
 func crashChild() int {
 	tag := os.Getenv(crashChildEnv)
-	n, err := thrum.Open(os.Getenv(crashWTEnv), &thrum.Options{DBPath: os.Getenv(crashDBEnv)})
+	n, err := thrum.Open(context.Background(), os.Getenv(crashWTEnv), &thrum.Options{DBPath: os.Getenv(crashDBEnv)})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "open:", err)
 		return 2

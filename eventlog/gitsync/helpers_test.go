@@ -186,12 +186,12 @@ func (c *clone) open() {
 			}
 		},
 	}
-	n, err := thrum.Open(c.wt, opts)
+	n, err := thrum.Open(context.Background(), c.wt, opts)
 	// A process forked by another test at the moment the previous node
 	// closed holds a copy of its lock until it execs: wait that out.
 	for deadline := time.Now().Add(5 * time.Second); errors.Is(err, thrum.ErrLocked) && time.Now().Before(deadline); {
 		time.Sleep(10 * time.Millisecond)
-		n, err = thrum.Open(c.wt, opts)
+		n, err = thrum.Open(context.Background(), c.wt, opts)
 	}
 	if err != nil {
 		c.t.Fatalf("clone %s: open: %v", c.name, err)

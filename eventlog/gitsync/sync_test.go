@@ -38,7 +38,7 @@ func pair(t testing.TB, opts *gitsync.Options) (remote string, a, b *clone) {
 // drain returns the notifications waiting on l without blocking. A
 // node publishes while it commits, before Import (and so SyncOnce)
 // returns: what a finished round notified is already queued.
-func drain(l *thrum.Listener) []*rpc.MessageNotification {
+func drain(l *thrum.Subscription) []*rpc.MessageNotification {
 	var out []*rpc.MessageNotification
 	for {
 		select {
@@ -63,7 +63,7 @@ func TestMessageReachesOtherClone(t *testing.T) {
 
 	l := b.n.Listen(0)
 	defer l.Close()
-	if _, err := b.n.Subscribe(l.Context(thrum.AsAgent(ctx, "bob")), &rpc.SubscribeParams{MentionRole: "bob"}); err != nil {
+	if _, err := b.n.Subscribe(thrum.AsAgent(ctx, "bob"), l, &rpc.SubscribeParams{MentionRole: "bob"}); err != nil {
 		t.Fatal(err)
 	}
 	checkOnce := func(id, content string) {
@@ -134,7 +134,7 @@ func TestMessageReachesOtherClone(t *testing.T) {
 	b.open()
 	l = b.n.Listen(0)
 	defer l.Close()
-	if _, err := b.n.Subscribe(l.Context(thrum.AsAgent(ctx, "bob")), &rpc.SubscribeParams{MentionRole: "bob"}); err != nil {
+	if _, err := b.n.Subscribe(thrum.AsAgent(ctx, "bob"), l, &rpc.SubscribeParams{MentionRole: "bob"}); err != nil {
 		t.Fatal(err)
 	}
 	syncAll(t, b, a, b)

@@ -36,7 +36,7 @@ func main() {
 }
 
 func run(ctx context.Context, dir string) error {
-	n, err := thrum.Open(dir, nil)
+	n, err := thrum.Open(ctx, dir, nil)
 	if err != nil {
 		return err
 	}
@@ -59,14 +59,14 @@ func run(ctx context.Context, dir string) error {
 	// Bob waits for anything addressed to him, by name, role or group.
 	l := n.Listen(0)
 	defer l.Close()
-	if _, err := n.Subscribe(l.Context(bob), &rpc.SubscribeParams{MentionRole: "bob"}); err != nil {
+	if _, err := n.Subscribe(bob, l, &rpc.SubscribeParams{MentionRole: "bob"}); err != nil {
 		return err
 	}
 
 	sent, err := n.SendMessage(alice, &rpc.SendMessageParams{
 		Content:  "Auth module complete, all tests passing",
 		Mentions: []string{"@reviewer"},
-		Scopes:   []rpc.Scope{{Type: "module", Value: "auth"}},
+		Scopes:   []rpc.Pair{{Type: "module", Value: "auth"}},
 	})
 	if err != nil {
 		return err
@@ -83,7 +83,7 @@ func run(ctx context.Context, dir string) error {
 		reply, err := n.SendMessage(bob, &rpc.SendMessageParams{
 			Content:  "Looks good, merging now",
 			Mentions: []string{"@" + msg.Message.Author.AgentID},
-			Refs:     []rpc.Ref{{Type: rpc.RefReplyTo, Value: nt.MessageID}},
+			Refs:     []rpc.Pair{{Type: rpc.RefReplyTo, Value: nt.MessageID}},
 		})
 		if err != nil {
 			return err

@@ -30,7 +30,7 @@ import (
 // Close fails.
 func OpenNode(t testing.TB, opts *thrum.Options) *thrum.Node {
 	t.Helper()
-	n, err := thrum.Open(t.TempDir(), opts)
+	n, err := thrum.Open(context.Background(), t.TempDir(), opts)
 	if err != nil {
 		t.Fatalf("open node: %v", err)
 	}
@@ -122,7 +122,7 @@ func (d *Daemon) Stop() {
 	if err := d.rs.Shutdown(ctx); err != nil {
 		d.t.Errorf("shutdown: %v", err)
 	}
-	if err := <-d.done; !errors.Is(err, rpc.ErrServerClosed) {
+	if err := <-d.done; !errors.Is(err, thrum.ErrServerClosed) {
 		d.t.Errorf("Serve returned %v, want ErrServerClosed", err)
 	}
 	d.rs = nil

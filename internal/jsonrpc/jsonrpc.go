@@ -1,8 +1,10 @@
-// Package rpc is thrum's wire protocol, both sides: a JSON-RPC 2.0 engine
-// (Server) that serves newline-delimited JSON on Unix sockets and in-process
-// pipes and one message per frame on WebSockets, with batches, server push
-// notifications and limits; and a Client for the same transports. The
-// engine knows no methods: the caller registers them with Server.Handle.
+// Package jsonrpc is a JSON-RPC 2.0 engine, both sides: a Server that
+// serves newline-delimited JSON on Unix sockets and in-process pipes and one
+// message per frame on WebSockets, with batches, server push notifications
+// and limits; and a Client for the same transports. It knows no methods:
+// the caller registers them with Server.Handle. thrum's methods, their
+// params and results and its error codes are package rpc, the contract;
+// thrum.RPCServer binds them to a node on this engine.
 //
 // Guarantees: requests of one connection are handled in order, one at a
 // time, and each reply is written whole on its own line (or frame);
@@ -10,7 +12,7 @@
 // reply; notifying never blocks (a connection that does not keep up is
 // closed); bad input gets the JSON-RPC error its kind calls for and never
 // takes the server down.
-package rpc
+package jsonrpc
 
 import (
 	"bufio"
@@ -29,10 +31,10 @@ import (
 // HandlerFunc answers one method call. params is the raw "params" member of
 // the request (nil when absent); it is the handler's own copy. The returned
 // value is marshalled as the "result" member (nil becomes null). An error is
-// sent as the "error" member through AsError: an *Error anywhere in its chain
-// keeps its code, message and data; anything else is logged and sent as
-// -32603 "internal error". For a notification (a request without an id) the
-// result and the error are dropped.
+// sent as the "error" member: an *Error anywhere in its chain keeps its
+// code, message and data; anything else is logged and sent as -32603
+// "internal error", its text kept out of the reply. For a notification (a
+// request without an id) the result and the error are dropped.
 //
 // The ctx is cancelled when the connection ends or the server is closed;
 // ConnFromContext(ctx) returns the connection the call arrived on.

@@ -1,4 +1,4 @@
-package rpc
+package jsonrpc
 
 import (
 	"bufio"
@@ -284,11 +284,17 @@ func TestProtocolPipe(t *testing.T) {
 	runProtocolCases(t, func(t *testing.T, msg string) []string {
 		t.Helper()
 		u.t = t
-		go u.send(msg + "\n" + sentinel + "\n") // a pipe has no buffer
+		// A pipe has no buffer: write from another goroutine, and fail
+		// the test from this one if the write did.
+		werr := make(chan error, 1)
+		go func() { _, err := io.WriteString(u.nc, msg+"\n"+sentinel+"\n"); werr <- err }()
 		var out []string
 		for {
 			l := u.mustLine()
 			if l == sentinelReply {
+				if err := <-werr; err != nil {
+					t.Fatalf("write: %v", err)
+				}
 				return out
 			}
 			out = append(out, l)

@@ -1,7 +1,7 @@
-package rpc
+package jsonrpc
 
-// Checks for HTTP endpoints on a loopback port, shared with other servers
-// of thrum (the MCP server's Streamable HTTP transport) so that every
+// Checks for HTTP endpoints on a loopback port, shared with thrum's other
+// servers (the MCP server's Streamable HTTP transport) so that every
 // loopback endpoint refuses the same requests as the WebSocket does.
 
 // LoopbackHost reports whether a Host header names this machine's

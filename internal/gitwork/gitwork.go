@@ -1,19 +1,23 @@
-package thrum
+// Package gitwork reads a git repository's work context by running git:
+// the worktrees of the repository, what one worktree is doing (branch,
+// unmerged commits, changed files), and the user's name and email. The
+// reference binary hands it to the node as thrum.Options.WorkContext; the
+// thrum library itself never runs git.
+package gitwork
 
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/thrumhq/thrum/eventlog"
 )
 
-// gitTimeout bounds each git command of a heartbeat.
+// gitTimeout bounds each git command.
 const gitTimeout = 3 * time.Second
 
 func gitOutput(ctx context.Context, dir string, args ...string) (string, error) {
@@ -39,10 +43,41 @@ func lines(s string) []string {
 	return out
 }
 
-// gitContext extracts the work context of the worktree at dir: branch,
+// Repo is the git repository whose working tree (any of its worktrees)
+// is at Dir ("" for the current directory).
+type Repo struct{ Dir string }
+
+// New returns the repository whose working tree is at dir.
+func New(dir string) *Repo { return &Repo{Dir: dir} }
+
+// Worktrees lists the repository's worktrees as `git worktree list`
+// names them.
+func (r *Repo) Worktrees(ctx context.Context) ([]string, error) {
+	out, err := gitOutput(ctx, r.Dir, "worktree", "list", "--porcelain")
+	if err != nil {
+		return nil, err
+	}
+	var paths []string
+	for _, l := range lines(out) {
+		if p, ok := strings.CutPrefix(l, "worktree "); ok {
+			paths = append(paths, filepath.Clean(p))
+		}
+	}
+	return paths, nil
+}
+
+// User returns git config's user.name and user.email ("" when unset).
+func (r *Repo) User(ctx context.Context) (name, email string) {
+	name, _ = gitOutput(ctx, r.Dir, "config", "user.name")
+	email, _ = gitOutput(ctx, r.Dir, "config", "user.email")
+	return name, email
+}
+
+// Context extracts the work context of the worktree at dir: branch,
 // commits not on the main branch, uncommitted files and all changed files.
-// It returns ok=false if dir is not a git worktree.
-func gitContext(ctx context.Context, dir string) (c eventlog.SessionContext, ok bool) {
+// It returns ok=false if dir is not a git worktree. The caller fills the
+// session and agent.
+func (r *Repo) Context(ctx context.Context, dir string) (c eventlog.SessionContext, ok bool) {
 	branch, err := gitOutput(ctx, dir, "rev-parse", "--abbrev-ref", "HEAD")
 	if err != nil {
 		return c, false
@@ -85,61 +120,6 @@ func gitContext(ctx context.Context, dir string) (c eventlog.SessionContext, ok 
 	for f := range changed {
 		c.ChangedFiles = append(c.ChangedFiles, f)
 	}
-	sortStrings(c.ChangedFiles)
+	sort.Strings(c.ChangedFiles)
 	return c, true
-}
-
-func decodeJSONInto(s string, v any) {
-	if s != "" {
-		_ = json.Unmarshal([]byte(s), v) // written by the projection from typed values
-	}
-}
-
-// worktreeCache is the list of the node's own repository's worktrees, the
-// only directories the node runs git in: a path a caller names (a session's
-// worktree ref) is used only if it is one of them, so no caller can make
-// the daemon run git, and the programs a repository's config may name,
-// anywhere else.
-type worktreeCache struct {
-	mu    sync.Mutex
-	at    time.Time
-	paths map[string]bool
-}
-
-// worktreeRefresh is how often the list may be re-read when a path is
-// missing from it (a worktree added since).
-const worktreeRefresh = time.Second
-
-// ownWorktree returns dir, cleaned, if it is a worktree of the node's
-// repository (Options.RepoDir) as `git worktree list` names it.
-func (n *Node) ownWorktree(ctx context.Context, dir string) (string, bool) {
-	if dir == "" || !filepath.IsAbs(dir) {
-		return "", false
-	}
-	dir = filepath.Clean(dir)
-	c := &n.worktrees
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.paths[dir] {
-		return dir, true
-	}
-	if time.Since(c.at) < worktreeRefresh {
-		return "", false
-	}
-	c.at = time.Now()
-	out, err := gitOutput(ctx, n.opts.RepoDir, "worktree", "list", "--porcelain")
-	if err != nil {
-		c.paths = nil
-		return "", false
-	}
-	c.paths = map[string]bool{}
-	for _, l := range lines(out) {
-		if p, ok := strings.CutPrefix(l, "worktree "); ok {
-			c.paths[filepath.Clean(p)] = true
-			if real, err := filepath.EvalSymlinks(p); err == nil {
-				c.paths[real] = true
-			}
-		}
-	}
-	return dir, c.paths[dir]
 }

@@ -1,7 +1,12 @@
-package thrum
+// Package msgindex is an in-memory index of every message, for
+// message.list and thread.get. It is a projection: built from a snapshot
+// of the SQLite projection at open, then kept current by the projector.
+package msgindex
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sort"
 	"sync"
 	"time"
@@ -10,7 +15,10 @@ import (
 	"github.com/thrumhq/thrum/store"
 )
 
-// msgIndex is an in-memory index of every message, for message.list and
+// ErrClosed is the error of List after Close.
+var ErrClosed = errors.New("msgindex: closed")
+
+// An Index is an in-memory index of every message, for message.list and
 // thread.get: a filter, its counts and a page are a scan over compact
 // structs in created order, which beats SQLite's per-row work by two
 // orders of magnitude at 100,000 messages. It is derived state, like the
@@ -18,7 +26,7 @@ import (
 // current by the commit path (every update is idempotent, so an event
 // that is both in the snapshot and applied after it does no harm). The
 // page's rows themselves are then read from SQLite by ID.
-type msgIndex struct {
+type Index struct {
 	mu    sync.RWMutex
 	ready chan struct{} // closed once built
 	err   error         // why the build failed, if it did
@@ -33,8 +41,8 @@ type msgIndex struct {
 	closed  bool
 }
 
-// close makes later listings fail as a closed node's calls do.
-func (x *msgIndex) close() {
+// Close makes later listings fail with ErrClosed.
+func (x *Index) Close() {
 	x.mu.Lock()
 	x.closed = true
 	x.slots, x.order, x.byID, x.reads = nil, nil, nil, nil
@@ -52,12 +60,13 @@ type imsg struct {
 	keys    []uint32 // interned "s\x00type\x00value" and "r\x00type\x00value"
 }
 
-func newMsgIndex() *msgIndex {
-	return &msgIndex{ready: make(chan struct{}), byID: map[string]int32{}, strs: map[string]uint32{"": 0}, reads: map[uint32][]uint64{}}
+// New returns an empty index; Build fills it.
+func New() *Index {
+	return &Index{ready: make(chan struct{}), byID: map[string]int32{}, strs: map[string]uint32{"": 0}, reads: map[uint32][]uint64{}}
 }
 
 // intern returns s's ID, adding it. Called with mu held for writing.
-func (x *msgIndex) intern(s string) uint32 {
+func (x *Index) intern(s string) uint32 {
 	if id, ok := x.strs[s]; ok {
 		return id
 	}
@@ -67,31 +76,24 @@ func (x *msgIndex) intern(s string) uint32 {
 }
 
 // lookup returns s's ID without adding it (ok false: nothing has it).
-func (x *msgIndex) lookup(s string) (uint32, bool) {
+func (x *Index) lookup(s string) (uint32, bool) {
 	id, ok := x.strs[s]
 	return id, ok
 }
 
 func pairKey(kind, typ, value string) string { return kind + "\x00" + typ + "\x00" + value }
 
-func nanos(ts string) int64 {
-	t, err := eventlog.ParseTime(ts)
-	if err != nil {
-		return 0
-	}
-	return t.UnixNano()
-}
-
-// build fills the index from the projection, then applies what was
-// committed meanwhile. It runs in its own goroutine from Open, and holds
+// Build fills the index from the projection, then applies what was
+// committed meanwhile. It is meant to run in its own goroutine, and holds
 // the lock only to install the result, so writers never wait for it.
-func (x *msgIndex) build(ctx context.Context, st *store.Store) {
-	b := newMsgIndex()
+// Cancelling ctx abandons it; listings then fail.
+func (x *Index) Build(ctx context.Context, st *store.Store) {
+	b := New()
 	err := st.IndexSnapshot(ctx, func(r store.IndexRow) {
-		b.add(r.MessageID, r.AgentID, r.ThreadID, nanos(r.CreatedAt), r.Deleted)
+		b.add(r.MessageID, r.AgentID, r.ThreadID, r.CreatedAt.UnixNano(), r.Deleted)
 		m := &b.slots[b.byID[r.MessageID]]
-		if r.UpdatedAt.Valid {
-			m.updated = nanos(r.UpdatedAt.String)
+		if !r.UpdatedAt.IsZero() {
+			m.updated = r.UpdatedAt.UnixNano()
 		}
 		m.proxied = r.ActingAs != ""
 	}, func(id, kind, typ, value string) {
@@ -118,7 +120,7 @@ func (x *msgIndex) build(ctx context.Context, st *store.Store) {
 }
 
 // add inserts a message if new, keeping order sorted by created time.
-func (x *msgIndex) add(id, author, thread string, created int64, deleted bool) int32 {
+func (x *Index) add(id, author, thread string, created int64, deleted bool) int32 {
 	if s, ok := x.byID[id]; ok {
 		return s
 	}
@@ -145,7 +147,7 @@ func (x *msgIndex) add(id, author, thread string, created int64, deleted bool) i
 	return slot
 }
 
-func (x *msgIndex) less(a, b int32) bool {
+func (x *Index) less(a, b int32) bool {
 	ma, mb := &x.slots[a], &x.slots[b]
 	if ma.created != mb.created {
 		return ma.created < mb.created
@@ -153,7 +155,7 @@ func (x *msgIndex) less(a, b int32) bool {
 	return ma.id < mb.id
 }
 
-func (x *msgIndex) markRead(agent, id string) {
+func (x *Index) markRead(agent, id string) {
 	s, ok := x.byID[id]
 	if !ok {
 		// A read can arrive before its message when both came from other
@@ -173,9 +175,9 @@ func (x *msgIndex) markRead(agent, id string) {
 	x.reads[r] = bits
 }
 
-// apply folds committed events in; before the build is done it queues
+// Apply folds committed events in; before the build is done it queues
 // them.
-func (x *msgIndex) apply(batch []*eventlog.Event) {
+func (x *Index) Apply(batch []*eventlog.Event) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if x.closed { // a batch committed while the node closes
@@ -204,11 +206,11 @@ func isMessageEvent(t string) bool {
 	return false
 }
 
-func (x *msgIndex) applyLocked(e *eventlog.Event) {
+func (x *Index) applyLocked(e *eventlog.Event) {
 	switch e.Type {
 	case eventlog.TypeMessageCreate:
-		var p eventlog.MessageCreate
-		if e.Decode(&p) != nil {
+		p, err := eventlog.PayloadAs[eventlog.MessageCreate](e)
+		if err != nil {
 			return
 		}
 		if _, ok := x.byID[p.MessageID]; ok {
@@ -224,22 +226,22 @@ func (x *msgIndex) applyLocked(e *eventlog.Event) {
 			m.keys = append(m.keys, x.intern(pairKey("r", r.Type, r.Value)))
 		}
 	case eventlog.TypeMessageEdit:
-		var p eventlog.MessageEdit
-		if e.Decode(&p) == nil {
+		p, err := eventlog.PayloadAs[eventlog.MessageEdit](e)
+		if err == nil {
 			if s, ok := x.byID[p.MessageID]; ok && x.slots[s].updated < e.Time.UnixNano() {
 				x.slots[s].updated = e.Time.UnixNano()
 			}
 		}
 	case eventlog.TypeMessageDelete:
-		var p eventlog.MessageDelete
-		if e.Decode(&p) == nil {
+		p, err := eventlog.PayloadAs[eventlog.MessageDelete](e)
+		if err == nil {
 			if s, ok := x.byID[p.MessageID]; ok {
 				x.slots[s].deleted = true
 			}
 		}
 	case eventlog.TypeMessageRead:
-		var p eventlog.MessageRead
-		if e.Decode(&p) == nil {
+		p, err := eventlog.PayloadAs[eventlog.MessageRead](e)
+		if err == nil {
 			for _, id := range p.MessageIDs {
 				x.markRead(p.AgentID, id)
 			}
@@ -263,7 +265,7 @@ type query struct {
 	none           bool // a filter value nothing has: no match
 }
 
-func (x *msgIndex) compile(f store.MessageFilter) query {
+func (x *Index) compile(f store.MessageFilter) query {
 	var q query
 	need := func(s string) uint32 {
 		id, ok := x.lookup(s)
@@ -304,7 +306,7 @@ func (x *msgIndex) compile(f store.MessageFilter) query {
 	return q
 }
 
-func (q *query) read(x *msgIndex, s int32) bool {
+func (q *query) read(x *Index, s int32) bool {
 	if !q.hasReader {
 		return false
 	}
@@ -315,7 +317,7 @@ func (q *query) read(x *msgIndex, s int32) bool {
 	return w < len(q.readBits) && q.readBits[w]&(1<<(uint(s)%64)) != 0
 }
 
-func (q *query) match(x *msgIndex, s int32) bool {
+func (q *query) match(x *Index, s int32) bool {
 	m := &x.slots[s]
 	if m.deleted && !q.withDeleted {
 		return false
@@ -352,23 +354,23 @@ func has(keys []uint32, k uint32) bool {
 	return false
 }
 
-// list returns one page of message IDs matching f, and the total and
+// List returns one page of message IDs matching f, and the total and
 // unread counts over all matches. It waits for the build.
-func (x *msgIndex) list(ctx context.Context, f store.MessageFilter) (ids []string, total, unread int, err error) {
+func (x *Index) List(ctx context.Context, f store.MessageFilter) (ids []string, total, unread int, err error) {
 	select {
 	case <-x.ready:
 	case <-ctx.Done():
 		return nil, 0, 0, ctx.Err()
 	case <-time.After(time.Minute):
-		return nil, 0, 0, internal("message index", context.DeadlineExceeded)
+		return nil, 0, 0, fmt.Errorf("msgindex: not built after a minute: %w", context.DeadlineExceeded)
 	}
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 	if x.err != nil {
-		return nil, 0, 0, internal("message index", x.err)
+		return nil, 0, 0, fmt.Errorf("msgindex: build: %w", x.err)
 	}
 	if x.closed {
-		return nil, 0, 0, rpcUnavailable()
+		return nil, 0, 0, ErrClosed
 	}
 	q := x.compile(f)
 	if q.none {

@@ -1,4 +1,8 @@
-package thrum
+// Package directory is the node's in-memory copy of the agents and
+// groups tables: small, read on every send and notification, reloaded
+// from the projection after each commit that changes them. It resolves
+// addresses (an agent, a role, a group, everyone) to agents.
+package directory
 
 import (
 	"context"
@@ -10,10 +14,12 @@ import (
 	"github.com/thrumhq/thrum/store"
 )
 
-// directory is an in-memory copy of the agents and groups tables: small,
-// read on every send and notification, reloaded after each commit that
-// changes them.
-type directory struct {
+// Everyone is the built-in group that holds every agent.
+const Everyone = "everyone"
+
+// A Directory is the agents and groups of one node. Its zero value is
+// empty and ready; it may be used from several goroutines.
+type Directory struct {
 	mu      sync.RWMutex
 	agents  map[string]store.Agent
 	byRole  map[string][]string // role → agent IDs (kind agent), sorted
@@ -21,7 +27,8 @@ type directory struct {
 	members map[string][]store.Member // group → direct members
 }
 
-func (d *directory) reload(ctx context.Context, st *store.Store) error {
+// Reload replaces the directory with the projection's current tables.
+func (d *Directory) Reload(ctx context.Context, st *store.Store) error {
 	agents, err := st.Agents(ctx, "", "")
 	if err != nil {
 		return err
@@ -56,30 +63,33 @@ func (d *directory) reload(ctx context.Context, st *store.Store) error {
 	return nil
 }
 
-func (d *directory) agent(id string) (store.Agent, bool) {
+// Agent returns the agent with ID id.
+func (d *Directory) Agent(id string) (store.Agent, bool) {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	a, ok := d.agents[id]
 	return a, ok
 }
 
-func (d *directory) hasGroup(name string) bool {
+// HasGroup reports whether a group is named name.
+func (d *Directory) HasGroup(name string) bool {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	_, ok := d.groups[name]
 	return ok
 }
 
-func (d *directory) hasRole(role string) bool {
+// HasRole reports whether an agent has the role.
+func (d *Directory) HasRole(role string) bool {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	return len(d.byRole[role]) > 0
 }
 
-// targets returns the mention values that reach agent id: its ID, its
+// Targets returns the mention values that reach agent id: its ID, its
 // role, every group holding it directly or through its role, and
 // everyone. Membership is resolved now, at read time.
-func (d *directory) targets(id string) []string {
+func (d *Directory) Targets(id string) []string {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	a, ok := d.agents[id]
@@ -91,7 +101,7 @@ func (d *directory) targets(id string) []string {
 		out = append(out, a.Role)
 	}
 	if a.Kind == "agent" {
-		out = append(out, EveryoneGroup)
+		out = append(out, Everyone)
 	}
 	for g, ms := range d.members {
 		for _, m := range ms {
@@ -104,12 +114,12 @@ func (d *directory) targets(id string) []string {
 	return out
 }
 
-// roleTargets returns the mention values that reach every agent of a
+// RoleTargets returns the mention values that reach every agent of a
 // role: the role, the groups holding the role, and everyone.
-func (d *directory) roleTargets(role string) []string {
+func (d *Directory) RoleTargets(role string) []string {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
-	out := []string{role, EveryoneGroup}
+	out := []string{role, Everyone}
 	for g, ms := range d.members {
 		for _, m := range ms {
 			if m.Type == rpc.MemberRole && m.ID == role {
@@ -121,24 +131,24 @@ func (d *directory) roleTargets(role string) []string {
 	return out
 }
 
-// mentionTargets interprets a mention_role filter or subscription value:
+// MentionTargets interprets a mention_role filter or subscription value:
 // an agent's ID means everything addressed to that agent; anything else is
 // a role.
-func (d *directory) mentionTargets(v string) []string {
+func (d *Directory) MentionTargets(v string) []string {
 	v = identity.NormalizeAgentID(v)
-	if _, ok := d.agent(v); ok {
-		return d.targets(v)
+	if _, ok := d.Agent(v); ok {
+		return d.Targets(v)
 	}
-	return d.roleTargets(v)
+	return d.RoleTargets(v)
 }
 
-// resolve finds whom an address reaches now. addr is normalized (no "@").
+// Resolve finds whom an address reaches now. addr is normalized (no "@").
 // ok is false when it names no agent, role or group.
-func (d *directory) resolve(addr string) (rpc.Recipient, bool) {
+func (d *Directory) Resolve(addr string) (rpc.Recipient, bool) {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	r := rpc.Recipient{Address: addr, Agents: []string{}, Active: []string{}}
-	if addr == EveryoneGroup {
+	if addr == Everyone {
 		r.Kind = "everyone"
 		for id, a := range d.agents {
 			if a.Kind == "agent" {
@@ -166,16 +176,16 @@ func (d *directory) resolve(addr string) (rpc.Recipient, bool) {
 	return r, false
 }
 
-// expand returns the agent IDs a group reaches now, sorted.
-func (d *directory) expand(group string) []string {
+// Expand returns the agent IDs a group reaches now, sorted.
+func (d *Directory) Expand(group string) []string {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	return d.expandLocked(group)
 }
 
-func (d *directory) expandLocked(group string) []string {
+func (d *Directory) expandLocked(group string) []string {
 	set := map[string]bool{}
-	if group == EveryoneGroup {
+	if group == Everyone {
 		for id, a := range d.agents {
 			if a.Kind == "agent" {
 				set[id] = true
@@ -198,4 +208,16 @@ func (d *directory) expandLocked(group string) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// IsMember reports whether group has the direct member (typ, id).
+func (d *Directory) IsMember(group, typ, id string) bool {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	for _, m := range d.members[group] {
+		if m.Type == typ && m.ID == id {
+			return true
+		}
+	}
+	return false
 }

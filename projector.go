@@ -1,0 +1,210 @@
+package thrum
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/thrumhq/thrum/eventlog"
+	"github.com/thrumhq/thrum/internal/directory"
+	"github.com/thrumhq/thrum/internal/msgindex"
+	"github.com/thrumhq/thrum/store"
+)
+
+// A Projection is a read model that a Projector keeps current: Apply gets
+// every committed batch of the log, in log order, after the store has
+// applied it. Apply must be idempotent: a batch that failed to apply
+// anywhere is applied again, with anything committed after it, until
+// every projection takes it (see "Durability and storage faults" in
+// DESIGN.md); while it fails, the node refuses writes. Read a payload
+// with eventlog.PayloadAs: the log has decoded it once for every
+// projection. A *store.Store is a Projection.
+type Projection interface {
+	Apply(ctx context.Context, batch []*eventlog.Event) error
+}
+
+// A Projector applies the batches the event log commits to a node's read
+// models, in log order and once each: the SQLite store, the projections
+// an embedder adds, then the node's in-memory message index and
+// directory, and finally its notifier, which wakes subscribers. Give its
+// Commit to the log as eventlog.Options.OnCommit, and both to New.
+//
+// A batch that is durable in the log but fails to apply stays pending:
+// the next commit, or a retry, applies the pending events first, in the
+// same call as anything newer, so no projection's checkpoint passes an
+// event it has not applied.
+type Projector struct {
+	store *store.Store
+	extra []Projection
+	idx   *msgindex.Index
+	dirc  *directory.Directory
+
+	// n is the node the Projector serves, set by New: its caches and
+	// notifier run after each applied batch, and it shapes the error of
+	// a failed apply.
+	n atomic.Pointer[Node]
+
+	mu       sync.Mutex        // serializes applying batches
+	pending  []*eventlog.Event // durable, not applied, in log order
+	applyErr error             // why pending is not applied
+	behind   atomic.Bool       // pending is not empty
+	kick     chan struct{}     // a retry is wanted
+}
+
+// NewProjector returns the Projector of the store st and the extra
+// projections, which it applies in order after st.
+func NewProjector(st *store.Store, extra ...Projection) *Projector {
+	return &Projector{
+		store: st,
+		extra: extra,
+		idx:   msgindex.New(),
+		dirc:  &directory.Directory{},
+		kick:  make(chan struct{}, 1),
+	}
+}
+
+// Store returns the projector's SQLite store.
+func (p *Projector) Store() *store.Store { return p.store }
+
+// Commit applies a committed batch, after the events still pending from
+// a failed apply: it is the log's eventlog.Options.OnCommit.
+func (p *Projector) Commit(batch []*eventlog.Event) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	evs := batch
+	if len(p.pending) > 0 {
+		evs = append(p.pending, batch...)
+	}
+	if err := p.apply(context.Background(), evs); err != nil {
+		if len(p.pending) == 0 { // the log reuses batch's array after we return
+			evs = append([]*eventlog.Event(nil), batch...)
+		}
+		p.pending, p.applyErr = evs, err
+		p.behind.Store(true)
+		if lg := p.logger(); lg != nil {
+			lg.Error("thrum: the projection failed to apply committed events; they are safe in the log, and writes are refused until a retry applies them",
+				"events", len(evs), "err", err)
+		}
+		select {
+		case p.kick <- struct{}{}:
+		default:
+		}
+		if n := p.n.Load(); n != nil {
+			return n.applyFailure(err)
+		}
+		return err
+	}
+	p.pending, p.applyErr = nil, nil
+	p.behind.Store(false)
+	p.published(evs)
+	return nil
+}
+
+// retry tries once to apply the pending events; it reports whether none
+// are left.
+func (p *Projector) retry() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.pending) == 0 {
+		return true
+	}
+	evs := p.pending
+	if err := p.apply(context.Background(), evs); err != nil {
+		p.applyErr = err
+		return false
+	}
+	if lg := p.logger(); lg != nil {
+		lg.Info("thrum: applied the events that had failed to apply; writes resume", "events", len(evs))
+	}
+	p.pending, p.applyErr = nil, nil
+	p.behind.Store(false)
+	p.published(evs)
+	return true
+}
+
+// failure returns why committed events wait to be applied and how many
+// do, or nil.
+func (p *Projector) failure() (pending int, err error) {
+	if !p.behind.Load() {
+		return 0, nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.pending), p.applyErr
+}
+
+// apply applies evs to the store, then to the extra projections.
+func (p *Projector) apply(ctx context.Context, evs []*eventlog.Event) error {
+	if err := p.store.Apply(ctx, evs); err != nil {
+		return err
+	}
+	for _, x := range p.extra {
+		if err := x.Apply(ctx, evs); err != nil {
+			return fmt.Errorf("projection %T: %w", x, err)
+		}
+	}
+	return nil
+}
+
+// replayExtra applies the whole log to the extra projections, in
+// batches: they are kept from the start of the log, not from the store's
+// checkpoint.
+func (p *Projector) replayExtra(ctx context.Context, lg *eventlog.Log) error {
+	if len(p.extra) == 0 {
+		return nil
+	}
+	batch := make([]*eventlog.Event, 0, store.DefaultRebuildBatch)
+	flush := func() error {
+		for _, x := range p.extra {
+			if err := x.Apply(ctx, batch); err != nil {
+				return fmt.Errorf("projection %T: %w", x, err)
+			}
+		}
+		batch = batch[:0]
+		return nil
+	}
+	if _, err := lg.Scan(ctx, nil, func(e *eventlog.Event) error {
+		e.Raw = append([]byte(nil), e.Raw...) // Scan reuses it; a projection may keep the event
+		batch = append(batch, e)
+		if len(batch) == cap(batch) {
+			return flush()
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	return flush()
+}
+
+// published runs after a batch is applied, in log order: the in-memory
+// index and directory take it, then the node's caches and notifier.
+func (p *Projector) published(batch []*eventlog.Event) {
+	p.idx.Apply(batch)
+	reload := false
+	for _, e := range batch {
+		if e.Type == eventlog.TypeAgentRegister || e.Type == eventlog.TypeAgentUpdate || e.Type == eventlog.TypeAgentCleanup || strings.HasPrefix(e.Type, "group.") {
+			reload = true
+			break
+		}
+	}
+	if reload {
+		if err := p.dirc.Reload(context.Background(), p.store); err != nil {
+			if lg := p.logger(); lg != nil {
+				lg.Error("thrum: reload directory", "err", err)
+			}
+		}
+	}
+	if n := p.n.Load(); n != nil {
+		n.published(batch)
+	}
+}
+
+func (p *Projector) logger() *slog.Logger {
+	if n := p.n.Load(); n != nil {
+		return n.opts.Logger
+	}
+	return nil
+}
