@@ -888,7 +888,7 @@ func (s *Server) deleteGroup(ctx context.Context, _ *mcp.CallToolRequest, in Del
 	return DeleteGroupOutput{Status: "deleted", Name: r.Name}, nil
 }
 
-func (s *Server) member(ctx context.Context, in GroupMemberInput, add bool) (GroupMemberOutput, error) {
+func (s *Server) member(ctx context.Context, in rpc.GroupMembership, add bool) (GroupMemberOutput, error) {
 	if in.MemberType != rpc.MemberAgent && in.MemberType != rpc.MemberRole {
 		tool := "remove_group_member"
 		if add {
@@ -896,7 +896,7 @@ func (s *Server) member(ctx context.Context, in GroupMemberInput, add bool) (Gro
 		}
 		return GroupMemberOutput{}, invalidArg(tool, "invalid member_type %q: use agent or role", in.MemberType)
 	}
-	p := &rpc.GroupMembership{Group: in.Group, MemberType: in.MemberType, MemberID: in.MemberID}
+	p := &in
 	r, err := callRPC(ctx, s, func(ctx context.Context, c *rpc.Client) (*rpc.GroupMembership, error) {
 		if add {
 			return c.AddGroupMember(ctx, p)
@@ -910,14 +910,14 @@ func (s *Server) member(ctx context.Context, in GroupMemberInput, add bool) (Gro
 	if add {
 		status = "added"
 	}
-	return GroupMemberOutput{Status: status, Group: r.Group, MemberType: r.MemberType, MemberID: r.MemberID}, nil
+	return GroupMemberOutput{Status: status, GroupMembership: *r}, nil
 }
 
-func (s *Server) addGroupMember(ctx context.Context, _ *mcp.CallToolRequest, in GroupMemberInput) (GroupMemberOutput, error) {
+func (s *Server) addGroupMember(ctx context.Context, _ *mcp.CallToolRequest, in rpc.GroupMembership) (GroupMemberOutput, error) {
 	return s.member(ctx, in, true)
 }
 
-func (s *Server) removeGroupMember(ctx context.Context, _ *mcp.CallToolRequest, in GroupMemberInput) (GroupMemberOutput, error) {
+func (s *Server) removeGroupMember(ctx context.Context, _ *mcp.CallToolRequest, in rpc.GroupMembership) (GroupMemberOutput, error) {
 	return s.member(ctx, in, false)
 }
 

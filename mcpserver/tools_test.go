@@ -641,8 +641,8 @@ func TestGroupTools(t *testing.T) {
 		{"group": "@backend", "member_type": "agent", "member_id": "@alice"},
 	} {
 		out := call[mcpserver.GroupMemberOutput](t, alice, "add_group_member", m)
-		want := mcpserver.GroupMemberOutput{Status: "added", Group: "backend", MemberType: m["member_type"].(string),
-			MemberID: strings.TrimPrefix(m["member_id"].(string), "@")}
+		want := mcpserver.GroupMemberOutput{Status: "added", GroupMembership: rpc.GroupMembership{Group: "backend", MemberType: m["member_type"].(string),
+			MemberID: strings.TrimPrefix(m["member_id"].(string), "@")}}
 		if out != want {
 			t.Errorf("add_group_member(%v) = %+v, want %+v", m, out, want)
 		}
@@ -677,7 +677,7 @@ func TestGroupTools(t *testing.T) {
 	}
 
 	removed := call[mcpserver.GroupMemberOutput](t, alice, "remove_group_member", args{"group": "backend", "member_type": "role", "member_id": "reviewer"})
-	if removed != (mcpserver.GroupMemberOutput{Status: "removed", Group: "backend", MemberType: "role", MemberID: "reviewer"}) {
+	if removed != (mcpserver.GroupMemberOutput{Status: "removed", GroupMembership: rpc.GroupMembership{Group: "backend", MemberType: "role", MemberID: "reviewer"}}) {
 		t.Errorf("remove_group_member = %+v", removed)
 	}
 	after := call[mcpserver.GetGroupOutput](t, alice, "get_group", args{"name": "backend", "expand": true})

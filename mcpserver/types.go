@@ -5,8 +5,8 @@ import "github.com/thrumhq/thrum/rpc"
 // The inputs and outputs of the 12 tools (spec/mcp-server.md's 11 and
 // get_message), as the spec names them. jsonschema tags are the
 // descriptions agents see; schema.go adds enums and bounds. Where a tool
-// returns what an rpc method does (rpc.Recipient, rpc.GroupInfo,
-// rpc.GroupMember), it uses the rpc type, whose tags describe it; the
+// takes or returns what an rpc method does (rpc.Recipient, rpc.GroupInfo,
+// rpc.GroupMember, rpc.GroupMembership), it uses the rpc type, whose tags describe it; the
 // types here are the tools' own shapes.
 
 // MessageInfo is one message as the tools return it.
@@ -131,17 +131,10 @@ type DeleteGroupInput struct {
 	Name string `json:"name" jsonschema:"group to delete (not everyone)"`
 }
 
-type GroupMemberInput struct {
-	Group      string `json:"group" jsonschema:"group name"`
-	MemberType string `json:"member_type" jsonschema:"agent or role"`
-	MemberID   string `json:"member_id" jsonschema:"agent name or role name"`
-}
-
+// GroupMemberOutput is the membership added or removed, with a status.
 type GroupMemberOutput struct {
-	Status     string `json:"status" jsonschema:"added or removed"`
-	Group      string `json:"group"`
-	MemberType string `json:"member_type"`
-	MemberID   string `json:"member_id"`
+	Status string `json:"status" jsonschema:"added or removed"`
+	rpc.GroupMembership
 }
 
 type ListGroupsInput struct{}

@@ -823,9 +823,9 @@ const (
 // group.member.add and group.member.remove, and their result. MemberType
 // is MemberAgent or MemberRole (every agent with that role).
 type GroupMembership struct {
-	Group      string `json:"group"`
-	MemberType string `json:"member_type"` // "agent" or "role"
-	MemberID   string `json:"member_id"`
+	Group      string `json:"group" jsonschema:"group name"`
+	MemberType string `json:"member_type" jsonschema:"agent or role"`
+	MemberID   string `json:"member_id" jsonschema:"agent name or role name"`
 }
 
 // ListGroupsParams are the params of group.list: none. See HealthParams.
