@@ -868,9 +868,9 @@ func (s *Server) broadcastMessage(ctx context.Context, _ *mcp.CallToolRequest, i
 	return out, nil
 }
 
-func (s *Server) createGroup(ctx context.Context, _ *mcp.CallToolRequest, in CreateGroupInput) (CreateGroupOutput, error) {
+func (s *Server) createGroup(ctx context.Context, _ *mcp.CallToolRequest, in rpc.CreateGroupParams) (CreateGroupOutput, error) {
 	r, err := callRPC(ctx, s, func(ctx context.Context, c *rpc.Client) (*rpc.CreateGroupResult, error) {
-		return c.CreateGroup(ctx, &rpc.CreateGroupParams{Name: in.Name, Description: in.Description})
+		return c.CreateGroup(ctx, &in)
 	})
 	if err != nil {
 		return CreateGroupOutput{}, err
@@ -878,9 +878,9 @@ func (s *Server) createGroup(ctx context.Context, _ *mcp.CallToolRequest, in Cre
 	return CreateGroupOutput{Status: "created", Name: r.Name}, nil
 }
 
-func (s *Server) deleteGroup(ctx context.Context, _ *mcp.CallToolRequest, in DeleteGroupInput) (DeleteGroupOutput, error) {
+func (s *Server) deleteGroup(ctx context.Context, _ *mcp.CallToolRequest, in rpc.DeleteGroupParams) (DeleteGroupOutput, error) {
 	r, err := callRPC(ctx, s, func(ctx context.Context, c *rpc.Client) (*rpc.DeleteGroupResult, error) {
-		return c.DeleteGroup(ctx, &rpc.DeleteGroupParams{Name: in.Name})
+		return c.DeleteGroup(ctx, &in)
 	})
 	if err != nil {
 		return DeleteGroupOutput{}, err

@@ -6,7 +6,8 @@ import "github.com/thrumhq/thrum/rpc"
 // get_message), as the spec names them. jsonschema tags are the
 // descriptions agents see; schema.go adds enums and bounds. Where a tool
 // takes or returns what an rpc method does (rpc.Recipient, rpc.GroupInfo,
-// rpc.GroupMember, rpc.GroupMembership), it uses the rpc type, whose tags describe it; the
+// rpc.GroupMember, rpc.GroupMembership, rpc.CreateGroupParams,
+// rpc.DeleteGroupParams), it uses the rpc type, whose tags describe it; the
 // types here are the tools' own shapes.
 
 // MessageInfo is one message as the tools return it.
@@ -112,11 +113,6 @@ type BroadcastMessageOutput struct {
 	MessageIDs []string `json:"message_ids"`
 }
 
-type CreateGroupInput struct {
-	Name        string `json:"name" jsonschema:"group name (a-z, 0-9, _), e.g. reviewers"`
-	Description string `json:"description,omitempty" jsonschema:"what the group is for"`
-}
-
 type CreateGroupOutput struct {
 	Status string `json:"status" jsonschema:"created"`
 	Name   string `json:"name" jsonschema:"the group's name"`
@@ -125,10 +121,6 @@ type CreateGroupOutput struct {
 type DeleteGroupOutput struct {
 	Status string `json:"status" jsonschema:"deleted"`
 	Name   string `json:"name" jsonschema:"the group's name"`
-}
-
-type DeleteGroupInput struct {
-	Name string `json:"name" jsonschema:"group to delete (not everyone)"`
 }
 
 // GroupMemberOutput is the membership added or removed, with a status.

@@ -792,8 +792,8 @@ type IdentifyUserResult struct {
 
 // CreateGroupParams are the params of group.create.
 type CreateGroupParams struct {
-	Name        string `json:"name"`
-	Description string `json:"description,omitempty"`
+	Name        string `json:"name" jsonschema:"group name (a-z, 0-9, _), e.g. reviewers"`
+	Description string `json:"description,omitempty" jsonschema:"what the group is for"`
 }
 
 // CreateGroupResult is the result of group.create.
@@ -804,7 +804,7 @@ type CreateGroupResult struct {
 
 // DeleteGroupParams are the params of group.delete.
 type DeleteGroupParams struct {
-	Name string `json:"name"`
+	Name string `json:"name" jsonschema:"group to delete (not everyone)"`
 }
 
 // DeleteGroupResult is the result of group.delete.
