@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -68,6 +69,7 @@ func TestDaemonBusyIsNotGone(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer syscall.Kill(pid, syscall.SIGCONT)
+	waitProcState(t, pid, 'T') // a signal is delivered asynchronously
 	r := c.ok("", "daemon", "status")
 	contains(t, "status of a stopped daemon", r.stdout, "Daemon running (pid "+strconv.Itoa(pid)+") but not answering")
 	r = c.run("daemon", "start")
@@ -77,4 +79,25 @@ func TestDaemonBusyIsNotGone(t *testing.T) {
 	syscall.Kill(pid, syscall.SIGCONT)
 	r = c.ok("", "daemon", "status")
 	contains(t, "status after SIGCONT", r.stdout, "Daemon running (pid "+strconv.Itoa(pid)+")\n")
+}
+
+// waitProcState waits until /proc says process pid is in state (R, S, T…).
+func waitProcState(t *testing.T, pid int, state byte) {
+	t.Helper()
+	path := "/proc/" + strconv.Itoa(pid) + "/stat"
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatalf("process %d: %v", pid, err)
+		}
+		// The state follows the command name, which is in parentheses.
+		if i := bytes.LastIndexByte(b, ')'); i >= 0 && i+2 < len(b) && b[i+2] == state {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d never reached state %c: %s", pid, state, b)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
