@@ -617,3 +617,79 @@ func (s *Store) IdempotencyKey(ctx context.Context, caller, key string) (*Keyed,
 	}
 	return &k, nil
 }
+
+// MessageIDs answers a listing from SQLite: one page of message IDs
+// matching f, newest first unless f.Asc (by created_at, or by the later
+// of updated_at and created_at when f.SortBy is "updated_at"), and the
+// total and unread counts over every match. It gives the same answer as
+// the node's in-memory message index, which is much faster; the node
+// uses it while that index is still building after start.
+func (s *Store) MessageIDs(ctx context.Context, f MessageFilter) (ids []string, total, unread int, err error) {
+	var where []string
+	var args []any
+	if !f.IncludeDeleted {
+		where = append(where, `COALESCE(m.deleted, 0) = 0`)
+	}
+	if f.ThreadID != "" {
+		where, args = append(where, `m.thread_id = ?`), append(args, f.ThreadID)
+	}
+	if f.AuthorID != "" {
+		where, args = append(where, `m.agent_id = ?`), append(args, f.AuthorID)
+	}
+	if f.Scope != nil {
+		where = append(where, `m.message_id IN (SELECT message_id FROM message_scopes WHERE scope_type = ? AND scope_value = ?)`)
+		args = append(args, f.Scope.Type, f.Scope.Value)
+	}
+	if f.Ref != nil {
+		where = append(where, `m.message_id IN (SELECT message_id FROM message_refs WHERE ref_type = ? AND ref_value = ?)`)
+		args = append(args, f.Ref.Type, f.Ref.Value)
+	}
+	if f.Mentions != nil {
+		if len(f.Mentions) == 0 {
+			return nil, 0, 0, nil
+		}
+		where = append(where, `m.message_id IN (SELECT message_id FROM message_refs WHERE ref_type = 'mention' AND ref_value IN (`+placeholders(len(f.Mentions))+`))`)
+		for _, t := range f.Mentions {
+			args = append(args, t)
+		}
+	}
+	if f.Unread {
+		where = append(where, `NOT `+readExpr)
+		args = append(args, f.Reader, f.Reader)
+	}
+	cond := ""
+	if len(where) > 0 {
+		cond = ` WHERE ` + strings.Join(where, ` AND `)
+	}
+	dir := ` DESC`
+	if f.Asc {
+		dir = ` ASC`
+	}
+	order := `m.created_at` + dir + `, m.message_id` + dir
+	if f.SortBy == "updated_at" {
+		order = `COALESCE(m.updated_at, m.created_at)` + dir + `, ` + order
+	}
+	// The counts over every match, unordered; then only the page, in
+	// order (SQLite walks the created_at index and stops at the page's
+	// end).
+	counts, cargs := `SELECT COUNT(*), COALESCE(SUM(NOT `+readExpr+`), 0) FROM messages m`+cond, append([]any{f.Reader, f.Reader}, args...)
+	if f.Reader == "" { // nobody has read anything
+		counts, cargs = `SELECT COUNT(*), COUNT(*) FROM messages m`+cond, args
+	}
+	st, err := s.rc.prepare(ctx, counts)
+	if err != nil {
+		return nil, 0, 0, fmt.Errorf("store: list messages: %w", err)
+	}
+	if err := st.QueryRowContext(ctx, cargs...).Scan(&total, &unread); err != nil {
+		return nil, 0, 0, fmt.Errorf("store: list messages: %w", err)
+	}
+	offset, limit := max(f.Offset, 0), max(f.Limit, 0)
+	if limit == 0 || offset >= total {
+		return nil, total, unread, nil
+	}
+	q := `SELECT m.message_id FROM messages m` + cond + ` ORDER BY ` + order + ` LIMIT ? OFFSET ?`
+	if err := s.sel(ctx, &ids, q, append(args, limit, offset)...); err != nil {
+		return nil, 0, 0, fmt.Errorf("store: list messages: %w", err)
+	}
+	return ids, total, unread, nil
+}

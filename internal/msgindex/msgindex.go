@@ -354,6 +354,19 @@ func has(keys []uint32, k uint32) bool {
 	return false
 }
 
+// Building reports whether the index is still being built: List would
+// wait for it.
+func (x *Index) Building() bool {
+	select {
+	case <-x.ready:
+		return false
+	default:
+	}
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	return !x.closed
+}
+
 // List returns one page of message IDs matching f, and the total and
 // unread counts over all matches. It waits for the build.
 func (x *Index) List(ctx context.Context, f store.MessageFilter) (ids []string, total, unread int, err error) {
