@@ -525,36 +525,31 @@ type IndexRow struct {
 
 // IndexSnapshot reads, in one read transaction, everything the node's
 // message index is built from, calling the given functions for each row:
-// messages in created order, then every scope, ref and read.
+// messages in table order (not sorted: the index sorts them itself, which
+// is cheaper than walking SQLite's created_at index), then every scope,
+// ref and read.
 func (s *Store) IndexSnapshot(ctx context.Context, msg func(IndexRow), pair func(id, kind, typ, value string), read func(id, agent string)) error {
 	tx, err := s.r.BeginTxx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback()
-	rows, err := tx.QueryxContext(ctx, `SELECT message_id, agent_id, thread_id, created_at, updated_at, COALESCE(deleted, 0) AS deleted,
-		acting_as FROM messages ORDER BY created_at, message_id`)
+	rows, err := tx.QueryContext(ctx, `SELECT message_id, agent_id, thread_id, created_at, updated_at, COALESCE(deleted, 0) AS deleted,
+		acting_as FROM messages`)
 	if err != nil {
 		return err
 	}
 	for rows.Next() {
-		var row struct {
-			MessageID string         `db:"message_id"`
-			AgentID   string         `db:"agent_id"`
-			ThreadID  string         `db:"thread_id"`
-			CreatedAt string         `db:"created_at"`
-			UpdatedAt sql.NullString `db:"updated_at"`
-			Deleted   bool           `db:"deleted"`
-			ActingAs  string         `db:"acting_as"`
-		}
-		if err := rows.StructScan(&row); err != nil {
+		var r IndexRow
+		var created string
+		var updated sql.NullString
+		if err := rows.Scan(&r.MessageID, &r.AgentID, &r.ThreadID, &created, &updated, &r.Deleted, &r.ActingAs); err != nil {
 			rows.Close()
 			return err
 		}
-		r := IndexRow{MessageID: row.MessageID, AgentID: row.AgentID, ThreadID: row.ThreadID, Deleted: row.Deleted, ActingAs: row.ActingAs}
-		r.CreatedAt, _ = eventlog.ParseTime(row.CreatedAt) // written by Apply in eventlog.TimeFormat
-		if row.UpdatedAt.Valid {
-			r.UpdatedAt, _ = eventlog.ParseTime(row.UpdatedAt.String)
+		r.CreatedAt, _ = eventlog.ParseTime(created) // written by Apply in eventlog.TimeFormat
+		if updated.Valid {
+			r.UpdatedAt, _ = eventlog.ParseTime(updated.String)
 		}
 		msg(r)
 	}
