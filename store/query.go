@@ -620,42 +620,55 @@ func (s *Store) IdempotencyKey(ctx context.Context, caller, key string) (*Keyed,
 // the node's in-memory message index, which is much faster; the node
 // uses it while that index is still building after start.
 func (s *Store) MessageIDs(ctx context.Context, f MessageFilter) (ids []string, total, unread int, err error) {
-	var where []string
-	var args []any
-	if !f.IncludeDeleted {
-		where = append(where, `COALESCE(m.deleted, 0) = 0`)
+	if f.Mentions != nil && len(f.Mentions) == 0 {
+		return nil, 0, 0, nil
 	}
-	if f.ThreadID != "" {
-		where, args = append(where, `m.thread_id = ?`), append(args, f.ThreadID)
-	}
-	if f.AuthorID != "" {
-		where, args = append(where, `m.agent_id = ?`), append(args, f.AuthorID)
-	}
-	if f.Scope != nil {
-		where = append(where, `m.message_id IN (SELECT message_id FROM message_scopes WHERE scope_type = ? AND scope_value = ?)`)
-		args = append(args, f.Scope.Type, f.Scope.Value)
-	}
-	if f.Ref != nil {
-		where = append(where, `m.message_id IN (SELECT message_id FROM message_refs WHERE ref_type = ? AND ref_value = ?)`)
-		args = append(args, f.Ref.Type, f.Ref.Value)
-	}
-	if f.Mentions != nil {
-		if len(f.Mentions) == 0 {
-			return nil, 0, 0, nil
+	// where renders the filter. Over every match (the counts) a pair
+	// filter is best a set built once (IN); over a page walked in
+	// created order, a lookup per row that stops at the page's end
+	// (EXISTS).
+	where := func(perRow bool) (string, []any) {
+		var conds []string
+		var args []any
+		pairs := func(table, col, typ string, values ...string) {
+			in := `IN (` + placeholders(len(values)) + `)`
+			if perRow {
+				conds = append(conds, `EXISTS (SELECT 1 FROM `+table+` x WHERE x.message_id = m.message_id AND x.`+col+`_type = ? AND x.`+col+`_value `+in+`)`)
+			} else {
+				conds = append(conds, `m.message_id IN (SELECT message_id FROM `+table+` WHERE `+col+`_type = ? AND `+col+`_value `+in+`)`)
+			}
+			args = append(args, typ)
+			for _, v := range values {
+				args = append(args, v)
+			}
 		}
-		where = append(where, `m.message_id IN (SELECT message_id FROM message_refs WHERE ref_type = 'mention' AND ref_value IN (`+placeholders(len(f.Mentions))+`))`)
-		for _, t := range f.Mentions {
-			args = append(args, t)
+		if !f.IncludeDeleted {
+			conds = append(conds, `COALESCE(m.deleted, 0) = 0`)
 		}
+		if f.ThreadID != "" {
+			conds, args = append(conds, `m.thread_id = ?`), append(args, f.ThreadID)
+		}
+		if f.AuthorID != "" {
+			conds, args = append(conds, `m.agent_id = ?`), append(args, f.AuthorID)
+		}
+		if f.Scope != nil {
+			pairs("message_scopes", "scope", f.Scope.Type, f.Scope.Value)
+		}
+		if f.Ref != nil {
+			pairs("message_refs", "ref", f.Ref.Type, f.Ref.Value)
+		}
+		if f.Mentions != nil {
+			pairs("message_refs", "ref", "mention", f.Mentions...)
+		}
+		if f.Unread {
+			conds, args = append(conds, `NOT `+readExpr), append(args, f.Reader, f.Reader)
+		}
+		if len(conds) == 0 {
+			return "", args
+		}
+		return ` WHERE ` + strings.Join(conds, ` AND `), args
 	}
-	if f.Unread {
-		where = append(where, `NOT `+readExpr)
-		args = append(args, f.Reader, f.Reader)
-	}
-	cond := ""
-	if len(where) > 0 {
-		cond = ` WHERE ` + strings.Join(where, ` AND `)
-	}
+	cond, args := where(false)
 	dir := ` DESC`
 	if f.Asc {
 		dir = ` ASC`
@@ -665,8 +678,7 @@ func (s *Store) MessageIDs(ctx context.Context, f MessageFilter) (ids []string, 
 		order = `COALESCE(m.updated_at, m.created_at)` + dir + `, ` + order
 	}
 	// The counts over every match, unordered; then only the page, in
-	// order (SQLite walks the created_at index and stops at the page's
-	// end).
+	// order.
 	counts, cargs := `SELECT COUNT(*), COALESCE(SUM(NOT `+readExpr+`), 0) FROM messages m`+cond, append([]any{f.Reader, f.Reader}, args...)
 	if f.Reader == "" { // nobody has read anything
 		counts, cargs = `SELECT COUNT(*), COUNT(*) FROM messages m`+cond, args
@@ -681,6 +693,9 @@ func (s *Store) MessageIDs(ctx context.Context, f MessageFilter) (ids []string, 
 	offset, limit := max(f.Offset, 0), max(f.Limit, 0)
 	if limit == 0 || offset >= total {
 		return nil, total, unread, nil
+	}
+	if f.SortBy != "updated_at" { // the created_at index gives the order
+		cond, args = where(true)
 	}
 	q := `SELECT m.message_id FROM messages m` + cond + ` ORDER BY ` + order + ` LIMIT ? OFFSET ?`
 	if err := s.sel(ctx, &ids, q, append(args, limit, offset)...); err != nil {
