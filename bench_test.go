@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -461,8 +462,11 @@ func writeSyntheticLog(tb testing.TB, dir string, n int) {
 
 // BenchmarkDaemonColdStart starts the real binary's daemon on an empty
 // data directory and on one holding 100,000 messages, and reports the
-// time from exec to the first answered health, and the daemon's resident
-// memory then (idle) and after a burst of inbox queries.
+// time from exec to the first answered health, from exec to the first
+// answered role-filtered message.list (on a second daemon start, asked
+// as soon as the socket answers), from SIGTERM to exit when the signal
+// comes as soon as the socket answers (shutdown during start-up), and
+// the daemon's resident memory idle and after a burst of inbox queries.
 func BenchmarkDaemonColdStart(b *testing.B) {
 	bin := filepath.Join(b.TempDir(), "thrum")
 	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/thrum").CombinedOutput(); err != nil {
@@ -471,7 +475,7 @@ func BenchmarkDaemonColdStart(b *testing.B) {
 	for _, stored := range []int{0, 100_000} {
 		b.Run(fmt.Sprintf("stored=%d", stored), func(b *testing.B) {
 			src := benchDir(b, stored)
-			var startMs, idleMiB, busyMiB float64
+			var startMs, listMs, stopMs, idleMiB, busyMiB float64
 			for i := 0; i < b.N; i++ {
 				root := b.TempDir() // a plain directory: log in .thrum/log
 				if err := copyTree(src, filepath.Join(root, ".thrum", "log")); err != nil {
@@ -482,26 +486,31 @@ func BenchmarkDaemonColdStart(b *testing.B) {
 					os.Rename(filepath.Join(root, ".thrum", "log", f), filepath.Join(root, ".thrum", "var", f))
 				}
 				sock := filepath.Join(root, ".thrum", "var", "thrum.sock")
-				cmd := exec.Command(bin, "--repo", root, "daemon", "run")
-				start := time.Now()
-				if err := cmd.Start(); err != nil {
+
+				// Shutdown during start-up: SIGTERM as soon as the
+				// socket answers, while the daemon is still warming up.
+				cmd, c, _ := startColdDaemon(b, bin, root, sock)
+				t0 := time.Now()
+				cmd.Process.Signal(syscall.SIGTERM)
+				cmd.Wait()
+				stopMs += float64(time.Since(t0).Microseconds()) / 1000
+				c.Close()
+
+				// The first role-filtered listing, asked at once.
+				cmd, c, start := startColdDaemon(b, bin, root, sock)
+				role := benchRoles[1]
+				if stored == 0 {
+					role = "reviewer"
+				}
+				if _, err := c.ListMessages(context.Background(), &rpc.ListMessagesParams{MentionRole: role, PageSize: 50}); err != nil {
 					b.Fatal(err)
 				}
-				var c *rpc.Client
-				for c == nil {
-					if cl, err := rpc.Dial(context.Background(), sock, nil); err == nil {
-						if _, err := cl.Health(context.Background(), &rpc.HealthParams{}); err == nil {
-							c = cl
-							break
-						}
-						cl.Close()
-					}
-					if time.Since(start) > 30*time.Second {
-						cmd.Process.Kill()
-						b.Fatal("daemon never answered")
-					}
-					time.Sleep(200 * time.Microsecond)
-				}
+				listMs += float64(time.Since(start).Microseconds()) / 1000
+				c.Close()
+				cmd.Process.Signal(syscall.SIGTERM)
+				cmd.Wait()
+
+				cmd, c, start = startColdDaemon(b, bin, root, sock)
 				startMs += float64(time.Since(start).Microseconds()) / 1000
 				time.Sleep(300 * time.Millisecond) // let the index build settle
 				idleMiB += rssMiB(cmd.Process.Pid)
@@ -515,9 +524,35 @@ func BenchmarkDaemonColdStart(b *testing.B) {
 				cmd.Wait()
 			}
 			b.ReportMetric(startMs/float64(b.N), "start-to-health-ms")
+			b.ReportMetric(listMs/float64(b.N), "start-to-role-list-ms")
+			b.ReportMetric(stopMs/float64(b.N), "sigterm-in-startup-to-exit-ms")
 			b.ReportMetric(idleMiB/float64(b.N), "rss-idle-MiB")
 			b.ReportMetric(busyMiB/float64(b.N), "rss-after-queries-MiB")
 		})
+	}
+}
+
+// startColdDaemon execs the daemon on root and returns it with a client
+// whose health call answered first, and the time of the exec.
+func startColdDaemon(b *testing.B, bin, root, sock string) (*exec.Cmd, *rpc.Client, time.Time) {
+	os.Remove(sock)
+	cmd := exec.Command(bin, "--repo", root, "daemon", "run")
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	for {
+		if cl, err := rpc.Dial(context.Background(), sock, nil); err == nil {
+			if _, err := cl.Health(context.Background(), &rpc.HealthParams{}); err == nil {
+				return cmd, cl, start
+			}
+			cl.Close()
+		}
+		if time.Since(start) > 30*time.Second {
+			cmd.Process.Kill()
+			b.Fatal("daemon never answered")
+		}
+		time.Sleep(200 * time.Microsecond)
 	}
 }
 

@@ -480,9 +480,15 @@ type messagePage struct {
 }
 
 // messages runs a listing: the index picks the page and counts, the
-// projection supplies the page's rows.
+// projection supplies the page's rows. While the index is still building
+// after start, SQLite picks them (the same answer, slower), so a listing
+// never waits for the build.
 func (n *Node) messages(ctx context.Context, f store.MessageFilter) (*messagePage, error) {
-	ids, total, unread, err := n.idx.List(ctx, f)
+	pick := n.idx.List
+	if n.idx.Building() {
+		pick = n.store.MessageIDs
+	}
+	ids, total, unread, err := pick(ctx, f)
 	switch {
 	case errors.Is(err, msgindex.ErrClosed):
 		return nil, rpcUnavailable()

@@ -275,8 +275,8 @@ func newNode(ctx context.Context, lg *eventlog.Log, p *Projector, opts *Options,
 		return nil, fmt.Errorf("thrum: open: %w", err)
 	}
 	// The message index builds in the background: Open (and a daemon's
-	// first health answer) need not wait for it; listings do. Close
-	// cancels it.
+	// first answers) need not wait for it; listings are answered from
+	// SQLite until it is built. Close cancels it.
 	n.bg.Add(1)
 	go func() {
 		defer n.bg.Done()

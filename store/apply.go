@@ -93,6 +93,18 @@ func newApplier(w *sqlx.DB, path string) (*applier, error) {
 		}
 		a.stmts[name] = st
 	}
+	// The row inserts of both sizes flush uses, keyed by their SQL.
+	for _, b := range []rowBuf{msgRows, scopeRows, refRows, readRows} {
+		for _, k := range []int{1, rowsPerInsert} {
+			q := b.query(k)
+			st, err := w.Preparex(q)
+			if err != nil {
+				a.close()
+				return nil, fmt.Errorf("prepare %s: %w", q, err)
+			}
+			a.stmts[q] = st
+		}
+	}
 	return a, nil
 }
 
@@ -113,11 +125,7 @@ func (a *applier) apply(ctx context.Context, evs []*eventlog.Event) error {
 	}
 	defer tx.Rollback() // no-op after Commit
 	t := &txApplier{tx: tx, a: a, stmts: map[string]*sqlx.Stmt{}, agentSeen: map[string]string{}, sessionSeen: map[string]string{},
-		msgRows: rowBuf{cols: 12, head: `INSERT OR IGNORE INTO messages(message_id, agent_id, session_id, thread_id, created_at,
-			body_format, body_content, body_structured, priority, tags, acting_as, disclose) VALUES`},
-		scopeRows: rowBuf{cols: 3, head: `INSERT OR IGNORE INTO message_scopes(message_id, scope_type, scope_value) VALUES`},
-		refRows:   rowBuf{cols: 3, head: `INSERT OR IGNORE INTO message_refs(message_id, ref_type, ref_value) VALUES`},
-		readRows:  rowBuf{cols: 4, head: `INSERT OR IGNORE INTO message_reads(message_id, session_id, agent_id, read_at) VALUES`},
+		msgRows: msgRows, scopeRows: scopeRows, refRows: refRows, readRows: readRows,
 	}
 	ends, lastIDs := map[string]int64{}, map[string]string{}
 	for _, e := range evs {
@@ -165,6 +173,15 @@ type txApplier struct {
 	msgRows, scopeRows, refRows, readRows rowBuf
 }
 
+// The hot tables' row buffers, empty.
+var (
+	msgRows = rowBuf{cols: 12, head: `INSERT OR IGNORE INTO messages(message_id, agent_id, session_id, thread_id, created_at,
+			body_format, body_content, body_structured, priority, tags, acting_as, disclose) VALUES`}
+	scopeRows = rowBuf{cols: 3, head: `INSERT OR IGNORE INTO message_scopes(message_id, scope_type, scope_value) VALUES`}
+	refRows   = rowBuf{cols: 3, head: `INSERT OR IGNORE INTO message_refs(message_id, ref_type, ref_value) VALUES`}
+	readRows  = rowBuf{cols: 4, head: `INSERT OR IGNORE INTO message_reads(message_id, session_id, agent_id, read_at) VALUES`}
+)
+
 // rowBuf collects rows for multi-row INSERT OR IGNOREs.
 type rowBuf struct {
 	head string // "INSERT OR IGNORE INTO t(a, b) VALUES"
@@ -192,14 +209,9 @@ func (b *rowBuf) flush(ctx context.Context, t *txApplier) error {
 		if b.n < k {
 			k = 1
 		}
-		q := b.query(k)
-		st := t.stmts[q]
-		if st == nil {
-			var err error
-			if st, err = t.tx.PreparexContext(ctx, q); err != nil {
-				return err
-			}
-			t.stmts[q] = st
+		st, err := t.rowStmt(ctx, b.query(k))
+		if err != nil {
+			return err
 		}
 		if _, err := st.ExecContext(ctx, b.args[:k*b.cols]...); err != nil {
 			return err
@@ -219,6 +231,26 @@ func (t *txApplier) flushRows(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// rowStmt returns the multi-row insert q on the transaction: prepared
+// once on the writer connection and kept for every later batch (parsing
+// it per transaction cost more than the inserts of a small batch).
+func (t *txApplier) rowStmt(ctx context.Context, q string) (*sqlx.Stmt, error) {
+	if st := t.stmts[q]; st != nil {
+		return st, nil
+	}
+	var st *sqlx.Stmt
+	if base := t.a.stmts[q]; base != nil {
+		st = t.tx.StmtxContext(ctx, base)
+	} else { // not one of newApplier's shapes: prepared for this transaction
+		var err error
+		if st, err = t.tx.PreparexContext(ctx, q); err != nil {
+			return nil, err
+		}
+	}
+	t.stmts[q] = st
+	return st, nil
 }
 
 func (t *txApplier) stmt(ctx context.Context, name string) *sqlx.Stmt {

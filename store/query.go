@@ -525,36 +525,31 @@ type IndexRow struct {
 
 // IndexSnapshot reads, in one read transaction, everything the node's
 // message index is built from, calling the given functions for each row:
-// messages in created order, then every scope, ref and read.
+// messages in table order (not sorted: the index sorts them itself, which
+// is cheaper than walking SQLite's created_at index), then every scope,
+// ref and read.
 func (s *Store) IndexSnapshot(ctx context.Context, msg func(IndexRow), pair func(id, kind, typ, value string), read func(id, agent string)) error {
 	tx, err := s.r.BeginTxx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback()
-	rows, err := tx.QueryxContext(ctx, `SELECT message_id, agent_id, thread_id, created_at, updated_at, COALESCE(deleted, 0) AS deleted,
-		acting_as FROM messages ORDER BY created_at, message_id`)
+	rows, err := tx.QueryContext(ctx, `SELECT message_id, agent_id, thread_id, created_at, updated_at, COALESCE(deleted, 0) AS deleted,
+		acting_as FROM messages`)
 	if err != nil {
 		return err
 	}
 	for rows.Next() {
-		var row struct {
-			MessageID string         `db:"message_id"`
-			AgentID   string         `db:"agent_id"`
-			ThreadID  string         `db:"thread_id"`
-			CreatedAt string         `db:"created_at"`
-			UpdatedAt sql.NullString `db:"updated_at"`
-			Deleted   bool           `db:"deleted"`
-			ActingAs  string         `db:"acting_as"`
-		}
-		if err := rows.StructScan(&row); err != nil {
+		var r IndexRow
+		var created string
+		var updated sql.NullString
+		if err := rows.Scan(&r.MessageID, &r.AgentID, &r.ThreadID, &created, &updated, &r.Deleted, &r.ActingAs); err != nil {
 			rows.Close()
 			return err
 		}
-		r := IndexRow{MessageID: row.MessageID, AgentID: row.AgentID, ThreadID: row.ThreadID, Deleted: row.Deleted, ActingAs: row.ActingAs}
-		r.CreatedAt, _ = eventlog.ParseTime(row.CreatedAt) // written by Apply in eventlog.TimeFormat
-		if row.UpdatedAt.Valid {
-			r.UpdatedAt, _ = eventlog.ParseTime(row.UpdatedAt.String)
+		r.CreatedAt, _ = eventlog.ParseTime(created) // written by Apply in eventlog.TimeFormat
+		if updated.Valid {
+			r.UpdatedAt, _ = eventlog.ParseTime(updated.String)
 		}
 		msg(r)
 	}
@@ -616,4 +611,95 @@ func (s *Store) IdempotencyKey(ctx context.Context, caller, key string) (*Keyed,
 		return nil, notFound(err)
 	}
 	return &k, nil
+}
+
+// MessageIDs answers a listing from SQLite: one page of message IDs
+// matching f, newest first unless f.Asc (by created_at, or by the later
+// of updated_at and created_at when f.SortBy is "updated_at"), and the
+// total and unread counts over every match. It gives the same answer as
+// the node's in-memory message index, which is much faster; the node
+// uses it while that index is still building after start.
+func (s *Store) MessageIDs(ctx context.Context, f MessageFilter) (ids []string, total, unread int, err error) {
+	if f.Mentions != nil && len(f.Mentions) == 0 {
+		return nil, 0, 0, nil
+	}
+	// where renders the filter. Over every match (the counts) a pair
+	// filter is best a set built once (IN); over a page walked in
+	// created order, a lookup per row that stops at the page's end
+	// (EXISTS).
+	where := func(perRow bool) (string, []any) {
+		var conds []string
+		var args []any
+		pairs := func(table, col, typ string, values ...string) {
+			in := `IN (` + placeholders(len(values)) + `)`
+			if perRow {
+				conds = append(conds, `EXISTS (SELECT 1 FROM `+table+` x WHERE x.message_id = m.message_id AND x.`+col+`_type = ? AND x.`+col+`_value `+in+`)`)
+			} else {
+				conds = append(conds, `m.message_id IN (SELECT message_id FROM `+table+` WHERE `+col+`_type = ? AND `+col+`_value `+in+`)`)
+			}
+			args = append(args, typ)
+			for _, v := range values {
+				args = append(args, v)
+			}
+		}
+		if !f.IncludeDeleted {
+			conds = append(conds, `COALESCE(m.deleted, 0) = 0`)
+		}
+		if f.ThreadID != "" {
+			conds, args = append(conds, `m.thread_id = ?`), append(args, f.ThreadID)
+		}
+		if f.AuthorID != "" {
+			conds, args = append(conds, `m.agent_id = ?`), append(args, f.AuthorID)
+		}
+		if f.Scope != nil {
+			pairs("message_scopes", "scope", f.Scope.Type, f.Scope.Value)
+		}
+		if f.Ref != nil {
+			pairs("message_refs", "ref", f.Ref.Type, f.Ref.Value)
+		}
+		if f.Mentions != nil {
+			pairs("message_refs", "ref", "mention", f.Mentions...)
+		}
+		if f.Unread {
+			conds, args = append(conds, `NOT `+readExpr), append(args, f.Reader, f.Reader)
+		}
+		if len(conds) == 0 {
+			return "", args
+		}
+		return ` WHERE ` + strings.Join(conds, ` AND `), args
+	}
+	cond, args := where(false)
+	dir := ` DESC`
+	if f.Asc {
+		dir = ` ASC`
+	}
+	order := `m.created_at` + dir + `, m.message_id` + dir
+	if f.SortBy == "updated_at" {
+		order = `COALESCE(m.updated_at, m.created_at)` + dir + `, ` + order
+	}
+	// The counts over every match, unordered; then only the page, in
+	// order.
+	counts, cargs := `SELECT COUNT(*), COALESCE(SUM(NOT `+readExpr+`), 0) FROM messages m`+cond, append([]any{f.Reader, f.Reader}, args...)
+	if f.Reader == "" { // nobody has read anything
+		counts, cargs = `SELECT COUNT(*), COUNT(*) FROM messages m`+cond, args
+	}
+	st, err := s.rc.prepare(ctx, counts)
+	if err != nil {
+		return nil, 0, 0, fmt.Errorf("store: list messages: %w", err)
+	}
+	if err := st.QueryRowContext(ctx, cargs...).Scan(&total, &unread); err != nil {
+		return nil, 0, 0, fmt.Errorf("store: list messages: %w", err)
+	}
+	offset, limit := max(f.Offset, 0), max(f.Limit, 0)
+	if limit == 0 || offset >= total {
+		return nil, total, unread, nil
+	}
+	if f.SortBy != "updated_at" { // the created_at index gives the order
+		cond, args = where(true)
+	}
+	q := `SELECT m.message_id FROM messages m` + cond + ` ORDER BY ` + order + ` LIMIT ? OFFSET ?`
+	if err := s.sel(ctx, &ids, q, append(args, limit, offset)...); err != nil {
+		return nil, 0, 0, fmt.Errorf("store: list messages: %w", err)
+	}
+	return ids, total, unread, nil
 }

@@ -39,6 +39,7 @@ type Index struct {
 	pending []*eventlog.Event   // committed while building
 	early   map[string][]string // reads of messages not indexed yet (synced out of order)
 	closed  bool
+	bulk    bool // building: add appends to order, sorted once at the end
 }
 
 // Close makes later listings fail with ErrClosed.
@@ -89,6 +90,7 @@ func pairKey(kind, typ, value string) string { return kind + "\x00" + typ + "\x0
 // Cancelling ctx abandons it; listings then fail.
 func (x *Index) Build(ctx context.Context, st *store.Store) {
 	b := New()
+	b.bulk = true
 	err := st.IndexSnapshot(ctx, func(r store.IndexRow) {
 		b.add(r.MessageID, r.AgentID, r.ThreadID, r.CreatedAt.UnixNano(), r.Deleted)
 		m := &b.slots[b.byID[r.MessageID]]
@@ -97,12 +99,20 @@ func (x *Index) Build(ctx context.Context, st *store.Store) {
 		}
 		m.proxied = r.ActingAs != ""
 	}, func(id, kind, typ, value string) {
+		if b.bulk { // the messages are all in: put them in order once
+			sort.Slice(b.order, func(i, j int) bool { return b.less(b.order[i], b.order[j]) })
+			b.bulk = false
+		}
 		if s, ok := b.byID[id]; ok {
 			b.slots[s].keys = append(b.slots[s].keys, b.intern(pairKey(kind, typ, value)))
 		}
 	}, func(id, agent string) {
 		b.markRead(agent, id)
 	})
+	if b.bulk { // no scope or ref at all
+		sort.Slice(b.order, func(i, j int) bool { return b.less(b.order[i], b.order[j]) })
+		b.bulk = false
+	}
 	x.mu.Lock()
 	defer func() {
 		close(x.ready)
@@ -136,7 +146,7 @@ func (x *Index) add(id, author, thread string, created int64, deleted bool) int3
 	// Almost always the newest: append. A message synced from elsewhere
 	// may be older than some already here: insert it in place.
 	n := len(x.order)
-	if n == 0 || x.less(x.order[n-1], slot) {
+	if x.bulk || n == 0 || x.less(x.order[n-1], slot) {
 		x.order = append(x.order, slot)
 		return slot
 	}
@@ -352,6 +362,19 @@ func has(keys []uint32, k uint32) bool {
 		}
 	}
 	return false
+}
+
+// Building reports whether the index is still being built: List would
+// wait for it.
+func (x *Index) Building() bool {
+	select {
+	case <-x.ready:
+		return false
+	default:
+	}
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	return !x.closed
 }
 
 // List returns one page of message IDs matching f, and the total and
