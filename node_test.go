@@ -15,6 +15,7 @@ import (
 	"github.com/thrumhq/thrum"
 	"github.com/thrumhq/thrum/identity"
 	"github.com/thrumhq/thrum/internal/gitwork"
+	"github.com/thrumhq/thrum/internal/thrumtest"
 	"github.com/thrumhq/thrum/rpc"
 )
 
@@ -29,20 +30,11 @@ type fixture struct {
 
 func newFixture(t *testing.T, opts *thrum.Options) *fixture {
 	t.Helper()
-	dir := t.TempDir()
-	n, err := thrum.Open(context.Background(), dir, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { n.Close() })
-	f := &fixture{t: t, n: n, dir: dir, ctx: context.Background()}
-	for _, a := range []rpc.RegisterAgentParams{
-		{Name: "alice", Role: "implementer", Module: "auth"},
-		{Name: "bob", Role: "reviewer", Module: "auth"},
-		{Name: "carol", Role: "reviewer", Module: "ui"},
-	} {
-		f.register(a)
-	}
+	n := thrumtest.OpenNode(t, opts)
+	f := &fixture{t: t, n: n, dir: n.Dir(), ctx: context.Background()}
+	thrumtest.Register(t, n, "alice", "implementer", "auth")
+	thrumtest.Register(t, n, "bob", "reviewer", "auth")
+	thrumtest.Register(t, n, "carol", "reviewer", "ui")
 	return f
 }
 
