@@ -24,6 +24,7 @@ import (
 	"github.com/thrumhq/thrum"
 	"github.com/thrumhq/thrum/eventlog"
 	"github.com/thrumhq/thrum/internal/gitwork"
+	"github.com/thrumhq/thrum/internal/thrumtest"
 	"github.com/thrumhq/thrum/rpc"
 	"github.com/thrumhq/thrum/store"
 )
@@ -43,15 +44,7 @@ import (
 // replays exactly, the concurrent half approximately).
 func TestRebuildEqualsLive(t *testing.T) {
 	t.Parallel() // its own directories and Nodes
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("THRUM_SEED"); s != "" {
-		v, err := strconv.ParseUint(s, 10, 64)
-		if err != nil {
-			t.Fatalf("THRUM_SEED=%q: %v", s, err)
-		}
-		seed = v
-	}
-	t.Logf("seed %d (replay with THRUM_SEED=%d)", seed, seed)
+	seed := thrumtest.Seed(t)
 
 	const (
 		sequentialOps = 1800

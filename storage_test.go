@@ -17,6 +17,7 @@ import (
 	"github.com/thrumhq/thrum"
 	"github.com/thrumhq/thrum/eventlog"
 	"github.com/thrumhq/thrum/internal/fault"
+	"github.com/thrumhq/thrum/internal/thrumtest"
 	"github.com/thrumhq/thrum/rpc"
 )
 
@@ -62,8 +63,7 @@ func (d *faultyDisk) check(op, path string) error {
 // that was not applied, so a later good batch cannot hide a failed one.
 // Senders retry with an idempotency key, and no message is stored twice.
 func TestStorageFaultsKeepProjectionEqualToLog(t *testing.T) {
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
+	seed := thrumtest.Seed(t)
 	ctx := context.Background()
 	dir := t.TempDir()
 	disk := newFaultyDisk(t, dir, seed)
