@@ -266,16 +266,8 @@ func TestHeartbeatExtractsGitContext(t *testing.T) {
 	if _, err := exec.LookPath("git"); err != nil {
 		t.Skip("git not installed")
 	}
-	repo := t.TempDir()
-	git := func(args ...string) {
-		t.Helper()
-		cmd := exec.Command("git", append([]string{"-c", "user.name=T", "-c", "user.email=t@x", "-c", "init.defaultBranch=main"}, args...)...)
-		cmd.Dir = repo
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("git %v: %v\n%s", args, err, out)
-		}
-	}
-	git("init", "-q")
+	repo := thrumtest.GitRepo(t)
+	git := func(args ...string) { t.Helper(); thrumtest.Git(t, repo, args...) }
 	os.WriteFile(filepath.Join(repo, "a.go"), []byte("package a\n"), 0o644)
 	git("add", ".")
 	git("commit", "-qm", "base")
