@@ -5,7 +5,8 @@
 // test. Everything it makes is removed or stopped by t.Cleanup.
 //
 // The parts:
-//   - OpenNode, Register: a node, and agents with sessions on it;
+//   - OpenNode, OpenNodeIn, Register: a node (in a fresh directory or
+//     a given one, for restarts), and agents with sessions on it;
 //   - Serve (Unix socket + WebSocket + owner secret), ServeUnix (socket
 //     only), ServeWebSocket (WebSocket only): that node served;
 //   - Seed: THRUM_SEED or the clock, logged with the line that replays it;
@@ -39,9 +40,17 @@ import (
 // Close fails.
 func OpenNode(t testing.TB, opts *thrum.Options) *thrum.Node {
 	t.Helper()
-	n, err := thrum.Open(context.Background(), t.TempDir(), opts)
+	return OpenNodeIn(t, t.TempDir(), opts)
+}
+
+// OpenNodeIn is OpenNode on the data directory dir, for a test that
+// closes a node and opens its directory again (a restart). Closing the
+// node early is fine: Close is idempotent.
+func OpenNodeIn(t testing.TB, dir string, opts *thrum.Options) *thrum.Node {
+	t.Helper()
+	n, err := thrum.Open(context.Background(), dir, opts)
 	if err != nil {
-		t.Fatalf("open node: %v", err)
+		t.Fatalf("open node in %s: %v", dir, err)
 	}
 	t.Cleanup(func() {
 		if err := n.Close(); err != nil {
