@@ -11,7 +11,7 @@
 //     only), ServeWebSocket (WebSocket only): that node served;
 //   - Seed: THRUM_SEED or the clock, logged with the line that replays it;
 //   - Binary, BuildBinary, Main: the built binary;
-//   - Git, GitEnv, GitRepo, GitRemote: git.
+//   - Git, GitEnv, GitUser, GitRepo, GitRemote: git.
 //
 // It is for tests only (it calls t.Fatal); it lives under internal/ so
 // that no embedder depends on it.
@@ -339,8 +339,9 @@ func Git(t testing.TB, dir string, args ...string) string {
 	return strings.TrimRight(out.String(), "\n")
 }
 
-// configure sets a repository's identity for commits, unsigned.
-func configure(t testing.TB, dir string) {
+// GitUser gives the repository in dir a local identity for commits
+// (Test User <test@example.com>), unsigned.
+func GitUser(t testing.TB, dir string) {
 	t.Helper()
 	Git(t, dir, "config", "user.name", "Test User")
 	Git(t, dir, "config", "user.email", "test@example.com")
@@ -353,7 +354,7 @@ func GitRepo(t testing.TB) string {
 	t.Helper()
 	dir := t.TempDir()
 	Git(t, dir, "init", "-q", "-b", "main")
-	configure(t, dir)
+	GitUser(t, dir)
 	Git(t, dir, "commit", "-q", "--allow-empty", "-m", "initial commit")
 	return dir
 }
@@ -390,6 +391,6 @@ func (r *Remote) Clone(name string) string {
 	r.t.Helper()
 	dir := filepath.Join(r.root, name)
 	Git(r.t, r.root, "clone", "-q", r.Path, dir)
-	configure(r.t, dir)
+	GitUser(r.t, dir)
 	return dir
 }
