@@ -60,17 +60,13 @@ func TestRebuildEqualsLive(t *testing.T) {
 	w.repo = propGitRepo(t)
 	open := func(dbPath string) *thrum.Node {
 		t.Helper()
-		n, err := thrum.Open(context.Background(), logDir, &thrum.Options{
+		return thrumtest.OpenNodeIn(t, logDir, &thrum.Options{
 			DBPath:          dbPath,
 			WorkContext:     gitwork.New(w.repo), // the node runs git only in its own repository's worktrees
 			NoSync:          true,                // durability is TestCrashLosesNoAcknowledgedMessage's job
 			MaxContentBytes: 2048,                // so that the limit is reachable
 			Now:             func() time.Time { return time.Now().Add(time.Duration(w.skew.Load())) },
 		})
-		if err != nil {
-			t.Fatalf("open %s: %v", dbPath, err)
-		}
-		return n
 	}
 
 	// Phase 1: one goroutine, where state-dependent outcomes can be checked.
