@@ -177,13 +177,13 @@ func TestCleanupSparesOtherWorktreesAndSaysWhy(t *testing.T) {
 	identity.Save(mainIDs, &identity.File{Name: "alice", AgentID: "alice", Role: "implementer", Module: "auth"})
 	identity.Save(featIDs, &identity.File{Name: "dan", AgentID: "dan", Role: "tester", Module: "qa"})
 	os.WriteFile(filepath.Join(featIDs, "erin.json"), []byte("{not json"), 0o600) // still names erin
-	f.register(rpc.RegisterAgentParams{Name: "dan", Role: "tester", Module: "qa"})
-	f.register(rpc.RegisterAgentParams{Name: "erin", Role: "tester", Module: "ui"})
+	thrumtest.Register(t, f.n, "dan", "tester", "qa")
+	thrumtest.Register(t, f.n, "erin", "tester", "ui")
 
 	// frank worked in a worktree that has since been removed.
 	wt := filepath.Join(t.TempDir(), "gone")
 	thrumtest.Git(t, repo, "worktree", "add", "-q", "--detach", wt)
-	frank := f.register(rpc.RegisterAgentParams{Name: "frank", Role: "tester", Module: "core"})
+	frank := thrumtest.Register(t, f.n, "frank", "tester", "core").ID
 	s, err := f.n.StartSession(f.ctx, &rpc.StartSessionParams{AgentID: frank, Refs: []rpc.Pair{{Type: thrum.RefWorktree, Value: wt}}})
 	if err != nil {
 		t.Fatal(err)

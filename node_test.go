@@ -38,18 +38,6 @@ func newFixture(t *testing.T, opts *thrum.Options) *fixture {
 	return f
 }
 
-func (f *fixture) register(p rpc.RegisterAgentParams) string {
-	f.t.Helper()
-	r, err := f.n.RegisterAgent(f.ctx, &p)
-	if err != nil || r.Status == "conflict" {
-		f.t.Fatalf("register %+v: %+v %v", p, r, err)
-	}
-	if _, err := f.n.StartSession(f.ctx, &rpc.StartSessionParams{AgentID: r.AgentID}); err != nil {
-		f.t.Fatal(err)
-	}
-	return r.AgentID
-}
-
 func (f *fixture) as(id string) context.Context { return thrum.AsAgent(f.ctx, id) }
 
 func (f *fixture) send(from string, p rpc.SendMessageParams) *rpc.SendMessageResult {
@@ -333,7 +321,7 @@ func TestSendErrors(t *testing.T) {
 
 func TestAddressingAndInbox(t *testing.T) {
 	f := newFixture(t, nil)
-	f.register(rpc.RegisterAgentParams{Name: "dave", Role: "ops", Module: "infra"})
+	thrumtest.Register(t, f.n, "dave", "ops", "infra")
 	if _, err := f.n.CreateGroup(f.as("alice"), &rpc.CreateGroupParams{Name: "backend"}); err != nil {
 		t.Fatal(err)
 	}
@@ -703,7 +691,7 @@ func TestSubscriptionsAndNotifications(t *testing.T) {
 	wantCode(t, err, rpc.CodeInvalidRequest, "Listen")
 	_, err = f.n.Unsubscribe(f.as("bob"), &rpc.UnsubscribeParams{})
 	wantCode(t, err, rpc.CodeInvalidParams, "subscription_id is required")
-	f.register(rpc.RegisterAgentParams{Name: "eve", Role: "x", Module: "y"})
+	thrumtest.Register(t, f.n, "eve", "x", "y")
 	f.n.EndSession(f.ctx, &rpc.EndSessionParams{SessionID: mustSession(t, f, "eve")})
 	_, err = f.n.Subscribe(f.as("eve"), l, &rpc.SubscribeParams{All: true})
 	wantCode(t, err, rpc.CodeConflict, "no active session found")
