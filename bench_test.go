@@ -20,6 +20,7 @@ import (
 
 	"github.com/thrumhq/thrum"
 	"github.com/thrumhq/thrum/eventlog"
+	"github.com/thrumhq/thrum/internal/thrumtest"
 	"github.com/thrumhq/thrum/rpc"
 	"github.com/thrumhq/thrum/store"
 )
@@ -45,18 +46,9 @@ func benchAgentName(i int) string { return fmt.Sprintf("agent_%02d", i) }
 // them one by one, built in seconds instead of minutes.
 func seedNode(tb testing.TB, dir string, msgs int) {
 	ctx := context.Background()
-	n, err := thrum.Open(context.Background(), dir, &thrum.Options{NoSync: true})
-	if err != nil {
-		tb.Fatal(err)
-	}
+	n := thrumtest.OpenNodeIn(tb, dir, &thrum.Options{NoSync: true})
 	for i := 0; i < benchAgents; i++ {
-		name := benchAgentName(i)
-		if _, err := n.RegisterAgent(ctx, &rpc.RegisterAgentParams{Name: name, Role: benchRoles[i%len(benchRoles)], Module: "m"}); err != nil {
-			tb.Fatal(err)
-		}
-		if _, err := n.StartSession(ctx, &rpc.StartSessionParams{AgentID: name}); err != nil {
-			tb.Fatal(err)
-		}
+		thrumtest.Register(tb, n, benchAgentName(i), benchRoles[i%len(benchRoles)], "m")
 	}
 	a0 := thrum.AsAgent(ctx, benchAgentName(0))
 	n.CreateGroup(a0, &rpc.CreateGroupParams{Name: "backend"})
@@ -110,11 +102,7 @@ func seedNode(tb testing.TB, dir string, msgs int) {
 		tb.Fatal(err)
 	}
 	lg.Close()
-	n, err = thrum.Open(context.Background(), dir, nil) // catches up
-	if err != nil {
-		tb.Fatal(err)
-	}
-	n.Close()
+	thrumtest.OpenNodeIn(tb, dir, nil).Close() // catches up
 }
 
 func toEventPairs(in []rpc.Pair) []eventlog.Pair {
@@ -265,16 +253,11 @@ func BenchmarkSend(b *testing.B) {
 		for _, senders := range []int{1, 8} {
 			b.Run(fmt.Sprintf("stored=%d/senders=%d", stored, senders), func(b *testing.B) {
 				dir := benchDir(b, stored)
-				n, err := thrum.Open(context.Background(), dir, nil) // durable
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer n.Close()
+				n := thrumtest.OpenNodeIn(b, dir, nil) // durable
 				ctx := context.Background()
 				if stored == 0 {
 					for i := 0; i < benchAgents; i++ {
-						n.RegisterAgent(ctx, &rpc.RegisterAgentParams{Name: benchAgentName(i), Role: benchRoles[i%len(benchRoles)], Module: "m"})
-						n.StartSession(ctx, &rpc.StartSessionParams{AgentID: benchAgentName(i)})
+						thrumtest.Register(b, n, benchAgentName(i), benchRoles[i%len(benchRoles)], "m")
 					}
 				}
 				var lat latencies
@@ -310,11 +293,7 @@ func BenchmarkSend(b *testing.B) {
 func BenchmarkInbox(b *testing.B) {
 	const stored = 100_000
 	dir := benchDir(b, stored)
-	n, err := thrum.Open(context.Background(), dir, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer n.Close()
+	n := thrumtest.OpenNodeIn(b, dir, nil)
 	ctx := context.Background()
 	me := thrum.AsAgent(ctx, benchAgentName(1)) // a reviewer, in @backend
 	filters := []struct {

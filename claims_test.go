@@ -1,12 +1,12 @@
 package thrum_test
 
 import (
-	"context"
 	"errors"
 	"sync"
 	"testing"
 
 	"github.com/thrumhq/thrum"
+	"github.com/thrumhq/thrum/internal/thrumtest"
 	"github.com/thrumhq/thrum/rpc"
 )
 
@@ -60,11 +60,7 @@ func TestMarkReadClaimsOnce(t *testing.T) {
 	if err := f.n.Close(); err != nil {
 		t.Fatal(err)
 	}
-	n, err := thrum.Open(context.Background(), f.dir, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n.Close()
+	n := thrumtest.OpenNodeIn(t, f.dir, nil)
 	r, err := n.MarkRead(thrum.AsAgent(f.ctx, "bob"), &rpc.MarkReadParams{MessageIDs: ids})
 	if err != nil || r.MarkedCount != 0 {
 		t.Fatalf("after restart bob claimed %d (%v): the claims were not kept", r.MarkedCount, err)

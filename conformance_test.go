@@ -16,6 +16,7 @@ import (
 	"github.com/thrumhq/thrum"
 	"github.com/thrumhq/thrum/identity"
 	"github.com/thrumhq/thrum/internal/gitwork"
+	"github.com/thrumhq/thrum/internal/thrumtest"
 	"github.com/thrumhq/thrum/rpc"
 )
 
@@ -163,8 +164,7 @@ func TestCleanupSparesOtherWorktreesAndSaysWhy(t *testing.T) {
 	mainIDs, featIDs := t.TempDir(), t.TempDir()
 	// The node records work context only in worktrees of its own
 	// repository, so frank's worktree is one of them.
-	repo := filepath.Join(t.TempDir(), "repo")
-	gitInit(t, repo)
+	repo := thrumtest.GitRepo(t)
 	var offset time.Duration
 	var dirsErr error
 	opts := &thrum.Options{
@@ -177,15 +177,13 @@ func TestCleanupSparesOtherWorktreesAndSaysWhy(t *testing.T) {
 	identity.Save(mainIDs, &identity.File{Name: "alice", AgentID: "alice", Role: "implementer", Module: "auth"})
 	identity.Save(featIDs, &identity.File{Name: "dan", AgentID: "dan", Role: "tester", Module: "qa"})
 	os.WriteFile(filepath.Join(featIDs, "erin.json"), []byte("{not json"), 0o600) // still names erin
-	f.register(rpc.RegisterAgentParams{Name: "dan", Role: "tester", Module: "qa"})
-	f.register(rpc.RegisterAgentParams{Name: "erin", Role: "tester", Module: "ui"})
+	thrumtest.Register(t, f.n, "dan", "tester", "qa")
+	thrumtest.Register(t, f.n, "erin", "tester", "ui")
 
 	// frank worked in a worktree that has since been removed.
 	wt := filepath.Join(t.TempDir(), "gone")
-	if out, err := exec.Command("git", "-C", repo, "worktree", "add", "-q", "--detach", wt).CombinedOutput(); err != nil {
-		t.Fatalf("git worktree add: %v\n%s", err, out)
-	}
-	frank := f.register(rpc.RegisterAgentParams{Name: "frank", Role: "tester", Module: "core"})
+	thrumtest.Git(t, repo, "worktree", "add", "-q", "--detach", wt)
+	frank := thrumtest.Register(t, f.n, "frank", "tester", "core").ID
 	s, err := f.n.StartSession(f.ctx, &rpc.StartSessionParams{AgentID: frank, Refs: []rpc.Pair{{Type: thrum.RefWorktree, Value: wt}}})
 	if err != nil {
 		t.Fatal(err)
@@ -255,21 +253,6 @@ func TestCleanupSparesOtherWorktreesAndSaysWhy(t *testing.T) {
 	}
 	if _, err := os.Stat(identity.Path(featIDs, "dan")); !os.IsNotExist(err) {
 		t.Fatalf("dan's identity file in the feature worktree remains: %v", err)
-	}
-}
-
-// gitInit makes dir a git repository with one commit.
-func gitInit(t *testing.T, dir string) {
-	t.Helper()
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for _, args := range [][]string{{"init", "-q"}, {"commit", "-q", "--allow-empty", "-m", "base"}} {
-		cmd := exec.Command("git", append([]string{"-c", "user.name=T", "-c", "user.email=t@x", "-c", "init.defaultBranch=main"}, args...)...)
-		cmd.Dir = dir
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("git %v: %v\n%s", args, err, out)
-		}
 	}
 }
 

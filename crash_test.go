@@ -20,6 +20,7 @@ import (
 
 	"github.com/thrumhq/thrum"
 	"github.com/thrumhq/thrum/eventlog"
+	"github.com/thrumhq/thrum/internal/thrumtest"
 	"github.com/thrumhq/thrum/rpc"
 )
 
@@ -46,15 +47,7 @@ func TestCrashLosesNoAcknowledgedMessage(t *testing.T) {
 		t.Skip("kills a child process 20 times: skipped in -short mode")
 	}
 	t.Parallel() // its own directory and child processes; mostly waiting on them
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("THRUM_SEED"); s != "" {
-		v, err := strconv.ParseUint(s, 10, 64)
-		if err != nil {
-			t.Fatalf("THRUM_SEED=%q: %v", s, err)
-		}
-		seed = v
-	}
-	t.Logf("seed %d (kill delays; replay with THRUM_SEED=%d)", seed, seed)
+	seed := thrumtest.Seed(t)
 	r := rand.New(rand.NewPCG(seed, 1))
 
 	const (

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/thrumhq/thrum"
+	"github.com/thrumhq/thrum/internal/thrumtest"
 	"github.com/thrumhq/thrum/rpc"
 )
 
@@ -23,20 +24,11 @@ func TestIdempotencyKey(t *testing.T) {
 	dir := t.TempDir()
 	var skew atomic.Int64
 	open := func() *thrum.Node {
-		n, err := thrum.Open(context.Background(), dir, &thrum.Options{NoSync: true, Now: func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return n
+		return thrumtest.OpenNodeIn(t, dir, &thrum.Options{NoSync: true, Now: func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }})
 	}
 	n := open()
-	defer func() { n.Close() }()
-	for _, a := range []string{"alice", "bob"} {
-		n.RegisterAgent(ctx, &rpc.RegisterAgentParams{Name: a, Role: "dev", Module: "m"})
-		if _, err := n.StartSession(ctx, &rpc.StartSessionParams{AgentID: a}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	thrumtest.Register(t, n, "alice", "dev", "m")
+	thrumtest.Register(t, n, "bob", "dev", "m")
 	alice := thrum.AsAgent(ctx, "alice")
 	count := func() int {
 		t.Helper()

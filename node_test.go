@@ -15,6 +15,7 @@ import (
 	"github.com/thrumhq/thrum"
 	"github.com/thrumhq/thrum/identity"
 	"github.com/thrumhq/thrum/internal/gitwork"
+	"github.com/thrumhq/thrum/internal/thrumtest"
 	"github.com/thrumhq/thrum/rpc"
 )
 
@@ -29,33 +30,12 @@ type fixture struct {
 
 func newFixture(t *testing.T, opts *thrum.Options) *fixture {
 	t.Helper()
-	dir := t.TempDir()
-	n, err := thrum.Open(context.Background(), dir, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { n.Close() })
-	f := &fixture{t: t, n: n, dir: dir, ctx: context.Background()}
-	for _, a := range []rpc.RegisterAgentParams{
-		{Name: "alice", Role: "implementer", Module: "auth"},
-		{Name: "bob", Role: "reviewer", Module: "auth"},
-		{Name: "carol", Role: "reviewer", Module: "ui"},
-	} {
-		f.register(a)
-	}
+	n := thrumtest.OpenNode(t, opts)
+	f := &fixture{t: t, n: n, dir: n.Dir(), ctx: context.Background()}
+	thrumtest.Register(t, n, "alice", "implementer", "auth")
+	thrumtest.Register(t, n, "bob", "reviewer", "auth")
+	thrumtest.Register(t, n, "carol", "reviewer", "ui")
 	return f
-}
-
-func (f *fixture) register(p rpc.RegisterAgentParams) string {
-	f.t.Helper()
-	r, err := f.n.RegisterAgent(f.ctx, &p)
-	if err != nil || r.Status == "conflict" {
-		f.t.Fatalf("register %+v: %+v %v", p, r, err)
-	}
-	if _, err := f.n.StartSession(f.ctx, &rpc.StartSessionParams{AgentID: r.AgentID}); err != nil {
-		f.t.Fatal(err)
-	}
-	return r.AgentID
 }
 
 func (f *fixture) as(id string) context.Context { return thrum.AsAgent(f.ctx, id) }
@@ -274,16 +254,8 @@ func TestHeartbeatExtractsGitContext(t *testing.T) {
 	if _, err := exec.LookPath("git"); err != nil {
 		t.Skip("git not installed")
 	}
-	repo := t.TempDir()
-	git := func(args ...string) {
-		t.Helper()
-		cmd := exec.Command("git", append([]string{"-c", "user.name=T", "-c", "user.email=t@x", "-c", "init.defaultBranch=main"}, args...)...)
-		cmd.Dir = repo
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("git %v: %v\n%s", args, err, out)
-		}
-	}
-	git("init", "-q")
+	repo := thrumtest.GitRepo(t)
+	git := func(args ...string) { t.Helper(); thrumtest.Git(t, repo, args...) }
 	os.WriteFile(filepath.Join(repo, "a.go"), []byte("package a\n"), 0o644)
 	git("add", ".")
 	git("commit", "-qm", "base")
@@ -349,7 +321,7 @@ func TestSendErrors(t *testing.T) {
 
 func TestAddressingAndInbox(t *testing.T) {
 	f := newFixture(t, nil)
-	f.register(rpc.RegisterAgentParams{Name: "dave", Role: "ops", Module: "infra"})
+	thrumtest.Register(t, f.n, "dave", "ops", "infra")
 	if _, err := f.n.CreateGroup(f.as("alice"), &rpc.CreateGroupParams{Name: "backend"}); err != nil {
 		t.Fatal(err)
 	}
@@ -719,7 +691,7 @@ func TestSubscriptionsAndNotifications(t *testing.T) {
 	wantCode(t, err, rpc.CodeInvalidRequest, "Listen")
 	_, err = f.n.Unsubscribe(f.as("bob"), &rpc.UnsubscribeParams{})
 	wantCode(t, err, rpc.CodeInvalidParams, "subscription_id is required")
-	f.register(rpc.RegisterAgentParams{Name: "eve", Role: "x", Module: "y"})
+	thrumtest.Register(t, f.n, "eve", "x", "y")
 	f.n.EndSession(f.ctx, &rpc.EndSessionParams{SessionID: mustSession(t, f, "eve")})
 	_, err = f.n.Subscribe(f.as("eve"), l, &rpc.SubscribeParams{All: true})
 	wantCode(t, err, rpc.CodeConflict, "no active session found")

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/thrumhq/thrum"
+	"github.com/thrumhq/thrum/internal/thrumtest"
 	"github.com/thrumhq/thrum/rpc"
 )
 
@@ -18,19 +19,9 @@ import (
 // the last one is empty.
 func FuzzListParams(f *testing.F) {
 	ctx := context.Background()
-	n, err := thrum.Open(context.Background(), f.TempDir(), &thrum.Options{NoSync: true})
-	if err != nil {
-		f.Fatal(err)
-	}
-	f.Cleanup(func() { n.Close() })
-	for _, a := range []string{"alice", "bob"} {
-		if _, err := n.RegisterAgent(ctx, &rpc.RegisterAgentParams{Name: a, Role: "dev", Module: "m"}); err != nil {
-			f.Fatal(err)
-		}
-		if _, err := n.StartSession(ctx, &rpc.StartSessionParams{AgentID: a}); err != nil {
-			f.Fatal(err)
-		}
-	}
+	n := thrumtest.OpenNode(f, &thrum.Options{NoSync: true})
+	thrumtest.Register(f, n, "alice", "dev", "m")
+	thrumtest.Register(f, n, "bob", "dev", "m")
 	alice := thrum.AsAgent(ctx, "alice")
 	th, err := n.CreateThread(alice, &rpc.CreateThreadParams{Title: "t", Recipient: "@bob", Message: &rpc.ThreadMessage{Content: "first"}})
 	if err != nil {

@@ -4,12 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/thrumhq/thrum"
 	"github.com/thrumhq/thrum/internal/gitwork"
+	"github.com/thrumhq/thrum/internal/thrumtest"
 	"github.com/thrumhq/thrum/rpc"
 )
 
@@ -40,21 +40,10 @@ func FuzzMethodParams(f *testing.F) {
 			f.Add(uint8(i), []byte(p))
 		}
 	}
-	dir := f.TempDir()
-	n, err := thrum.Open(context.Background(), filepath.Join(dir, "log"), &thrum.Options{WorkContext: gitwork.New(dir)})
-	if err != nil {
-		f.Fatal(err)
-	}
-	defer n.Close()
+	n := thrumtest.OpenNode(f, &thrum.Options{WorkContext: gitwork.New(f.TempDir())})
+	thrumtest.Register(f, n, "alice", "implementer", "auth")
+	thrumtest.Register(f, n, "bob", "reviewer", "auth")
 	ctx := context.Background()
-	for _, a := range []rpc.RegisterAgentParams{{Name: "alice", Role: "implementer", Module: "auth"}, {Name: "bob", Role: "reviewer", Module: "auth"}} {
-		if _, err := n.RegisterAgent(ctx, &a); err != nil {
-			f.Fatal(err)
-		}
-		if _, err := n.StartSession(ctx, &rpc.StartSessionParams{AgentID: a.Name}); err != nil {
-			f.Fatal(err)
-		}
-	}
 	c := n.Dial(nil)
 	defer c.Close()
 

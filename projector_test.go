@@ -13,6 +13,7 @@ import (
 	"github.com/thrumhq/thrum/eventlog"
 	"github.com/thrumhq/thrum/internal/directory"
 	"github.com/thrumhq/thrum/internal/dirlock"
+	"github.com/thrumhq/thrum/internal/thrumtest"
 	"github.com/thrumhq/thrum/rpc"
 	"github.com/thrumhq/thrum/store"
 )
@@ -87,14 +88,8 @@ func TestNewFromPartsDrivesAnExtraProjection(t *testing.T) {
 	dir := t.TempDir()
 	rec := &recorder{}
 	n := newFromParts(t, dir, rec)
-	for _, a := range []string{"alice", "bob"} {
-		if _, err := n.RegisterAgent(ctx, &rpc.RegisterAgentParams{Name: a, Role: "dev", Module: "core"}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := n.StartSession(ctx, &rpc.StartSessionParams{AgentID: a}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	thrumtest.Register(t, n, "alice", "dev", "core")
+	thrumtest.Register(t, n, "bob", "dev", "core")
 	alice := thrum.AsAgent(ctx, "alice")
 	send := func(content string) error {
 		_, err := n.SendMessage(alice, &rpc.SendMessageParams{Content: content, Mentions: []string{"@bob"}})

@@ -24,6 +24,7 @@ import (
 	"github.com/thrumhq/thrum"
 	"github.com/thrumhq/thrum/eventlog"
 	"github.com/thrumhq/thrum/internal/gitwork"
+	"github.com/thrumhq/thrum/internal/thrumtest"
 	"github.com/thrumhq/thrum/rpc"
 	"github.com/thrumhq/thrum/store"
 )
@@ -43,15 +44,7 @@ import (
 // replays exactly, the concurrent half approximately).
 func TestRebuildEqualsLive(t *testing.T) {
 	t.Parallel() // its own directories and Nodes
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("THRUM_SEED"); s != "" {
-		v, err := strconv.ParseUint(s, 10, 64)
-		if err != nil {
-			t.Fatalf("THRUM_SEED=%q: %v", s, err)
-		}
-		seed = v
-	}
-	t.Logf("seed %d (replay with THRUM_SEED=%d)", seed, seed)
+	seed := thrumtest.Seed(t)
 
 	const (
 		sequentialOps = 1800
@@ -64,20 +57,16 @@ func TestRebuildEqualsLive(t *testing.T) {
 	liveDB := filepath.Join(tmp, "db", "live.db")
 
 	w := &propWorld{t: t, stats: map[string]*opStats{}, current: map[string]string{}}
-	w.repo = propGitRepo(t, filepath.Join(tmp, "repo"))
+	w.repo = propGitRepo(t)
 	open := func(dbPath string) *thrum.Node {
 		t.Helper()
-		n, err := thrum.Open(context.Background(), logDir, &thrum.Options{
+		return thrumtest.OpenNodeIn(t, logDir, &thrum.Options{
 			DBPath:          dbPath,
 			WorkContext:     gitwork.New(w.repo), // the node runs git only in its own repository's worktrees
 			NoSync:          true,                // durability is TestCrashLosesNoAcknowledgedMessage's job
 			MaxContentBytes: 2048,                // so that the limit is reachable
 			Now:             func() time.Time { return time.Now().Add(time.Duration(w.skew.Load())) },
 		})
-		if err != nil {
-			t.Fatalf("open %s: %v", dbPath, err)
-		}
-		return n
 	}
 
 	// Phase 1: one goroutine, where state-dependent outcomes can be checked.
@@ -1413,32 +1402,22 @@ func copyProjection(t *testing.T, from, to string) {
 	}
 }
 
-// makeGitRepo creates a worktree on a feature branch with a commit not on
+// propGitRepo creates a worktree on a feature branch with a commit not on
 // main and an uncommitted change, so heartbeats record a work context. It
 // returns "" (and heartbeats skip work contexts) when git is missing.
-func propGitRepo(t *testing.T, dir string) string {
+func propGitRepo(t *testing.T) string {
 	t.Helper()
 	if _, err := exec.LookPath("git"); err != nil {
 		t.Logf("git not found: no work contexts in this run")
 		return ""
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	git := func(args ...string) {
-		cmd := exec.Command("git", append([]string{"-c", "user.name=t", "-c", "user.email=t@example.com", "-c", "commit.gpgsign=false"}, args...)...)
-		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "HOME="+dir)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("git %v: %v\n%s", args, err, out)
-		}
-	}
+	dir := thrumtest.GitRepo(t)
+	git := func(args ...string) { t.Helper(); thrumtest.Git(t, dir, args...) }
 	write := func(name, s string) {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(s), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
-	git("init", "-q", "-b", "main")
 	write("a.go", "package a\n")
 	git("add", ".")
 	git("commit", "-q", "-m", "first")

@@ -18,14 +18,15 @@ import (
 
 	"github.com/thrumhq/thrum"
 	"github.com/thrumhq/thrum/internal/gitwork"
+	"github.com/thrumhq/thrum/internal/thrumtest"
 	"github.com/thrumhq/thrum/rpc"
 )
 
-// daemon is a node served over a real Unix socket and a real WebSocket.
+// daemon is a node served over a real Unix socket and a real WebSocket
+// (thrumtest.Serve), with agents alice (implementer) and bob (reviewer).
 type daemon struct {
 	secret string // the owner's secret
 	n      *thrum.Node
-	srv    *thrum.RPCServer
 	sock   string
 	wsURL  string
 	tokens map[string]string // agent → token
@@ -37,44 +38,11 @@ func startDaemon(t testing.TB) *daemon { return startDaemonIn(t, "") }
 // ("" for the current directory's).
 func startDaemonIn(t testing.TB, repoDir string) *daemon {
 	t.Helper()
-	dir := t.TempDir()
-	n, err := thrum.Open(context.Background(), filepath.Join(dir, "log"), &thrum.Options{WorkContext: gitwork.New(repoDir)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	secret, err := thrum.LoadOwnerSecret(filepath.Join(dir, "var", thrum.OwnerSecretFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := n.RPCServer(&thrum.RPCOptions{OwnerSecret: secret})
-	sock := filepath.Join(dir, "var", "thrum.sock")
-	l, err := thrum.ListenUnix(sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { defer close(done); srv.Serve(l) }()
-	hs := httptest.NewServer(srv)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		srv.Shutdown(ctx)
-		hs.Close()
-		<-done
-		n.Close()
-	})
-	d := &daemon{secret: secret, n: n, srv: srv, sock: sock, wsURL: "ws" + strings.TrimPrefix(hs.URL, "http") + "/ws", tokens: map[string]string{}}
-	ctx := context.Background()
-	for _, a := range []rpc.RegisterAgentParams{{Name: "alice", Role: "implementer", Module: "auth"}, {Name: "bob", Role: "reviewer", Module: "auth"}} {
-		r, err := n.RegisterAgent(ctx, &a)
-		if err != nil {
-			t.Fatal(err)
-		}
-		d.tokens[a.Name] = r.Token
-		if _, err := n.StartSession(ctx, &rpc.StartSessionParams{AgentID: a.Name}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	n := thrumtest.OpenNode(t, &thrum.Options{WorkContext: gitwork.New(repoDir)})
+	s := thrumtest.Serve(t, n, nil)
+	d := &daemon{secret: s.Secret, n: n, sock: s.Path, wsURL: s.WSURL, tokens: map[string]string{}}
+	d.tokens["alice"] = thrumtest.Register(t, n, "alice", "implementer", "auth").Token
+	d.tokens["bob"] = thrumtest.Register(t, n, "bob", "reviewer", "auth").Token
 	return d
 }
 

@@ -12,7 +12,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -23,6 +22,7 @@ import (
 	"time"
 
 	"github.com/thrumhq/thrum"
+	"github.com/thrumhq/thrum/internal/thrumtest"
 	"github.com/thrumhq/thrum/rpc"
 )
 
@@ -691,7 +691,7 @@ func TestSecurityTokenCannotActAsAnother(t *testing.T) {
 
 func TestSecuritySecondDaemon(t *testing.T) {
 	d := startDaemon(t)
-	dataDir := filepath.Join(filepath.Dir(filepath.Dir(d.sock)), "log")
+	dataDir := d.n.Dir()
 
 	t.Run("Open of a data dir in use", func(t *testing.T) {
 		n2, err := thrum.Open(context.Background(), dataDir, nil)
@@ -818,21 +818,8 @@ func TestSecuritySecondDaemon(t *testing.T) {
 // and WebSocket.
 func capServer(t *testing.T, d *daemon, max int) (sock, wsURL string) {
 	t.Helper()
-	srv := d.n.RPCServer(&thrum.RPCOptions{OwnerSecret: d.secret, MaxConns: max, MaxUnauthConns: max})
-	sock = filepath.Join(t.TempDir(), "cap.sock")
-	l, err := thrum.ListenUnix(sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { defer close(done); srv.Serve(l) }()
-	hs := httptest.NewServer(srv)
-	t.Cleanup(func() {
-		srv.Close()
-		hs.Close()
-		<-done
-	})
-	return sock, "ws" + strings.TrimPrefix(hs.URL, "http") + "/ws"
+	s := thrumtest.Serve(t, d.n, &thrum.RPCOptions{OwnerSecret: d.secret, MaxConns: max, MaxUnauthConns: max})
+	return s.Path, s.WSURL
 }
 
 func TestSecurityConnCap(t *testing.T) {

@@ -17,6 +17,7 @@ import (
 	"github.com/thrumhq/thrum"
 	"github.com/thrumhq/thrum/eventlog"
 	"github.com/thrumhq/thrum/internal/fault"
+	"github.com/thrumhq/thrum/internal/thrumtest"
 	"github.com/thrumhq/thrum/rpc"
 )
 
@@ -62,8 +63,7 @@ func (d *faultyDisk) check(op, path string) error {
 // that was not applied, so a later good batch cannot hide a failed one.
 // Senders retry with an idempotency key, and no message is stored twice.
 func TestStorageFaultsKeepProjectionEqualToLog(t *testing.T) {
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
+	seed := thrumtest.Seed(t)
 	ctx := context.Background()
 	dir := t.TempDir()
 	disk := newFaultyDisk(t, dir, seed)
@@ -79,12 +79,7 @@ func TestStorageFaultsKeepProjectionEqualToLog(t *testing.T) {
 	defer func() { n.Close() }()
 	agents := []string{"alice", "bob", "carol"}
 	for _, a := range agents {
-		if _, err := n.RegisterAgent(ctx, &rpc.RegisterAgentParams{Name: a, Role: "dev", Module: "m"}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := n.StartSession(ctx, &rpc.StartSessionParams{AgentID: a}); err != nil {
-			t.Fatal(err)
-		}
+		thrumtest.Register(t, n, a, "dev", "m")
 	}
 
 	acked := map[string]string{} // message ID → content
@@ -228,13 +223,8 @@ func waitHealthy(t *testing.T, n *thrum.Node) {
 func TestDiskFullIsReportedAndResolvesItself(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	n, err := thrum.Open(context.Background(), dir, &thrum.Options{NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n.Close()
-	n.RegisterAgent(ctx, &rpc.RegisterAgentParams{Name: "alice", Role: "dev", Module: "m"})
-	n.StartSession(ctx, &rpc.StartSessionParams{AgentID: "alice"})
+	n := thrumtest.OpenNodeIn(t, dir, &thrum.Options{NoSync: true})
+	thrumtest.Register(t, n, "alice", "dev", "m")
 	alice := thrum.AsAgent(ctx, "alice")
 	var full atomic.Bool
 	full.Store(true)
@@ -244,7 +234,7 @@ func TestDiskFullIsReportedAndResolvesItself(t *testing.T) {
 		}
 		return nil
 	})()
-	_, err = n.SendMessage(alice, &rpc.SendMessageParams{Content: "first", IdempotencyKey: "k"})
+	_, err := n.SendMessage(alice, &rpc.SendMessageParams{Content: "first", IdempotencyKey: "k"})
 	wantCode(t, err, rpc.CodeStorageFull, "disk full: no space left on the device holding "+filepath.Join(dir, thrum.DefaultDBName))
 	h, _ := n.Health(ctx, &rpc.HealthParams{})
 	if h.Status != "degraded" || len(h.Problems) != 1 || !strings.Contains(h.Problems[0], "disk full") {

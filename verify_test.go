@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/thrumhq/thrum"
+	"github.com/thrumhq/thrum/internal/thrumtest"
 	"github.com/thrumhq/thrum/rpc"
 )
 
@@ -18,12 +19,8 @@ import (
 func TestVerifyFindsWhatAStartDoesNot(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	n, err := thrum.Open(context.Background(), dir, &thrum.Options{NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	n.RegisterAgent(ctx, &rpc.RegisterAgentParams{Name: "alice", Role: "dev", Module: "m"})
-	n.StartSession(ctx, &rpc.StartSessionParams{AgentID: "alice"})
+	n := thrumtest.OpenNodeIn(t, dir, &thrum.Options{NoSync: true})
+	thrumtest.Register(t, n, "alice", "dev", "m")
 	for _, c := range []string{"hello one", "hello two", "hello three"} {
 		if _, err := n.SendMessage(thrum.AsAgent(ctx, "alice"), &rpc.SendMessageParams{Content: c}); err != nil {
 			t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/thrumhq/thrum"
+	"github.com/thrumhq/thrum/internal/thrumtest"
 	"github.com/thrumhq/thrum/rpc"
 )
 
@@ -98,9 +99,7 @@ func (c *wireConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 // Every message addressed to bob crosses the wire to him exactly once,
 // and none is left unread.
 func TestDeliveryExactlyOnce(t *testing.T) {
-	seed := time.Now().UnixNano()
-	t.Logf("seed %d", seed)
-	r := rand.New(rand.NewPCG(uint64(seed), 11))
+	r := rand.New(rand.NewPCG(thrumtest.Seed(t), 11))
 	n := newNode(t, nil)
 	for _, s := range []struct{ name, role string }{{"alice", "implementer"}, {"carol", "implementer"}, {"dave", "ops"}, {"erin", "reviewer"}} {
 		addAgent(t, n, s.name, s.role, "core")

@@ -73,11 +73,7 @@ func TestReadmeQuickstart(t *testing.T) {
 			dir := t.TempDir()
 			if where == "git repository" {
 				// Just `git init`: no commit and no user configured.
-				cmd := exec.Command("git", "init", "-q", dir)
-				cmd.Env = append(cleanEnv(), "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL="+os.DevNull)
-				if out, err := cmd.CombinedOutput(); err != nil {
-					t.Fatalf("git init: %v\n%s", err, out)
-				}
+				thrumtest.Git(t, dir, "init", "-q")
 			}
 			outs := runQuickstart(t, dir, lines)
 			// What the block promises, checked on the lines' own output.

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/thrumhq/thrum"
+	"github.com/thrumhq/thrum/internal/thrumtest"
 	"github.com/thrumhq/thrum/rpc"
 )
 
@@ -53,11 +54,7 @@ func TestSendRetriesWithItsKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, err := thrum.Open(context.Background(), l.LogDir, &thrum.Options{DBPath: l.DB, IdentityDir: l.IDs, NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n.Close()
+	n := thrumtest.OpenNodeIn(t, l.LogDir, &thrum.Options{DBPath: l.DB, IdentityDir: l.IDs, NoSync: true})
 	ul, err := thrum.ListenUnix(l.Socket)
 	if err != nil {
 		t.Fatal(err)

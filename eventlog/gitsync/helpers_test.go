@@ -22,6 +22,7 @@ import (
 	"github.com/thrumhq/thrum"
 	"github.com/thrumhq/thrum/eventlog"
 	"github.com/thrumhq/thrum/eventlog/gitsync"
+	"github.com/thrumhq/thrum/internal/thrumtest"
 	"github.com/thrumhq/thrum/rpc"
 )
 
@@ -52,37 +53,14 @@ func gitIn(dir string, args ...string) (string, error) {
 
 func gitT(t testing.TB, dir string, args ...string) string {
 	t.Helper()
-	out, err := gitIn(dir, args...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return thrumtest.Git(t, dir, args...)
 }
 
 // newRemote makes a bare repository with branch main holding one commit,
 // the "server" every clone syncs through.
 func newRemote(t testing.TB) string {
 	t.Helper()
-	root := t.TempDir()
-	bare := filepath.Join(root, "remote.git")
-	gitT(t, root, "init", "-q", "--bare", "-b", "main", bare)
-	seed := filepath.Join(root, "seed")
-	gitT(t, root, "clone", "-q", bare, seed)
-	configUser(t, seed)
-	if err := os.WriteFile(filepath.Join(seed, "README.md"), []byte("# project\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	gitT(t, seed, "add", "README.md")
-	gitT(t, seed, "commit", "-q", "-m", "initial commit")
-	gitT(t, seed, "push", "-q", "origin", "main")
-	return bare
-}
-
-func configUser(t testing.TB, dir string) {
-	t.Helper()
-	gitT(t, dir, "config", "user.name", "Test User")
-	gitT(t, dir, "config", "user.email", "test@example.com")
-	gitT(t, dir, "config", "commit.gpgsign", "false")
+	return thrumtest.GitRemote(t).Path
 }
 
 // clone is one machine: a clone of the remote with work in progress in
@@ -116,7 +94,7 @@ func newClone(t testing.TB, remote, name string, opts *gitsync.Options) *clone {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), name)
 	gitT(t, filepath.Dir(dir), "clone", "-q", remote, dir)
-	configUser(t, dir)
+	thrumtest.GitUser(t, dir)
 	// Work in progress of every kind: thrum must not touch any of it.
 	write := func(rel, s string) {
 		if err := os.WriteFile(filepath.Join(dir, rel), []byte(s), 0o644); err != nil {

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -314,22 +313,13 @@ func Example() {
 // BenchmarkCall measures one ping round trip per transport.
 func BenchmarkCall(b *testing.B) {
 	s, _ := testServer(b, nil)
-	defer s.Close()
 	ctx := context.Background()
-	dir := b.TempDir()
-	l, err := net.Listen("unix", dir+"/s.sock")
-	if err != nil {
-		b.Fatal(err)
-	}
-	go s.Serve(l)
-	hs := httptest.NewServer(s)
-	defer hs.Close()
-	uc, err := Dial(ctx, dir+"/s.sock", nil)
+	uc, err := Dial(ctx, serveUnix(b, s), nil)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer uc.Close()
-	wc, err := DialWebSocket(ctx, "ws"+strings.TrimPrefix(hs.URL, "http"), nil)
+	wc, err := DialWebSocket(ctx, serveWS(b, s), nil)
 	if err != nil {
 		b.Fatal(err)
 	}

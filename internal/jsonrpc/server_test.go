@@ -102,7 +102,7 @@ func testServer(t testing.TB, opts *ServerOptions) (*Server, *slowGate) {
 
 // serveUnix serves s on a Unix socket in a fresh directory and returns its
 // path. Cleanup closes the server and waits for Serve to return.
-func serveUnix(t *testing.T, s *Server) string {
+func serveUnix(t testing.TB, s *Server) string {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "rpc") // t.TempDir() can exceed the 108-byte socket path limit
 	if err != nil {

@@ -21,7 +21,7 @@ var testHTTPClient = &http.Client{Transport: &http.Transport{DisableKeepAlives: 
 
 // serveWS serves s's WebSocket endpoint on 127.0.0.1 and returns its
 // ws:// URL. Cleanup closes the server first, then the HTTP server.
-func serveWS(t *testing.T, s *Server) string {
+func serveWS(t testing.TB, s *Server) string {
 	t.Helper()
 	hs := httptest.NewServer(s)
 	t.Cleanup(hs.Close)

@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -49,10 +48,7 @@ func FuzzWebSocketFrames(f *testing.F) {
 
 	s, _ := testServer(f, &ServerOptions{MaxLineBytes: 4096, MaxPendingBytes: 64 << 10, LineTimeout: 100 * time.Millisecond, MaxUnauthConns: 64})
 	s.Unhandle("slow")
-	hs := httptest.NewServer(s)
-	defer hs.Close()
-	defer s.Close()
-	addr := strings.TrimPrefix(hs.URL, "http://")
+	addr := strings.TrimPrefix(serveWS(f, s), "ws://")
 
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		nc, err := net.Dial("tcp", addr)
@@ -61,7 +57,7 @@ func FuzzWebSocketFrames(f *testing.F) {
 		}
 		defer nc.Close()
 		nc.SetDeadline(time.Now().Add(5 * time.Second))
-		req, _ := http.NewRequest(http.MethodGet, hs.URL, nil)
+		req, _ := http.NewRequest(http.MethodGet, "http://"+addr, nil)
 		req.Header.Set("Upgrade", "websocket")
 		req.Header.Set("Connection", "Upgrade")
 		req.Header.Set("Sec-WebSocket-Version", "13")

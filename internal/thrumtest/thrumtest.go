@@ -1,8 +1,17 @@
 // Package thrumtest is the one way thrum's tests stand up real parts: a
-// node in a temp dir, that node served on a real Unix socket or loopback
-// WebSocket, the thrum binary (built once per test binary), and git
-// repositories with a bare remote on disk. Everything it makes is removed
-// or stopped by t.Cleanup.
+// node in a temp dir, that node served on a real Unix socket and loopback
+// WebSocket, the thrum binary (built once per test binary), git
+// repositories with a bare remote on disk, and the seed of a randomized
+// test. Everything it makes is removed or stopped by t.Cleanup.
+//
+// The parts:
+//   - OpenNode, OpenNodeIn, Register: a node (in a fresh directory or
+//     a given one, for restarts), and agents with sessions on it;
+//   - Serve (Unix socket + WebSocket + owner secret), ServeUnix (socket
+//     only), ServeWebSocket (WebSocket only): that node served;
+//   - Seed: THRUM_SEED or the clock, logged with the line that replays it;
+//   - Binary, BuildBinary, Main: the built binary;
+//   - Git, GitEnv, GitUser, GitRepo, GitRemote: git.
 //
 // It is for tests only (it calls t.Fatal); it lives under internal/ so
 // that no embedder depends on it.
@@ -16,6 +25,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -30,9 +40,17 @@ import (
 // Close fails.
 func OpenNode(t testing.TB, opts *thrum.Options) *thrum.Node {
 	t.Helper()
-	n, err := thrum.Open(context.Background(), t.TempDir(), opts)
+	return OpenNodeIn(t, t.TempDir(), opts)
+}
+
+// OpenNodeIn is OpenNode on the data directory dir, for a test that
+// closes a node and opens its directory again (a restart). Closing the
+// node early is fine: Close is idempotent.
+func OpenNodeIn(t testing.TB, dir string, opts *thrum.Options) *thrum.Node {
+	t.Helper()
+	n, err := thrum.Open(context.Background(), dir, opts)
 	if err != nil {
-		t.Fatalf("open node: %v", err)
+		t.Fatalf("open node in %s: %v", dir, err)
 	}
 	t.Cleanup(func() {
 		if err := n.Close(); err != nil {
@@ -78,16 +96,26 @@ func SocketDir(t testing.TB) string {
 	return dir
 }
 
-// Daemon serves a node's API on a Unix socket, as `thrum daemon` does,
-// and can be stopped and started again on the same path (a daemon
-// restart). It is stopped when the test ends.
+// Daemon serves a node's API as `thrum daemon` does: on a Unix socket
+// and, if made by Serve, on a loopback WebSocket too, both through one
+// RPCServer. It can be stopped and started again on the same socket path
+// (a daemon restart). It is stopped when the test ends.
 type Daemon struct {
 	// Path is the socket's path.
 	Path string
+	// WSURL is the WebSocket's ws:// URL (Serve only; a restart moves it
+	// to a new port).
+	WSURL string
+	// Secret is the owner's secret the server was given (Serve only).
+	Secret string
+	// RPC is the running server (nil while stopped).
+	RPC *thrum.RPCServer
 
 	t    testing.TB
 	n    *thrum.Node
-	rs   *thrum.RPCServer
+	opts *thrum.RPCOptions
+	ws   bool
+	hs   *httptest.Server
 	done chan error
 }
 
@@ -100,37 +128,92 @@ func ServeUnix(t testing.TB, n *thrum.Node) *Daemon {
 	return d
 }
 
-// Start serves the node on Path again after Stop.
+// Serve starts serving n as the daemon does: on a Unix socket in a fresh
+// directory and on a loopback WebSocket, with an owner's secret made by
+// thrum.LoadOwnerSecret next to the socket unless opts has one. Nil opts
+// are the defaults.
+func Serve(t testing.TB, n *thrum.Node, opts *thrum.RPCOptions) *Daemon {
+	t.Helper()
+	dir := SocketDir(t)
+	o := thrum.RPCOptions{}
+	if opts != nil {
+		o = *opts
+	}
+	if o.OwnerSecret == "" {
+		secret, err := thrum.LoadOwnerSecret(filepath.Join(dir, thrum.OwnerSecretFile))
+		if err != nil {
+			t.Fatalf("owner secret: %v", err)
+		}
+		o.OwnerSecret = secret
+	}
+	d := &Daemon{t: t, n: n, Path: filepath.Join(dir, "thrum.sock"), Secret: o.OwnerSecret, opts: &o, ws: true}
+	d.Start()
+	t.Cleanup(d.Stop)
+	return d
+}
+
+// Start serves the node on Path (and a WebSocket) again after Stop.
 func (d *Daemon) Start() {
 	d.t.Helper()
 	l, err := thrum.ListenUnix(d.Path)
 	if err != nil {
 		d.t.Fatalf("listen on %s: %v", d.Path, err)
 	}
-	d.rs, d.done = d.n.RPCServer(nil), make(chan error, 1)
-	go func(rs *thrum.RPCServer, done chan error) { done <- rs.Serve(l) }(d.rs, d.done)
+	d.RPC, d.done = d.n.RPCServer(d.opts), make(chan error, 1)
+	go func(rs *thrum.RPCServer, done chan error) { done <- rs.Serve(l) }(d.RPC, d.done)
+	if d.ws {
+		d.hs = httptest.NewServer(d.RPC)
+		d.WSURL = "ws" + strings.TrimPrefix(d.hs.URL, "http") + "/ws"
+	}
 }
 
 // Stop shuts the server down, closing every connection, and checks that
 // Serve returned ErrServerClosed. It does nothing if already stopped.
 func (d *Daemon) Stop() {
-	if d.rs == nil {
+	if d.RPC == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := d.rs.Shutdown(ctx); err != nil {
+	// Shutdown also ends the hijacked WebSockets hs.Close would wait for.
+	if err := d.RPC.Shutdown(ctx); err != nil {
 		d.t.Errorf("shutdown: %v", err)
+	}
+	if d.hs != nil {
+		d.hs.Close()
+		d.hs = nil
 	}
 	if err := <-d.done; !errors.Is(err, thrum.ErrServerClosed) {
 		d.t.Errorf("Serve returned %v, want ErrServerClosed", err)
 	}
-	d.rs = nil
+	d.RPC = nil
 }
 
 // Dial connects to the daemon's socket.
 func (d *Daemon) Dial(ctx context.Context, opts *rpc.ClientOptions) (*rpc.Client, error) {
 	return rpc.Dial(ctx, d.Path, opts)
+}
+
+// DialWebSocket connects to the daemon's WebSocket (Serve only).
+func (d *Daemon) DialWebSocket(ctx context.Context, opts *rpc.ClientOptions) (*rpc.Client, error) {
+	return rpc.DialWebSocket(ctx, d.WSURL, opts)
+}
+
+// Seed returns the seed of a randomized test: THRUM_SEED if set (a
+// decimal uint64), else the clock. It logs the seed with the command that
+// replays the run, so a failure's log says how to repeat it.
+func Seed(t testing.TB) uint64 {
+	t.Helper()
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("THRUM_SEED"); s != "" {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("THRUM_SEED=%q: %v", s, err)
+		}
+		seed = v
+	}
+	t.Logf("seed %d (replay: THRUM_SEED=%d go test -run '^%s$')", seed, seed, t.Name())
+	return seed
 }
 
 // ServeWebSocket serves n's WebSocket endpoint on a loopback HTTP server
@@ -256,8 +339,9 @@ func Git(t testing.TB, dir string, args ...string) string {
 	return strings.TrimRight(out.String(), "\n")
 }
 
-// configure sets a repository's identity for commits, unsigned.
-func configure(t testing.TB, dir string) {
+// GitUser gives the repository in dir a local identity for commits
+// (Test User <test@example.com>), unsigned.
+func GitUser(t testing.TB, dir string) {
 	t.Helper()
 	Git(t, dir, "config", "user.name", "Test User")
 	Git(t, dir, "config", "user.email", "test@example.com")
@@ -270,7 +354,7 @@ func GitRepo(t testing.TB) string {
 	t.Helper()
 	dir := t.TempDir()
 	Git(t, dir, "init", "-q", "-b", "main")
-	configure(t, dir)
+	GitUser(t, dir)
 	Git(t, dir, "commit", "-q", "--allow-empty", "-m", "initial commit")
 	return dir
 }
@@ -307,6 +391,6 @@ func (r *Remote) Clone(name string) string {
 	r.t.Helper()
 	dir := filepath.Join(r.root, name)
 	Git(r.t, r.root, "clone", "-q", r.Path, dir)
-	configure(r.t, dir)
+	GitUser(r.t, dir)
 	return dir
 }

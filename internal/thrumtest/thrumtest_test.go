@@ -77,3 +77,46 @@ func TestBinary(t *testing.T) {
 		t.Fatalf("thrum version: %v\n%s", err, out)
 	}
 }
+
+// TestServe: one server answers on the socket and the WebSocket, the
+// WebSocket acts for the owner with the secret Serve made, and a restart
+// serves both again.
+func TestServe(t *testing.T) {
+	ctx := context.Background()
+	n := thrumtest.OpenNode(t, nil)
+	d := thrumtest.Serve(t, n, nil)
+	if len(d.Secret) < 32 {
+		t.Fatalf("owner secret %q, want one made by LoadOwnerSecret", d.Secret)
+	}
+	check := func() {
+		t.Helper()
+		u, err := d.Dial(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer u.Close()
+		if _, err := u.Health(ctx, &rpc.HealthParams{}); err != nil {
+			t.Fatalf("health on the socket: %v", err)
+		}
+		ws, err := d.DialWebSocket(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ws.Close()
+		if a, err := ws.Auth(ctx, &rpc.AuthParams{OwnerSecret: d.Secret}); err != nil || !a.Owner {
+			t.Fatalf("owner auth on the WebSocket = %+v, %v", a, err)
+		}
+	}
+	check()
+	d.Stop()
+	d.Start()
+	check()
+}
+
+// TestSeed: THRUM_SEED is the seed when set.
+func TestSeed(t *testing.T) {
+	t.Setenv("THRUM_SEED", "12345")
+	if got := thrumtest.Seed(t); got != 12345 {
+		t.Fatalf("Seed = %d with THRUM_SEED=12345", got)
+	}
+}
