@@ -55,6 +55,7 @@ type AgentCleanup struct {
 	Reason  string `json:"reason,omitempty"`
 }
 
+// SessionStart starts a session of an agent, with its scopes and refs.
 type SessionStart struct {
 	SessionID string `json:"session_id"`
 	AgentID   string `json:"agent_id"`
@@ -62,12 +63,15 @@ type SessionStart struct {
 	Refs      []Pair `json:"refs,omitempty"`
 }
 
+// SessionEnd ends a session, saying why.
 type SessionEnd struct {
 	SessionID string `json:"session_id"`
 	AgentID   string `json:"agent_id"`
 	Reason    string `json:"reason"`
 }
 
+// SessionHeartbeat is a heartbeat that changed a session's scopes or
+// refs (heartbeats that change nothing are not logged).
 type SessionHeartbeat struct {
 	SessionID    string `json:"session_id"`
 	AgentID      string `json:"agent_id"`
@@ -77,12 +81,14 @@ type SessionHeartbeat struct {
 	RemoveRefs   []Pair `json:"remove_refs,omitempty"`
 }
 
+// SessionIntent sets (or, empty, clears) what a session intends to do.
 type SessionIntent struct {
 	SessionID string `json:"session_id"`
 	AgentID   string `json:"agent_id"`
 	Intent    string `json:"intent"`
 }
 
+// SessionTask sets (or, empty, clears) the task a session works on.
 type SessionTask struct {
 	SessionID string `json:"session_id"`
 	AgentID   string `json:"agent_id"`
@@ -137,6 +143,8 @@ type MessageEdit struct {
 	Structured json.RawMessage `json:"structured,omitempty"`
 }
 
+// MessageDelete soft-deletes a message: it stays in the log, marked
+// deleted in the projection.
 type MessageDelete struct {
 	MessageID string `json:"message_id"`
 	AgentID   string `json:"agent_id"`
@@ -150,6 +158,7 @@ type MessageRead struct {
 	MessageIDs []string `json:"message_ids"`
 }
 
+// ThreadCreate opens a thread.
 type ThreadCreate struct {
 	ThreadID       string `json:"thread_id"`
 	Title          string `json:"title"`
@@ -158,12 +167,14 @@ type ThreadCreate struct {
 	IdempotencyKey string `json:"idempotency_key,omitempty"` // as in MessageCreate
 }
 
+// GroupCreate creates a group.
 type GroupCreate struct {
 	Name        string `json:"name"`
 	Description string `json:"description,omitempty"`
 	CreatedBy   string `json:"created_by"`
 }
 
+// GroupDelete deletes a group and its memberships.
 type GroupDelete struct {
 	Name    string `json:"name"`
 	AgentID string `json:"agent_id"`

@@ -164,9 +164,9 @@ func List(dir string) ([]*File, error) {
 type Source string
 
 const (
-	SourceEnvironment  Source = "environment"
-	SourceFlags        Source = "flags"
-	SourceIdentityFile Source = "identity_file"
+	SourceEnvironment  Source = "environment"   // THRUM_NAME, THRUM_ROLE, THRUM_MODULE
+	SourceFlags        Source = "flags"         // --agent-id, --role, --module
+	SourceIdentityFile Source = "identity_file" // the one file in the identities directory
 )
 
 // Selector names what the caller asked for. Each field is optional; the

@@ -30,6 +30,7 @@ type Addressed struct {
 	Name string `json:"name" jsonschema:"the address, without @"`
 }
 
+// SendMessageInput is the input of send_message.
 type SendMessageInput struct {
 	To       string         `json:"to" jsonschema:"@role, an agent name, @group or @everyone"`
 	Content  string         `json:"content" jsonschema:"message text (markdown)"`
@@ -38,6 +39,8 @@ type SendMessageInput struct {
 	Metadata map[string]any `json:"metadata,omitempty" jsonschema:"key-value data for the recipient"`
 }
 
+// SendMessageOutput is the result of send_message: the new message and
+// whom its address reached.
 type SendMessageOutput struct {
 	Status          string          `json:"status" jsonschema:"delivered"`
 	MessageID       string          `json:"message_id" jsonschema:"ID of the sent message"`
@@ -45,21 +48,27 @@ type SendMessageOutput struct {
 	Recipients      []rpc.Recipient `json:"recipients" jsonschema:"whom the address reached"`
 }
 
+// CheckMessagesInput is the input of check_messages.
 type CheckMessagesInput struct {
 	Limit *int `json:"limit,omitempty" jsonschema:"max messages to return (default 50)"`
 }
 
+// CheckMessagesOutput is the result of check_messages: the unread
+// messages this call claimed.
 type CheckMessagesOutput struct {
 	Status    string        `json:"status" jsonschema:"messages or empty"`
 	Messages  []MessageInfo `json:"messages" jsonschema:"your unread messages, oldest first, now marked read; each is returned to exactly one call"`
 	Remaining int           `json:"remaining" jsonschema:"unread messages still waiting"`
 }
 
+// WaitForMessageInput is the input of wait_for_message.
 type WaitForMessageInput struct {
 	Timeout        *int   `json:"timeout,omitempty" jsonschema:"max seconds to wait (default 300)"`
 	PriorityFilter string `json:"priority_filter,omitempty" jsonschema:"lowest priority to return (default all); others stay queued"`
 }
 
+// WaitForMessageOutput is the result of wait_for_message: the message
+// this wait claimed, or why it ended without one.
 type WaitForMessageOutput struct {
 	Status        string       `json:"status" jsonschema:"message_received, timeout, or shutdown (the server is stopping)"`
 	Message       *MessageInfo `json:"message" jsonschema:"the message, now marked read; null otherwise"`
@@ -67,20 +76,25 @@ type WaitForMessageOutput struct {
 	QueueOverflow int          `json:"queue_overflow,omitempty" jsonschema:"queue overflow since the last wait: those messages are unread, for check_messages"`
 }
 
+// GetMessageInput is the input of get_message.
 type GetMessageInput struct {
 	MessageID string `json:"message_id" jsonschema:"the message to show"`
 }
 
+// GetMessageOutput is the result of get_message: a message with the
+// conversation it belongs to.
 type GetMessageOutput struct {
 	MessageID    string        `json:"message_id" jsonschema:"the message asked for"`
 	Conversation []MessageInfo `json:"conversation" jsonschema:"the message with its thread, or the replies it belongs to, oldest first; nothing is marked read"`
 	More         bool          `json:"more,omitempty" jsonschema:"the conversation is longer than the 100 shown"`
 }
 
+// ListAgentsInput is the input of list_agents.
 type ListAgentsInput struct {
 	IncludeOffline *bool `json:"include_offline,omitempty" jsonschema:"include agents not seen in the last 2 minutes (default true)"`
 }
 
+// AgentInfo is one agent as list_agents returns it.
 type AgentInfo struct {
 	Name       string `json:"name" jsonschema:"agent name (its ID)"`
 	Role       string `json:"role"`
@@ -89,22 +103,27 @@ type AgentInfo struct {
 	LastSeenAt string `json:"last_seen_at" jsonschema:"last activity, RFC 3339"`
 }
 
+// ListAgentsOutput is the result of list_agents.
 type ListAgentsOutput struct {
 	Agents []AgentInfo `json:"agents"`
 	Count  int         `json:"count"`
 }
 
+// BroadcastFilter narrows the recipients of broadcast_message.
 type BroadcastFilter struct {
 	Status  string   `json:"status,omitempty" jsonschema:"all (default), or active: only agents seen in the last 2 minutes"`
 	Exclude []string `json:"exclude,omitempty" jsonschema:"agent names or roles to leave out"`
 }
 
+// BroadcastMessageInput is the input of broadcast_message.
 type BroadcastMessageInput struct {
 	Content  string           `json:"content" jsonschema:"message text to broadcast"`
 	Priority string           `json:"priority,omitempty" jsonschema:"message priority (default normal)"`
 	Filter   *BroadcastFilter `json:"filter,omitempty" jsonschema:"optional recipient filters"`
 }
 
+// BroadcastMessageOutput is the result of broadcast_message: one send
+// per recipient, and how each went.
 type BroadcastMessageOutput struct {
 	Status     string   `json:"status" jsonschema:"sent, partial (some sends failed) or no_recipients"`
 	SentTo     []string `json:"sent_to" jsonschema:"agents that received the message"`
@@ -113,11 +132,13 @@ type BroadcastMessageOutput struct {
 	MessageIDs []string `json:"message_ids"`
 }
 
+// CreateGroupOutput is the result of create_group.
 type CreateGroupOutput struct {
 	Status string `json:"status" jsonschema:"created"`
 	Name   string `json:"name" jsonschema:"the group's name"`
 }
 
+// DeleteGroupOutput is the result of delete_group.
 type DeleteGroupOutput struct {
 	Status string `json:"status" jsonschema:"deleted"`
 	Name   string `json:"name" jsonschema:"the group's name"`
@@ -129,17 +150,22 @@ type GroupMemberOutput struct {
 	rpc.GroupMembership
 }
 
+// ListGroupsInput is the (empty) input of list_groups.
 type ListGroupsInput struct{}
 
+// ListGroupsOutput is the result of list_groups.
 type ListGroupsOutput struct {
 	Groups []rpc.GroupInfo `json:"groups"`
 }
 
+// GetGroupInput is the input of get_group.
 type GetGroupInput struct {
 	Name   string `json:"name" jsonschema:"group name"`
 	Expand bool   `json:"expand,omitempty" jsonschema:"resolve roles (and everyone) to agent IDs"`
 }
 
+// GetGroupOutput is the result of get_group: the group, its members and,
+// with expand, the agents it reaches.
 type GetGroupOutput struct {
 	Name                string            `json:"name"`
 	Description         string            `json:"description"`
@@ -164,6 +190,7 @@ type ToolError struct {
 	Hint    string `json:"hint,omitempty"`
 }
 
+// Error returns the message, with the hint after it.
 func (e *ToolError) Error() string {
 	if e.Hint == "" {
 		return e.Message
