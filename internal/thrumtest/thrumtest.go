@@ -299,8 +299,9 @@ func build(pkg string) (string, error) {
 	return out, nil
 }
 
-// Main runs the tests and removes the binaries they built; call it from
-// TestMain: os.Exit(thrumtest.Main(m)).
+// Main runs the tests and removes the binaries they built, and returns
+// m.Run's code; a TestMain that calls it and returns makes the test
+// binary exit with that code.
 func Main(m *testing.M) int {
 	code := m.Run()
 	binMu.Lock()
