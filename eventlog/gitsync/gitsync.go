@@ -19,13 +19,17 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
+	"hash"
+	"io"
 	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -35,11 +39,12 @@ import (
 
 // Defaults of Options.
 const (
-	DefaultRemote   = "origin"
-	DefaultBranch   = "a-sync"
-	DefaultInterval = 60 * time.Second
-	DefaultDebounce = 500 * time.Millisecond
-	maxPushTries    = 5
+	DefaultRemote    = "origin"
+	DefaultBranch    = "a-sync"
+	DefaultInterval  = 60 * time.Second
+	DefaultDebounce  = 500 * time.Millisecond
+	DefaultPackEvery = 64
+	maxPushTries     = 5
 )
 
 // Options configure a Syncer. A nil *Options means all defaults.
@@ -56,6 +61,12 @@ type Options struct {
 	Debounce time.Duration
 	// Logger receives sync failures. Nil means silent.
 	Logger *slog.Logger
+	// PackEvery is how many rounds that wrote git objects (a commit or a
+	// fetch) pass between repacks of the sync repository (git repack -a
+	// -d), which turn each round's loose objects — a whole new blob of
+	// every changed shard file — into deltas. Default DefaultPackEvery;
+	// negative never packs.
+	PackEvery int
 }
 
 // Sync states, as sync.status reports them.
@@ -76,6 +87,8 @@ type Status struct {
 	Rounds     int  // rounds completed successfully
 	Commits    int  // commits created
 	Imported   int  // remote events imported
+	Checked    int  // lines of remote shard files read and checked against the log
+	Packs      int  // repacks of the sync repository
 }
 
 // Syncer syncs one log worktree with a remote. Notify, Force and Status
@@ -102,7 +115,21 @@ type Syncer struct {
 	roundMu sync.Mutex                     // one round at a time
 	have    map[string]map[string]struct{} // shard path → event IDs in the local file
 	scanned map[string]int64               // shard path → bytes of the local file read into have
-	merged  map[string]string              // shard path → the remote blob last merged
+	merged  map[string]mergedBlob          // shard path → the remote blob last merged
+
+	// Packing (see maybePack): commits made since the last repack.
+	sincePack int
+}
+
+// mergedBlob is what a round remembers of the remote version of a shard
+// it merged: the blob, its length and, when the round read it, the
+// SHA-256 of its bytes. A later version of the file that starts with the
+// same bytes (checked by the hash) is read only from that offset on.
+type mergedBlob struct {
+	blob     string
+	size     int64
+	sum      [sha256.Size]byte
+	sumKnown bool
 }
 
 // New returns a Syncer for the log whose directory is a worktree of the
@@ -111,7 +138,7 @@ type Syncer struct {
 // git commands leave behind when they die with it (see removeStaleLocks).
 func New(log *eventlog.Log, opts *Options) (*Syncer, error) {
 	s := &Syncer{dir: log.Dir(), log: log, trigger: make(chan struct{}, 1), force: make(chan struct{}, 1), roundDone: make(chan struct{}),
-		have: map[string]map[string]struct{}{}, scanned: map[string]int64{}, merged: map[string]string{}}
+		have: map[string]map[string]struct{}{}, scanned: map[string]int64{}, merged: map[string]mergedBlob{}}
 	if opts != nil {
 		s.opts = *opts
 	}
@@ -126,6 +153,9 @@ func New(log *eventlog.Log, opts *Options) (*Syncer, error) {
 	}
 	if s.opts.Debounce <= 0 {
 		s.opts.Debounce = DefaultDebounce
+	}
+	if s.opts.PackEvery == 0 {
+		s.opts.PackEvery = DefaultPackEvery
 	}
 	if _, err := s.git(context.Background(), "rev-parse", "--is-inside-work-tree"); err != nil {
 		return nil, fmt.Errorf("gitsync: %s is not a git worktree: %w", s.dir, err)
@@ -311,6 +341,18 @@ func (s *Syncer) SyncOnce(ctx context.Context) (err error) {
 	s.started++
 	s.mu.Unlock()
 	defer func() { s.record(ctx, err) }()
+	s.mu.Lock()
+	before := s.status.Commits + s.status.Imported
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		wrote := s.status.Commits+s.status.Imported != before
+		s.mu.Unlock()
+		if wrote {
+			s.sincePack++
+		}
+		s.maybePack(ctx)
+	}()
 	var rejected error
 	for try := 0; try < maxPushTries; try++ {
 		var pushed bool
@@ -339,6 +381,30 @@ func (s *Syncer) record(ctx context.Context, err error) {
 	case ctx.Err() == nil:
 		s.status.State, s.status.LastError = StateError, err.Error()
 	}
+}
+
+// maybePack repacks the sync repository every PackEvery rounds that
+// wrote objects. Each commit stores every changed shard file as a new
+// loose blob (git has no append); packing stores the versions of a file
+// as deltas of each other, so the repository grows by about the new
+// lines per round instead of the whole file. git repack -a -d reuses the
+// deltas it already has, so a repack costs a copy of the packed history,
+// paid once every PackEvery rounds. It runs in the Syncer's round, never
+// on the send path; a failure is logged, not a failed round.
+func (s *Syncer) maybePack(ctx context.Context) {
+	if s.opts.PackEvery < 0 || s.sincePack < s.opts.PackEvery || ctx.Err() != nil {
+		return
+	}
+	s.sincePack = 0
+	if _, err := s.git(ctx, "-c", "pack.threads=1", "repack", "-a", "-d", "-q"); err != nil {
+		if s.opts.Logger != nil {
+			s.opts.Logger.Warn("gitsync: repack failed; will retry", "err", err)
+		}
+		return
+	}
+	s.mu.Lock()
+	s.status.Packs++
+	s.mu.Unlock()
 }
 
 var errPushRejected = errors.New("push rejected")
@@ -412,65 +478,53 @@ func (s *Syncer) refreshHave() error {
 }
 
 // merge imports, shard by shard, the remote's events this log lacks.
+//
+// Its cost follows what is new on the remote, not the history: a remote
+// file whose blob is the one last merged, or the one in HEAD's tree (what
+// this clone committed and pushed: every line of it is in the local
+// file), is not read at all; a remote file that grew from the version last
+// merged is streamed once, its old bytes only hashed (to prove they are
+// unchanged) and only the new lines checked and imported. Anything else
+// (a first sight, a rewritten file) is read and checked in full.
 func (s *Syncer) merge(ctx context.Context, remoteRef string) error {
 	if err := s.refreshHave(); err != nil {
 		return err
 	}
-	out, err := s.git(ctx, "ls-tree", "-r", "--full-tree", remoteRef)
+	out, err := s.git(ctx, "ls-tree", "-r", "-l", "--full-tree", remoteRef)
 	if err != nil {
 		return fmt.Errorf("ls-tree: %w", err)
+	}
+	ours, err := s.treeBlobs(ctx, "HEAD")
+	if err != nil {
+		return err
 	}
 	imported := 0
 	for _, row := range strings.Split(out, "\n") {
 		meta, path, ok := strings.Cut(row, "\t")
 		f := strings.Fields(meta)
-		if !ok || len(f) != 3 || f[1] != "blob" || !isShard(path) {
+		if !ok || len(f) != 4 || f[1] != "blob" || !isShard(path) {
 			continue
 		}
-		if s.merged[path] == f[2] {
+		blob := f[2]
+		size, err := strconv.ParseInt(f[3], 10, 64)
+		if err != nil {
+			return fmt.Errorf("ls-tree: bad size in %q", row)
+		}
+		prev := s.merged[path]
+		if prev.blob == blob {
 			continue // unchanged since the last merge
 		}
-		// The remote file is one peer's version of the shard: its own
-		// lines and what it imported, in its order. Every line is checked
-		// against the IDs here.
-		blob, err := s.gitBytes(ctx, "cat-file", "blob", f[2])
+		if ours[path] == blob {
+			// Our own version, pushed: nothing in it is new here. Its
+			// bytes were not read, so a later version is read in full.
+			s.merged[path] = mergedBlob{blob: blob, size: size}
+			continue
+		}
+		n, err := s.mergeBlob(ctx, path, blob, size, prev)
+		imported += n
 		if err != nil {
-			return fmt.Errorf("read %s: %w", path, err)
+			return err
 		}
-		var lines [][]byte
-		ids := s.have[path]
-		if ids == nil {
-			ids = map[string]struct{}{}
-			s.have[path] = ids
-		}
-		off := 0
-		for _, line := range bytes.SplitAfter(blob, []byte("\n")) {
-			if len(line) == 0 || line[len(line)-1] != '\n' {
-				break // an unterminated tail: not a whole event
-			}
-			start := off
-			off += len(line)
-			line = line[:len(line)-1]
-			id := eventID(line)
-			if id == "" {
-				return fmt.Errorf("remote %s has a line that is not an event at byte %d: refusing to merge it", path, start)
-			}
-			if _, dup := ids[id]; dup {
-				continue
-			}
-			ids[id] = struct{}{}
-			lines = append(lines, append([]byte(nil), line...))
-		}
-		if len(lines) > 0 {
-			if _, err := s.log.Import(ctx, shardName(path), lines); err != nil {
-				for _, l := range lines { // not imported after all
-					delete(ids, eventID(l))
-				}
-				return fmt.Errorf("import %s: %w", path, err)
-			}
-			imported += len(lines)
-		}
-		s.merged[path] = f[2]
 	}
 	if imported > 0 {
 		s.mu.Lock()
@@ -478,6 +532,138 @@ func (s *Syncer) merge(ctx context.Context, remoteRef string) error {
 		s.mu.Unlock()
 	}
 	return nil
+}
+
+// treeBlobs lists the shard blobs of a tree-ish: path → blob ID.
+func (s *Syncer) treeBlobs(ctx context.Context, treeish string) (map[string]string, error) {
+	out, err := s.git(ctx, "ls-tree", "-r", "--full-tree", treeish)
+	if err != nil {
+		return nil, fmt.Errorf("ls-tree %s: %w", treeish, err)
+	}
+	blobs := map[string]string{}
+	for _, row := range strings.Split(out, "\n") {
+		meta, path, ok := strings.Cut(row, "\t")
+		f := strings.Fields(meta)
+		if ok && len(f) == 3 && f[1] == "blob" && isShard(path) {
+			blobs[path] = f[2]
+		}
+	}
+	return blobs, nil
+}
+
+// mergeBlob imports the events of one remote shard file that this log
+// lacks. When prev (the version last merged) is a proven prefix of it,
+// only the bytes after prev are checked; otherwise every line is.
+func (s *Syncer) mergeBlob(ctx context.Context, path, blob string, size int64, prev mergedBlob) (int, error) {
+	skip := int64(0)
+	if prev.sumKnown && prev.size > 0 && prev.size <= size {
+		skip = prev.size
+	}
+	n, err := s.mergeFrom(ctx, path, blob, skip, prev.sum)
+	if errors.Is(err, errPrefixChanged) {
+		n, err = s.mergeFrom(ctx, path, blob, 0, prev.sum) // the file was rewritten: read it all
+	}
+	return n, err
+}
+
+var errPrefixChanged = errors.New("the remote file's old bytes changed")
+
+// mergeFrom streams a remote blob. Its first skip bytes must hash to
+// want (else errPrefixChanged) and are not checked line by line; the
+// lines after them that this log lacks are imported. What is remembered
+// is the blob's whole lines: their length and hash.
+func (s *Syncer) mergeFrom(ctx context.Context, path, blob string, skip int64, want [sha256.Size]byte) (int, error) {
+	cmd := exec.CommandContext(ctx, "git", "cat-file", "blob", blob)
+	cmd.Dir = s.dir
+	cmd.Env = append(os.Environ(), "GIT_TERMINAL_PROMPT=0")
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return 0, err
+	}
+	if err := cmd.Start(); err != nil {
+		return 0, fmt.Errorf("read %s: %w", path, err)
+	}
+	full := sha256.New()
+	lines, size, checked, err := s.scanBlob(stdout, full, path, skip, want)
+	if err != nil {
+		_, _ = io.Copy(io.Discard, stdout)
+		_ = cmd.Wait()
+		return 0, err
+	}
+	if err := cmd.Wait(); err != nil {
+		return 0, fmt.Errorf("read %s: git cat-file: %v: %s", path, err, strings.TrimSpace(errb.String()))
+	}
+	if len(lines) > 0 {
+		if _, err := s.log.Import(ctx, shardName(path), lines); err != nil {
+			return 0, fmt.Errorf("import %s: %w", path, err)
+		}
+		ids := s.have[path]
+		if ids == nil {
+			ids = map[string]struct{}{}
+			s.have[path] = ids
+		}
+		for _, l := range lines {
+			ids[eventID(l)] = struct{}{}
+		}
+	}
+	s.mu.Lock()
+	s.status.Checked += checked
+	s.mu.Unlock()
+	m := mergedBlob{blob: blob, size: size, sumKnown: true}
+	full.Sum(m.sum[:0])
+	s.merged[path] = m
+	return len(lines), nil
+}
+
+// scanBlob reads a remote shard file from r. The first skip bytes are
+// only hashed, and must hash to want; the whole lines after them that
+// this log lacks are returned. Every whole line, prefix included, is fed
+// to full; size is the length of the whole lines (an unterminated tail
+// is not an event yet and is read again next time).
+func (s *Syncer) scanBlob(r io.Reader, full hash.Hash, path string, skip int64, want [sha256.Size]byte) (lines [][]byte, size int64, checked int, err error) {
+	if skip > 0 {
+		pre := sha256.New()
+		if _, err := io.CopyN(io.MultiWriter(pre, full), r, skip); err != nil {
+			return nil, 0, 0, errPrefixChanged
+		}
+		var got [sha256.Size]byte
+		if pre.Sum(got[:0]); got != want {
+			return nil, 0, 0, errPrefixChanged
+		}
+	}
+	ids := s.have[path]
+	seen := map[string]struct{}{}
+	br := bufio.NewReaderSize(r, 256<<10)
+	size = skip
+	for {
+		line, rerr := br.ReadBytes('\n')
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			return nil, 0, 0, rerr
+		}
+		full.Write(line)
+		checked++
+		start := size
+		size += int64(len(line))
+		line = line[:len(line)-1]
+		id := eventID(line)
+		if id == "" {
+			return nil, 0, 0, fmt.Errorf("remote %s has a line that is not an event at byte %d: refusing to merge it", path, start)
+		}
+		if _, dup := ids[id]; dup {
+			continue
+		}
+		if _, dup := seen[id]; dup {
+			continue
+		}
+		seen[id] = struct{}{}
+		lines = append(lines, line)
+	}
+	return lines, size, checked, nil
 }
 
 // commit records the shard files in a commit and reports whether there
@@ -578,10 +764,6 @@ func (s *Syncer) git(ctx context.Context, args ...string) (string, error) {
 func (s *Syncer) gitEnv(ctx context.Context, env []string, args ...string) (string, error) {
 	b, err := s.gitEnvBytes(ctx, env, args...)
 	return strings.TrimSpace(string(b)), err
-}
-
-func (s *Syncer) gitBytes(ctx context.Context, args ...string) ([]byte, error) {
-	return s.gitEnvBytes(ctx, nil, args...)
 }
 
 func (s *Syncer) gitEnvBytes(ctx context.Context, env []string, args ...string) ([]byte, error) {
