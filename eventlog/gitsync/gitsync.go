@@ -29,7 +29,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -122,14 +121,12 @@ type Syncer struct {
 }
 
 // mergedBlob is what a round remembers of the remote version of a shard
-// it merged: the blob, its length and, when the round read it, the
-// SHA-256 of its bytes. A later version of the file that starts with the
+// it merged: the blob, the length of its whole lines and their SHA-256. A later version of the file that starts with the
 // same bytes (checked by the hash) is read only from that offset on.
 type mergedBlob struct {
-	blob     string
-	size     int64
-	sum      [sha256.Size]byte
-	sumKnown bool
+	blob string
+	size int64
+	sum  [sha256.Size]byte
 }
 
 // New returns a Syncer for the log whose directory is a worktree of the
@@ -480,47 +477,37 @@ func (s *Syncer) refreshHave() error {
 // merge imports, shard by shard, the remote's events this log lacks.
 //
 // Its cost follows what is new on the remote, not the history: a remote
-// file whose blob is the one last merged, or the one in HEAD's tree (what
-// this clone committed and pushed: every line of it is in the local
-// file), is not read at all; a remote file that grew from the version last
-// merged is streamed once, its old bytes only hashed (to prove they are
-// unchanged) and only the new lines checked and imported. Anything else
-// (a first sight, a rewritten file) is read and checked in full.
+// file whose blob is the one in HEAD's tree (what this clone committed
+// and pushed: every line of it is in the local file) is not even listed;
+// one whose blob is the one last merged is not read; one that grew from
+// the version last merged is streamed once, its old bytes only hashed
+// (to prove they are unchanged) and only the new lines checked and
+// imported. Anything else (a first sight, a rewritten file) is read and
+// checked in full.
 func (s *Syncer) merge(ctx context.Context, remoteRef string) error {
 	if err := s.refreshHave(); err != nil {
 		return err
 	}
-	out, err := s.git(ctx, "ls-tree", "-r", "-l", "--full-tree", remoteRef)
+	// The remote's files that differ from HEAD's: a file whose blob is
+	// the one in HEAD (ours, committed from the local file, so every line
+	// of it is here) is not even listed.
+	out, err := s.git(ctx, "diff-tree", "-r", "--no-renames", "HEAD", remoteRef)
 	if err != nil {
-		return fmt.Errorf("ls-tree: %w", err)
-	}
-	ours, err := s.treeBlobs(ctx, "HEAD")
-	if err != nil {
-		return err
+		return fmt.Errorf("diff-tree: %w", err)
 	}
 	imported := 0
 	for _, row := range strings.Split(out, "\n") {
 		meta, path, ok := strings.Cut(row, "\t")
 		f := strings.Fields(meta)
-		if !ok || len(f) != 4 || f[1] != "blob" || !isShard(path) {
-			continue
+		if !ok || len(f) != 5 || (f[4] != "A" && f[4] != "M") || !strings.HasPrefix(f[1], "100") || !isShard(path) {
+			continue // not a shard file the remote has
 		}
-		blob := f[2]
-		size, err := strconv.ParseInt(f[3], 10, 64)
-		if err != nil {
-			return fmt.Errorf("ls-tree: bad size in %q", row)
-		}
+		blob := f[3]
 		prev := s.merged[path]
 		if prev.blob == blob {
 			continue // unchanged since the last merge
 		}
-		if ours[path] == blob {
-			// Our own version, pushed: nothing in it is new here. Its
-			// bytes were not read, so a later version is read in full.
-			s.merged[path] = mergedBlob{blob: blob, size: size}
-			continue
-		}
-		n, err := s.mergeBlob(ctx, path, blob, size, prev)
+		n, err := s.mergeBlob(ctx, path, blob, prev)
 		imported += n
 		if err != nil {
 			return err
@@ -534,30 +521,13 @@ func (s *Syncer) merge(ctx context.Context, remoteRef string) error {
 	return nil
 }
 
-// treeBlobs lists the shard blobs of a tree-ish: path → blob ID.
-func (s *Syncer) treeBlobs(ctx context.Context, treeish string) (map[string]string, error) {
-	out, err := s.git(ctx, "ls-tree", "-r", "--full-tree", treeish)
-	if err != nil {
-		return nil, fmt.Errorf("ls-tree %s: %w", treeish, err)
-	}
-	blobs := map[string]string{}
-	for _, row := range strings.Split(out, "\n") {
-		meta, path, ok := strings.Cut(row, "\t")
-		f := strings.Fields(meta)
-		if ok && len(f) == 3 && f[1] == "blob" && isShard(path) {
-			blobs[path] = f[2]
-		}
-	}
-	return blobs, nil
-}
-
 // mergeBlob imports the events of one remote shard file that this log
 // lacks. When prev (the version last merged) is a proven prefix of it,
 // only the bytes after prev are checked; otherwise every line is.
-func (s *Syncer) mergeBlob(ctx context.Context, path, blob string, size int64, prev mergedBlob) (int, error) {
+func (s *Syncer) mergeBlob(ctx context.Context, path, blob string, prev mergedBlob) (int, error) {
 	skip := int64(0)
-	if prev.sumKnown && prev.size > 0 && prev.size <= size {
-		skip = prev.size
+	if prev.blob != "" && prev.size > 0 {
+		skip = prev.size // a shorter file fails the prefix check
 	}
 	n, err := s.mergeFrom(ctx, path, blob, skip, prev.sum)
 	if errors.Is(err, errPrefixChanged) {
@@ -611,7 +581,7 @@ func (s *Syncer) mergeFrom(ctx context.Context, path, blob string, skip int64, w
 	s.mu.Lock()
 	s.status.Checked += checked
 	s.mu.Unlock()
-	m := mergedBlob{blob: blob, size: size, sumKnown: true}
+	m := mergedBlob{blob: blob, size: size}
 	full.Sum(m.sum[:0])
 	s.merged[path] = m
 	return len(lines), nil
@@ -689,23 +659,25 @@ func (s *Syncer) commit(ctx context.Context, remoteRef string, hasRemote bool) (
 	if err != nil {
 		return false, fmt.Errorf("write-tree: %w", err)
 	}
-	head, err := s.git(ctx, "rev-parse", "HEAD")
-	if err != nil {
-		return false, fmt.Errorf("rev-parse HEAD: %w", err)
+	revs := []string{"rev-parse", "HEAD", "HEAD^{tree}"}
+	if hasRemote {
+		revs = append(revs, remoteRef)
 	}
-	headTree, err := s.git(ctx, "rev-parse", "HEAD^{tree}")
+	out, err := s.git(ctx, revs...) // one git process for the three
 	if err != nil {
-		return false, err
+		return false, fmt.Errorf("rev-parse: %w", err)
 	}
+	ids := strings.Fields(out)
+	if len(ids) != len(revs)-1 {
+		return false, fmt.Errorf("rev-parse: %d IDs for %d names", len(ids), len(revs)-1)
+	}
+	head, headTree := ids[0], ids[1]
 	changed := tree != headTree
 	parents := []string{head}
 	if !hasRemote {
 		needPush = true // create the remote branch
 	} else {
-		rh, err := s.git(ctx, "rev-parse", remoteRef)
-		if err != nil {
-			return false, err
-		}
+		rh := ids[2]
 		remoteHasHead := s.isAncestor(ctx, head, rh)
 		headHasRemote := s.isAncestor(ctx, rh, head)
 		needPush = changed || !remoteHasHead
