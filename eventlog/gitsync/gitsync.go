@@ -11,6 +11,13 @@
 // valid. The merged tree is committed with both heads as parents, which
 // makes the push a fast-forward for the remote.
 //
+// A round's reading follows what is new: remote files equal to HEAD's
+// are not read, and a remote file that grew since the last merge is
+// checked only past the offset merged then (its old bytes proven
+// unchanged by a hash). The Syncer repacks its repository every
+// Options.PackEvery rounds, so that each commit's new whole-file blob
+// ends up stored as a delta.
+//
 // The Syncer runs git with explicit arguments in the worktree only: the
 // user's working tree, index and current branch are never touched.
 package gitsync
