@@ -35,7 +35,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -442,43 +441,41 @@ func (s *Syncer) attempt(ctx context.Context) (pushed bool, rejected, err error)
 	return true, nil, nil
 }
 
-// refreshHave reads what was appended to the local shard files since the
-// last look, so that have lists every local event ID.
-func (s *Syncer) refreshHave() error {
-	shards, err := localShards(s.dir)
+// refreshHave reads what was appended to a local shard file since the
+// last look, so that have[rel] lists every event ID in it. It is called
+// only for a file a merge must check: a Syncer whose remote brings
+// nothing new keeps no IDs in memory.
+func (s *Syncer) refreshHave(rel string) (map[string]struct{}, error) {
+	ids := s.have[rel]
+	if ids == nil {
+		ids = map[string]struct{}{}
+		s.have[rel] = ids
+	}
+	f, err := os.Open(filepath.Join(s.dir, filepath.FromSlash(rel)))
+	if errors.Is(err, os.ErrNotExist) {
+		return ids, nil // no local file yet: nothing here
+	}
 	if err != nil {
-		return err
+		return nil, err
 	}
-	for _, rel := range shards {
-		f, err := os.Open(filepath.Join(s.dir, filepath.FromSlash(rel)))
+	defer f.Close()
+	off := s.scanned[rel]
+	if _, err := f.Seek(off, 0); err != nil {
+		return nil, err
+	}
+	br := bufio.NewReaderSize(f, 64<<10)
+	for {
+		line, err := br.ReadBytes('\n')
 		if err != nil {
-			return err
+			break // a partial last line is read again next time
 		}
-		off := s.scanned[rel]
-		if _, err := f.Seek(off, 0); err != nil {
-			f.Close()
-			return err
+		off += int64(len(line))
+		if id := eventID(line[:len(line)-1]); id != "" {
+			ids[id] = struct{}{}
 		}
-		ids := s.have[rel]
-		if ids == nil {
-			ids = map[string]struct{}{}
-			s.have[rel] = ids
-		}
-		br := bufio.NewReaderSize(f, 256<<10)
-		for {
-			line, err := br.ReadBytes('\n')
-			if err != nil {
-				break // a partial last line is read again next time
-			}
-			off += int64(len(line))
-			if id := eventID(line[:len(line)-1]); id != "" {
-				ids[id] = struct{}{}
-			}
-		}
-		f.Close()
-		s.scanned[rel] = off
 	}
-	return nil
+	s.scanned[rel] = off
+	return ids, nil
 }
 
 // merge imports, shard by shard, the remote's events this log lacks.
@@ -492,9 +489,6 @@ func (s *Syncer) refreshHave() error {
 // imported. Anything else (a first sight, a rewritten file) is read and
 // checked in full.
 func (s *Syncer) merge(ctx context.Context, remoteRef string) error {
-	if err := s.refreshHave(); err != nil {
-		return err
-	}
 	// The remote's files that differ from HEAD's: a file whose blob is
 	// the one in HEAD (ours, committed from the local file, so every line
 	// of it is here) is not even listed.
@@ -577,10 +571,6 @@ func (s *Syncer) mergeFrom(ctx context.Context, path, blob string, skip int64, w
 			return 0, fmt.Errorf("import %s: %w", path, err)
 		}
 		ids := s.have[path]
-		if ids == nil {
-			ids = map[string]struct{}{}
-			s.have[path] = ids
-		}
 		for _, l := range lines {
 			ids[eventID(l)] = struct{}{}
 		}
@@ -610,7 +600,10 @@ func (s *Syncer) scanBlob(r io.Reader, full hash.Hash, path string, skip int64, 
 			return nil, 0, 0, errPrefixChanged
 		}
 	}
-	ids := s.have[path]
+	ids, err := s.refreshHave(path)
+	if err != nil {
+		return nil, 0, 0, err
+	}
 	seen := map[string]struct{}{}
 	br := bufio.NewReaderSize(r, 256<<10)
 	size = skip
@@ -756,25 +749,6 @@ func (s *Syncer) gitEnvBytes(ctx context.Context, env []string, args ...string) 
 		return nil, fmt.Errorf("git %s: %v: %s", args[0], err, strings.TrimSpace(errb.String()))
 	}
 	return out.Bytes(), nil
-}
-
-// localShards lists the shard files in the worktree.
-func localShards(dir string) ([]string, error) {
-	var out []string
-	if _, err := os.Stat(filepath.Join(dir, eventlog.EventsFile)); err == nil {
-		out = append(out, eventlog.EventsFile)
-	}
-	entries, err := os.ReadDir(filepath.Join(dir, eventlog.MessagesDir))
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, err
-	}
-	for _, e := range entries {
-		if isShard(eventlog.MessagesDir + "/" + e.Name()) {
-			out = append(out, eventlog.MessagesDir+"/"+e.Name())
-		}
-	}
-	sort.Strings(out)
-	return out, nil
 }
 
 func isShard(path string) bool {
