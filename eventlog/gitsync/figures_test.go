@@ -14,7 +14,7 @@ import (
 // TestSyncFigures prints what sync costs; it asserts only what makes
 // the figures meaningful. Run it with
 //
-//	THRUM_SYNC_FIGURES=1 go test ./eventlog/gitsync -run TestSyncFigures -v
+//	THRUM_SYNC_FIGURES=1 go test ./eventlog/gitsync -run 'TestSyncFigures$' -v
 func TestSyncFigures(t *testing.T) {
 	if os.Getenv("THRUM_SYNC_FIGURES") != "1" {
 		t.Skip("set THRUM_SYNC_FIGURES=1 to print sync figures")

@@ -11,6 +11,13 @@
 // valid. The merged tree is committed with both heads as parents, which
 // makes the push a fast-forward for the remote.
 //
+// A round's reading follows what is new: remote files equal to HEAD's
+// are not read, and a remote file that grew since the last merge is
+// checked only past the offset merged then (its old bytes proven
+// unchanged by a hash). The Syncer repacks its repository every
+// Options.PackEvery rounds, so that each commit's new whole-file blob
+// ends up stored as a delta.
+//
 // The Syncer runs git with explicit arguments in the worktree only: the
 // user's working tree, index and current branch are never touched.
 package gitsync
@@ -19,13 +26,15 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
+	"hash"
+	"io"
 	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -35,11 +44,12 @@ import (
 
 // Defaults of Options.
 const (
-	DefaultRemote   = "origin"
-	DefaultBranch   = "a-sync"
-	DefaultInterval = 60 * time.Second
-	DefaultDebounce = 500 * time.Millisecond
-	maxPushTries    = 5
+	DefaultRemote    = "origin"
+	DefaultBranch    = "a-sync"
+	DefaultInterval  = 60 * time.Second
+	DefaultDebounce  = 500 * time.Millisecond
+	DefaultPackEvery = 64
+	maxPushTries     = 5
 )
 
 // Options configure a Syncer. A nil *Options means all defaults.
@@ -56,6 +66,12 @@ type Options struct {
 	Debounce time.Duration
 	// Logger receives sync failures. Nil means silent.
 	Logger *slog.Logger
+	// PackEvery is how many rounds that wrote git objects (a commit or a
+	// fetch) pass between repacks of the sync repository (git repack -a
+	// -d), which turn each round's loose objects — a whole new blob of
+	// every changed shard file — into deltas. Default DefaultPackEvery;
+	// negative never packs.
+	PackEvery int
 }
 
 // Sync states, as sync.status reports them.
@@ -76,6 +92,8 @@ type Status struct {
 	Rounds     int  // rounds completed successfully
 	Commits    int  // commits created
 	Imported   int  // remote events imported
+	Checked    int  // lines of remote shard files read and checked against the log
+	Packs      int  // repacks of the sync repository
 }
 
 // Syncer syncs one log worktree with a remote. Notify, Force and Status
@@ -102,7 +120,19 @@ type Syncer struct {
 	roundMu sync.Mutex                     // one round at a time
 	have    map[string]map[string]struct{} // shard path → event IDs in the local file
 	scanned map[string]int64               // shard path → bytes of the local file read into have
-	merged  map[string]string              // shard path → the remote blob last merged
+	merged  map[string]mergedBlob          // shard path → the remote blob last merged
+
+	// Packing (see maybePack): commits made since the last repack.
+	sincePack int
+}
+
+// mergedBlob is what a round remembers of the remote version of a shard
+// it merged: the blob, the length of its whole lines and their SHA-256. A later version of the file that starts with the
+// same bytes (checked by the hash) is read only from that offset on.
+type mergedBlob struct {
+	blob string
+	size int64
+	sum  [sha256.Size]byte
 }
 
 // New returns a Syncer for the log whose directory is a worktree of the
@@ -111,7 +141,7 @@ type Syncer struct {
 // git commands leave behind when they die with it (see removeStaleLocks).
 func New(log *eventlog.Log, opts *Options) (*Syncer, error) {
 	s := &Syncer{dir: log.Dir(), log: log, trigger: make(chan struct{}, 1), force: make(chan struct{}, 1), roundDone: make(chan struct{}),
-		have: map[string]map[string]struct{}{}, scanned: map[string]int64{}, merged: map[string]string{}}
+		have: map[string]map[string]struct{}{}, scanned: map[string]int64{}, merged: map[string]mergedBlob{}}
 	if opts != nil {
 		s.opts = *opts
 	}
@@ -126,6 +156,9 @@ func New(log *eventlog.Log, opts *Options) (*Syncer, error) {
 	}
 	if s.opts.Debounce <= 0 {
 		s.opts.Debounce = DefaultDebounce
+	}
+	if s.opts.PackEvery == 0 {
+		s.opts.PackEvery = DefaultPackEvery
 	}
 	if _, err := s.git(context.Background(), "rev-parse", "--is-inside-work-tree"); err != nil {
 		return nil, fmt.Errorf("gitsync: %s is not a git worktree: %w", s.dir, err)
@@ -311,6 +344,18 @@ func (s *Syncer) SyncOnce(ctx context.Context) (err error) {
 	s.started++
 	s.mu.Unlock()
 	defer func() { s.record(ctx, err) }()
+	s.mu.Lock()
+	before := s.status.Commits + s.status.Imported
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		wrote := s.status.Commits+s.status.Imported != before
+		s.mu.Unlock()
+		if wrote {
+			s.sincePack++
+		}
+		s.maybePack(ctx)
+	}()
 	var rejected error
 	for try := 0; try < maxPushTries; try++ {
 		var pushed bool
@@ -339,6 +384,30 @@ func (s *Syncer) record(ctx context.Context, err error) {
 	case ctx.Err() == nil:
 		s.status.State, s.status.LastError = StateError, err.Error()
 	}
+}
+
+// maybePack repacks the sync repository every PackEvery rounds that
+// wrote objects. Each commit stores every changed shard file as a new
+// loose blob (git has no append); packing stores the versions of a file
+// as deltas of each other, so the repository grows by about the new
+// lines per round instead of the whole file. git repack -a -d reuses the
+// deltas it already has, so a repack costs a copy of the packed history,
+// paid once every PackEvery rounds. It runs in the Syncer's round, never
+// on the send path; a failure is logged, not a failed round.
+func (s *Syncer) maybePack(ctx context.Context) {
+	if s.opts.PackEvery < 0 || s.sincePack < s.opts.PackEvery || ctx.Err() != nil {
+		return
+	}
+	s.sincePack = 0
+	if _, err := s.git(ctx, "-c", "pack.threads=1", "repack", "-a", "-d", "-q"); err != nil {
+		if s.opts.Logger != nil {
+			s.opts.Logger.Warn("gitsync: repack failed; will retry", "err", err)
+		}
+		return
+	}
+	s.mu.Lock()
+	s.status.Packs++
+	s.mu.Unlock()
 }
 
 var errPushRejected = errors.New("push rejected")
@@ -372,105 +441,78 @@ func (s *Syncer) attempt(ctx context.Context) (pushed bool, rejected, err error)
 	return true, nil, nil
 }
 
-// refreshHave reads what was appended to the local shard files since the
-// last look, so that have lists every local event ID.
-func (s *Syncer) refreshHave() error {
-	shards, err := localShards(s.dir)
+// refreshHave reads what was appended to a local shard file since the
+// last look, so that have[rel] lists every event ID in it. It is called
+// only for a file a merge must check: a Syncer whose remote brings
+// nothing new keeps no IDs in memory.
+func (s *Syncer) refreshHave(rel string) (map[string]struct{}, error) {
+	ids := s.have[rel]
+	if ids == nil {
+		ids = map[string]struct{}{}
+		s.have[rel] = ids
+	}
+	f, err := os.Open(filepath.Join(s.dir, filepath.FromSlash(rel)))
+	if errors.Is(err, os.ErrNotExist) {
+		return ids, nil // no local file yet: nothing here
+	}
 	if err != nil {
-		return err
+		return nil, err
 	}
-	for _, rel := range shards {
-		f, err := os.Open(filepath.Join(s.dir, filepath.FromSlash(rel)))
+	defer f.Close()
+	off := s.scanned[rel]
+	if _, err := f.Seek(off, 0); err != nil {
+		return nil, err
+	}
+	br := bufio.NewReaderSize(f, 64<<10)
+	for {
+		line, err := br.ReadBytes('\n')
 		if err != nil {
-			return err
+			break // a partial last line is read again next time
 		}
-		off := s.scanned[rel]
-		if _, err := f.Seek(off, 0); err != nil {
-			f.Close()
-			return err
+		off += int64(len(line))
+		if id := eventID(line[:len(line)-1]); id != "" {
+			ids[id] = struct{}{}
 		}
-		ids := s.have[rel]
-		if ids == nil {
-			ids = map[string]struct{}{}
-			s.have[rel] = ids
-		}
-		br := bufio.NewReaderSize(f, 256<<10)
-		for {
-			line, err := br.ReadBytes('\n')
-			if err != nil {
-				break // a partial last line is read again next time
-			}
-			off += int64(len(line))
-			if id := eventID(line[:len(line)-1]); id != "" {
-				ids[id] = struct{}{}
-			}
-		}
-		f.Close()
-		s.scanned[rel] = off
 	}
-	return nil
+	s.scanned[rel] = off
+	return ids, nil
 }
 
 // merge imports, shard by shard, the remote's events this log lacks.
+//
+// Its cost follows what is new on the remote, not the history: a remote
+// file whose blob is the one in HEAD's tree (what this clone committed
+// and pushed: every line of it is in the local file) is not even listed;
+// one whose blob is the one last merged is not read; one that grew from
+// the version last merged is streamed once, its old bytes only hashed
+// (to prove they are unchanged) and only the new lines checked and
+// imported. Anything else (a first sight, a rewritten file) is read and
+// checked in full.
 func (s *Syncer) merge(ctx context.Context, remoteRef string) error {
-	if err := s.refreshHave(); err != nil {
-		return err
-	}
-	out, err := s.git(ctx, "ls-tree", "-r", "--full-tree", remoteRef)
+	// The remote's files that differ from HEAD's: a file whose blob is
+	// the one in HEAD (ours, committed from the local file, so every line
+	// of it is here) is not even listed.
+	out, err := s.git(ctx, "diff-tree", "-r", "--no-renames", "HEAD", remoteRef)
 	if err != nil {
-		return fmt.Errorf("ls-tree: %w", err)
+		return fmt.Errorf("diff-tree: %w", err)
 	}
 	imported := 0
 	for _, row := range strings.Split(out, "\n") {
 		meta, path, ok := strings.Cut(row, "\t")
 		f := strings.Fields(meta)
-		if !ok || len(f) != 3 || f[1] != "blob" || !isShard(path) {
-			continue
+		if !ok || len(f) != 5 || (f[4] != "A" && f[4] != "M") || !strings.HasPrefix(f[1], "100") || !isShard(path) {
+			continue // not a shard file the remote has
 		}
-		if s.merged[path] == f[2] {
+		blob := f[3]
+		prev := s.merged[path]
+		if prev.blob == blob {
 			continue // unchanged since the last merge
 		}
-		// The remote file is one peer's version of the shard: its own
-		// lines and what it imported, in its order. Every line is checked
-		// against the IDs here.
-		blob, err := s.gitBytes(ctx, "cat-file", "blob", f[2])
+		n, err := s.mergeBlob(ctx, path, blob, prev)
+		imported += n
 		if err != nil {
-			return fmt.Errorf("read %s: %w", path, err)
+			return err
 		}
-		var lines [][]byte
-		ids := s.have[path]
-		if ids == nil {
-			ids = map[string]struct{}{}
-			s.have[path] = ids
-		}
-		off := 0
-		for _, line := range bytes.SplitAfter(blob, []byte("\n")) {
-			if len(line) == 0 || line[len(line)-1] != '\n' {
-				break // an unterminated tail: not a whole event
-			}
-			start := off
-			off += len(line)
-			line = line[:len(line)-1]
-			id := eventID(line)
-			if id == "" {
-				return fmt.Errorf("remote %s has a line that is not an event at byte %d: refusing to merge it", path, start)
-			}
-			if _, dup := ids[id]; dup {
-				continue
-			}
-			ids[id] = struct{}{}
-			lines = append(lines, append([]byte(nil), line...))
-		}
-		if len(lines) > 0 {
-			if _, err := s.log.Import(ctx, shardName(path), lines); err != nil {
-				for _, l := range lines { // not imported after all
-					delete(ids, eventID(l))
-				}
-				return fmt.Errorf("import %s: %w", path, err)
-			}
-			imported += len(lines)
-		}
-		s.merged[path] = f[2]
 	}
 	if imported > 0 {
 		s.mu.Lock()
@@ -478,6 +520,120 @@ func (s *Syncer) merge(ctx context.Context, remoteRef string) error {
 		s.mu.Unlock()
 	}
 	return nil
+}
+
+// mergeBlob imports the events of one remote shard file that this log
+// lacks. When prev (the version last merged) is a proven prefix of it,
+// only the bytes after prev are checked; otherwise every line is.
+func (s *Syncer) mergeBlob(ctx context.Context, path, blob string, prev mergedBlob) (int, error) {
+	skip := int64(0)
+	if prev.blob != "" && prev.size > 0 {
+		skip = prev.size // a shorter file fails the prefix check
+	}
+	n, err := s.mergeFrom(ctx, path, blob, skip, prev.sum)
+	if errors.Is(err, errPrefixChanged) {
+		n, err = s.mergeFrom(ctx, path, blob, 0, prev.sum) // the file was rewritten: read it all
+	}
+	return n, err
+}
+
+var errPrefixChanged = errors.New("the remote file's old bytes changed")
+
+// mergeFrom streams a remote blob. Its first skip bytes must hash to
+// want (else errPrefixChanged) and are not checked line by line; the
+// lines after them that this log lacks are imported. What is remembered
+// is the blob's whole lines: their length and hash.
+func (s *Syncer) mergeFrom(ctx context.Context, path, blob string, skip int64, want [sha256.Size]byte) (int, error) {
+	cmd := exec.CommandContext(ctx, "git", "cat-file", "blob", blob)
+	cmd.Dir = s.dir
+	cmd.Env = append(os.Environ(), "GIT_TERMINAL_PROMPT=0")
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return 0, err
+	}
+	if err := cmd.Start(); err != nil {
+		return 0, fmt.Errorf("read %s: %w", path, err)
+	}
+	full := sha256.New()
+	lines, size, checked, err := s.scanBlob(stdout, full, path, skip, want)
+	if err != nil {
+		_, _ = io.Copy(io.Discard, stdout)
+		_ = cmd.Wait()
+		return 0, err
+	}
+	if err := cmd.Wait(); err != nil {
+		return 0, fmt.Errorf("read %s: git cat-file: %v: %s", path, err, strings.TrimSpace(errb.String()))
+	}
+	if len(lines) > 0 {
+		if _, err := s.log.Import(ctx, shardName(path), lines); err != nil {
+			return 0, fmt.Errorf("import %s: %w", path, err)
+		}
+		ids := s.have[path]
+		for _, l := range lines {
+			ids[eventID(l)] = struct{}{}
+		}
+	}
+	s.mu.Lock()
+	s.status.Checked += checked
+	s.mu.Unlock()
+	m := mergedBlob{blob: blob, size: size}
+	full.Sum(m.sum[:0])
+	s.merged[path] = m
+	return len(lines), nil
+}
+
+// scanBlob reads a remote shard file from r. The first skip bytes are
+// only hashed, and must hash to want; the whole lines after them that
+// this log lacks are returned. Every whole line, prefix included, is fed
+// to full; size is the length of the whole lines (an unterminated tail
+// is not an event yet and is read again next time).
+func (s *Syncer) scanBlob(r io.Reader, full hash.Hash, path string, skip int64, want [sha256.Size]byte) (lines [][]byte, size int64, checked int, err error) {
+	if skip > 0 {
+		pre := sha256.New()
+		if _, err := io.CopyN(io.MultiWriter(pre, full), r, skip); err != nil {
+			return nil, 0, 0, errPrefixChanged
+		}
+		var got [sha256.Size]byte
+		if pre.Sum(got[:0]); got != want {
+			return nil, 0, 0, errPrefixChanged
+		}
+	}
+	ids, err := s.refreshHave(path)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	seen := map[string]struct{}{}
+	br := bufio.NewReaderSize(r, 256<<10)
+	size = skip
+	for {
+		line, rerr := br.ReadBytes('\n')
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			return nil, 0, 0, rerr
+		}
+		full.Write(line)
+		checked++
+		start := size
+		size += int64(len(line))
+		line = line[:len(line)-1]
+		id := eventID(line)
+		if id == "" {
+			return nil, 0, 0, fmt.Errorf("remote %s has a line that is not an event at byte %d: refusing to merge it", path, start)
+		}
+		if _, dup := ids[id]; dup {
+			continue
+		}
+		if _, dup := seen[id]; dup {
+			continue
+		}
+		seen[id] = struct{}{}
+		lines = append(lines, line)
+	}
+	return lines, size, checked, nil
 }
 
 // commit records the shard files in a commit and reports whether there
@@ -503,23 +659,25 @@ func (s *Syncer) commit(ctx context.Context, remoteRef string, hasRemote bool) (
 	if err != nil {
 		return false, fmt.Errorf("write-tree: %w", err)
 	}
-	head, err := s.git(ctx, "rev-parse", "HEAD")
-	if err != nil {
-		return false, fmt.Errorf("rev-parse HEAD: %w", err)
+	revs := []string{"rev-parse", "HEAD", "HEAD^{tree}"}
+	if hasRemote {
+		revs = append(revs, remoteRef)
 	}
-	headTree, err := s.git(ctx, "rev-parse", "HEAD^{tree}")
+	out, err := s.git(ctx, revs...) // one git process for the three
 	if err != nil {
-		return false, err
+		return false, fmt.Errorf("rev-parse: %w", err)
 	}
+	ids := strings.Fields(out)
+	if len(ids) != len(revs)-1 {
+		return false, fmt.Errorf("rev-parse: %d IDs for %d names", len(ids), len(revs)-1)
+	}
+	head, headTree := ids[0], ids[1]
 	changed := tree != headTree
 	parents := []string{head}
 	if !hasRemote {
 		needPush = true // create the remote branch
 	} else {
-		rh, err := s.git(ctx, "rev-parse", remoteRef)
-		if err != nil {
-			return false, err
-		}
+		rh := ids[2]
 		remoteHasHead := s.isAncestor(ctx, head, rh)
 		headHasRemote := s.isAncestor(ctx, rh, head)
 		needPush = changed || !remoteHasHead
@@ -580,10 +738,6 @@ func (s *Syncer) gitEnv(ctx context.Context, env []string, args ...string) (stri
 	return strings.TrimSpace(string(b)), err
 }
 
-func (s *Syncer) gitBytes(ctx context.Context, args ...string) ([]byte, error) {
-	return s.gitEnvBytes(ctx, nil, args...)
-}
-
 func (s *Syncer) gitEnvBytes(ctx context.Context, env []string, args ...string) ([]byte, error) {
 	cmd := exec.CommandContext(ctx, "git", args...)
 	cmd.Dir = s.dir
@@ -595,25 +749,6 @@ func (s *Syncer) gitEnvBytes(ctx context.Context, env []string, args ...string) 
 		return nil, fmt.Errorf("git %s: %v: %s", args[0], err, strings.TrimSpace(errb.String()))
 	}
 	return out.Bytes(), nil
-}
-
-// localShards lists the shard files in the worktree.
-func localShards(dir string) ([]string, error) {
-	var out []string
-	if _, err := os.Stat(filepath.Join(dir, eventlog.EventsFile)); err == nil {
-		out = append(out, eventlog.EventsFile)
-	}
-	entries, err := os.ReadDir(filepath.Join(dir, eventlog.MessagesDir))
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, err
-	}
-	for _, e := range entries {
-		if isShard(eventlog.MessagesDir + "/" + e.Name()) {
-			out = append(out, eventlog.MessagesDir+"/"+e.Name())
-		}
-	}
-	sort.Strings(out)
-	return out, nil
 }
 
 func isShard(path string) bool {

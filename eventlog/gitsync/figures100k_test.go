@@ -1,0 +1,176 @@
+package gitsync_test
+
+import (
+	"bytes"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/thrumhq/thrum/eventlog"
+)
+
+// TestSyncFigures100k prints what sync costs per message with a large
+// history: it preloads 100,000 messages (written into the log files
+// directly, 5,000 in each of 20 agents' shards, pushed once), then sends
+// 200 messages from one of those agents, one sync round each, through a
+// bare remote on disk. It prints the repository growth per message in
+// the clone and the remote, the CPU per message of this process and of
+// its git children, and the resident memory afterwards. Run it with
+//
+//	THRUM_SYNC_FIGURES=1 go test ./eventlog/gitsync -run TestSyncFigures100k -v -timeout 30m
+func TestSyncFigures100k(t *testing.T) {
+	if os.Getenv("THRUM_SYNC_FIGURES") != "1" {
+		t.Skip("set THRUM_SYNC_FIGURES=1 to print sync figures")
+	}
+	const agents, perAgent, sends = 20, 5000, 200
+	remote := newRemote(t)
+	a := newClone(t, remote, "a", nil)
+	a.register("bob", "reviewer")
+	names := []string{"alice"}
+	for i := 1; i < agents; i++ {
+		names = append(names, fmt.Sprintf("agent%02d", i))
+	}
+	for _, n := range names {
+		a.register(n, "implementer")
+		a.send(n, "bob", "template")
+	}
+	a.close()
+
+	// Preload: copy each agent's template line with fresh IDs.
+	start := time.Now()
+	for _, n := range names {
+		path := filepath.Join(a.wt, filepath.FromSlash(eventlog.ShardPath(n)))
+		tmpl, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tmpl = bytes.TrimSuffix(tmpl, []byte("\n"))
+		evID := between(t, tmpl, `"event_id":"`)
+		msgID := between(t, tmpl, `"message_id":"msg_`)
+		var buf bytes.Buffer
+		for i := 0; i < perAgent-1; i++ {
+			line := bytes.Replace(tmpl, []byte(evID), []byte(eventlog.NewID()), 1)
+			line = bytes.Replace(line, []byte("msg_"+msgID), []byte("msg_"+eventlog.NewID()), 1)
+			line = bytes.Replace(line, []byte(`"content":"template"`), []byte(`"content":"preloaded message `+strconv.Itoa(i)+` of `+n+`, with a sentence or two of text as agents write them"`), 1)
+			buf.Write(line)
+			buf.WriteByte('\n')
+		}
+		f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.Write(buf.Bytes()); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.open()
+	if got := a.total(); got != agents*perAgent {
+		t.Fatalf("the clone holds %d messages, want %d", got, agents*perAgent)
+	}
+	a.sync()
+	info, _ := os.Stat(filepath.Join(a.wt, filepath.FromSlash(eventlog.ShardPath("alice"))))
+	t.Logf("preloaded %d messages in %d shards (alice's shard %d KB) and pushed them in %v",
+		agents*perAgent, agents, info.Size()>>10, time.Since(start).Round(time.Millisecond))
+	gitT(t, a.wt, "repack", "-a", "-d", "-q")
+	gitT(t, remote, "repack", "-a", "-d", "-q")
+	clone0, remote0 := objectBytes(t, a.gitDir), objectBytes(t, remote)
+
+	var self0, kids0 syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &self0)
+	_ = syscall.Getrusage(syscall.RUSAGE_CHILDREN, &kids0)
+	start = time.Now()
+	for i := 0; i < sends; i++ {
+		a.send("alice", "bob", fmt.Sprintf("spaced message %d, one per sync round", i))
+		a.sync()
+	}
+	elapsed := time.Since(start)
+	var self1, kids1 syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &self1)
+	_ = syscall.Getrusage(syscall.RUSAGE_CHILDREN, &kids1)
+	if got := a.total(); got != agents*perAgent+sends {
+		t.Fatalf("the clone holds %d messages, want %d", got, agents*perAgent+sends)
+	}
+	if !remoteHas(t, remote, a) {
+		t.Fatal("the remote lacks the clone's last commit")
+	}
+	per := func(d time.Duration) string {
+		return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond)/sends)
+	}
+	t.Logf("%d messages, one sync round each, in %v: CPU per message: this process %s (user+sys), git children %s",
+		sends, elapsed.Round(time.Millisecond), per(cpu(self1)-cpu(self0)), per(cpu(kids1)-cpu(kids0)))
+
+	clone1, remote1 := objectBytes(t, a.gitDir), objectBytes(t, remote)
+	t.Logf("repository growth per message as left by the rounds: clone %.1f KB, remote %.1f KB (the remote's loose objects, before any server-side packing)",
+		kb(clone1-clone0)/sends, kb(remote1-remote0)/sends)
+	gitT(t, a.wt, "repack", "-a", "-d", "-q")
+	gitT(t, remote, "repack", "-a", "-d", "-q")
+	clone2, remote2 := objectBytes(t, a.gitDir), objectBytes(t, remote)
+	t.Logf("repository growth per message after git repack -a -d: clone %.1f KB, remote %.1f KB (budget 10 KB)",
+		kb(clone2-clone0)/sends, kb(remote2-remote0)/sends)
+
+	runtime.GC()
+	debug.FreeOSMemory()
+	t.Logf("resident memory of this process (node + Syncer + test) at %d messages with a remote, after GC: %s",
+		agents*perAgent+sends, vmRSS(t))
+}
+
+// between returns what follows prefix in b up to the next quote.
+func between(t *testing.T, b []byte, prefix string) string {
+	t.Helper()
+	_, rest, ok := bytes.Cut(b, []byte(prefix))
+	if !ok {
+		t.Fatalf("no %s in %s", prefix, b)
+	}
+	v, _, _ := bytes.Cut(rest, []byte(`"`))
+	return string(v)
+}
+
+// objectBytes is the size of a git directory's object store.
+func objectBytes(t *testing.T, gitDir string) int64 {
+	t.Helper()
+	var n int64
+	err := filepath.WalkDir(filepath.Join(gitDir, "objects"), func(_ string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		info, err := d.Info()
+		if err == nil {
+			n += info.Size()
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func cpu(r syscall.Rusage) time.Duration {
+	return time.Duration(r.Utime.Nano() + r.Stime.Nano())
+}
+
+func kb(n int64) float64 { return float64(n) / 1024 }
+
+func vmRSS(t *testing.T) string {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return "unknown (" + err.Error() + ")"
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "unknown"
+}

@@ -1,0 +1,135 @@
+package gitsync_test
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/thrumhq/thrum/eventlog/gitsync"
+)
+
+// TestMergeChecksOnlyNewLines: a clone whose remote shard file grew
+// since its last merge checks only the new lines, and a clone reading
+// back what it pushed itself checks none.
+func TestMergeChecksOnlyNewLines(t *testing.T) {
+	t.Parallel()
+	_, a, b := pair(t, nil)
+	for i := 0; i < 5; i++ {
+		a.send("alice", "bob", "first batch "+strconv.Itoa(i))
+	}
+	syncAll(t, a, b)
+	for i := 0; i < 3; i++ {
+		a.send("alice", "bob", "second batch "+strconv.Itoa(i))
+	}
+	a.sync()
+	before := a.s.Status()
+	a.sync() // fetches its own push back
+	if got := a.s.Status().Checked - before.Checked; got != 0 {
+		t.Errorf("a checked %d remote lines reading back its own push, want 0", got)
+	}
+	bBefore := b.s.Status()
+	b.sync()
+	bAfter := b.s.Status()
+	imported := bAfter.Imported - bBefore.Imported
+	if imported < 3 {
+		t.Fatalf("b imported %d events, want at least the 3 messages", imported)
+	}
+	if got := bAfter.Checked - bBefore.Checked; got != imported {
+		t.Errorf("b checked %d remote lines for %d new events: it re-read old ones", got, imported)
+	}
+	if got := len(b.inbox("bob")); got != 8 {
+		t.Errorf("bob's inbox on b has %d messages, want 8", got)
+	}
+}
+
+// TestMergeRewrittenRemoteFile: when a remote shard file's old bytes
+// changed (here a new event was put in front of them), the offset of the
+// last merge does not apply: the file is read in full and the new event
+// is imported.
+func TestMergeRewrittenRemoteFile(t *testing.T) {
+	t.Parallel()
+	remote, a, b := pair(t, nil)
+	a.send("alice", "bob", "one")
+	a.send("alice", "bob", "two")
+	syncAll(t, a, b)
+	id := a.send("alice", "bob", "three, delivered out of band") // a does not sync it
+
+	// Find the shard file holding it in a's log and its line.
+	var rel string
+	var line []byte
+	files, _ := filepath.Glob(filepath.Join(a.wt, "messages", "*.jsonl"))
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range bytes.SplitAfter(data, []byte("\n")) {
+			if bytes.Contains(l, []byte(id)) {
+				rel, line = "messages/"+filepath.Base(f), l
+			}
+		}
+	}
+	if line == nil {
+		t.Fatalf("message %s is in none of a's shard files", id)
+	}
+
+	// A plain git clone rewrites the remote file: the new line first.
+	dir := filepath.Join(t.TempDir(), "rewriter")
+	gitT(t, filepath.Dir(dir), "clone", "-q", "-b", "a-sync", remote, dir)
+	configUser(t, dir)
+	old, err := os.ReadFile(filepath.Join(dir, filepath.FromSlash(rel)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(old, []byte(id)) {
+		t.Fatal("the remote already has the message")
+	}
+	if err := os.WriteFile(filepath.Join(dir, filepath.FromSlash(rel)), append(append([]byte(nil), line...), old...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	gitT(t, dir, "commit", "-q", "-am", "rewrite a shard")
+	gitT(t, dir, "push", "-q", "origin", "a-sync")
+
+	before := b.s.Status()
+	b.sync()
+	after := b.s.Status()
+	if _, ok := b.inbox("bob")[id]; !ok {
+		t.Fatalf("b did not import the event put in front of the old lines")
+	}
+	lines := strings.Count(string(old), "\n") + 1
+	if got := after.Checked - before.Checked; got < lines {
+		t.Errorf("b checked %d lines of the rewritten file, want all %d", got, lines)
+	}
+	syncAll(t, a, b) // and both still agree
+	sameShards(t, "a", a.logIDs(), "b", b.logIDs())
+}
+
+// TestRepackPacksLooseObjects: every PackEvery rounds that wrote objects
+// the Syncer repacks its repository, leaving no loose objects that the
+// packs hold, and sync goes on working.
+func TestRepackPacksLooseObjects(t *testing.T) {
+	t.Parallel()
+	_, a, b := pair(t, &gitsync.Options{PackEvery: 3})
+	packs := a.s.Status().Packs
+	for i := 0; i < 7 && a.s.Status().Packs == packs; i++ {
+		a.send("alice", "bob", "packed "+strconv.Itoa(i))
+		a.sync()
+	}
+	if a.s.Status().Packs == packs {
+		t.Fatalf("no repack after 7 rounds that committed, PackEvery 3")
+	}
+	// Right after a repack, the reachable objects are all packed.
+	out := gitT(t, a.wt, "count-objects", "-v")
+	if !strings.Contains(out, "\ncount: 0\n") && !strings.HasPrefix(out, "count: 0\n") {
+		t.Errorf("loose objects remain after the repack:\n%s", out)
+	}
+	gitT(t, a.wt, "fsck", "--no-progress", "--connectivity-only")
+	b.sync()
+	if got := len(b.inbox("bob")); got == 0 {
+		t.Errorf("b has no message from a after the repack")
+	}
+	sameShards(t, "a", a.logIDs(), "b", b.logIDs())
+}

@@ -1,0 +1,120 @@
+package thrum_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/thrumhq/thrum"
+	"github.com/thrumhq/thrum/rpc"
+)
+
+// BenchmarkDaemonSyncRSS starts the real binary's daemon in a git
+// repository with a bare remote and 100,000 stored messages, waits for
+// its first sync round (which commits and pushes the whole log), then
+// for a second, forced one, and reports its resident memory when idle
+// after each.
+func BenchmarkDaemonSyncRSS(b *testing.B) {
+	bin := filepath.Join(b.TempDir(), "thrum")
+	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/thrum").CombinedOutput(); err != nil {
+		b.Fatalf("build: %v\n%s", err, out)
+	}
+	src := benchDir(b, 100_000)
+	git := func(dir string, args ...string) string {
+		cmd := exec.Command("git", args...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=b", "GIT_AUTHOR_EMAIL=b@b", "GIT_COMMITTER_NAME=b", "GIT_COMMITTER_EMAIL=b@b")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			b.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	var firstMiB, idleMiB, roundMs float64
+	for i := 0; i < b.N; i++ {
+		top := b.TempDir()
+		remote := filepath.Join(top, "remote.git")
+		root := filepath.Join(top, "repo")
+		git(top, "init", "-q", "--bare", "-b", "main", remote)
+		git(top, "init", "-q", "-b", "main", root)
+		os.WriteFile(filepath.Join(root, "README.md"), []byte("# project\n"), 0o644)
+		git(root, "add", "README.md")
+		git(root, "commit", "-q", "-m", "initial")
+		git(root, "remote", "add", "origin", remote)
+		git(root, "push", "-q", "origin", "main")
+		if out, err := exec.Command(bin, "--repo", root, "init").CombinedOutput(); err != nil {
+			b.Fatalf("thrum init: %v\n%s", err, out)
+		}
+		logDir := filepath.Join(root, ".git", "thrum-sync", "a-sync")
+		if err := copyTree(src, logDir); err != nil {
+			b.Fatal(err)
+		}
+		os.MkdirAll(filepath.Join(root, ".thrum", "var"), 0o700)
+		for _, f := range []string{thrum.DefaultDBName, thrum.DefaultDBName + "-wal", thrum.DefaultDBName + "-shm"} {
+			os.Remove(filepath.Join(root, ".thrum", "var", f))
+			os.Rename(filepath.Join(logDir, f), filepath.Join(root, ".thrum", "var", f))
+		}
+		os.Remove(filepath.Join(logDir, "complete"))
+		sock := filepath.Join(root, ".thrum", "var", "thrum.sock")
+		cmd := exec.Command(bin, "--repo", root, "daemon", "run")
+		if err := cmd.Start(); err != nil {
+			b.Fatal(err)
+		}
+		ctx := context.Background()
+		var c *rpc.Client
+		for start := time.Now(); c == nil; time.Sleep(time.Millisecond) {
+			if cl, err := rpc.Dial(ctx, sock, nil); err == nil {
+				if _, err := cl.Health(ctx, &rpc.HealthParams{}); err == nil {
+					c = cl
+					break
+				}
+				cl.Close()
+			}
+			if time.Since(start) > time.Minute {
+				cmd.Process.Kill()
+				b.Fatal("daemon never answered")
+			}
+		}
+		synced := func(after string) string {
+			for start := time.Now(); ; time.Sleep(20 * time.Millisecond) {
+				st, err := c.SyncStatus(ctx, &rpc.SyncStatusParams{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if st.SyncState == "synced" && st.LastSyncAt != after {
+					return st.LastSyncAt
+				}
+				if st.SyncState == "error" && st.LastSyncAt == after && time.Since(start) > 5*time.Second {
+					b.Fatalf("sync failed: %s", st.LastError)
+				}
+				if time.Since(start) > 2*time.Minute {
+					b.Fatalf("no sync round finished: %+v", st)
+				}
+			}
+		}
+		last := synced("")
+		if got := git(remote, "rev-list", "--count", "a-sync"); got == "0" {
+			b.Fatal("the remote has no a-sync commits")
+		}
+		time.Sleep(time.Second)
+		firstMiB += rssMiB(cmd.Process.Pid)
+		start := time.Now()
+		if _, err := c.SyncForce(ctx, &rpc.SyncForceParams{}); err != nil {
+			b.Fatal(err)
+		}
+		synced(last)
+		roundMs += float64(time.Since(start).Microseconds()) / 1000
+		time.Sleep(time.Second)
+		idleMiB += rssMiB(cmd.Process.Pid)
+		c.Close()
+		cmd.Process.Signal(os.Interrupt)
+		cmd.Wait()
+	}
+	b.ReportMetric(firstMiB/float64(b.N), "rss-after-first-push-MiB")
+	b.ReportMetric(idleMiB/float64(b.N), "rss-idle-synced-MiB")
+	b.ReportMetric(roundMs/float64(b.N), "idle-round-ms")
+}
