@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/thrumhq/thrum/eventlog/gitsync"
+	"github.com/thrumhq/thrum/internal/thrumtest"
 )
 
 // TestMergeChecksOnlyNewLines: a clone whose remote shard file grew
@@ -79,7 +80,7 @@ func TestMergeRewrittenRemoteFile(t *testing.T) {
 	// A plain git clone rewrites the remote file: the new line first.
 	dir := filepath.Join(t.TempDir(), "rewriter")
 	gitT(t, filepath.Dir(dir), "clone", "-q", "-b", "a-sync", remote, dir)
-	configUser(t, dir)
+	thrumtest.GitUser(t, dir)
 	old, err := os.ReadFile(filepath.Join(dir, filepath.FromSlash(rel)))
 	if err != nil {
 		t.Fatal(err)
