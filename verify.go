@@ -32,6 +32,8 @@ type Problem struct {
 	Message string `json:"message"`
 }
 
+// String names the problem's place (file and line, or the message) and
+// what is wrong there.
 func (p Problem) String() string {
 	switch {
 	case p.File != "" && p.Line > 0:

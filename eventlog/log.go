@@ -74,6 +74,7 @@ type Repair struct {
 	Malformed bool   // the tail was a complete line that did not parse (else: no newline)
 }
 
+// String says what was moved where, for a log line or a health report.
 func (r Repair) String() string {
 	what := "an unterminated final line"
 	if r.Malformed {
@@ -649,10 +650,12 @@ type CorruptError struct {
 	Err  error
 }
 
+// Error names the file, the line and what is wrong with it.
 func (e *CorruptError) Error() string {
 	return fmt.Sprintf("eventlog: %s:%d: corrupt event: %v", e.File, e.Line, e.Err)
 }
 
+// Unwrap returns why the line does not parse.
 func (e *CorruptError) Unwrap() error { return e.Err }
 
 // Scan calls fn for every event past the given positions (shard path →
