@@ -48,15 +48,15 @@ type RPCServer struct {
 // ErrServerClosed is returned by RPCServer.Serve after Shutdown or Close.
 var ErrServerClosed = jsonrpc.ErrServerClosed
 
-// Defaults of RPCOptions.
+// Defaults of RPCOptions: the engine's, named here for embedders.
 const (
-	DefaultMaxRequestBytes = 1 << 20 // 1 MiB
-	DefaultMaxBatch        = 100
-	DefaultMaxConns        = 256
-	DefaultMaxUnauthConns  = 16
-	DefaultAuthTimeout     = 5 * time.Second
-	DefaultRequestTimeout  = 10 * time.Second
-	DefaultMaxPendingBytes = 16 << 20 // 16 MiB
+	DefaultMaxRequestBytes = jsonrpc.DefaultMaxLineBytes    // 1 MiB
+	DefaultMaxBatch        = jsonrpc.DefaultMaxBatch        // 100
+	DefaultMaxConns        = jsonrpc.DefaultMaxConns        // 256
+	DefaultMaxUnauthConns  = jsonrpc.DefaultMaxUnauthConns  // 16
+	DefaultAuthTimeout     = jsonrpc.DefaultAuthTimeout     // 5 s
+	DefaultRequestTimeout  = jsonrpc.DefaultLineTimeout     // 10 s
+	DefaultMaxPendingBytes = jsonrpc.DefaultMaxPendingBytes // 16 MiB
 )
 
 // RPCOptions configure an RPCServer. A nil *RPCOptions means defaults;
@@ -135,35 +135,20 @@ type Syncer interface {
 	SyncForce(ctx context.Context, p *rpc.SyncForceParams) (*rpc.SyncForceResult, error)
 }
 
-// engineOptions are the engine's options for o, with thrum's defaults.
+// engineOptions are the engine's options for o; the engine fills in the
+// defaults (the Default… constants above are its own).
 func (o *RPCOptions) engineOptions() *jsonrpc.ServerOptions {
-	def := func(v, d int) int {
-		if v <= 0 {
-			return d
-		}
-		return v
-	}
-	e := &jsonrpc.ServerOptions{
+	return &jsonrpc.ServerOptions{
 		Logger:          o.Logger,
 		AllowedOrigins:  o.AllowedOrigins,
-		MaxLineBytes:    def(o.MaxRequestBytes, DefaultMaxRequestBytes),
-		MaxBatch:        def(o.MaxBatch, DefaultMaxBatch),
-		MaxConns:        def(o.MaxConns, DefaultMaxConns),
-		MaxUnauthConns:  def(o.MaxUnauthConns, DefaultMaxUnauthConns),
+		MaxLineBytes:    o.MaxRequestBytes,
+		MaxBatch:        o.MaxBatch,
+		MaxConns:        o.MaxConns,
+		MaxUnauthConns:  o.MaxUnauthConns,
 		AuthTimeout:     o.AuthTimeout,
 		LineTimeout:     o.RequestTimeout,
 		MaxPendingBytes: o.MaxPendingBytes,
 	}
-	if e.AuthTimeout <= 0 {
-		e.AuthTimeout = DefaultAuthTimeout
-	}
-	if e.LineTimeout <= 0 {
-		e.LineTimeout = DefaultRequestTimeout
-	}
-	if e.MaxPendingBytes <= 0 {
-		e.MaxPendingBytes = DefaultMaxPendingBytes
-	}
-	return e
 }
 
 // RPCServer returns a new server for the node's API. Each call returns a
