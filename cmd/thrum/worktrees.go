@@ -3,7 +3,8 @@ package main
 import (
 	"context"
 	"path/filepath"
-	"strings"
+
+	"github.com/thrumhq/thrum/internal/gitwork"
 )
 
 // worktreeIdentityDirs returns a function listing every directory where
@@ -14,19 +15,18 @@ import (
 // is asked on each call, so worktrees added while the daemon runs count.
 // An error (git failing) makes cleanup refuse rather than guess.
 func worktreeIdentityDirs(l *layout) func(context.Context) ([]string, error) {
+	repo := gitwork.New(l.Root)
 	return func(ctx context.Context) ([]string, error) {
 		dirs := []string{l.IDs}
 		if !l.Git {
 			return dirs, nil
 		}
-		out, err := git(ctx, l.Root, "worktree", "list", "--porcelain")
+		wts, err := repo.Worktrees(ctx)
 		if err != nil {
 			return nil, err
 		}
-		for _, line := range strings.Split(out, "\n") {
-			if wt, ok := strings.CutPrefix(line, "worktree "); ok {
-				dirs = append(dirs, filepath.Join(wt, ".thrum", "identities"))
-			}
+		for _, wt := range wts {
+			dirs = append(dirs, filepath.Join(wt, ".thrum", "identities"))
 		}
 		return dirs, nil
 	}
