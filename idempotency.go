@@ -70,6 +70,19 @@ func (n *Node) keyed(ctx context.Context, caller, key string) (*store.Keyed, fun
 	return k, unlock, nil
 }
 
+// usedKey is keyed without holding the lock: a retry of a stored call
+// gets its result before anything slow runs (resolving recipients may
+// sync with a remote), and the call takes the lock, with keyed, only
+// around its own check and write.
+func (n *Node) usedKey(ctx context.Context, caller, key string) (*store.Keyed, error) {
+	k, unlock, err := n.keyed(ctx, caller, key)
+	if err != nil {
+		return nil, err
+	}
+	unlock()
+	return k, nil
+}
+
 // replaySend is the result of the send that first used a key.
 func (n *Node) replaySend(ctx context.Context, k *store.Keyed, key string) (*rpc.SendMessageResult, error) {
 	if k.Kind != "message" {

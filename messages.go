@@ -116,23 +116,32 @@ func (n *Node) SendMessage(ctx context.Context, p *rpc.SendMessageParams) (*rpc.
 			return nil, internal("send", err)
 		}
 	}
+	var caller string
 	if p.IdempotencyKey != "" {
-		caller, err := n.callerID(ctx, "sending")
-		if err != nil {
+		var err error
+		if caller, err = n.callerID(ctx, "sending"); err != nil {
 			return nil, err
 		}
-		k, unlock, err := n.keyed(ctx, caller, p.IdempotencyKey)
-		if err != nil {
-			return nil, err
-		}
-		defer unlock()
-		if k != nil {
+		if k, err := n.usedKey(ctx, caller, p.IdempotencyKey); err != nil || k != nil {
+			if err != nil {
+				return nil, err
+			}
 			return n.replaySend(ctx, k, p.IdempotencyKey)
 		}
 	}
 	pm, err := n.prepareMessage(ctx, p, p.ThreadID)
 	if err != nil {
 		return nil, err
+	}
+	if p.IdempotencyKey != "" {
+		k, unlock, err := n.keyed(ctx, caller, p.IdempotencyKey)
+		if err != nil {
+			return nil, err
+		}
+		defer unlock()
+		if k != nil { // a concurrent call with the key wrote first
+			return n.replaySend(ctx, k, p.IdempotencyKey)
+		}
 	}
 	if err := n.append(ctx, pm.event); err != nil {
 		return nil, err

@@ -31,39 +31,45 @@ func (n *Node) CreateThread(ctx context.Context, p *rpc.CreateThreadParams) (*rp
 		return nil, notRegistered("agent %q is not registered", me)
 	}
 	if p.IdempotencyKey != "" {
-		k, unlock, err := n.keyed(ctx, me, p.IdempotencyKey)
-		if err != nil {
-			return nil, err
-		}
-		defer unlock()
-		if k != nil {
+		if k, err := n.usedKey(ctx, me, p.IdempotencyKey); err != nil || k != nil {
+			if err != nil {
+				return nil, err
+			}
 			return n.replayThread(ctx, k, p.IdempotencyKey)
 		}
 	}
 	tid := "thr_" + eventlog.NewID()
 	te := &eventlog.Event{Type: eventlog.TypeThreadCreate, Payload: eventlog.ThreadCreate{
 		ThreadID: tid, Title: p.Title, Scopes: toPairs(p.Scopes), CreatedBy: me, IdempotencyKey: p.IdempotencyKey}}
-	if p.Message == nil {
-		if err := n.append(ctx, te); err != nil {
+	evs, msgID := []*eventlog.Event{te}, ""
+	if p.Message != nil {
+		// Validate the first message the way SendMessage would, then commit
+		// thread and message together so neither exists without the other.
+		sp := &rpc.SendMessageParams{
+			Content: p.Message.Content, Format: p.Message.Format, Structured: p.Message.Structured,
+			Scopes: p.Scopes, Mentions: []string{p.Recipient}, ActingAs: p.ActingAs, Disclose: p.Disclose,
+			IdempotencyKey: p.IdempotencyKey,
+		}
+		pm, err := n.prepareMessage(ctx, sp, tid)
+		if err != nil {
 			return nil, err
 		}
-		return &rpc.CreateThreadResult{ThreadID: tid, CreatedAt: te.Timestamp()}, nil
+		evs, msgID = append(evs, pm.event), pm.id
 	}
-	// Validate the first message the way SendMessage would, then commit
-	// thread and message together so neither exists without the other.
-	sp := &rpc.SendMessageParams{
-		Content: p.Message.Content, Format: p.Message.Format, Structured: p.Message.Structured,
-		Scopes: p.Scopes, Mentions: []string{p.Recipient}, ActingAs: p.ActingAs, Disclose: p.Disclose,
-		IdempotencyKey: p.IdempotencyKey,
+	if p.IdempotencyKey != "" {
+		k, unlock, err := n.keyed(ctx, me, p.IdempotencyKey)
+		if err != nil {
+			return nil, err
+		}
+		defer unlock()
+		if k != nil { // a concurrent call with the key wrote first
+			return n.replayThread(ctx, k, p.IdempotencyKey)
+		}
 	}
-	me2, err := n.prepareMessage(ctx, sp, tid)
-	if err != nil {
+	if err := n.append(ctx, evs...); err != nil {
 		return nil, err
 	}
-	if err := n.append(ctx, te, me2.event); err != nil {
-		return nil, err
-	}
-	return &rpc.CreateThreadResult{ThreadID: tid, CreatedAt: te.Timestamp(), MessageID: me2.id}, nil
+	return &rpc.CreateThreadResult{ThreadID: tid, CreatedAt: te.Timestamp(), MessageID: msgID}, nil
 }
 
 // ListThreads lists threads, most recently active first, with unread
