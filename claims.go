@@ -24,8 +24,11 @@ import (
 //
 // A read event in the log is the claim's durable record: after a restart
 // or a rebuild the message is read, and nothing can claim it again. A
-// claim whose append fails is released: the call returns the error and
-// the messages stay unread for a later call.
+// claim whose append fails is released and the call returns the error:
+// when nothing was written the messages stay unread for a later call;
+// when the read is durable but waits to be applied (a storage fault, see
+// storage.go) it is applied later and no later call gets the messages, so
+// in that case delivery is at most once.
 type readClaims struct {
 	mu      sync.Mutex
 	pending map[string]map[string]bool // agent → message IDs being marked

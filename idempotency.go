@@ -70,10 +70,11 @@ func (n *Node) keyed(ctx context.Context, caller, key string) (*store.Keyed, fun
 	return k, unlock, nil
 }
 
-// usedKey is keyed without holding the lock: a retry of a stored call
-// gets its result before anything slow runs (resolving recipients may
-// sync with a remote), and the call takes the lock, with keyed, only
-// around its own check and write.
+// usedKey is keyed with the lock released at once: a retry of a stored
+// call gets its result before anything slow runs (resolving recipients
+// may sync with a remote), and a first call takes the lock again, with
+// keyed, only around its second check and its write. A first call thus
+// looks its key up twice.
 func (n *Node) usedKey(ctx context.Context, caller, key string) (*store.Keyed, error) {
 	k, unlock, err := n.keyed(ctx, caller, key)
 	if err != nil {

@@ -656,7 +656,7 @@ func (n *Node) MarkRead(ctx context.Context, p *rpc.MarkReadParams) (*rpc.MarkRe
 		e := &eventlog.Event{Type: eventlog.TypeMessageRead, Shard: shardOf(me), Payload: eventlog.MessageRead{
 			AgentID: me, SessionID: sid, MessageIDs: claimed}}
 		err := n.append(ctx, e)
-		release() // the projection has the reads now, or they were not written
+		release() // applied, not written, or durable and pending (see readClaims)
 		if err != nil {
 			return nil, err
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -179,18 +180,21 @@ func (p *Projector) replayExtra(ctx context.Context, lg *eventlog.Log) error {
 	return flush()
 }
 
+// changesDirectory reports whether e changes who the agents and groups
+// are, so the in-memory directory must be reloaded.
+func changesDirectory(e *eventlog.Event) bool {
+	switch e.Type {
+	case eventlog.TypeAgentRegister, eventlog.TypeAgentUpdate, eventlog.TypeAgentCleanup:
+		return true
+	}
+	return strings.HasPrefix(e.Type, "group.")
+}
+
 // published runs after a batch is applied, in log order: the in-memory
 // index and directory take it, then the node's caches and notifier.
 func (p *Projector) published(batch []*eventlog.Event) {
 	p.idx.Apply(batch)
-	reload := false
-	for _, e := range batch {
-		if e.Type == eventlog.TypeAgentRegister || e.Type == eventlog.TypeAgentUpdate || e.Type == eventlog.TypeAgentCleanup || strings.HasPrefix(e.Type, "group.") {
-			reload = true
-			break
-		}
-	}
-	if reload {
+	if slices.ContainsFunc(batch, changesDirectory) {
 		if err := p.dirc.Reload(context.Background(), p.store); err != nil {
 			if lg := p.logger(); lg != nil {
 				lg.Error("thrum: reload directory", "err", err)

@@ -106,10 +106,13 @@ func (n *Node) writeFailure(err error) error {
 // clears the failure; it reports whether no failure is left.
 func (n *Node) probeWrite() bool {
 	n.faultMu.Lock()
-	failed := n.fault.writeErr != nil
+	failed, broken := n.fault.writeErr != nil, errors.Is(n.fault.writeErr, eventlog.ErrBroken)
 	n.faultMu.Unlock()
 	if !failed {
 		return true
+	}
+	if broken { // the log refuses appends until it is reopened: no probe clears that
+		return false
 	}
 	path := filepath.Join(n.dir, ".write-probe")
 	err := fault.Check(fault.LogWrite, path)

@@ -389,12 +389,9 @@ func (n *Node) append(ctx context.Context, evs ...*eventlog.Event) error {
 func (n *Node) published(batch []*eventlog.Event) {
 	reload, sessions := false, false
 	for _, e := range batch {
-		switch {
-		case e.Type == eventlog.TypeAgentRegister || e.Type == eventlog.TypeAgentUpdate || strings.HasPrefix(e.Type, "group."):
-			reload = true
-		case e.Type == eventlog.TypeAgentCleanup:
-			reload, sessions = true, true
-		case e.Type == eventlog.TypeSessionStart || e.Type == eventlog.TypeSessionEnd:
+		reload = reload || changesDirectory(e)
+		switch e.Type {
+		case eventlog.TypeAgentCleanup, eventlog.TypeSessionStart, eventlog.TypeSessionEnd:
 			sessions = true
 		}
 	}

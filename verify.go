@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -50,7 +51,10 @@ func (p Problem) String() string {
 // file next to the live one and compares them row by row, naming the log
 // line of each message whose row differs. This finds what a start does not
 // check (DESIGN.md, "Durability and storage faults"): a line changed in
-// place before the projection's checkpoint. Writes wait while it runs.
+// place before the projection's checkpoint. Writes wait while it runs, and
+// it is meant for a quiet node (thrum doctor runs with the daemon
+// stopped): batches that reach the log but not the projection while it
+// runs are reported as rows the projection lacks.
 // Problems are reported in the VerifyReport; the error is for a check that
 // could not be done.
 func (n *Node) Verify(ctx context.Context) (*VerifyReport, error) {
@@ -100,7 +104,7 @@ func (n *Node) Verify(ctx context.Context) (*VerifyReport, error) {
 	for _, t := range tables {
 		onlyLog, onlyLive := rowsByKey(want[t]), rowsByKey(got[t])
 		for k := range onlyLog {
-			if _, ok := onlyLive[k]; ok && equalRows(onlyLog[k], onlyLive[k]) {
+			if _, ok := onlyLive[k]; ok && slices.Equal(onlyLog[k], onlyLive[k]) {
 				delete(onlyLog, k)
 				delete(onlyLive, k)
 			}
@@ -212,18 +216,6 @@ func rowsByKey(rows []string) map[string][]string {
 		out[k] = append(out[k], r)
 	}
 	return out
-}
-
-func equalRows(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func clip(rows []string) string {
