@@ -516,3 +516,30 @@ func TestStdioSurvivesMalformedLines(t *testing.T) {
 		t.Fatal("ServeStdio did not end with its input")
 	}
 }
+
+// get_message shows messages that never reached the caller: a group is
+// named in addressed_as only when the caller is in it.
+func TestGetMessageAddressedAsOnlyForOwnGroups(t *testing.T) {
+	n := newNode(t, nil)
+	addAgent(t, n, "alice", "implementer", "auth")
+	addAgent(t, n, "carol", "designer", "ui")
+	bob := connect(t, n, addAgent(t, n, "bob", "reviewer", "auth"), nil)
+	ctx := thrum.AsAgent(context.Background(), "alice")
+	for _, g := range []struct{ group, member string }{{"ops", "carol"}, {"review", "bob"}} {
+		if _, err := n.CreateGroup(ctx, &rpc.CreateGroupParams{Name: g.group}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := n.AddGroupMember(ctx, &rpc.GroupMembership{Group: g.group, MemberType: rpc.MemberAgent, MemberID: g.member}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	notMine := send(t, n, "alice", "@ops", "for ops", "normal")
+	mine := send(t, n, "alice", "@review", "for review", "normal")
+	if c := call[mcpserver.GetMessageOutput](t, bob, "get_message", args{"message_id": notMine}).Conversation; len(c) != 1 || c[0].AddressedAs != nil {
+		t.Errorf("a message to a group bob is not in: %+v", c)
+	}
+	if c := call[mcpserver.GetMessageOutput](t, bob, "get_message", args{"message_id": mine}).Conversation; len(c) != 1 || c[0].AddressedAs == nil ||
+		*c[0].AddressedAs != (mcpserver.Addressed{Kind: "group", Name: "review"}) {
+		t.Errorf("a message to bob's group: %+v", c)
+	}
+}

@@ -122,7 +122,7 @@ func (q *queue) remove(ids ...string) {
 	}
 	kept := q.items[:0]
 	for _, it := range q.items {
-		if _, ok := q.index[it.id]; ok && q.index[it.id] == it {
+		if q.index[it.id] == it {
 			kept = append(kept, it)
 		}
 	}

@@ -14,8 +14,11 @@
 // Reading a message consumes it. Every consuming call (check_messages,
 // wait_for_message) claims what it returns with message.markRead, and the
 // daemon gives each message to exactly one claim of the agent, so across
-// all of an agent's servers and sessions each message is returned once;
-// what no call claimed stays unread (DESIGN.md, "Delivery to agents").
+// all of an agent's servers and sessions each message is returned at most
+// once, and what no call claimed stays unread. A claim whose reply is lost
+// on the way back from the daemon (the connection drops after the read is
+// written) is gone with it: such a message is read but was returned to
+// nobody (DESIGN.md, "Delivery to agents").
 //
 // Serve it over stdio with ServeStdio(ctx, os.Stdin, os.Stdout), which
 // survives malformed lines, on any go-sdk transport with Run, or over
@@ -239,8 +242,8 @@ func (s *Server) HTTPHandler() http.Handler {
 		}
 		r.Header.Del(postKeyHeader)
 		if r.Method == http.MethodDelete {
-			if w, ok := s.sessionWaits.Load(r.Header.Get("Mcp-Session-Id")); ok {
-				w.(*sessionWait).cancel()
+			if sw, ok := s.sessionWaits.Load(r.Header.Get("Mcp-Session-Id")); ok {
+				sw.(*sessionWait).cancel()
 			}
 		}
 		if r.Method == http.MethodPost {

@@ -434,7 +434,7 @@ func (s *Server) checkMessages(ctx context.Context, req *mcp.CallToolRequest, in
 	}
 	for i := range r.Messages {
 		if m := &r.Messages[i]; slices.Contains(claimed, m.MessageID) {
-			out.Messages = append(out.Messages, s.info(ctx, m.MessageID, m.ThreadID, m.AgentID, m.Body, m.Refs, m.Priority, m.CreatedAt))
+			out.Messages = append(out.Messages, s.info(ctx, m.MessageID, m.ThreadID, m.AgentID, m.Body, m.Refs, m.Priority, m.CreatedAt, nil))
 		}
 	}
 	if ctx.Err() != nil {
@@ -622,9 +622,12 @@ func (s *Server) takeQueued(ctx context.Context, floor int) (*MessageInfo, error
 		if len(claimed) == 0 {
 			continue // another consumer of this agent took it
 		}
-		info := s.info(ctx, m.MessageID, m.ThreadID, m.Author.AgentID, m.Body, m.Refs, m.Priority, m.CreatedAt)
-		if s.stopped(ctx) {
-			s.hold(info) // claimed as the wait stopped: the next call returns it
+		info := s.info(ctx, m.MessageID, m.ThreadID, m.Author.AgentID, m.Body, m.Refs, m.Priority, m.CreatedAt, nil)
+		if ctx.Err() != nil {
+			// Claimed as its caller left: the next call of this server
+			// returns it. (A server that is ending answers with it
+			// instead: no later call would come.)
+			s.hold(info)
 			return nil, nil
 		}
 		return &info, nil
@@ -654,8 +657,10 @@ func (s *Server) unhold(n, floor int) []MessageInfo {
 	return out
 }
 
-// info builds a MessageInfo.
-func (s *Server) info(ctx context.Context, id, thread, from string, body rpc.Body, refs []rpc.Pair, priority, at string) MessageInfo {
+// info builds a MessageInfo. inGroup says whether this agent is in a
+// group; nil means the message is known to have reached the agent (it was
+// pushed to it or is in its inbox), so a mention of a group is one it is in.
+func (s *Server) info(ctx context.Context, id, thread, from string, body rpc.Body, refs []rpc.Pair, priority, at string, inGroup func(string) bool) MessageInfo {
 	mi := MessageInfo{MessageID: id, ThreadID: thread, From: from, FromRole: s.roleOf(ctx, from),
 		Content: body.Content, Priority: priority, Timestamp: at}
 	if body.Structured != "" && json.Valid([]byte(body.Structured)) {
@@ -670,14 +675,14 @@ func (s *Server) info(ctx context.Context, id, thread, from string, body rpc.Bod
 			mentions = append(mentions, r.Value)
 		}
 	}
-	mi.AddressedAs = s.addressedAs(ctx, mentions)
+	mi.AddressedAs = s.addressedAs(ctx, mentions, inGroup)
 	return mi
 }
 
 // addressedAs says how a message with these mentions reached this agent:
 // by its name, its role, a group, or everyone, the most specific first.
-// nil if none reaches it.
-func (s *Server) addressedAs(ctx context.Context, mentions []string) *Addressed {
+// nil if none reaches it. inGroup is as for info.
+func (s *Server) addressedAs(ctx context.Context, mentions []string, inGroup func(string) bool) *Addressed {
 	rank := map[string]int{"agent": 4, "role": 3, "group": 2, "everyone": 1}
 	var best *Addressed
 	for _, m := range mentions {
@@ -689,8 +694,8 @@ func (s *Server) addressedAs(ctx context.Context, mentions []string) *Addressed 
 			a.Kind = "role"
 		case m == "everyone":
 			a.Kind = "everyone"
-		case !s.isAgentOrRole(ctx, m):
-			a.Kind = "group" // the message reached this agent: a group it is in
+		case !s.isAgentOrRole(ctx, m) && (inGroup == nil || inGroup(m)):
+			a.Kind = "group" // a group this agent is in
 		default:
 			continue // another agent or role
 		}
@@ -775,9 +780,23 @@ func (s *Server) getMessage(ctx context.Context, _ *mcp.CallToolRequest, in GetM
 		}
 		sort.SliceStable(conv, func(i, j int) bool { return conv[i].CreatedAt < conv[j].CreatedAt })
 	}
+	// A conversation holds messages that never reached this agent: a
+	// group is named in addressed_as only if the agent is in it.
+	member := map[string]bool{}
+	inGroup := func(g string) bool {
+		in, ok := member[g]
+		if !ok {
+			r, err := callRPC(ctx, s, func(ctx context.Context, c *rpc.Client) (*rpc.GroupMembersResult, error) {
+				return c.GroupMembers(ctx, &rpc.GroupMembersParams{Name: g, Expand: true})
+			})
+			in = err == nil && slices.Contains(r.ExpandedAgents, s.id.AgentID)
+			member[g] = in
+		}
+		return in
+	}
 	for i := range conv {
 		c := &conv[i]
-		out.Conversation = append(out.Conversation, s.info(ctx, c.MessageID, c.ThreadID, c.AgentID, c.Body, c.Refs, c.Priority, c.CreatedAt))
+		out.Conversation = append(out.Conversation, s.info(ctx, c.MessageID, c.ThreadID, c.AgentID, c.Body, c.Refs, c.Priority, c.CreatedAt, inGroup))
 	}
 	return out, nil
 }

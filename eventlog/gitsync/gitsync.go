@@ -66,8 +66,8 @@ type Options struct {
 	Debounce time.Duration
 	// Logger receives sync failures. Nil means silent.
 	Logger *slog.Logger
-	// PackEvery is how many rounds that wrote git objects (a commit or a
-	// fetch) pass between repacks of the sync repository (git repack -a
+	// PackEvery is how many rounds that committed local events or imported
+	// the remote's pass between repacks of the sync repository (git repack -a
 	// -d), which turn each round's loose objects — a whole new blob of
 	// every changed shard file — into deltas. Default DefaultPackEvery;
 	// negative never packs.
@@ -122,7 +122,8 @@ type Syncer struct {
 	scanned map[string]int64               // shard path → bytes of the local file read into have
 	merged  map[string]mergedBlob          // shard path → the remote blob last merged
 
-	// Packing (see maybePack): commits made since the last repack.
+	// Packing (see maybePack): rounds that committed or imported since the
+	// last repack.
 	sincePack int
 }
 
@@ -343,10 +344,11 @@ func (s *Syncer) SyncOnce(ctx context.Context) (err error) {
 	s.status.Pending = false
 	s.started++
 	s.mu.Unlock()
-	defer func() { s.record(ctx, err) }()
 	s.mu.Lock()
 	before := s.status.Commits + s.status.Imported
 	s.mu.Unlock()
+	// Deferred in this order so that the round is recorded (which ends a
+	// Refresh's wait, on the send path) before a repack runs.
 	defer func() {
 		s.mu.Lock()
 		wrote := s.status.Commits+s.status.Imported != before
@@ -356,6 +358,7 @@ func (s *Syncer) SyncOnce(ctx context.Context) (err error) {
 		}
 		s.maybePack(ctx)
 	}()
+	defer func() { s.record(ctx, err) }()
 	var rejected error
 	for try := 0; try < maxPushTries; try++ {
 		var pushed bool
