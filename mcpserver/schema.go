@@ -106,19 +106,16 @@ func notNullArrays(s *jsonschema.Schema) {
 	notNullArrays(s.Items)
 }
 
+// enum sets the values a string may take. Defaults are said in the
+// field's description, not with the "default" keyword: the SDK's
+// defaulting panics on absent arguments.
 func enum(values []any) func(*jsonschema.Schema) {
 	return func(s *jsonschema.Schema) { s.Enum = values }
 }
 
-// enumDefault is enum; the default is said in the description, not with
-// the "default" keyword: the SDK's defaulting panics on absent arguments.
-func enumDefault(values []any, _ string) func(*jsonschema.Schema) {
-	return enum(values)
-}
-
-// bounds sets an integer's minimum and maximum (the default is in the
-// description, as for enumDefault).
-func bounds(lo, hi, _ int) func(*jsonschema.Schema) {
+// bounds sets an integer's minimum and maximum (its default is in the
+// description, as for enum).
+func bounds(lo, hi int) func(*jsonschema.Schema) {
 	return func(s *jsonschema.Schema) {
 		s.Minimum, s.Maximum = ptr(float64(lo)), ptr(float64(hi))
 	}

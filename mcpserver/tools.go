@@ -52,20 +52,20 @@ func add[In, Out any](s *Server, t *mcp.Tool, in, out edits, h func(context.Cont
 func (s *Server) register() {
 	add(s, &mcp.Tool{Name: "send_message", Annotations: annotate("Send a message", false, false, false),
 		Description: "Send a message to an agent, a role (@reviewer), a group (@backend) or @everyone."},
-		edits{"priority": enumDefault(priorityEnum, "normal")},
+		edits{"priority": enum(priorityEnum)},
 		edits{"status": constant("delivered"), "recipient_status": enum([]any{"active", "offline", "no_agents"}),
 			"recipients[].kind": enum(addressKindEnum)},
 		s.sendMessage)
 	add(s, &mcp.Tool{Name: "check_messages", Annotations: annotate("Check messages", false, false, false),
 		Description: "Return your unread messages, oldest first, and mark them read. Each message is returned by one call only."},
-		edits{"limit": bounds(1, 100, 50)},
+		edits{"limit": bounds(1, 100)},
 		messageInfoEdits("messages[].", edits{"status": enum([]any{"messages", "empty"})}),
 		s.checkMessages)
 	add(s, &mcp.Tool{Name: "wait_for_message", Annotations: annotate("Wait for a message", false, false, false),
 		Description: "Block until a message for you arrives, then return it and mark it read: oldest first, " +
 			"or with priority_filter the oldest that passes (the others stay queued). One wait at a time."},
-		edits{"timeout": bounds(1, int(MaxWaitTimeout/time.Second), int(DefaultWaitTimeout/time.Second)),
-			"priority_filter": enumDefault(priorityFilterEnum, "all")},
+		edits{"timeout": bounds(1, int(MaxWaitTimeout/time.Second)),
+			"priority_filter": enum(priorityFilterEnum)},
 		messageInfoEdits("message.", edits{"status": enum([]any{"message_received", "timeout", "shutdown"})}),
 		s.waitForMessage)
 	add(s, &mcp.Tool{Name: "get_message", Annotations: annotate("Get a conversation", true, false, true),
@@ -78,7 +78,7 @@ func (s *Server) register() {
 		s.listAgents)
 	add(s, &mcp.Tool{Name: "broadcast_message", Annotations: annotate("Broadcast a message", false, false, false),
 		Description: "Send one message to each other agent; filter for active ones only, or to leave out names or roles."},
-		edits{"priority": enumDefault(priorityEnum, "normal"), "filter.status": enumDefault([]any{"all", "active"}, "all")},
+		edits{"priority": enum(priorityEnum), "filter.status": enum([]any{"all", "active"})},
 		edits{"status": enum([]any{"sent", "partial", "no_recipients"})},
 		s.broadcastMessage)
 	add(s, &mcp.Tool{Name: "create_group", Annotations: annotate("Create a group", false, false, false),
