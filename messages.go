@@ -490,14 +490,14 @@ type messagePage struct {
 
 // messages runs a listing: the index picks the page and counts, the
 // projection supplies the page's rows. While the index is still building
-// after start, SQLite picks them (the same answer, slower), so a listing
-// never waits for the build.
+// from the projection after start, SQLite picks them (the same answer,
+// slower), so a listing never waits for the build; it waits only for a
+// snapshot's load, which is quicker than SQLite's answer.
 func (n *Node) messages(ctx context.Context, f store.MessageFilter) (*messagePage, error) {
-	pick := n.idx.List
-	if n.idx.Building() {
-		pick = n.store.MessageIDs
+	ids, total, unread, err := n.idx.List(ctx, f)
+	if errors.Is(err, msgindex.ErrBuilding) {
+		ids, total, unread, err = n.store.MessageIDs(ctx, f)
 	}
-	ids, total, unread, err := pick(ctx, f)
 	switch {
 	case errors.Is(err, msgindex.ErrClosed):
 		return nil, rpcUnavailable()

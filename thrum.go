@@ -274,13 +274,23 @@ func newNode(ctx context.Context, lg *eventlog.Log, p *Projector, opts *Options,
 		n.Close()
 		return nil, fmt.Errorf("thrum: open: %w", err)
 	}
-	// The message index builds in the background: Open (and a daemon's
-	// first answers) need not wait for it; listings are answered from
-	// SQLite until it is built. Close cancels it.
+	// The message index loads the snapshot the last Close saved, if the
+	// projection is still as it was then (listings wait the few
+	// milliseconds this takes); otherwise it builds in the background
+	// from SQLite, and listings are answered from SQLite until it is
+	// built. Open (and a daemon's first answers) wait for neither. Close
+	// cancels the build.
+	fp, err := n.store.Fingerprint(ctx)
+	if err != nil {
+		n.Close()
+		return nil, fmt.Errorf("thrum: open: %w", err)
+	}
 	n.bg.Add(1)
 	go func() {
 		defer n.bg.Done()
-		n.idx.Build(bg, n.store)
+		if snap := n.indexSnapshot(); snap == "" || n.idx.Load(snap, fp) != nil {
+			n.idx.Build(bg, n.store)
+		}
 	}()
 	if err := n.ensureEveryone(ctx); err != nil {
 		n.Close()
@@ -310,11 +320,12 @@ func (n *Node) Close() error {
 		n.bg.Wait()
 		close(n.quit)
 		<-n.retryDone
-		n.idx.Close()
 		var errs []error
 		if n.log != nil {
 			errs = append(errs, n.log.Close())
 		}
+		n.saveIndex() // nothing commits now
+		n.idx.Close()
 		if n.store != nil {
 			errs = append(errs, n.store.Close())
 		}
@@ -324,6 +335,38 @@ func (n *Node) Close() error {
 		n.closeErr = errors.Join(errs...)
 	})
 	return n.closeErr
+}
+
+// indexSnapshot is the file where Close saves the message index for the
+// next Open, beside the projection's database; "" if the database has no
+// file.
+func (n *Node) indexSnapshot() string {
+	p := n.store.Path()
+	if p == "" || strings.HasPrefix(p, ":") || strings.HasPrefix(p, "file:") {
+		return ""
+	}
+	return p + ".index"
+}
+
+// saveIndex saves the message index for the next Open if it is built and
+// the projection has applied every committed event (the snapshot is
+// marked with the projection's fingerprint, so it must match it
+// exactly). A failure costs only the next start's speed; it is logged.
+func (n *Node) saveIndex() {
+	if n.store == nil || n.proj.behind.Load() || !n.idx.Built() {
+		return
+	}
+	snap := n.indexSnapshot()
+	if snap == "" {
+		return
+	}
+	fp, err := n.store.Fingerprint(context.Background())
+	if err == nil {
+		err = n.idx.Save(snap, fp)
+	}
+	if err != nil && n.opts.Logger != nil {
+		n.opts.Logger.Warn("thrum: could not save the message index for the next start", "err", err)
+	}
 }
 
 // Dir returns the data directory (the log's home).

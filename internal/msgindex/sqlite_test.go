@@ -20,19 +20,48 @@ import (
 // are edited, deleted, read, proxied, threaded, scoped and mentioned.
 func TestSQLiteListingEqualsIndex(t *testing.T) {
 	ctx := context.Background()
+	st, x, filters := listingFixture(t, 300)
+	checked := 0
+	for _, g := range filters {
+		wantIDs, wantTotal, wantUnread, err := x.List(ctx, g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gotIDs, gotTotal, gotUnread, err := st.MessageIDs(ctx, g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(wantIDs) == 0 {
+			wantIDs = nil
+		}
+		if !reflect.DeepEqual(gotIDs, wantIDs) || gotTotal != wantTotal || gotUnread != wantUnread {
+			t.Fatalf("filter %+v:\nSQLite %d/%d %v\nindex  %d/%d %v", g, gotTotal, gotUnread, gotIDs, wantTotal, wantUnread, wantIDs)
+		}
+		checked++
+	}
+	if checked < 500 {
+		t.Fatalf("only %d filters checked", checked)
+	}
+}
+
+// listingFixture is a projection of msgs messages and msgs/5 edits, deletes
+// and reads, its built index, and over 500 filters to list with.
+func listingFixture(t testing.TB, msgs int) (*store.Store, *msgindex.Index, []store.MessageFilter) {
+	t.Helper()
+	ctx := context.Background()
 	dir := t.TempDir()
 	lg, err := eventlog.Open(dir, &eventlog.Options{NoSync: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer lg.Close()
+	t.Cleanup(func() { lg.Close() })
 	r := rand.New(rand.NewPCG(1, 2))
 	agents := []string{"ann", "bob", "cat", "dan"}
 	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	var ids []string
 	edited := "y"
 	var evs []*eventlog.Event
-	for i := range 300 {
+	for i := range msgs {
 		from := agents[r.IntN(len(agents))]
 		p := eventlog.MessageCreate{MessageID: fmt.Sprintf("msg_%03d", r.IntN(1000)*1000+i), AgentID: from, SessionID: "ses_" + from,
 			Format: "markdown", Content: "x", Priority: "normal"}
@@ -54,7 +83,7 @@ func TestSQLiteListingEqualsIndex(t *testing.T) {
 		evs = append(evs, &eventlog.Event{Type: eventlog.TypeMessageCreate, Shard: from, Time: base.Add(time.Duration(i/3) * time.Second), Payload: p})
 		ids = append(ids, p.MessageID)
 	}
-	for i := range 60 {
+	for i := range msgs / 5 {
 		id := ids[r.IntN(len(ids))]
 		at := base.Add(time.Duration(100+i/2) * time.Second)
 		switch r.IntN(3) {
@@ -77,7 +106,7 @@ func TestSQLiteListingEqualsIndex(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
+	t.Cleanup(func() { st.Close() })
 	if _, err := st.CatchUp(ctx, lg); err != nil {
 		t.Fatal(err)
 	}
@@ -121,28 +150,11 @@ func TestSQLiteListingEqualsIndex(t *testing.T) {
 		}
 		return f
 	}
-	checked := 0
+	var all []store.MessageFilter
 	for i, f := range filters {
 		for j := range 9 {
-			g := narrow(f, i+j)
-			wantIDs, wantTotal, wantUnread, err := x.List(ctx, g)
-			if err != nil {
-				t.Fatal(err)
-			}
-			gotIDs, gotTotal, gotUnread, err := st.MessageIDs(ctx, g)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(wantIDs) == 0 {
-				wantIDs = nil
-			}
-			if !reflect.DeepEqual(gotIDs, wantIDs) || gotTotal != wantTotal || gotUnread != wantUnread {
-				t.Fatalf("filter %+v:\nSQLite %d/%d %v\nindex  %d/%d %v", g, gotTotal, gotUnread, gotIDs, wantTotal, wantUnread, wantIDs)
-			}
-			checked++
+			all = append(all, narrow(f, i+j))
 		}
 	}
-	if checked < 500 {
-		t.Fatalf("only %d filters checked", checked)
-	}
+	return st, x, all
 }

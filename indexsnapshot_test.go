@@ -1,0 +1,98 @@
+package thrum_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/thrumhq/thrum"
+	"github.com/thrumhq/thrum/internal/thrumtest"
+	"github.com/thrumhq/thrum/rpc"
+)
+
+// A node saves its message index when it closes and loads it at the next
+// open only if the projection is exactly as it was: listings after a
+// restart equal those before it, and a snapshot left from an older state
+// (here: put back after more messages were sent) is not used, so nothing
+// sent since is missing from listings.
+func TestIndexSnapshotOnlyWhenCurrent(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	snap := filepath.Join(dir, thrum.DefaultDBName+".index")
+
+	n := thrumtest.OpenNodeIn(t, dir, nil)
+	thrumtest.Register(t, n, "ann", "planner", "m")
+	bob := thrumtest.Register(t, n, "bob", "reviewer", "m")
+	var sent []string
+	for i := range 20 {
+		r, err := n.SendMessage(thrum.AsAgent(ctx, "ann"), &rpc.SendMessageParams{Content: fmt.Sprintf("m%d", i), Mentions: []string{"@reviewer"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sent = append(sent, r.MessageID)
+	}
+	if _, err := n.MarkRead(thrum.AsAgent(ctx, bob.ID), &rpc.MarkReadParams{MessageIDs: sent[:7]}); err != nil {
+		t.Fatal(err)
+	}
+	list := func(n *thrum.Node) *rpc.ListMessagesResult {
+		t.Helper()
+		r, err := n.ListMessages(thrum.AsAgent(ctx, bob.ID), &rpc.ListMessagesParams{MentionRole: "reviewer", PageSize: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	before := list(n)
+	if before.Total != 20 || before.Unread != 13 {
+		t.Fatalf("before: total %d unread %d, want 20 and 13", before.Total, before.Unread)
+	}
+	// Close saves the index only once it is built (it builds in the
+	// background after Open): reopen and wait until it was.
+	for i := 0; ; i++ {
+		n.Close()
+		if _, err := os.Stat(snap); err == nil || i == 100 {
+			break
+		}
+		n = thrumtest.OpenNodeIn(t, dir, nil)
+		time.Sleep(20 * time.Millisecond)
+	}
+	old, err := os.ReadFile(snap)
+	if err != nil {
+		t.Fatalf("no index snapshot after Close: %v", err)
+	}
+
+	n = thrumtest.OpenNodeIn(t, dir, nil)
+	if after := list(n); !reflect.DeepEqual(after, before) {
+		t.Fatalf("after a restart the listing differs:\nbefore %+v\nafter  %+v", before, after)
+	}
+	if _, err := n.SendMessage(thrum.AsAgent(ctx, "ann"), &rpc.SendMessageParams{Content: "new", Mentions: []string{"@reviewer"}}); err != nil {
+		t.Fatal(err)
+	}
+	n.Close()
+
+	// The older snapshot, put back: the projection has moved on, so it
+	// must be refused and the index built from SQLite.
+	if err := os.WriteFile(snap, old, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	n = thrumtest.OpenNodeIn(t, dir, nil)
+	for i := range 20 { // the SQLite answer first, then the built index's
+		if r := list(n); r.Total != 21 || r.Unread != 14 {
+			t.Fatalf("listing %d with a stale snapshot on disk: total %d unread %d, want 21 and 14", i, r.Total, r.Unread)
+		}
+	}
+	n.Close()
+
+	// A torn snapshot is refused too.
+	if err := os.WriteFile(snap, old[:len(old)/2], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	n = thrumtest.OpenNodeIn(t, dir, nil)
+	if r := list(n); r.Total != 21 {
+		t.Fatalf("with a torn snapshot: total %d, want 21", r.Total)
+	}
+}
