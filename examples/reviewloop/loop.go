@@ -256,10 +256,19 @@ func (a *App) audit(agent string) mcp.Middleware {
 					ref, rec.Outcome = &fl.Refusal, "error"
 				case errors.As(e, &ref):
 					rec.Outcome = "refused"
-				default: // thrum's own tools: mcpserver's structured error
-					rec.Outcome, rec.Code, rec.Message = "error", "INTERNAL", "tool failed"
+				default:
+					// Arguments that fail the schema, and thrum's own tools'
+					// errors: mcpserver's structured error, given the same
+					// shape as a refusal.
+					ref, rec.Outcome = &Refusal{Code: "INTERNAL", Message: "tool failed"}, "error"
 					if te, ok := r.StructuredContent.(*mcpserver.ToolError); ok {
-						rec.Code, rec.Message = strings.ToUpper(te.Code), te.Message
+						ref.Code, ref.Message = strings.ToUpper(te.Code), te.Message
+						if te.Hint != "" {
+							ref.Suggestions = []string{te.Hint}
+						}
+						if te.Code != "internal" && te.Code != "unavailable" {
+							rec.Outcome = "refused" // declined (arguments, names, rights), not failed
+						}
 					}
 				}
 				if ref != nil {
@@ -464,12 +473,8 @@ func (a *App) sendFeedback(ctx context.Context, me join, in SendFeedbackIn) (*Se
 	f.Commit = commit
 	body := fmt.Sprintf("Feedback on iteration %d/%d: %s (committed as %s %s on %s)\n\n%s",
 		rv.Iteration, a.cfg.MaxIterations, in.FeedbackType, FeedbackFile, commit[:min(12, len(commit))], rv.Branch, in.Feedback)
-	prio := ""
-	if in.Priority == "critical" || in.Priority == "high" || in.Priority == "low" || in.Priority == "normal" {
-		prio = in.Priority
-	}
 	m, err := a.node.SendMessage(thrum.AsAgent(ctx, me.Agent), &rpc.SendMessageParams{Content: body, ThreadID: rv.ThreadID,
-		Mentions: []string{"@" + coder}, Tags: []string{"review-feedback", in.FeedbackType}, Priority: prio})
+		Mentions: []string{"@" + coder}, Tags: []string{"review-feedback", in.FeedbackType}, Priority: in.Priority})
 	if err != nil {
 		return nil, fail("UNAVAILABLE", err)
 	}

@@ -123,6 +123,8 @@ func TestReviewLoop(t *testing.T) {
 	// Nothing to answer yet, and the roles are checked before anything.
 	l.call("bob", "send_feedback", map[string]any{"coder": "alice", "feedback": "early", "feedback_type": "needs_work"}, "NOT_YOUR_REVIEW")
 	l.call("bob", "request_review", nil, "NOT_CODING_AGENT")
+	l.call("bob", "send_feedback", map[string]any{"coder": "alice", "feedback": "x", "feedback_type": "great"}, "INVALID_ARGUMENT")
+	l.call("bob", "send_message", map[string]any{"to": "@nobody-here", "content": "hello?"}, "NOT_FOUND")
 
 	types := []string{"needs_work", "suggestions", "approved"}
 	for it := 1; it <= 3; it++ {
@@ -328,5 +330,25 @@ func TestHelp(t *testing.T) {
 		if !strings.Contains(buf.String(), want) {
 			t.Errorf("--help lacks %q", want)
 		}
+	}
+}
+
+// TestDemo runs `reviewloop demo`, the walk-through the README points to.
+func TestDemo(t *testing.T) {
+	t.Setenv("GIT_CONFIG_NOSYSTEM", "1")
+	t.Setenv("GIT_CONFIG_GLOBAL", os.DevNull)
+	var buf bytes.Buffer
+	if err := run(t.Context(), []string{"demo", "--dir", t.TempDir()}, nil, &buf, io.Discard); err != nil {
+		t.Fatalf("%v\n%s", err, buf.String())
+	}
+	out := buf.String()
+	for _, want := range []string{`REFUSED: {"agent_id":"alice","code":"NOT_REVIEWER"`, `"code":"REVIEW_LIMIT_EXCEEDED","current_iteration":3,"max_iterations":3`,
+		"bob: Review feedback (iteration 3, approved) from bob", "alice  coder     request_review       refused  REVIEW_LIMIT_EXCEEDED"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("demo output lacks %q:\n%s", want, out)
+		}
+	}
+	if n := strings.Count(out, "\n20"); n != 13 { // one audit line per call
+		t.Errorf("demo audit has %d lines, want 13:\n%s", n, out)
 	}
 }

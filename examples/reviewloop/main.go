@@ -34,6 +34,8 @@ Usage:
   reviewloop serve [flags]                   run the hub (holds the node)
   reviewloop mcp --agent NAME --role ROLE    serve one agent's MCP over stdio
   reviewloop audit [flags]                   print the audit trail
+  reviewloop demo [--dir DIR]                run one whole loop in a scratch repository
+                                             and print every call, the git log and the audit
 
 serve flags:
   --dir DIR              data directory (thrum log + projection) [.reviewloop]
@@ -53,6 +55,10 @@ mcp flags:
 audit flags:
   --dir, --socket        as for serve (asks the hub if it runs, else reads DIR)
   --json                 one JSON record per line
+
+demo flags:
+  --dir DIR              keep the repository and data here [a temporary directory, removed]
+  --max-iterations N     as for serve [3]
 
 Tools every agent gets (besides thrum's send_message, wait_for_message, ...):
   request_review {completion_message?, reviewer_prompt?}      coding roles
@@ -93,7 +99,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprint(stdout, usage)
 		if len(args) == 0 {
-			return errors.New("no command: serve, mcp or audit")
+			return errors.New("no command: serve, mcp, audit or demo")
 		}
 		return nil
 	}
@@ -147,9 +153,26 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			return err
 		}
 		return printAudit(stdout, recs, *asJSON)
+	case "demo":
+		maxIt := fs.Int("max-iterations", 3, "")
+		*dir = ""
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		if *dir == "" {
+			tmp, err := os.MkdirTemp("", "reviewloop-demo")
+			if err != nil {
+				return err
+			}
+			defer os.RemoveAll(tmp)
+			*dir = tmp
+		} else if err := os.MkdirAll(*dir, 0o755); err != nil {
+			return err
+		}
+		return demo(ctx, *dir, max(*maxIt, 1), stdout)
 	}
 	fmt.Fprint(stderr, usage)
-	return fmt.Errorf("unknown command %q: serve, mcp or audit", args[0])
+	return fmt.Errorf("unknown command %q: serve, mcp, audit or demo", args[0])
 }
 
 func list(s string) []string {

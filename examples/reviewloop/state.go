@@ -65,7 +65,7 @@ type AuditRecord struct {
 	Agent      string `json:"agent" jsonschema:"the calling agent"`
 	Role       string `json:"role" jsonschema:"the calling agent's role"`
 	ArgsSHA256 string `json:"args_sha256" jsonschema:"SHA-256 of the call's arguments as sent"`
-	Outcome    string `json:"outcome" jsonschema:"ok, refused (authorization or review state) or error"`
+	Outcome    string `json:"outcome" jsonschema:"ok; refused (declined: role, relationship, review state, arguments); or error (git, push or storage failed)"`
 	Code       string `json:"code,omitempty" jsonschema:"the error code of a refusal or error"`
 	Message    string `json:"message,omitempty" jsonschema:"the error message of a refusal or error"`
 	DurationMS int64  `json:"duration_ms" jsonschema:"how long the call took"`
