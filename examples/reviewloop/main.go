@@ -20,6 +20,7 @@ import (
 	"strings"
 	"syscall"
 	"text/tabwriter"
+	"time"
 
 	"github.com/thrumhq/thrum"
 )
@@ -227,11 +228,14 @@ func (a *App) ServeHub(ctx context.Context, l net.Listener) error {
 
 func (a *App) serveConn(ctx context.Context, c net.Conn) {
 	defer c.Close()
-	br := bufio.NewReader(c)
-	line, err := br.ReadBytes('\n')
+	// The hello is one bounded line, sent at once.
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReaderSize(c, 64<<10)
+	line, err := br.ReadSlice('\n')
 	if err != nil {
 		return
 	}
+	c.SetReadDeadline(time.Time{})
 	var h hello
 	reply := func(r helloReply) { b, _ := json.Marshal(r); c.Write(append(b, '\n')) }
 	if err := json.Unmarshal(line, &h); err != nil {
@@ -328,15 +332,13 @@ func readAudit(ctx context.Context, dir, sock string) ([]AuditRecord, error) {
 	if errors.As(err, &ar) {
 		return ar.recs, nil
 	}
-	if _, serr := os.Stat(sock); serr == nil {
-		return nil, err // a hub is there but did not answer
-	}
-	if _, serr := os.Stat(dir); serr != nil {
-		return nil, fmt.Errorf("no reviewloop data in %s: %w", dir, serr)
+	hubErr := err
+	if _, err := os.Stat(filepath.Join(dir, thrum.DefaultDBName)); err != nil {
+		return nil, fmt.Errorf("no reviewloop data in %s: %w", dir, err)
 	}
 	app, err := OpenApp(ctx, dir, Config{})
 	if err != nil {
-		return nil, err
+		return nil, errors.Join(hubErr, err) // e.g. a hub holds dir but did not answer
 	}
 	defer app.Close()
 	return app.state.auditRecords("", "", 0), nil
