@@ -191,8 +191,8 @@ func (a *App) Serve(ctx context.Context, name string) (*thrum.MCPServer, error) 
 		func(ctx context.Context, in SendFeedbackIn) (*SendFeedbackOut, error) {
 			return a.sendFeedback(ctx, caller(), in)
 		})
-	addTool(srv, &mcp.Tool{Name: "create_pull_request", Description: "Propose your branch for merging (coding agents only): " +
-		"pushes it to the repository's remote and records the request."},
+	addTool(srv, &mcp.Tool{Name: "create_pull_request", Description: "Propose a branch for merging: a coding agent its own, " +
+		"a reviewer the branch it approved. Pushes it to the repository's remote and records the request."},
 		nil, func(ctx context.Context, in CreatePullRequestIn) (*PullRequest, error) {
 			return a.createPullRequest(ctx, caller(), in)
 		})
@@ -492,20 +492,53 @@ type CreatePullRequestIn struct {
 	Title       string `json:"title" jsonschema:"the pull request's title"`
 	Description string `json:"description" jsonschema:"the pull request's body"`
 	BaseBranch  string `json:"base_branch,omitempty" jsonschema:"the branch to merge into; default main"`
+	Coder       string `json:"coder,omitempty" jsonschema:"reviewers only: the coder whose approved branch to propose; may be left out when you hold one approved review"`
 }
 
+// createPullRequest proposes a coder's branch: a coding agent its own, a
+// reviewer the branch of a coder whose review it holds and approved.
 func (a *App) createPullRequest(ctx context.Context, me join, in CreatePullRequestIn) (*PullRequest, error) {
-	if !a.isCoder(me.Role) {
-		return nil, refuse("NOT_CODING_AGENT", "only coding agents (roles %s) may propose their branch; you are %s (%s)",
-			strings.Join(a.cfg.CodingRoles, ", "), me.Agent, me.Role)
+	coder := me
+	switch {
+	case a.isCoder(me.Role):
+		if in.Coder != "" && in.Coder != me.Agent {
+			return nil, refuse("NOT_YOUR_BRANCH", "a coding agent may propose only its own branch, not %s's", in.Coder)
+		}
+	case a.isReviewer(me.Role):
+		name := in.Coder
+		if name == "" {
+			var approved []string
+			for _, rv := range a.state.reviewsHeldBy(me.Agent) {
+				if rv.State == "approved" {
+					approved = append(approved, rv.Coder)
+				}
+			}
+			if len(approved) != 1 {
+				return nil, refuse("INVALID_ARGUMENT", "name the coder: you hold %d approved reviews (%s)", len(approved), strings.Join(approved, ", "))
+			}
+			name = approved[0]
+		}
+		rv := a.state.review(name)
+		if rv == nil || rv.Reviewer != me.Agent {
+			return nil, refuse("NOT_YOUR_REVIEW", "you hold no review of %s; a reviewer may propose only the branches it approved", name)
+		}
+		if rv.State != "approved" {
+			r := refuse("NOT_APPROVED", "%s's review is %s, not approved: send_feedback with feedback_type approved first, or leave the pull request to %s", name, rv.State, name)
+			r.CurrentIteration, r.MaxIterations = &rv.Iteration, &a.cfg.MaxIterations
+			return nil, r
+		}
+		coder, _ = a.state.agent(name)
+	default:
+		return nil, refuse("NOT_AUTHORIZED", "only coding agents (roles %s) and their reviewers (roles %s) may propose a branch; you are %s (%s)",
+			strings.Join(a.cfg.CodingRoles, ", "), strings.Join(a.cfg.ReviewRoles, ", "), me.Agent, me.Role)
 	}
 	if strings.TrimSpace(in.Title) == "" {
 		return nil, refuse("INVALID_ARGUMENT", "title is empty")
 	}
-	if me.Worktree == "" {
-		return nil, refuse("NO_WORKTREE", "you joined without a worktree, so there is no branch to propose")
+	if coder.Worktree == "" {
+		return nil, refuse("NO_WORKTREE", "%s joined without a worktree, so there is no branch to propose", coder.Agent)
 	}
-	branch, err := currentBranch(ctx, me.Worktree)
+	branch, err := currentBranch(ctx, coder.Worktree)
 	if err != nil {
 		return nil, fail("GIT_FAILED", err)
 	}
@@ -513,7 +546,7 @@ func (a *App) createPullRequest(ctx context.Context, me join, in CreatePullReque
 	if base == "" {
 		base = "main"
 	}
-	pr, err := a.cfg.PR.OpenPullRequest(ctx, PullRequestSpec{Worktree: me.Worktree, Branch: branch, Base: base, Title: in.Title, Description: in.Description})
+	pr, err := a.cfg.PR.OpenPullRequest(ctx, PullRequestSpec{Worktree: coder.Worktree, Branch: branch, Base: base, Title: in.Title, Description: in.Description})
 	if err != nil {
 		var r *Refusal
 		if errors.As(err, &r) {
@@ -521,7 +554,8 @@ func (a *App) createPullRequest(ctx context.Context, me join, in CreatePullReque
 		}
 		return nil, fail("PUSH_FAILED", err)
 	}
-	if _, err := a.node.AppendEvent(ctx, typePR, pullRequestEvent{Agent: me.Agent, Title: in.Title, Description: in.Description, PullRequest: *pr}); err != nil {
+	ev := pullRequestEvent{Agent: coder.Agent, By: me.Agent, Title: in.Title, Description: in.Description, PullRequest: *pr}
+	if _, err := a.node.AppendEvent(ctx, typePR, ev); err != nil {
 		return nil, fail("UNAVAILABLE", err)
 	}
 	return pr, nil

@@ -143,6 +143,10 @@ func TestReviewLoop(t *testing.T) {
 			t.Fatalf("send_feedback %d: %v", it, sent)
 		}
 		l.call("bob", "send_feedback", map[string]any{"coder": "alice", "feedback": "again", "feedback_type": "needs_work"}, "NO_PENDING_REVIEW")
+		if it == 1 { // a reviewer proposes only what it approved
+			l.call("bob", "create_pull_request", map[string]any{"title": "x", "description": "y"}, "INVALID_ARGUMENT")
+			l.call("bob", "create_pull_request", map[string]any{"coder": "alice", "title": "x", "description": "y"}, "NOT_APPROVED")
+		}
 
 		// The coder sees the feedback through git, on its own branch...
 		commit, _ := sent["git_commit_hash"].(string)
@@ -183,11 +187,16 @@ func TestReviewLoop(t *testing.T) {
 	}
 	l.call("bob", "send_feedback", map[string]any{"coder": "carol", "feedback": "not mine", "feedback_type": "needs_work"}, "NOT_YOUR_REVIEW")
 
-	// The coder at its limit proposes its branch; a reviewer may not.
-	l.call("bob", "create_pull_request", map[string]any{"title": "x", "description": "y"}, "NOT_CODING_AGENT")
+	// The coder at its limit proposes its branch, and so may the reviewer
+	// that approved it; nobody else, and not another coder's branch.
+	l.call("carol", "create_pull_request", map[string]any{"coder": "alice", "title": "x", "description": "y"}, "NOT_YOUR_BRANCH")
+	l.call("dave", "create_pull_request", map[string]any{"coder": "alice", "title": "x", "description": "y"}, "NOT_YOUR_REVIEW")
 	pr := l.call("alice", "create_pull_request", map[string]any{"title": "Feature A", "description": "three rounds"}, "ok")
 	if ref := thrumtest.Git(t, aliceWT, "ls-remote", remote.Path, "refs/heads/feature-a"); !strings.HasPrefix(ref, fmt.Sprint(pr["commit"])) || pr["commits_ahead"] != float64(4) {
 		t.Fatalf("pull request %v; remote has %q", pr, ref)
+	}
+	if again := l.call("bob", "create_pull_request", map[string]any{"title": "Feature A", "description": "approved"}, "ok"); again["commit"] != pr["commit"] {
+		t.Fatalf("bob's pull request %v, alice's %v", again, pr)
 	}
 
 	st := l.call("alice", "review_status", nil, "ok")
@@ -200,7 +209,7 @@ func TestReviewLoop(t *testing.T) {
 	if r0["iteration"] != float64(3) || r0["state"] != "approved" || r0["reviewer"] != "bob" || lf == nil || lf["feedback_type"] != "approved" {
 		t.Fatalf("alice's review: %v", r0)
 	}
-	if prs, _ := r0["pull_requests"].([]any); len(prs) != 1 {
+	if prs, _ := r0["pull_requests"].([]any); len(prs) != 2 {
 		t.Fatalf("alice's review lists pull requests %v", r0["pull_requests"])
 	}
 

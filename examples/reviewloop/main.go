@@ -67,8 +67,9 @@ Tools every agent gets (besides thrum's send_message, wait_for_message, ...):
         feedback_type: needs_work|suggestions|clarification|approved;
         reviewers, only for the coder whose review they hold; commits
         REVIEW_FEEDBACK.md on the coder's branch in its worktree
-  create_pull_request {title, description, base_branch?}     coding roles;
-        pushes the branch to the remote and records the request
+  create_pull_request {title, description, base_branch?, coder?}
+        a coding agent its own branch, a reviewer the branch it approved;
+        pushes it to the remote and records the request
   review_status {}                                           read-only
   list_audit {tool?, agent?, limit?}                         read-only
 Refusals are structured: {code, message, tool_name, agent_id, ...};

@@ -51,7 +51,8 @@ type feedback struct {
 }
 
 type pullRequestEvent struct {
-	Agent       string `json:"agent"`
+	Agent       string `json:"agent"` // the coder whose branch it is
+	By          string `json:"by"`    // who asked: the coder, or its reviewer`
 	Title       string `json:"title"`
 	Description string `json:"description"`
 	PullRequest
