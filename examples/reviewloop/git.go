@@ -37,7 +37,8 @@ const FeedbackFile = "REVIEW_FEEDBACK.md"
 // commitFeedback writes the feedback to FeedbackFile in the coder's
 // worktree and commits that file alone, authored by the reviewer: the
 // coder sees it through git (git log, git show) on their own branch.
-// Other changes in the worktree, staged or not, are left as they are.
+// Other changes in the worktree, staged or not, are left as they are,
+// and the coder's hooks are not run for it (it is not the coder's code).
 func commitFeedback(ctx context.Context, worktree string, f *feedback) (string, error) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Review feedback: iteration %d\n\n", f.Iteration)
@@ -60,7 +61,7 @@ func commitFeedback(ctx context.Context, worktree string, f *feedback) (string, 
 	}
 	msg := fmt.Sprintf("Review feedback (iteration %d, %s) from %s", f.Iteration, f.Type, f.Reviewer)
 	author := fmt.Sprintf("%s <%s@reviewloop.invalid>", f.Reviewer, f.Reviewer)
-	if _, err := git(ctx, worktree, "commit", "--quiet", "--author", author, "-m", msg, "--", FeedbackFile); err != nil {
+	if _, err := git(ctx, worktree, "commit", "--quiet", "--no-verify", "--author", author, "-m", msg, "--", FeedbackFile); err != nil {
 		return "", err
 	}
 	return git(ctx, worktree, "rev-parse", "HEAD")

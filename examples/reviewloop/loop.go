@@ -281,8 +281,8 @@ func (a *App) audit(agent string) mcp.Middleware {
 			}
 			// The audit is written even if the call's own context ended.
 			if _, aerr := a.node.AppendEvent(context.WithoutCancel(ctx), typeAudit, rec); aerr != nil && err == nil && r != nil && !r.IsError {
-				// A call whose audit could not be kept did not happen as far
-				// as the agent knows: it is told so, with the reason.
+				// The call's effect stands (a commit, a message) but its
+				// record is missing: the agent is told so, not told "ok".
 				return nil, fmt.Errorf("the call succeeded but its audit record was not written: %w", aerr)
 			}
 			return res, err
