@@ -136,6 +136,10 @@ func TestReviewLoop(t *testing.T) {
 		// A coder may not answer its own review.
 		l.call("alice", "send_feedback", map[string]any{"coder": "alice", "feedback": "lgtm", "feedback_type": "approved"}, "NOT_REVIEWER")
 
+		if it == 1 { // the coder's own staged work stays out of the feedback commit
+			os.WriteFile(filepath.Join(aliceWT, "alice.go"), []byte("package alice // staged\n"), 0o644)
+			thrumtest.Git(t, aliceWT, "add", "alice.go")
+		}
 		fb := fmt.Sprintf("Round %d: handle the empty input.", it)
 		sent := l.call("bob", "send_feedback", map[string]any{"feedback": fb, "feedback_type": types[it-1],
 			"priority": "high", "actionable_items": []string{"add a test for empty input"}}, "ok")
@@ -159,6 +163,12 @@ func TestReviewLoop(t *testing.T) {
 		if show := thrumtest.Git(t, aliceWT, "show", "--format=%an|%s", "--name-only", commit); !strings.Contains(show, "bob|Review feedback (iteration "+fmt.Sprint(it)) ||
 			!strings.HasSuffix(show, FeedbackFile) {
 			t.Fatalf("feedback commit: %q", show)
+		}
+		if files := thrumtest.Git(t, aliceWT, "show", "--name-only", "--format=", commit); files != FeedbackFile {
+			t.Fatalf("feedback commit holds %q", files)
+		}
+		if staged := thrumtest.Git(t, aliceWT, "diff", "--cached", "--name-only"); staged != "alice.go" {
+			t.Fatalf("staged after the feedback commit: %q, want alice.go", staged)
 		}
 		b, err := os.ReadFile(filepath.Join(aliceWT, FeedbackFile))
 		if err != nil || !bytes.Contains(b, []byte(fb)) || !bytes.Contains(b, []byte("- [ ] add a test for empty input")) {
