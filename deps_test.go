@@ -11,13 +11,14 @@ import (
 // homes says which of the module's packages may import each third-party
 // dependency (DESIGN.md, "Packages"): one home each, so swapping a
 // dependency touches one package. Test files may import anything; only
-// the build is checked.
+// the build is checked. An example that serves its own MCP tools is a
+// program of its own and may use the MCP SDK as mcpserver does.
 var homes = map[string][]string{
 	"github.com/jmoiron/sqlx":                {"store"},
 	"modernc.org/sqlite":                     {"store"},
 	"github.com/coder/websocket":             {"rpc", "internal/jsonrpc"},
-	"github.com/modelcontextprotocol/go-sdk": {"mcpserver"},
-	"github.com/google/jsonschema-go":        {"mcpserver"},
+	"github.com/modelcontextprotocol/go-sdk": {"mcpserver", "examples/reviewloop"},
+	"github.com/google/jsonschema-go":        {"mcpserver", "examples/reviewloop"},
 	"github.com/alecthomas/kong":             {"cmd/thrum"},
 }
 
