@@ -23,6 +23,7 @@ import (
 	"github.com/thrumhq/thrum/internal/dirlock"
 	"github.com/thrumhq/thrum/internal/gitwork"
 	"github.com/thrumhq/thrum/internal/jsonrpc"
+	"github.com/thrumhq/thrum/internal/webui"
 	"github.com/thrumhq/thrum/rpc"
 )
 
@@ -188,6 +189,7 @@ func (c *DaemonRunCmd) Run(ctx context.Context, g *Globals) error {
 	port := wl.Addr().(*net.TCPAddr).Port
 	mux := http.NewServeMux()
 	mux.Handle("/ws", srv)
+	mux.Handle("/", webui.Handler()) // the web console (thrum web signs a browser in)
 	// Before the upgrade a connection is plain HTTP: small headers, a short
 	// deadline, and a cap on how many may be open (the RPC server refuses
 	// WebSockets over its own caps after the upgrade).
