@@ -67,11 +67,11 @@ func (c *console) run(name string, args ...string) (string, error) {
 	return out.String(), nil
 }
 
-func (c *console) thrum(name string, args ...string) string {
-	c.t.Helper()
+func (c *console) thrum(t *testing.T, name string, args ...string) string {
+	t.Helper()
 	out, err := c.run(name, args...)
 	if err != nil {
-		c.t.Fatal(err)
+		t.Fatal(err)
 	}
 	return strings.TrimSpace(out)
 }
@@ -79,7 +79,7 @@ func (c *console) thrum(name string, args ...string) string {
 // loginURL runs `thrum web` and returns the URL it prints.
 func (c *console) loginURL() string {
 	c.t.Helper()
-	u := c.thrum("", "web", "--quiet")
+	u := c.thrum(c.t, "", "web", "--quiet")
 	if !regexp.MustCompile(`^http://127\.0\.0\.1:\d+/#login=[A-Za-z0-9_-]{43}$`).MatchString(u) {
 		c.t.Fatalf("thrum web printed %q, want http://127.0.0.1:PORT/#login=CODE", u)
 	}
@@ -134,7 +134,7 @@ func newConsole(t *testing.T) *console {
 	t.Helper()
 	chrome := chromium(t)
 	c := &console{t: t, bin: thrumtest.Binary(t), repo: thrumtest.GitRepo(t)}
-	c.thrum("", "init")
+	c.thrum(t, "", "init")
 	pidFile := filepath.Join(c.repo, ".thrum", "var", "thrum.pid")
 	t.Cleanup(func() {
 		pid := 0
@@ -148,11 +148,11 @@ func newConsole(t *testing.T) *console {
 			}
 		}
 	})
-	c.thrum("", "daemon", "start")
-	c.thrum("alice", "quickstart", "--name", "alice", "--role", "implementer", "--module", "auth")
-	c.thrum("bob", "quickstart", "--name", "bob", "--role", "reviewer", "--module", "auth")
-	c.thrum("", "group", "create", "crew")
-	c.thrum("", "group", "add", "crew", "@alice")
+	c.thrum(t, "", "daemon", "start")
+	c.thrum(t, "alice", "quickstart", "--name", "alice", "--role", "implementer", "--module", "auth")
+	c.thrum(t, "bob", "quickstart", "--name", "bob", "--role", "reviewer", "--module", "auth")
+	c.thrum(t, "", "group", "create", "crew")
+	c.thrum(t, "", "group", "add", "crew", "@alice")
 
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(chrome), chromedp.WindowSize(1280, 800),
@@ -222,11 +222,13 @@ func TestConsoleInBrowser(t *testing.T) {
 	if !ok {
 		return // the rest needs a signed-in page
 	}
+	var cliID string
 	t.Run("CLI message appears in the feed", func(t *testing.T) {
 		eval[bool](t, tab, `(() => { window.seenAt = {}; new MutationObserver(ms => { for (const m of ms) for (const n of m.addedNodes) if (n.dataset && n.dataset.id) window.seenAt[n.dataset.id] = Date.now(); }).observe(document.querySelector('#feed'), {childList: true}); return true; })()`)
 		start := time.Now()
-		id := c.thrum("alice", "send", "--quiet", "--to", "@bob", "--priority", "high", "Review **auth** please: `login.go`")
+		id := c.thrum(t, "alice", "send", "--quiet", "--to", "@bob", "--priority", "high", "Review **auth** please: `login.go`")
 		sent := time.Now()
+		cliID = id
 		waitFor(t, tab, "the message in the feed", fmt.Sprintf(`window.seenAt[%q]`, id))
 		seen := time.UnixMilli(int64(eval[float64](t, tab, fmt.Sprintf(`window.seenAt[%q]`, id))))
 		t.Logf("CLI send → in the feed: %d ms from starting `thrum send` (%d ms after it exited)",
@@ -285,15 +287,54 @@ func TestConsoleInBrowser(t *testing.T) {
 			t.Fatal("bob's wait_for_message did not wake")
 		}
 		waitFor(t, tab, "the page's own message in its feed", fmt.Sprintf(`[...document.querySelectorAll('#feed li .body')].some(b => b.textContent.includes(%q))`, body))
-		inbox := c.thrum("bob", "inbox", "--json")
+		inbox := c.thrum(t, "bob", "inbox", "--json")
 		if !strings.Contains(inbox, body) {
 			t.Fatalf("bob's inbox lacks the page's message:\n%s", inbox)
 		}
 	})
 
+	t.Run("reply as another agent, disclosed", func(t *testing.T) {
+		if cliID == "" {
+			t.Skip("needs the CLI message")
+		}
+		item := fmt.Sprintf(`#feed li[data-id=%q]`, cliID)
+		do(t, tab, "reply to alice's message (as bob)", chromedp.Click(chromedp.CSS(item+" footer button")))
+		eval[bool](t, tab, `(() => { const s = document.querySelector('#acting-as'); s.value = [...s.options].find(o => o.textContent.startsWith('bob')).value; s.dispatchEvent(new Event('change')); return true; })()`)
+		if note := eval[string](t, tab, `document.querySelector('#act-note').textContent`); !strings.Contains(note, "via user:test-user") {
+			t.Fatalf("acting as bob, the page says %q, want the disclosure", note)
+		}
+		do(t, tab, "send the reply", chromedp.SetValue(chromedp.CSS("#body"), "noted, on it"), chromedp.Click(chromedp.CSS("#send")))
+		waitFor(t, tab, "the sent reply", `document.querySelector('#compose-status').textContent.startsWith('Sent msg_')`)
+		id := regexp.MustCompile(`msg_[0-9A-Z]+`).FindString(eval[string](t, tab, `document.querySelector('#compose-status').textContent`))
+		var got struct {
+			Message struct {
+				Author struct {
+					AgentID string `json:"agent_id"`
+				} `json:"author"`
+				DisclosedVia string                         `json:"disclosed_via"`
+				Refs         []struct{ Type, Value string } `json:"refs"`
+			} `json:"message"`
+		}
+		out := c.thrum(t, "bob", "message", "get", id, "--json")
+		if err := json.Unmarshal([]byte(out), &got); err != nil {
+			t.Fatalf("message get: %v\n%s", err, out)
+		}
+		m := got.Message
+		replyTo, toAlice := false, false
+		for _, r := range m.Refs {
+			replyTo = replyTo || r.Type == "reply_to" && r.Value == cliID
+			toAlice = toAlice || r.Type == "mention" && strings.HasSuffix(r.Value, "alice")
+		}
+		if !strings.HasSuffix(m.Author.AgentID, "bob") || m.DisclosedVia != "user:test-user" || !replyTo || !toAlice {
+			t.Fatalf("the reply is %s, want by bob, disclosed via user:test-user, a reply to %s addressed to alice", out, cliID)
+		}
+		waitFor(t, tab, "the disclosure in the feed", fmt.Sprintf(`(document.querySelector('#feed li[data-id=%q] .via') || {}).textContent === 'via user:test-user'`, id))
+		eval[bool](t, tab, `(() => { const s = document.querySelector('#acting-as'); s.value = ''; s.dispatchEvent(new Event('change')); return true; })()`)
+	})
+
 	t.Run("hostile body stays text", func(t *testing.T) {
 		hostile := `<img src=x onerror="document.title='pwned'"> <script>document.title='pwned2'</script> [click](javascript:document.title='pwned3')`
-		id := c.thrum("alice", "send", "--quiet", "--to", "@everyone", hostile)
+		id := c.thrum(t, "alice", "send", "--quiet", "--to", "@everyone", hostile)
 		item := fmt.Sprintf(`document.querySelector('#feed li[data-id=%q]')`, id)
 		waitFor(t, tab, "the hostile message", item)
 		time.Sleep(200 * time.Millisecond) // an image error handler would have run by now
@@ -311,11 +352,23 @@ func TestConsoleInBrowser(t *testing.T) {
 	t.Run("views", func(t *testing.T) {
 		do(t, tab, "agents", chromedp.Click(chromedp.CSS(`.tabs button[data-view="agents"]`)))
 		waitFor(t, tab, "alice's card", `[...document.querySelectorAll('#agents .card')].some(c => c.textContent.includes('alice') && c.textContent.includes('implementer') && c.textContent.includes('active'))`)
+		c.thrum(t, "bob", "thread", "create", "Auth rollout", "--to", "@alice", "--message", "Plan for the rollout")
+		do(t, tab, "threads", chromedp.Click(chromedp.CSS(`.tabs button[data-view="threads"]`)))
+		waitFor(t, tab, "the thread in the list", `[...document.querySelectorAll('#threads button')].some(b => b.textContent.includes('Auth rollout'))`)
+		eval[bool](t, tab, `([...document.querySelectorAll('#threads button')].find(b => b.textContent.includes('Auth rollout')).click(), true)`)
+		waitFor(t, tab, "the thread's messages", `document.querySelector('#thread h2') && document.querySelector('#thread').textContent.includes('Plan for the rollout')`)
+		do(t, tab, "reply in the thread", chromedp.Click(chromedp.CSS(`#thread > button`)),
+			chromedp.SetValue(chromedp.CSS("#body"), "Thread reply from the console"), chromedp.Click(chromedp.CSS("#send")))
+		waitFor(t, tab, "the reply in the thread", `[...document.querySelectorAll('#thread .msg')].some(m => m.textContent.includes('Thread reply from the console'))`)
 		do(t, tab, "groups", chromedp.Click(chromedp.CSS(`.tabs button[data-view="groups"]`)))
 		waitFor(t, tab, "the crew group with alice", `[...document.querySelectorAll('#groups .card')].some(c => c.textContent.includes('crew') && c.textContent.includes('alice'))`)
 		do(t, tab, "inboxes", chromedp.Click(chromedp.CSS(`.tabs button[data-view="inbox"]`)))
-		// bob consumed everything but the hostile message (to everyone).
-		waitFor(t, tab, "bob's unread count", `(document.querySelector('#inboxes li[data-agent$="bob"] .count') || {}).textContent === '1 unread / 3'`)
+		// bob has 4: the CLI message and the page's (both consumed by his
+		// MCP server), the hostile one to everyone and the thread reply
+		// (addressed to him as the thread's last author), both unread.
+		waitFor(t, tab, "bob's unread count", `(document.querySelector('#inboxes li[data-agent$="bob"] .count') || {}).textContent === '2 unread / 4'`)
+		eval[bool](t, tab, `(document.querySelector('#inboxes li[data-agent$="bob"] button').click(), true)`)
+		waitFor(t, tab, "bob's inbox", `document.querySelectorAll('#inbox .msg').length === 4 && document.querySelectorAll('#inbox .msg.unread').length === 2`)
 		do(t, tab, "search", chromedp.SetValue(chromedp.CSS("#search"), "auth"))
 		eval[bool](t, tab, `(document.querySelector('#search-form').requestSubmit(), true)`)
 		waitFor(t, tab, "a search answer", `document.querySelector('#search-status').textContent.match(/result|not available/)`)

@@ -501,7 +501,7 @@ function startReply(m) {
     ? `Replying to ${agentName(author)}${m.thread_id ? ' in ' + (state.threads.get(m.thread_id) || 'its thread') : ''}`
     : 'Writing in this thread';
   $('reply-to').hidden = false;
-  if (author && !$('to').value) {
+  if (author) {
     const a = state.agents.get(author);
     $('to').value = a && a.kind !== 'user' ? a.name || author : author;
   }
