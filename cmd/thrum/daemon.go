@@ -83,7 +83,8 @@ type DaemonRunCmd struct {
 func (c *DaemonRunCmd) Help() string {
 	return `Serves the JSON-RPC API on .thrum/var/thrum.sock (mode 0600) and on a
 WebSocket at ws://ADDR/ws (loopback only; its port is written to
-.thrum/var/ws.port). Stops gracefully on SIGINT or SIGTERM.
+.thrum/var/ws.port), and the web console at http://ADDR/ (sign in with the
+URL thrum web prints). Stops gracefully on SIGINT or SIGTERM.
 
 Examples:
   thrum daemon run --ws-addr 127.0.0.1:9999
