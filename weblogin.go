@@ -73,7 +73,7 @@ func put(m map[[32]byte]time.Time, cred string, exp, now time.Time, max int) {
 // (the Unix socket) or an embedding program (a pipe) can.
 func (s *RPCServer) webLogin(ctx context.Context, _ *rpc.WebLoginParams) (*rpc.WebLoginResult, error) {
 	if c := jsonrpc.ConnFromContext(ctx); c != nil && c.Transport() == jsonrpc.TransportWebSocket {
-		return nil, rpc.Errorf(rpc.CodeTransport, "web.login is only available on the Unix socket: the owner's CLI mints login codes")
+		return nil, rpc.Errorf(rpc.CodeTransport, "web.login is only available on the Unix socket (or an in-process pipe): login codes are for the owner's processes to hand to a browser")
 	}
 	if len(s.secret) == 0 {
 		return nil, rpc.Errorf(rpc.CodeUnavailable, "web login is off: this server has no owner's secret, so no WebSocket may act for the owner")
