@@ -286,6 +286,9 @@ func TestConsoleInBrowser(t *testing.T) {
 		case <-time.After(20 * time.Second):
 			t.Fatal("bob's wait_for_message did not wake")
 		}
+		// bob's server consumed the CLI message before waiting: read by bob.
+		eval[bool](t, tab, fmt.Sprintf(`(document.querySelector('#feed li[data-id=%q] footer button:nth-of-type(2)').click(), true)`, cliID))
+		waitFor(t, tab, "read by bob", fmt.Sprintf(`document.querySelector('#feed li[data-id=%q] .readby').textContent === 'read by bob'`, cliID))
 		waitFor(t, tab, "the page's own message in its feed", fmt.Sprintf(`[...document.querySelectorAll('#feed li .body')].some(b => b.textContent.includes(%q))`, body))
 		inbox := c.thrum(t, "bob", "inbox", "--json")
 		if !strings.Contains(inbox, body) {
