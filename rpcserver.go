@@ -33,7 +33,8 @@ import (
 // and any page on a localhost origin, may call nothing but health and auth
 // until it presents a credential with auth: an agent's or user's token,
 // after which it acts only as that identity, or the owner's secret
-// (RPCOptions.OwnerSecret), after which it may do what the socket may.
+// (RPCOptions.OwnerSecret) or a browser's web session (from a one-time
+// login code, web.login), after which it may do what the socket may.
 // Only the owner registers users, acts as another agent (acting_as),
 // ends another agent's session or deletes another agent. DESIGN.md, "Trust
 // boundary", has the whole model.
