@@ -352,6 +352,53 @@ func TestConsoleInBrowser(t *testing.T) {
 		}
 	})
 
+	t.Run("markdown renderer", func(t *testing.T) {
+		// The page's own module, on hostile and ordinary bodies: only the
+		// renderer's elements, links only to http(s) and mailto, and every
+		// hostile fragment kept as text.
+		cases := []struct{ in, text string }{
+			{`<b onmouseover=alert(1)>bold</b>`, `<b onmouseover=alert(1)>bold</b>`},
+			{`<svg/onload=alert(1)>`, `<svg/onload=alert(1)>`},
+			{`[x](JaVaScRiPt:alert(1))`, `JaVaScRiPt:alert(1)`},
+			{`[x](data:text/html,<script>alert(1)</script>)`, `data:text/html,<script>alert(1)</script>`},
+			{`![pic](https://example.com/a.png)`, `image: pic`},
+			{"**[in bold](javascript:alert(1))**", `javascript:alert(1)`},
+			{"```\n<script>alert(1)</script>\n```", `<script>alert(1)</script>`},
+			{"> quoted <iframe src=x>\n- item `<i>`\n1. one", `<iframe src=x>`},
+			{`see https://example.com/x?a=1 and [docs](https://example.com/d)`, `docs`},
+		}
+		for _, tc := range cases {
+			in, _ := json.Marshal(tc.in)
+			got := eval[map[string]any](t, tab, `import('/assets/markdown.js').then(({render}) => {
+				const d = document.createElement('div');
+				d.append(render(`+string(in)+`));
+				const tags = [...d.querySelectorAll('*')].map(e => e.tagName.toLowerCase());
+				const hrefs = [...d.querySelectorAll('a')].map(a => a.getAttribute('href') + ' ' + a.rel);
+				const attrs = [...d.querySelectorAll('*')].flatMap(e => [...e.attributes].map(a => a.name));
+				return {tags, hrefs, attrs, text: d.textContent};
+			})`)
+			allowed := map[string]bool{"p": true, "br": true, "strong": true, "em": true, "code": true, "pre": true, "a": true, "ul": true, "ol": true, "li": true, "blockquote": true}
+			for _, tag := range got["tags"].([]any) {
+				if !allowed[tag.(string)] {
+					t.Errorf("render(%q) made <%s>", tc.in, tag)
+				}
+			}
+			for _, h := range got["hrefs"].([]any) {
+				if !regexp.MustCompile(`^(https://|mailto:)\S+ noopener noreferrer nofollow$`).MatchString(h.(string)) {
+					t.Errorf("render(%q) made a link %q", tc.in, h)
+				}
+			}
+			for _, a := range got["attrs"].([]any) {
+				if a := a.(string); a != "href" && a != "rel" && a != "target" && a != "class" && a != "role" && a != "aria-level" {
+					t.Errorf("render(%q) set attribute %q", tc.in, a)
+				}
+			}
+			if text := got["text"].(string); !strings.Contains(text, tc.text) {
+				t.Errorf("render(%q) shows %q, want it to contain %q", tc.in, text, tc.text)
+			}
+		}
+	})
+
 	t.Run("views", func(t *testing.T) {
 		do(t, tab, "agents", chromedp.Click(chromedp.CSS(`.tabs button[data-view="agents"]`)))
 		waitFor(t, tab, "alice's card", `[...document.querySelectorAll('#agents .card')].some(c => c.textContent.includes('alice') && c.textContent.includes('implementer') && c.textContent.includes('active'))`)

@@ -593,6 +593,11 @@ function start(code) {
 
 wire();
 start(takeLoginCode());
+// Presence has no push (an agent goes offline by falling silent), so the
+// agents view, while shown, asks again every 30 s. Messages are pushed.
+setInterval(() => {
+  if (state.view === 'agents' && state.rpc && !document.hidden) loadAgents().then(renderAgents).catch(() => {});
+}, 30000);
 // A login URL pasted into this tab changes only the fragment.
 window.addEventListener('hashchange', () => {
   const code = takeLoginCode();
