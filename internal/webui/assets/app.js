@@ -175,9 +175,10 @@ function onNotify(method, params) {
 }
 
 function refreshOpenView() {
-  if (state.view === 'agents') loadAgents().then(renderAgents);
-  if (state.view === 'threads') renderThreads();
-  if (state.view === 'inbox') renderInboxes();
+  const quiet = () => {}; // the next push or a click tries again
+  if (state.view === 'agents') loadAgents().then(renderAgents).catch(quiet);
+  if (state.view === 'threads') renderThreads().catch(quiet);
+  if (state.view === 'inbox') renderInboxes().catch(quiet);
 }
 
 // ---- names and addresses ----
