@@ -377,7 +377,9 @@ func preview(s string, n int) string {
 // Subscribe subscribes the caller's current session to messages matching
 // exactly one of a scope, a mention (of a role, or of an agent by its ID,
 // which covers its role and groups too) or all. Notifications go to sub
-// (see Listen). A subscriber is not notified of its own messages.
+// (see Listen). A subscriber is not notified of its own messages. A user
+// (a person at a browser) has no sessions: its subscriptions are the
+// user's, with an empty session ID.
 func (n *Node) Subscribe(ctx context.Context, sub *Subscription, p *rpc.SubscribeParams) (*rpc.SubscribeResult, error) {
 	kinds := 0
 	if p.Scope != nil {
@@ -401,11 +403,11 @@ func (n *Node) Subscribe(ctx context.Context, sub *Subscription, p *rpc.Subscrib
 	if sub == nil {
 		return nil, rpc.Errorf(rpc.CodeInvalidRequest, "subscribe needs a Subscription to deliver to: over RPC keep the connection open; in Go pass one from Node.Listen")
 	}
-	agent, sess, err := n.callerSession(ctx)
+	agent, sid, err := n.subscriber(ctx)
 	if err != nil {
 		return nil, err
 	}
-	f := &filter{sessionID: sess.SessionID, agentID: agent, s: sub}
+	f := &filter{sessionID: sid, agentID: agent, s: sub}
 	f.info.CreatedAt = ts(n.now())
 	if p.Scope != nil {
 		f.info.ScopeType, f.info.ScopeValue = p.Scope.Type, p.Scope.Value
@@ -437,13 +439,13 @@ func (n *Node) Unsubscribe(ctx context.Context, p *rpc.UnsubscribeParams) (*rpc.
 	if p.SubscriptionID == 0 {
 		return nil, invalid("subscription_id is required")
 	}
-	_, sess, err := n.callerSession(ctx)
+	agent, sid, err := n.subscriber(ctx)
 	if err != nil {
 		return nil, err
 	}
 	n.subs.mu.Lock()
 	sub, ok := n.subs.subs[p.SubscriptionID]
-	if !ok || sub.sessionID != sess.SessionID {
+	if !ok || sub.sessionID != sid || sub.agentID != agent {
 		n.subs.mu.Unlock()
 		return &rpc.UnsubscribeResult{Removed: false}, nil
 	}
@@ -455,16 +457,33 @@ func (n *Node) Unsubscribe(ctx context.Context, p *rpc.UnsubscribeParams) (*rpc.
 	return &rpc.UnsubscribeResult{Removed: true}, nil
 }
 
+// subscriber returns the caller and the session its subscriptions belong
+// to: an agent's current session, or "" for a user, who has none.
+func (n *Node) subscriber(ctx context.Context) (agent, sessionID string, err error) {
+	id, err := n.callerID(ctx, "this call")
+	if err != nil {
+		return "", "", err
+	}
+	if a, ok := n.dirc.Agent(id); ok && a.Kind == KindUser {
+		return id, "", nil
+	}
+	agent, sess, err := n.callerSession(ctx)
+	if err != nil {
+		return "", "", err
+	}
+	return agent, sess.SessionID, nil
+}
+
 // ListSubscriptions lists the subscriptions of the caller's session.
 func (n *Node) ListSubscriptions(ctx context.Context, _ *rpc.ListSubscriptionsParams) (*rpc.ListSubscriptionsResult, error) {
-	_, sess, err := n.callerSession(ctx)
+	agent, sid, err := n.subscriber(ctx)
 	if err != nil {
 		return nil, err
 	}
 	out := &rpc.ListSubscriptionsResult{Subscriptions: []rpc.SubscriptionInfo{}}
 	n.subs.mu.RLock()
 	for _, sub := range n.subs.subs {
-		if sub.sessionID == sess.SessionID {
+		if sub.sessionID == sid && sub.agentID == agent {
 			out.Subscriptions = append(out.Subscriptions, sub.info)
 		}
 	}

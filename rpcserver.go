@@ -33,7 +33,8 @@ import (
 // and any page on a localhost origin, may call nothing but health and auth
 // until it presents a credential with auth: an agent's or user's token,
 // after which it acts only as that identity, or the owner's secret
-// (RPCOptions.OwnerSecret), after which it may do what the socket may.
+// (RPCOptions.OwnerSecret) or a browser's web session (from a one-time
+// login code, web.login), after which it may do what the socket may.
 // Only the owner registers users, acts as another agent (acting_as),
 // ends another agent's session or deletes another agent. DESIGN.md, "Trust
 // boundary", has the whole model.
@@ -43,6 +44,7 @@ type RPCServer struct {
 	secret  []byte
 	anyPeer bool
 	uid     int
+	web     *webLogins // browser logins (weblogin.go)
 }
 
 // ErrServerClosed is returned by RPCServer.Serve after Shutdown or Close.
@@ -158,7 +160,7 @@ func (n *Node) RPCServer(opts *RPCOptions) *RPCServer {
 	if opts != nil {
 		o = *opts
 	}
-	s := &RPCServer{eng: jsonrpc.NewServer(o.engineOptions()), n: n, anyPeer: o.AllowAnyPeer, uid: os.Getuid()}
+	s := &RPCServer{eng: jsonrpc.NewServer(o.engineOptions()), n: n, anyPeer: o.AllowAnyPeer, uid: os.Getuid(), web: newWebLogins()}
 	if o.OwnerSecret != "" {
 		s.secret = []byte(o.OwnerSecret)
 	}
@@ -413,6 +415,7 @@ func (s *RPCServer) bindAll(sy Syncer) {
 	bind(s, rpc.MethodGroupList, read, n.ListGroups)
 	bind(s, rpc.MethodGroupInfo, read, n.GroupInfo)
 	bind(s, rpc.MethodGroupMembers, read, n.GroupMembers)
+	bind(s, rpc.MethodWebLogin, read, s.webLogin)
 	if sy != nil {
 		bind(s, rpc.MethodSyncStatus, read, sy.SyncStatus)
 		bind(s, rpc.MethodSyncForce, write, sy.SyncForce)
@@ -428,7 +431,14 @@ func (s *RPCServer) auth(ctx context.Context, p *rpc.AuthParams) (*rpc.AuthResul
 	ws := c != nil && c.Transport() == jsonrpc.TransportWebSocket
 	id := identity.NormalizeAgentID(p.AgentID)
 	byToken, owner := false, false
+	var web rpc.AuthResult
 	switch {
+	case p.LoginCode != "" || p.WebSession != "":
+		var err error
+		if web.WebSession, web.WebSessionExpiresAt, err = s.webAuth(p); err != nil {
+			return nil, err
+		}
+		owner = true
 	case p.OwnerSecret != "":
 		if !s.ownerSecret(p.OwnerSecret) {
 			return nil, rpc.Errorf(rpc.CodeUnauthenticated, "wrong owner secret")
@@ -451,7 +461,7 @@ func (s *RPCServer) auth(ctx context.Context, p *rpc.AuthParams) (*rpc.AuthResul
 	case id == "":
 		return nil, rpc.Errorf(rpc.CodeInvalidParams, "agent_id or token is required")
 	}
-	res := &rpc.AuthResult{AgentID: id, Owner: owner}
+	res := &rpc.AuthResult{AgentID: id, Owner: owner, WebSession: web.WebSession, WebSessionExpiresAt: web.WebSessionExpiresAt}
 	if id != "" {
 		a, ok := s.n.dirc.Agent(id)
 		if !ok {

@@ -197,3 +197,8 @@ func (c *Client) SyncStatus(ctx context.Context, p *SyncStatusParams) (*SyncStat
 func (c *Client) SyncForce(ctx context.Context, p *SyncForceParams) (*SyncForceResult, error) {
 	return call[SyncForceResult](ctx, c, MethodSyncForce, p)
 }
+
+// WebLogin calls the "web.login" method.
+func (c *Client) WebLogin(ctx context.Context, p *WebLoginParams) (*WebLoginResult, error) {
+	return call[WebLoginResult](ctx, c, MethodWebLogin, p)
+}

@@ -45,6 +45,7 @@ const (
 	MethodGroupMembers      = "group.members"
 	MethodSyncStatus        = "sync.status"
 	MethodSyncForce         = "sync.force"
+	MethodWebLogin          = "web.login"
 	NotificationMessage     = "notification.message"
 )
 
@@ -105,11 +106,15 @@ type HealthResult struct {
 // AuthParams authenticate a connection: with an agent's or user's Token,
 // or with the owner's secret (OwnerSecret), which makes the connection the
 // owner's, as the Unix socket is; AgentID then optionally binds it to that
-// agent.
+// agent. A browser signs in as the owner without the secret: once with a
+// LoginCode from web.login, which auth exchanges for a web session
+// (AuthResult.WebSession), then with that WebSession on each reconnect.
 type AuthParams struct {
 	AgentID     string `json:"agent_id,omitempty"`
 	Token       string `json:"token,omitempty"`
 	OwnerSecret string `json:"owner_secret,omitempty"`
+	LoginCode   string `json:"login_code,omitempty"`
+	WebSession  string `json:"web_session,omitempty"`
 }
 
 // AuthResult is the result of auth: the identity the connection is now
@@ -118,6 +123,22 @@ type AuthResult struct {
 	AgentID string `json:"agent_id,omitempty"` // "" when the owner authenticated without naming an agent
 	Kind    string `json:"kind,omitempty"`     // "agent" or "user"
 	Owner   bool   `json:"owner,omitempty"`    // the owner's secret was presented: the connection acts for the owner
+	// WebSession is the session credential a LoginCode was exchanged for
+	// (empty otherwise), valid until WebSessionExpiresAt or until the
+	// daemon stops, whichever comes first.
+	WebSession          string `json:"web_session,omitempty"`
+	WebSessionExpiresAt string `json:"web_session_expires_at,omitempty"`
+}
+
+// WebLoginParams are the params of web.login: none. See HealthParams.
+type WebLoginParams struct{}
+
+// WebLoginResult is the result of web.login: a one-time code that a
+// browser page exchanges with auth (AuthParams.LoginCode) for an owner's
+// web session. It works once, until ExpiresAt.
+type WebLoginResult struct {
+	Code      string `json:"code"`
+	ExpiresAt string `json:"expires_at"`
 }
 
 // ---- agents ----

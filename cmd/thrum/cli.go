@@ -60,6 +60,7 @@ type CLI struct {
 	Sync       SyncCmd       `cmd:"" help:"Inspect and trigger git sync."`
 	Mcp        McpCmd        `cmd:"" help:"Run the MCP server for an agent."`
 	Doctor     DoctorCmd     `cmd:"" help:"Check the event log against the projection; rebuild the projection."`
+	Web        WebCmd        `cmd:"" help:"Print a one-time login URL for the web console (--open opens it)."`
 	Version    VersionCmd    `cmd:"" help:"Print thrum's version."`
 }
 

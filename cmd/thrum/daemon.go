@@ -23,6 +23,7 @@ import (
 	"github.com/thrumhq/thrum/internal/dirlock"
 	"github.com/thrumhq/thrum/internal/gitwork"
 	"github.com/thrumhq/thrum/internal/jsonrpc"
+	"github.com/thrumhq/thrum/internal/webui"
 	"github.com/thrumhq/thrum/rpc"
 )
 
@@ -82,7 +83,8 @@ type DaemonRunCmd struct {
 func (c *DaemonRunCmd) Help() string {
 	return `Serves the JSON-RPC API on .thrum/var/thrum.sock (mode 0600) and on a
 WebSocket at ws://ADDR/ws (loopback only; its port is written to
-.thrum/var/ws.port). Stops gracefully on SIGINT or SIGTERM.
+.thrum/var/ws.port), and the web console at http://ADDR/ (sign in with the
+URL thrum web prints). Stops gracefully on SIGINT or SIGTERM.
 
 Examples:
   thrum daemon run --ws-addr 127.0.0.1:9999
@@ -188,6 +190,7 @@ func (c *DaemonRunCmd) Run(ctx context.Context, g *Globals) error {
 	port := wl.Addr().(*net.TCPAddr).Port
 	mux := http.NewServeMux()
 	mux.Handle("/ws", srv)
+	mux.Handle("/", webui.Handler()) // the web console (thrum web signs a browser in)
 	// Before the upgrade a connection is plain HTTP: small headers, a short
 	// deadline, and a cap on how many may be open (the RPC server refuses
 	// WebSockets over its own caps after the upgrade).

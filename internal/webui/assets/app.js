@@ -1,0 +1,606 @@
+// thrum's web console. It signs in with a one-time login code (from the
+// URL's fragment, which never reaches a server) or, after that, with the
+// web session the code was exchanged for (kept in this tab's
+// sessionStorage, never in a URL); then everything goes over JSON-RPC on
+// the daemon's WebSocket. New messages arrive by push (subscribe all).
+// Nothing here marks a message read: watching never consumes an agent's
+// messages.
+
+import { Rpc, RpcError } from './rpc.js';
+import { render } from './markdown.js';
+
+const $ = (id) => document.getElementById(id);
+const SESSION_KEY = 'thrum.web_session';
+const FEED_MAX = 500;
+
+const state = {
+  rpc: null,
+  me: '',            // the person's user ID, as "user:leon"
+  agents: new Map(), // agent_id → AgentInfo
+  contexts: new Map(), // agent_id → WorkContext of its latest session
+  groups: new Map(), // name → GroupInfo with .members
+  threads: new Map(), // thread_id → title
+  feed: new Map(),   // message_id → message (MessageDetail shape)
+  view: 'feed',
+  replyTo: null,
+  thread: '',        // open thread
+  inbox: '',         // open inbox
+  retry: 0,
+};
+
+function el(tag, cls, text) {
+  const e = document.createElement(tag);
+  if (cls) e.className = cls;
+  if (text !== undefined) e.textContent = text;
+  return e;
+}
+
+function setConn(s, text) {
+  const c = $('conn');
+  c.dataset.state = s;
+  c.textContent = text || s;
+}
+
+// ---- sign-in and connection ----
+
+// takeLoginCode reads #login=CODE and removes it from the address bar and
+// history at once, so the used code is not left in the tab.
+function takeLoginCode() {
+  const m = /(?:^#|&)login=([A-Za-z0-9_-]+)/.exec(location.hash);
+  if (location.hash) history.replaceState(null, '', location.pathname + location.search);
+  return m ? m[1] : '';
+}
+
+function signedOut(message) {
+  sessionStorage.removeItem(SESSION_KEY);
+  if (state.rpc) state.rpc.close();
+  state.rpc = null;
+  $('app').hidden = true;
+  $('signin').hidden = false;
+  $('signin-error').textContent = message || '';
+  setConn('signed-out', 'signed out');
+}
+
+async function connect(code) {
+  const url = `${location.protocol === 'https:' ? 'wss' : 'ws'}://${location.host}/ws`;
+  const rpc = new Rpc(url, { onNotify, onClose: () => reconnect() });
+  setConn('connecting', 'connecting');
+  await rpc.open();
+  state.rpc = rpc;
+  try {
+    if (code) {
+      const res = await rpc.call('auth', { login_code: code });
+      sessionStorage.setItem(SESSION_KEY, res.web_session);
+    } else {
+      await rpc.call('auth', { web_session: sessionStorage.getItem(SESSION_KEY) });
+    }
+  } catch (e) {
+    if (e instanceof RpcError) return signedOut(e.message);
+    throw e;
+  }
+  await becomeMe();
+  await rpc.call('subscribe', { all: true });
+  state.retry = 0;
+  setConn('live', 'live');
+  $('signin').hidden = true;
+  $('app').hidden = false;
+  await loadAll();
+}
+
+// becomeMe binds the connection to the person at the browser: a user
+// named after git's user.name (or "owner"), registered by the owner.
+async function becomeMe() {
+  let username = 'owner';
+  let display = '';
+  try {
+    const who = await state.rpc.call('user.identify', {});
+    if (who.username) { username = who.username.slice(0, 32); display = who.display; }
+  } catch { /* no git user: stay "owner" */ }
+  const r = await state.rpc.call('user.register', { username, display });
+  state.me = r.user_id;
+  $('me').textContent = `signed in as ${r.user_id} (owner)`;
+  $('acting-as').options[0].textContent = `myself (${r.user_id})`;
+}
+
+function reconnect() {
+  if (!sessionStorage.getItem(SESSION_KEY)) return;
+  setConn('offline', 'offline: reconnecting');
+  const wait = Math.min(5000, 500 * 2 ** state.retry++);
+  setTimeout(() => connect('').catch(() => reconnect()), wait);
+}
+
+function call(method, params) {
+  if (!state.rpc) return Promise.reject(new RpcError({ code: -32000, message: 'not connected' }));
+  return state.rpc.call(method, params);
+}
+
+// ---- data ----
+
+async function loadAll() {
+  await Promise.all([loadAgents(), loadGroups(), loadThreads()]);
+  await loadFeed();
+  showView(state.view);
+}
+
+async function loadAgents() {
+  const [list, ctx] = await Promise.all([call('agent.list', {}), call('agent.listContext', {})]);
+  state.agents = new Map(list.agents.map((a) => [a.agent_id, a]));
+  state.contexts = new Map();
+  for (const c of ctx.contexts) {
+    const old = state.contexts.get(c.agent_id);
+    if (!old || (c.git_updated_at || '') > (old.git_updated_at || '')) state.contexts.set(c.agent_id, c);
+  }
+  fillAddresses();
+}
+
+async function loadGroups() {
+  const res = await call('group.list', {});
+  const groups = new Map();
+  await Promise.all(res.groups.map(async (g) => {
+    try { g.members = (await call('group.members', { name: g.name })).members; } catch { g.members = []; }
+    groups.set(g.name, g);
+  }));
+  state.groups = groups;
+  fillAddresses();
+}
+
+async function loadThreads() {
+  const res = await call('thread.list', { page_size: 100 });
+  state.threads = new Map(res.threads.map((t) => [t.thread_id, t.title]));
+  return res.threads;
+}
+
+async function loadFeed() {
+  const res = await call('message.list', { page_size: 100, sort_order: 'desc' });
+  const details = await Promise.all(res.messages.map((m) => getMessage(m.message_id).catch(() => null)));
+  state.feed = new Map();
+  $('feed').replaceChildren();
+  for (const d of details.reverse()) if (d) addToFeed(d, false);
+}
+
+async function getMessage(id, as) {
+  const p = { message_id: id };
+  if (as) p.caller_agent_id = as;
+  return (await call('message.get', p)).message;
+}
+
+function onNotify(method, params) {
+  if (method !== 'notification.message' || !params) return;
+  getMessage(params.message_id).then((m) => {
+    addToFeed(m, true);
+    if (!state.agents.has(m.author.agent_id)) loadAgents();
+    if (m.thread_id && !state.threads.has(m.thread_id)) loadThreads();
+    refreshOpenView();
+  }).catch(() => {});
+}
+
+function refreshOpenView() {
+  const quiet = () => {}; // the next push or a click tries again
+  if (state.view === 'agents') loadAgents().then(renderAgents).catch(quiet);
+  if (state.view === 'threads') renderThreads().catch(quiet);
+  if (state.view === 'inbox') renderInboxes().catch(quiet);
+}
+
+// ---- names and addresses ----
+
+function agentName(id) {
+  const a = state.agents.get(id);
+  if (!a) return id;
+  return a.kind === 'user' ? id : (a.name || id);
+}
+
+function agentLabel(id) {
+  const a = state.agents.get(id);
+  if (!a || a.kind === 'user') return agentName(id);
+  return `${agentName(id)} (${a.role}${a.module ? '/' + a.module : ''})`;
+}
+
+// addressKind says what a mention names, as the daemon resolved it.
+function addressKind(addr) {
+  if (addr === 'everyone') return 'everyone';
+  if (state.groups.has(addr)) return 'group';
+  for (const a of state.agents.values()) {
+    if (a.agent_id === addr || a.name === addr) return a.kind === 'user' ? 'user' : 'agent';
+  }
+  return 'role';
+}
+
+function mentionsOf(m) {
+  return (m.refs || []).filter((r) => r.type === 'mention').map((r) => r.value);
+}
+
+function fillAddresses() {
+  const names = new Set(['everyone']);
+  const roles = new Set();
+  const sel = $('acting-as');
+  const chosen = sel.value;
+  while (sel.options.length > 1) sel.remove(1);
+  for (const a of state.agents.values()) {
+    if (a.kind === 'user') continue;
+    if (a.name) names.add(a.name);
+    if (a.role) roles.add(a.role);
+    const o = el('option', '', agentLabel(a.agent_id));
+    o.value = a.agent_id;
+    sel.append(o);
+  }
+  sel.value = chosen;
+  for (const g of state.groups.keys()) names.add(g);
+  const dl = $('addresses');
+  dl.replaceChildren();
+  for (const n of [...names, ...roles]) {
+    const o = el('option');
+    o.value = n;
+    dl.append(o);
+  }
+}
+
+// ---- rendering messages ----
+
+function when(ts) {
+  const d = new Date(ts);
+  if (isNaN(d)) return ts || '';
+  return d.toLocaleString();
+}
+
+function messageItem(m, opts = {}) {
+  const li = el('li', 'msg');
+  li.dataset.id = m.message_id;
+  if (opts.unread) li.classList.add('unread');
+  const head = el('header');
+  const author = m.author ? m.author.agent_id : m.agent_id;
+  head.append(el('span', 'author', agentLabel(author)));
+  if (m.disclosed_via) head.append(el('span', 'via', `via ${m.disclosed_via}`));
+  const to = mentionsOf(m);
+  if (to.length) {
+    head.append(el('span', 'to', '→ ' + to.map((a) => `@${a} (${addressKind(a)})`).join(', ')));
+  }
+  if (m.priority && m.priority !== 'normal') head.append(el('span', `badge ${m.priority}`, m.priority));
+  if (opts.unread) head.append(el('span', 'badge unread', 'unread'));
+  if (m.thread_id) {
+    const b = el('button', 'linkish', `thread: ${state.threads.get(m.thread_id) || m.thread_id}`);
+    b.type = 'button';
+    b.addEventListener('click', () => { state.thread = m.thread_id; showView('threads'); });
+    head.append(b);
+  }
+  const t = el('time', '', when(m.created_at));
+  t.dateTime = m.created_at || '';
+  head.append(t);
+  li.append(head);
+  const body = el('div', 'body');
+  if (m.deleted) body.append(el('em', '', 'deleted'));
+  else body.append(render(m.body ? m.body.content : ''));
+  li.append(body);
+
+  const foot = el('footer');
+  const reply = el('button', '', 'Reply');
+  reply.type = 'button';
+  reply.addEventListener('click', () => startReply(m));
+  const reads = el('button', '', 'Read by');
+  reads.type = 'button';
+  const readby = el('span', 'readby');
+  reads.addEventListener('click', () => showReadBy(m, readby));
+  foot.append(reply, reads, readby);
+  li.append(foot);
+  return li;
+}
+
+// showReadBy asks, for every agent, whether it has read the message
+// (message.get as that agent reads nothing and marks nothing).
+async function showReadBy(m, out) {
+  out.textContent = 'checking…';
+  const author = m.author ? m.author.agent_id : m.agent_id;
+  const ids = [...state.agents.values()].filter((a) => a.agent_id !== author).map((a) => a.agent_id).slice(0, 100);
+  const read = [];
+  await Promise.all(ids.map(async (id) => {
+    try { if ((await getMessage(m.message_id, id)).is_read) read.push(agentName(id)); } catch { /* not visible to it */ }
+  }));
+  out.textContent = read.length ? `read by ${read.sort().join(', ')}` : 'read by nobody yet';
+}
+
+function addToFeed(m, fresh) {
+  const feed = $('feed');
+  const old = feed.querySelector(`li[data-id="${CSS.escape(m.message_id)}"]`);
+  const li = messageItem(m);
+  if (fresh) li.classList.add('fresh');
+  state.feed.set(m.message_id, m);
+  if (old) old.replaceWith(li);
+  else feed.prepend(li);
+  while (feed.children.length > FEED_MAX) {
+    state.feed.delete(feed.lastElementChild.dataset.id);
+    feed.lastElementChild.remove();
+  }
+  $('feed-empty').hidden = feed.children.length > 0;
+}
+
+// ---- views ----
+
+function showView(name) {
+  state.view = name;
+  for (const b of document.querySelectorAll('.tabs button')) {
+    if (b.dataset.view === name) b.setAttribute('aria-current', 'page');
+    else b.removeAttribute('aria-current');
+  }
+  for (const v of document.querySelectorAll('.view')) v.hidden = v.id !== `view-${name}`;
+  if (name === 'agents') loadAgents().then(renderAgents).catch(showError);
+  if (name === 'threads') renderThreads().catch(showError);
+  if (name === 'groups') loadGroups().then(renderGroups).catch(showError);
+  if (name === 'inbox') renderInboxes().catch(showError);
+}
+
+function showError(e) {
+  const s = $('compose-status');
+  s.className = 'note bad';
+  s.textContent = e.message || String(e);
+}
+
+function dl(pairs) {
+  const d = el('dl');
+  for (const [k, v] of pairs) {
+    if (v === undefined || v === null || v === '') continue;
+    d.append(el('dt', '', k));
+    const dd = el('dd');
+    if (v instanceof Node) dd.append(v);
+    else dd.textContent = v;
+    d.append(dd);
+  }
+  return d;
+}
+
+function renderAgents() {
+  const ul = $('agents');
+  ul.replaceChildren();
+  const agents = [...state.agents.values()].sort((a, b) =>
+    (a.status === 'active' ? 0 : 1) - (b.status === 'active' ? 0 : 1) || agentName(a.agent_id).localeCompare(agentName(b.agent_id)));
+  for (const a of agents) {
+    const li = el('li', 'card');
+    li.dataset.agent = a.agent_id;
+    const h = el('h3');
+    const dot = el('span', `dot ${a.status === 'active' ? 'active' : ''}`);
+    dot.title = a.status;
+    h.append(dot, agentName(a.agent_id));
+    li.append(h);
+    const c = state.contexts.get(a.agent_id) || {};
+    let files = '';
+    const changed = [...new Set([...(c.changed_files || []), ...(c.uncommitted_files || [])])];
+    if (changed.length) {
+      const det = el('details');
+      det.append(el('summary', '', `${changed.length} file${changed.length === 1 ? '' : 's'}`));
+      const ul2 = el('ul');
+      for (const f of changed) ul2.append(el('li', '', f));
+      det.append(ul2);
+      files = det;
+    }
+    li.append(dl([
+      ['presence', `${a.status}${a.last_seen_at ? ', seen ' + when(a.last_seen_at) : ''}`],
+      ['kind', a.kind],
+      ['role', a.role], ['module', a.module],
+      ['intent', c.intent], ['task', c.current_task],
+      ['branch', c.branch], ['worktree', c.worktree_path],
+      ['changed', files],
+    ]));
+    ul.append(li);
+  }
+  if (!agents.length) ul.append(el('li', 'empty', 'No agents registered.'));
+}
+
+async function renderThreads() {
+  const threads = await call('thread.list', { page_size: 100 });
+  state.threads = new Map(threads.threads.map((t) => [t.thread_id, t.title]));
+  const ul = $('threads');
+  ul.replaceChildren();
+  for (const t of threads.threads) {
+    const li = el('li');
+    const b = el('button');
+    b.type = 'button';
+    if (t.thread_id === state.thread) b.setAttribute('aria-current', 'true');
+    const left = el('span', '', t.title || t.thread_id);
+    left.append(el('br'), el('span', 'sub', `${t.message_count} messages · ${when(t.last_activity)}`));
+    b.append(left);
+    b.addEventListener('click', () => { state.thread = t.thread_id; renderThreads().catch(showError); });
+    li.append(b);
+    ul.append(li);
+  }
+  if (!threads.threads.length) ul.append(el('li', 'empty', 'No threads yet.'));
+  const box = $('thread');
+  if (!state.thread) return;
+  const res = await call('thread.get', { thread_id: state.thread, page_size: 100 });
+  const msgs = res.messages.slice().sort((a, b) => (a.created_at < b.created_at ? -1 : a.created_at > b.created_at ? 1 : 0));
+  const h = el('h2', '', res.thread.title || res.thread.thread_id);
+  const by = el('p', 'note', `started by ${agentName(res.thread.created_by)} · ${when(res.thread.created_at)} · ${res.total} messages`);
+  const ol = el('ol', 'messages');
+  for (const m of msgs) ol.append(messageItem(m));
+  const reply = el('button', '', 'Reply in this thread');
+  reply.type = 'button';
+  reply.addEventListener('click', () => startReply(msgs[msgs.length - 1] || { thread_id: state.thread }));
+  box.replaceChildren(h, by, ol, reply);
+}
+
+function renderGroups() {
+  const ul = $('groups');
+  ul.replaceChildren();
+  for (const g of [...state.groups.values()].sort((a, b) => a.name.localeCompare(b.name))) {
+    const li = el('li', 'card');
+    li.append(el('h3', '', g.name));
+    const members = el('ul');
+    if (g.name === 'everyone') members.append(el('li', '', 'every agent'));
+    for (const m of g.members || []) members.append(el('li', '', `${m.type === 'role' ? 'role ' : ''}${m.id}`));
+    li.append(dl([['about', g.description], ['members', members], ['made by', g.created_by]]));
+    ul.append(li);
+  }
+  if (!state.groups.size) ul.append(el('li', 'empty', 'No groups.'));
+}
+
+// inboxOf lists what is addressed to an agent, as that agent would see it
+// (by name, role, group or everyone), with its unread count.
+function inboxOf(id, size) {
+  return call('message.list', { caller_agent_id: id, mentions: true, page_size: size, sort_order: 'desc' });
+}
+
+async function renderInboxes() {
+  const agents = [...state.agents.values()].filter((a) => a.kind !== 'user');
+  const counts = await Promise.all(agents.map((a) => inboxOf(a.agent_id, 1).catch(() => null)));
+  const ul = $('inboxes');
+  ul.replaceChildren();
+  agents.forEach((a, i) => {
+    const li = el('li');
+    li.dataset.agent = a.agent_id;
+    const b = el('button');
+    b.type = 'button';
+    if (a.agent_id === state.inbox) b.setAttribute('aria-current', 'true');
+    const c = counts[i];
+    b.append(el('span', '', agentLabel(a.agent_id)));
+    const n = el('span', 'badge unread count', c ? `${c.unread} unread / ${c.total}` : '?');
+    b.append(n);
+    b.addEventListener('click', () => { state.inbox = a.agent_id; renderInboxes().catch(showError); });
+    li.append(b);
+    ul.append(li);
+  });
+  if (!agents.length) ul.append(el('li', 'empty', 'No agents registered.'));
+  if (!state.inbox) return;
+  const res = await inboxOf(state.inbox, 50);
+  const box = $('inbox');
+  const ol = el('ol', 'messages');
+  for (const m of res.messages) ol.append(messageItem(m, { unread: !m.is_read }));
+  box.replaceChildren(el('h2', '', `Inbox of ${agentLabel(state.inbox)}`),
+    el('p', 'note', `${res.unread} unread of ${res.total}. Looking never marks anything read.`), ol);
+}
+
+async function search(q) {
+  showView('search');
+  const status = $('search-status');
+  const ol = $('results');
+  ol.replaceChildren();
+  status.className = 'note';
+  status.textContent = `Searching for “${q}”…`;
+  let res;
+  try {
+    res = await call('message.search', { query: q, limit: 50 });
+  } catch (e) {
+    if (e.code === -32601) {
+      status.textContent = 'Search is not available: this daemon has no message.search.';
+    } else {
+      status.className = 'note bad';
+      status.textContent = e.message;
+    }
+    return;
+  }
+  const hits = res.messages || res.results || res.hits || [];
+  status.textContent = `${hits.length} result${hits.length === 1 ? '' : 's'} for “${q}”`;
+  for (const h of hits) {
+    const m = h.message || h;
+    if (m.message_id && !m.body && (h.snippet || h.content)) m.body = { content: h.snippet || h.content };
+    ol.append(messageItem(m));
+  }
+}
+
+// ---- compose ----
+
+function startReply(m) {
+  state.replyTo = m;
+  const author = m.author ? m.author.agent_id : m.agent_id;
+  $('reply-text').textContent = m.message_id
+    ? `Replying to ${agentName(author)}${m.thread_id ? ' in ' + (state.threads.get(m.thread_id) || 'its thread') : ''}`
+    : 'Writing in this thread';
+  $('reply-to').hidden = false;
+  if (author) {
+    const a = state.agents.get(author);
+    $('to').value = a && a.kind !== 'user' ? a.name || author : author;
+  }
+  $('body').focus();
+}
+
+function cancelReply() {
+  state.replyTo = null;
+  $('reply-to').hidden = true;
+}
+
+function updateActNote() {
+  const as = $('acting-as').value;
+  $('disclose-label').hidden = !as;
+  const note = $('act-note');
+  note.hidden = !as;
+  if (!as) return;
+  note.textContent = $('disclose').checked
+    ? `Sent as ${agentName(as)}, marked “via ${state.me}” for everyone to see.`
+    : `Sent as ${agentName(as)} with no mark: readers will take it for ${agentName(as)}'s own words.`;
+}
+
+async function send(ev) {
+  ev.preventDefault();
+  const status = $('compose-status');
+  const content = $('body').value;
+  const mentions = $('to').value.split(/[\s,]+/).map((s) => s.replace(/^@/, '')).filter(Boolean);
+  if (!content.trim() || !mentions.length) {
+    status.className = 'note bad';
+    status.textContent = 'Name at least one recipient and write something.';
+    return;
+  }
+  const p = { content, format: 'markdown', mentions, priority: $('priority').value, idempotency_key: crypto.randomUUID() };
+  const r = state.replyTo;
+  if (r && r.thread_id) p.thread_id = r.thread_id;
+  if (r && r.message_id) p.refs = [{ type: 'reply_to', value: r.message_id }];
+  const as = $('acting-as').value;
+  if (as) { p.acting_as = as; p.disclose = $('disclose').checked; }
+  $('send').disabled = true;
+  status.className = 'note';
+  status.textContent = 'sending…';
+  try {
+    const res = await call('message.send', p);
+    const reached = (res.recipients || []).map((x) => `@${x.address}: ${x.agents.length} agent${x.agents.length === 1 ? '' : 's'}`);
+    status.textContent = `Sent ${res.message_id}${reached.length ? ' (' + reached.join(', ') + ')' : ''}`;
+    $('body').value = '';
+    cancelReply();
+    // Our own messages are not pushed back to us: show them here.
+    addToFeed(await getMessage(res.message_id), true);
+    if (state.view !== 'feed') refreshOpenView();
+  } catch (e) {
+    status.className = 'note bad';
+    status.textContent = e.message || String(e);
+  } finally {
+    $('send').disabled = false;
+  }
+}
+
+// ---- start ----
+
+function wire() {
+  for (const b of document.querySelectorAll('.tabs button')) b.addEventListener('click', () => showView(b.dataset.view));
+  $('agents-refresh').addEventListener('click', () => loadAgents().then(renderAgents).catch(showError));
+  $('compose').addEventListener('submit', send);
+  $('body').addEventListener('keydown', (e) => {
+    if (e.key === 'Enter' && (e.ctrlKey || e.metaKey)) $('compose').requestSubmit();
+  });
+  $('reply-cancel').addEventListener('click', cancelReply);
+  $('acting-as').addEventListener('change', updateActNote);
+  $('disclose').addEventListener('change', updateActNote);
+  $('search-form').addEventListener('submit', (e) => {
+    e.preventDefault();
+    const q = $('search').value.trim();
+    if (q) search(q);
+  });
+}
+
+// start signs in with code (or the tab's web session), replacing any
+// connection this tab has.
+function start(code) {
+  if (state.rpc) {
+    state.rpc.onClose = () => {};
+    state.rpc.close();
+    state.rpc = null;
+  }
+  if (!code && !sessionStorage.getItem(SESSION_KEY)) return signedOut('');
+  connect(code).catch((e) => signedOut(`Cannot reach the daemon: ${e.message}`));
+}
+
+wire();
+start(takeLoginCode());
+// Presence has no push (an agent goes offline by falling silent), so the
+// agents view, while shown, asks again every 30 s. Messages are pushed.
+setInterval(() => {
+  if (state.view === 'agents' && state.rpc && !document.hidden) loadAgents().then(renderAgents).catch(() => {});
+}, 30000);
+// A login URL pasted into this tab changes only the fragment.
+window.addEventListener('hashchange', () => {
+  const code = takeLoginCode();
+  if (code) start(code);
+});

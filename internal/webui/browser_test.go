@@ -1,0 +1,464 @@
+package webui_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/emulation"
+	"github.com/chromedp/chromedp"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/thrumhq/thrum/internal/thrumtest"
+)
+
+func TestMain(m *testing.M) { os.Exit(thrumtest.Main(m)) }
+
+// chromium finds Debian's chromium (installed by .ci/run). Without one
+// the browser tests skip, except in CI, where they must run.
+func chromium(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "headless-shell"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("CI") != "" {
+		t.Fatal("no chromium in PATH: .ci/run installs Debian's chromium package")
+	}
+	t.Skip("no chromium in PATH (apt-get install -y chromium)")
+	return ""
+}
+
+// console is a real daemon (the built binary, in a git repository) with
+// two agents, and one headless browser.
+type console struct {
+	t    *testing.T
+	bin  string
+	repo string
+	base string // http://127.0.0.1:PORT/
+	ctx  context.Context
+}
+
+func (c *console) run(name string, args ...string) (string, error) {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, c.bin, args...)
+	cmd.Dir, cmd.Env = c.repo, thrumtest.GitEnv()
+	if name != "" {
+		cmd.Env = append(cmd.Env, "THRUM_NAME="+name)
+	}
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		return out.String(), fmt.Errorf("thrum %s: %v\n%s", strings.Join(args, " "), err, errb.String())
+	}
+	return out.String(), nil
+}
+
+func (c *console) thrum(t *testing.T, name string, args ...string) string {
+	t.Helper()
+	out, err := c.run(name, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(out)
+}
+
+// loginURL runs `thrum web` and returns the URL it prints.
+func (c *console) loginURL() string {
+	c.t.Helper()
+	u := c.thrum(c.t, "", "web", "--quiet")
+	if !regexp.MustCompile(`^http://127\.0\.0\.1:\d+/#login=[A-Za-z0-9_-]{43}$`).MatchString(u) {
+		c.t.Fatalf("thrum web printed %q, want http://127.0.0.1:PORT/#login=CODE", u)
+	}
+	return u
+}
+
+// tab opens a new browser tab (its own sessionStorage) and closes it when
+// the test ends.
+func (c *console) tab() context.Context {
+	c.t.Helper()
+	ctx, cancel := chromedp.NewContext(c.ctx)
+	c.t.Cleanup(cancel)
+	if err := chromedp.Do(ctx); err != nil { // opens the tab, with no deadline
+		c.t.Fatalf("open a tab: %v", err)
+	}
+	return ctx
+}
+
+func do(t *testing.T, ctx context.Context, what string, steps ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	if err := chromedp.Do(ctx, steps...); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+func eval[T any](t *testing.T, ctx context.Context, js string) T {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](js, chromedp.EvalAwaitPromise))
+	if err != nil {
+		t.Fatalf("evaluate %s: %v", js, err)
+	}
+	return v
+}
+
+// waitFor evaluates a condition in the page until it is true.
+func waitFor(t *testing.T, ctx context.Context, what, cond string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !eval[bool](t, ctx, "!!("+cond+")") {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s (%s)", what, cond)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func newConsole(t *testing.T) *console {
+	t.Helper()
+	chrome := chromium(t)
+	c := &console{t: t, bin: thrumtest.Binary(t), repo: thrumtest.GitRepo(t)}
+	c.thrum(t, "", "init")
+	pidFile := filepath.Join(c.repo, ".thrum", "var", "thrum.pid")
+	t.Cleanup(func() {
+		pid := 0
+		if b, err := os.ReadFile(pidFile); err == nil {
+			pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+		}
+		if _, err := c.run("", "daemon", "stop"); err != nil {
+			t.Errorf("daemon stop: %v", err)
+			if pid > 0 {
+				syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	})
+	c.thrum(t, "", "daemon", "start")
+	c.thrum(t, "alice", "quickstart", "--name", "alice", "--role", "implementer", "--module", "auth")
+	c.thrum(t, "bob", "quickstart", "--name", "bob", "--role", "reviewer", "--module", "auth")
+	c.thrum(t, "", "group", "create", "crew")
+	c.thrum(t, "", "group", "add", "crew", "@alice")
+
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chrome), chromedp.WindowSize(1280, 800),
+		chromedp.Flag("disable-gpu", true), chromedp.UserDataDir(t.TempDir()))
+	if os.Geteuid() == 0 {
+		opts = append(opts, chromedp.NoSandbox) // Chromium refuses to sandbox as root (CI)
+	}
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	t.Cleanup(cancelAlloc)
+	bctx, cancelBrowser := chromedp.NewContext(actx)
+	t.Cleanup(cancelBrowser)
+	if err := chromedp.Do(bctx); err != nil { // starts the browser
+		t.Fatalf("start chromium: %v", err)
+	}
+	c.ctx = bctx
+	u := c.loginURL()
+	c.base = u[:strings.Index(u, "#")]
+	return c
+}
+
+// TestConsoleInBrowser drives the web console in headless Chromium
+// against the real daemon: refused without login, login through the URL
+// `thrum web` prints (once), a CLI message pushed into the feed (the time
+// is printed), a message composed in the page waking an agent's
+// wait_for_message, a hostile body shown as text, and the layout at
+// 1280×800, narrow, and dark. It saves a screenshot of the feed.
+func TestConsoleInBrowser(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the daemon and a browser")
+	}
+	c := newConsole(t)
+
+	ok := t.Run("refused without login", func(t *testing.T) {
+		tab := c.tab()
+		do(t, tab, "open the console", chromedp.Navigate(c.base))
+		waitFor(t, tab, "the sign-in notice", `document.querySelector('#conn').dataset.state === 'signed-out'`)
+		if eval[bool](t, tab, `!document.querySelector('#signin').hidden && document.querySelector('#app').hidden`) != true {
+			t.Fatal("without a login the page shows the app")
+		}
+		do(t, tab, "open with a made-up code", chromedp.Navigate(c.base+"#login=AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"))
+		waitFor(t, tab, "the refusal", `document.querySelector('#signin-error').textContent.includes('login code')`)
+		if n := eval[int](t, tab, `document.querySelectorAll('#feed li').length`); n != 0 {
+			t.Fatalf("a refused page shows %d messages", n)
+		}
+	})
+
+	tab := c.tab()
+	url := c.loginURL()
+	ok = ok && t.Run("login through the printed URL", func(t *testing.T) {
+		do(t, tab, "open the login URL", chromedp.Navigate(url))
+		waitFor(t, tab, "the live console", `document.querySelector('#conn').dataset.state === 'live' && !document.querySelector('#app').hidden`)
+		if href := eval[string](t, tab, `location.href`); strings.Contains(href, "login=") {
+			t.Fatalf("the used code stays in the address bar: %s", href)
+		}
+		if me := eval[string](t, tab, `document.querySelector('#me').textContent`); !strings.Contains(me, "user:test-user") {
+			t.Fatalf("signed in as %q, want user:test-user (git's user.name)", me)
+		}
+		// The code worked once: another tab with the same URL is refused.
+		other := c.tab()
+		do(t, other, "reuse the login URL", chromedp.Navigate(url))
+		waitFor(t, other, "the refusal of a used code", `document.querySelector('#conn').dataset.state === 'signed-out'`)
+		// A reload signs in again with the tab's web session.
+		do(t, tab, "reload", chromedp.Reload())
+		waitFor(t, tab, "the console after a reload", `document.querySelector('#conn').dataset.state === 'live'`)
+	})
+
+	if !ok {
+		return // the rest needs a signed-in page
+	}
+	var cliID string
+	t.Run("CLI message appears in the feed", func(t *testing.T) {
+		eval[bool](t, tab, `(() => { window.seenAt = {}; new MutationObserver(ms => { for (const m of ms) for (const n of m.addedNodes) if (n.dataset && n.dataset.id) window.seenAt[n.dataset.id] = Date.now(); }).observe(document.querySelector('#feed'), {childList: true}); return true; })()`)
+		start := time.Now()
+		id := c.thrum(t, "alice", "send", "--quiet", "--to", "@bob", "--priority", "high", "Review **auth** please: `login.go`")
+		sent := time.Now()
+		cliID = id
+		waitFor(t, tab, "the message in the feed", fmt.Sprintf(`window.seenAt[%q]`, id))
+		seen := time.UnixMilli(int64(eval[float64](t, tab, fmt.Sprintf(`window.seenAt[%q]`, id))))
+		t.Logf("CLI send → in the feed: %d ms from starting `thrum send` (%d ms after it exited)",
+			seen.Sub(start).Milliseconds(), seen.Sub(sent).Milliseconds())
+		item := fmt.Sprintf(`document.querySelector('#feed li[data-id=%q]')`, id)
+		head := eval[string](t, tab, item+`.querySelector('header').textContent`)
+		for _, want := range []string{"alice (implementer/auth)", "@bob (agent)", "high"} {
+			if !strings.Contains(head, want) {
+				t.Errorf("feed item header %q lacks %q", head, want)
+			}
+		}
+		if strong := eval[string](t, tab, item+`.querySelector('.body strong').textContent`); strong != "auth" {
+			t.Errorf("markdown **auth** rendered as %q", strong)
+		}
+	})
+
+	t.Run("composed in the page wakes the agent's waiter", func(t *testing.T) {
+		cmd := exec.Command(c.bin, "mcp", "serve")
+		cmd.Dir, cmd.Env = c.repo, append(thrumtest.GitEnv(), "THRUM_NAME=bob")
+		client := mcp.NewClient(&mcp.Implementation{Name: "webui-test", Version: "1"}, nil)
+		cs, err := client.Connect(context.Background(), &mcp.CommandTransport{Command: cmd}, nil)
+		if err != nil {
+			t.Fatalf("thrum mcp serve as bob: %v", err)
+		}
+		defer cs.Close()
+		// bob consumes what is waiting first (the CLI message above).
+		if _, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "check_messages", Arguments: map[string]any{}}); err != nil {
+			t.Fatal(err)
+		}
+		woke := make(chan string, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "wait_for_message", Arguments: map[string]any{"timeout": 30}})
+			if err != nil {
+				woke <- "error: " + err.Error()
+				return
+			}
+			b, _ := json.Marshal(res.StructuredContent)
+			woke <- string(b)
+		}()
+		time.Sleep(300 * time.Millisecond) // let the wait begin; it would also find the message queued
+		body := "From the console: ship it"
+		start := time.Now()
+		do(t, tab, "compose to bob",
+			chromedp.SetValue(chromedp.CSS("#to"), "bob"),
+			chromedp.SetValue(chromedp.CSS("#body"), body),
+			chromedp.Click(chromedp.CSS("#send")))
+		select {
+		case got := <-woke:
+			t.Logf("page send → bob's wait_for_message returned: %d ms", time.Since(start).Milliseconds())
+			if !strings.Contains(got, body) || !strings.Contains(got, "user:test-user") {
+				t.Fatalf("bob's waiter got %s, want %q from user:test-user", got, body)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("bob's wait_for_message did not wake")
+		}
+		// bob's server consumed the CLI message before waiting: read by bob.
+		eval[bool](t, tab, fmt.Sprintf(`(document.querySelector('#feed li[data-id=%q] footer button:nth-of-type(2)').click(), true)`, cliID))
+		waitFor(t, tab, "read by bob", fmt.Sprintf(`document.querySelector('#feed li[data-id=%q] .readby').textContent === 'read by bob'`, cliID))
+		waitFor(t, tab, "the page's own message in its feed", fmt.Sprintf(`[...document.querySelectorAll('#feed li .body')].some(b => b.textContent.includes(%q))`, body))
+		inbox := c.thrum(t, "bob", "inbox", "--json")
+		if !strings.Contains(inbox, body) {
+			t.Fatalf("bob's inbox lacks the page's message:\n%s", inbox)
+		}
+	})
+
+	t.Run("reply as another agent, disclosed", func(t *testing.T) {
+		if cliID == "" {
+			t.Skip("needs the CLI message")
+		}
+		item := fmt.Sprintf(`#feed li[data-id=%q]`, cliID)
+		do(t, tab, "reply to alice's message (as bob)", chromedp.Click(chromedp.CSS(item+" footer button")))
+		eval[bool](t, tab, `(() => { const s = document.querySelector('#acting-as'); s.value = [...s.options].find(o => o.textContent.startsWith('bob')).value; s.dispatchEvent(new Event('change')); return true; })()`)
+		if note := eval[string](t, tab, `document.querySelector('#act-note').textContent`); !strings.Contains(note, "via user:test-user") {
+			t.Fatalf("acting as bob, the page says %q, want the disclosure", note)
+		}
+		do(t, tab, "send the reply", chromedp.SetValue(chromedp.CSS("#body"), "noted, on it"), chromedp.Click(chromedp.CSS("#send")))
+		waitFor(t, tab, "the sent reply", `document.querySelector('#compose-status').textContent.startsWith('Sent msg_')`)
+		id := regexp.MustCompile(`msg_[0-9A-Z]+`).FindString(eval[string](t, tab, `document.querySelector('#compose-status').textContent`))
+		var got struct {
+			Message struct {
+				Author struct {
+					AgentID string `json:"agent_id"`
+				} `json:"author"`
+				DisclosedVia string                         `json:"disclosed_via"`
+				Refs         []struct{ Type, Value string } `json:"refs"`
+			} `json:"message"`
+		}
+		out := c.thrum(t, "bob", "message", "get", id, "--json")
+		if err := json.Unmarshal([]byte(out), &got); err != nil {
+			t.Fatalf("message get: %v\n%s", err, out)
+		}
+		m := got.Message
+		replyTo, toAlice := false, false
+		for _, r := range m.Refs {
+			replyTo = replyTo || r.Type == "reply_to" && r.Value == cliID
+			toAlice = toAlice || r.Type == "mention" && strings.HasSuffix(r.Value, "alice")
+		}
+		if !strings.HasSuffix(m.Author.AgentID, "bob") || m.DisclosedVia != "user:test-user" || !replyTo || !toAlice {
+			t.Fatalf("the reply is %s, want by bob, disclosed via user:test-user, a reply to %s addressed to alice", out, cliID)
+		}
+		waitFor(t, tab, "the disclosure in the feed", fmt.Sprintf(`(document.querySelector('#feed li[data-id=%q] .via') || {}).textContent === 'via user:test-user'`, id))
+		eval[bool](t, tab, `(() => { const s = document.querySelector('#acting-as'); s.value = ''; s.dispatchEvent(new Event('change')); return true; })()`)
+	})
+
+	t.Run("hostile body stays text", func(t *testing.T) {
+		hostile := `<img src=x onerror="document.title='pwned'"> <script>document.title='pwned2'</script> [click](javascript:document.title='pwned3')`
+		id := c.thrum(t, "alice", "send", "--quiet", "--to", "@everyone", hostile)
+		item := fmt.Sprintf(`document.querySelector('#feed li[data-id=%q]')`, id)
+		waitFor(t, tab, "the hostile message", item)
+		time.Sleep(200 * time.Millisecond) // an image error handler would have run by now
+		if title := eval[string](t, tab, `document.title`); title != "thrum" {
+			t.Fatalf("the hostile body ran: title %q", title)
+		}
+		if n := eval[int](t, tab, item+`.querySelectorAll('img, script, a[href^="javascript"]').length`); n != 0 {
+			t.Fatalf("the hostile body made %d elements", n)
+		}
+		if text := eval[string](t, tab, item+`.querySelector('.body').textContent`); !strings.Contains(text, `<img src=x onerror="document.title='pwned'">`) {
+			t.Fatalf("the hostile body is not shown as text: %q", text)
+		}
+	})
+
+	t.Run("markdown renderer", func(t *testing.T) {
+		// The page's own module, on hostile and ordinary bodies: only the
+		// renderer's elements, links only to http(s) and mailto, and every
+		// hostile fragment kept as text.
+		cases := []struct{ in, text string }{
+			{`<b onmouseover=alert(1)>bold</b>`, `<b onmouseover=alert(1)>bold</b>`},
+			{`<svg/onload=alert(1)>`, `<svg/onload=alert(1)>`},
+			{`[x](JaVaScRiPt:alert(1))`, `JaVaScRiPt:alert(1)`},
+			{`[x](data:text/html,<script>alert(1)</script>)`, `data:text/html,<script>alert(1)</script>`},
+			{`![pic](https://example.com/a.png)`, `image: pic`},
+			{"**[in bold](javascript:alert(1))**", `javascript:alert(1)`},
+			{"```\n<script>alert(1)</script>\n```", `<script>alert(1)</script>`},
+			{"> quoted <iframe src=x>\n- item `<i>`\n1. one", `<iframe src=x>`},
+			{`see https://example.com/x?a=1 and [docs](https://example.com/d)`, `docs`},
+		}
+		for _, tc := range cases {
+			in, _ := json.Marshal(tc.in)
+			got := eval[map[string]any](t, tab, `import('/assets/markdown.js').then(({render}) => {
+				const d = document.createElement('div');
+				d.append(render(`+string(in)+`));
+				const tags = [...d.querySelectorAll('*')].map(e => e.tagName.toLowerCase());
+				const hrefs = [...d.querySelectorAll('a')].map(a => a.getAttribute('href') + ' ' + a.rel);
+				const attrs = [...d.querySelectorAll('*')].flatMap(e => [...e.attributes].map(a => a.name));
+				return {tags, hrefs, attrs, text: d.textContent};
+			})`)
+			allowed := map[string]bool{"p": true, "br": true, "strong": true, "em": true, "code": true, "pre": true, "a": true, "ul": true, "ol": true, "li": true, "blockquote": true}
+			for _, tag := range got["tags"].([]any) {
+				if !allowed[tag.(string)] {
+					t.Errorf("render(%q) made <%s>", tc.in, tag)
+				}
+			}
+			for _, h := range got["hrefs"].([]any) {
+				if !regexp.MustCompile(`^(https://|mailto:)\S+ noopener noreferrer nofollow$`).MatchString(h.(string)) {
+					t.Errorf("render(%q) made a link %q", tc.in, h)
+				}
+			}
+			for _, a := range got["attrs"].([]any) {
+				if a := a.(string); a != "href" && a != "rel" && a != "target" && a != "class" && a != "role" && a != "aria-level" {
+					t.Errorf("render(%q) set attribute %q", tc.in, a)
+				}
+			}
+			if text := got["text"].(string); !strings.Contains(text, tc.text) {
+				t.Errorf("render(%q) shows %q, want it to contain %q", tc.in, text, tc.text)
+			}
+		}
+	})
+
+	t.Run("views", func(t *testing.T) {
+		do(t, tab, "agents", chromedp.Click(chromedp.CSS(`.tabs button[data-view="agents"]`)))
+		waitFor(t, tab, "alice's card", `[...document.querySelectorAll('#agents .card')].some(c => c.textContent.includes('alice') && c.textContent.includes('implementer') && c.textContent.includes('active'))`)
+		c.thrum(t, "bob", "thread", "create", "Auth rollout", "--to", "@alice", "--message", "Plan for the rollout")
+		do(t, tab, "threads", chromedp.Click(chromedp.CSS(`.tabs button[data-view="threads"]`)))
+		waitFor(t, tab, "the thread in the list", `[...document.querySelectorAll('#threads button')].some(b => b.textContent.includes('Auth rollout'))`)
+		eval[bool](t, tab, `([...document.querySelectorAll('#threads button')].find(b => b.textContent.includes('Auth rollout')).click(), true)`)
+		waitFor(t, tab, "the thread's messages", `document.querySelector('#thread h2') && document.querySelector('#thread').textContent.includes('Plan for the rollout')`)
+		do(t, tab, "reply in the thread", chromedp.Click(chromedp.CSS(`#thread > button`)),
+			chromedp.SetValue(chromedp.CSS("#body"), "Thread reply from the console"), chromedp.Click(chromedp.CSS("#send")))
+		waitFor(t, tab, "the reply in the thread", `[...document.querySelectorAll('#thread .msg')].some(m => m.textContent.includes('Thread reply from the console'))`)
+		do(t, tab, "groups", chromedp.Click(chromedp.CSS(`.tabs button[data-view="groups"]`)))
+		waitFor(t, tab, "the crew group with alice", `[...document.querySelectorAll('#groups .card')].some(c => c.textContent.includes('crew') && c.textContent.includes('alice'))`)
+		do(t, tab, "inboxes", chromedp.Click(chromedp.CSS(`.tabs button[data-view="inbox"]`)))
+		// bob has 4: the CLI message and the page's (both consumed by his
+		// MCP server), the hostile one to everyone and the thread reply
+		// (addressed to him as the thread's last author), both unread.
+		waitFor(t, tab, "bob's unread count", `(document.querySelector('#inboxes li[data-agent$="bob"] .count') || {}).textContent === '2 unread / 4'`)
+		eval[bool](t, tab, `(document.querySelector('#inboxes li[data-agent$="bob"] button').click(), true)`)
+		waitFor(t, tab, "bob's inbox", `document.querySelectorAll('#inbox .msg').length === 4 && document.querySelectorAll('#inbox .msg.unread').length === 2`)
+		do(t, tab, "search", chromedp.SetValue(chromedp.CSS("#search"), "auth"))
+		eval[bool](t, tab, `(document.querySelector('#search-form').requestSubmit(), true)`)
+		waitFor(t, tab, "a search answer", `document.querySelector('#search-status').textContent.match(/result|not available/)`)
+		t.Logf("search: %s", eval[string](t, tab, `document.querySelector('#search-status').textContent`))
+		do(t, tab, "feed", chromedp.Click(chromedp.CSS(`.tabs button[data-view="feed"]`)))
+	})
+
+	t.Run("layout", func(t *testing.T) {
+		dir, err := os.MkdirTemp("", "thrum-webui-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		shot := func(name string) {
+			png, err := chromedp.Run(tab, chromedp.CaptureScreenshot())
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := filepath.Join(dir, name)
+			if err := os.WriteFile(p, png, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("screenshot: %s", p)
+		}
+		fits := `document.documentElement.scrollWidth <= window.innerWidth && document.querySelector('#compose').getBoundingClientRect().bottom <= window.innerHeight + 1`
+		do(t, tab, "1280×800", chromedp.EmulateViewport(1280, 800))
+		waitFor(t, tab, "no overflow at 1280×800", fits)
+		shot("feed-1280x800.png")
+		do(t, tab, "narrow", chromedp.EmulateViewport(390, 800))
+		waitFor(t, tab, "no sideways overflow at 390 px", fits)
+		shot("feed-narrow.png")
+		light := eval[string](t, tab, `getComputedStyle(document.body).backgroundColor`)
+		do(t, tab, "dark", chromedp.EmulateViewport(1280, 800), chromedp.Func(func(ctx context.Context, _ *chromedp.Target) error {
+			_, err := chromedp.Call(ctx, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
+				Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: "dark"}}})
+			return err
+		}))
+		dark := eval[string](t, tab, `getComputedStyle(document.body).backgroundColor`)
+		if dark == light {
+			t.Errorf("dark scheme background %s equals light", dark)
+		}
+		shot("feed-dark.png")
+	})
+}

@@ -1,0 +1,117 @@
+package thrum
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"sync"
+	"time"
+
+	"github.com/thrumhq/thrum/internal/jsonrpc"
+	"github.com/thrumhq/thrum/rpc"
+)
+
+// The browser login. A page cannot read the owner's secret file, and the
+// secret must never sit in a URL, so the owner's CLI asks the server over
+// the Unix socket (web.login) for a one-time login code, prints it in a
+// URL's fragment, and the page exchanges it once, over the WebSocket, for
+// a web session: a second random credential that auth then accepts in
+// place of the owner's secret. Codes and sessions live in this server's
+// memory only, as SHA-256 hashes; DESIGN.md "Web console" has the threat
+// model.
+const (
+	// WebLoginTTL is how long a login code from web.login can be used.
+	WebLoginTTL = time.Minute
+	// WebSessionTTL is how long a web session stays valid after its code
+	// was exchanged; the daemon stopping ends every session sooner.
+	WebSessionTTL = 12 * time.Hour
+
+	maxWebLogins   = 16 // unused codes kept; minting more drops the oldest
+	maxWebSessions = 64 // live sessions kept; a new one drops the oldest
+)
+
+// webLogins holds the live login codes and web sessions of one server.
+type webLogins struct {
+	mu       sync.Mutex
+	codes    map[[32]byte]time.Time // hash of a code → its expiry
+	sessions map[[32]byte]time.Time // hash of a session → its expiry
+}
+
+func newWebLogins() *webLogins {
+	return &webLogins{codes: map[[32]byte]time.Time{}, sessions: map[[32]byte]time.Time{}}
+}
+
+// newCredential returns 256 random bits, base64url without padding (43
+// characters, safe in a URL fragment).
+func newCredential() string {
+	var b [32]byte
+	rand.Read(b[:]) // never fails (crypto/rand panics rather than return an error)
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+// put stores hash(cred) in m until exp, first dropping expired entries
+// and, at max, the entry that expires soonest.
+func put(m map[[32]byte]time.Time, cred string, exp, now time.Time, max int) {
+	var oldest [32]byte
+	var oldestAt time.Time
+	for k, at := range m {
+		if !now.Before(at) {
+			delete(m, k)
+		} else if oldestAt.IsZero() || at.Before(oldestAt) {
+			oldest, oldestAt = k, at
+		}
+	}
+	if len(m) >= max {
+		delete(m, oldest)
+	}
+	m[sha256.Sum256([]byte(cred))] = exp
+}
+
+// webLogin is web.login: the owner's, and never over a WebSocket, so a
+// browser session cannot mint itself more codes; only the owner's CLI
+// (the Unix socket) or an embedding program (a pipe) can.
+func (s *RPCServer) webLogin(ctx context.Context, _ *rpc.WebLoginParams) (*rpc.WebLoginResult, error) {
+	if c := jsonrpc.ConnFromContext(ctx); c != nil && c.Transport() == jsonrpc.TransportWebSocket {
+		return nil, rpc.Errorf(rpc.CodeTransport, "web.login is only available on the Unix socket (or an in-process pipe): login codes are for the owner's processes to hand to a browser")
+	}
+	if len(s.secret) == 0 {
+		return nil, rpc.Errorf(rpc.CodeUnavailable, "web login is off: this server has no owner's secret, so no WebSocket may act for the owner")
+	}
+	now := s.n.now()
+	code, exp := newCredential(), now.Add(WebLoginTTL)
+	s.web.mu.Lock()
+	put(s.web.codes, code, exp, now, maxWebLogins)
+	s.web.mu.Unlock()
+	return &rpc.WebLoginResult{Code: code, ExpiresAt: ts(exp)}, nil
+}
+
+// webAuth checks a login code (consuming it, and returning the new web
+// session and its expiry) or a web session (returning neither). Either
+// makes the connection the owner's.
+func (s *RPCServer) webAuth(p *rpc.AuthParams) (session, expires string, err error) {
+	if p.Token != "" || p.OwnerSecret != "" || (p.LoginCode != "" && p.WebSession != "") {
+		return "", "", invalid("give one credential: a token, the owner's secret, a login code or a web session")
+	}
+	now := s.n.now()
+	s.web.mu.Lock()
+	defer s.web.mu.Unlock()
+	if p.WebSession != "" {
+		h := sha256.Sum256([]byte(p.WebSession))
+		exp, ok := s.web.sessions[h]
+		if !ok || !now.Before(exp) {
+			delete(s.web.sessions, h)
+			return "", "", rpc.Errorf(rpc.CodeUnauthenticated, "web session expired or unknown: sign in again with a new login code")
+		}
+		return "", "", nil
+	}
+	h := sha256.Sum256([]byte(p.LoginCode))
+	exp, ok := s.web.codes[h]
+	delete(s.web.codes, h) // one use, even a late one
+	if !ok || !now.Before(exp) {
+		return "", "", rpc.Errorf(rpc.CodeUnauthenticated, "login code expired, already used or unknown: ask for a new one")
+	}
+	session, sexp := newCredential(), now.Add(WebSessionTTL)
+	put(s.web.sessions, session, sexp, now, maxWebSessions)
+	return session, ts(sexp), nil
+}
