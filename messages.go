@@ -364,9 +364,19 @@ func (n *Node) GetMessage(ctx context.Context, p *rpc.GetMessageParams) (*rpc.Ge
 	if p.MessageID == "" {
 		return nil, invalid("message_id is required")
 	}
-	m, err := n.store.Message(ctx, p.MessageID, readerOf(ctx))
+	d, err := n.messageDetail(ctx, p.MessageID, readerOf(ctx))
+	if err != nil {
+		return nil, err
+	}
+	return &rpc.GetMessageResult{Message: *d}, nil
+}
+
+// messageDetail is a message as message.get returns it, is_read as reader
+// sees it.
+func (n *Node) messageDetail(ctx context.Context, id, reader string) (*rpc.MessageDetail, error) {
+	m, err := n.store.Message(ctx, id, reader)
 	if isNotFound(err) {
-		return nil, notFound("message not found: %s", p.MessageID)
+		return nil, notFound("message not found: %s", id)
 	}
 	if err != nil {
 		return nil, internal("get message", err)
@@ -382,7 +392,7 @@ func (n *Node) GetMessage(ctx context.Context, p *rpc.GetMessageParams) (*rpc.Ge
 	if m.Disclose {
 		d.DisclosedVia = m.ActingAs
 	}
-	return &rpc.GetMessageResult{Message: d}, nil
+	return &d, nil
 }
 
 // maxOffset bounds the offset of a page: no list is longer, so a page
@@ -671,6 +681,18 @@ func (n *Node) MarkRead(ctx context.Context, p *rpc.MarkReadParams) (*rpc.MarkRe
 	}
 	if len(others) > 0 {
 		res.AlsoReadBy = others
+	}
+	if p.WithMessages {
+		for _, id := range claimed {
+			d, err := n.messageDetail(ctx, id, me)
+			if isNotFound(err) {
+				continue // gone since the claim
+			}
+			if err != nil {
+				return nil, err
+			}
+			res.Messages = append(res.Messages, *d)
+		}
 	}
 	return res, nil
 }
