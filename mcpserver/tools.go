@@ -300,7 +300,9 @@ func (s *Server) claim(ctx context.Context, ids []string) ([]string, error) {
 // claimOne claims one message, as claim does, and returns it as the
 // claim found it: one round trip where fetching it first would take two.
 // m is nil if the message is gone; claimed is false if this call did not
-// claim it (it is read, or another call is claiming it).
+// claim it (it is read, or another call is claiming it). An error after
+// the claim leaves the message read and returned to nobody, as a lost
+// reply to a claim does (DESIGN.md, "Delivery to agents").
 func (s *Server) claimOne(ctx context.Context, id string) (m *rpc.MessageDetail, claimed bool, err error) {
 	ctx = context.WithoutCancel(ctx) // as in claim: a claim made must reach its caller
 	r, err := callRPC(ctx, s, func(ctx context.Context, c *rpc.Client) (*rpc.MarkReadResult, error) {
@@ -322,7 +324,17 @@ func (s *Server) claimOne(ctx context.Context, id string) (m *rpc.MessageDetail,
 			return &r.Messages[i], true, nil
 		}
 	}
-	return nil, true, nil
+	// Claimed, but the daemon could not fetch it with the claim.
+	g, err := callRPC(ctx, s, func(ctx context.Context, c *rpc.Client) (*rpc.GetMessageResult, error) {
+		return c.GetMessage(ctx, &rpc.GetMessageParams{MessageID: id})
+	})
+	if errors.Is(err, rpc.ErrNotFound) {
+		return nil, true, nil
+	}
+	if err != nil {
+		return nil, true, err
+	}
+	return &g.Message, true, nil
 }
 
 // ---- tools ----

@@ -574,7 +574,8 @@ type MarkReadParams struct {
 // number. Messages read already are in neither. AlsoReadBy says who else
 // has read each (omitted if nobody). Messages, given with_messages, are
 // the claimed messages as message.get returns them (read, now), in the
-// order of MarkedIDs.
+// order of MarkedIDs; one that cannot be fetched is left out (the claim
+// stands: fetch it with message.get).
 type MarkReadResult struct {
 	MarkedCount int                 `json:"marked_count"`
 	MarkedIDs   []string            `json:"marked_ids"`
