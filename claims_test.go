@@ -91,3 +91,39 @@ func TestMarkReadUnknownIDsOverRPC(t *testing.T) {
 		t.Errorf("the known one, after: %+v %v (the failed call must not have marked it)", r, err)
 	}
 }
+
+// message.markRead with with_messages returns the messages it claimed, in
+// full and read, in the order of marked_ids, over the wire; what it did
+// not claim (read before) is in neither.
+func TestMarkReadWithMessages(t *testing.T) {
+	f := newFixture(t, nil)
+	first := f.send("alice", rpc.SendMessageParams{Content: "first", Mentions: []string{"@bob"}}).MessageID
+	second := f.send("alice", rpc.SendMessageParams{Content: "second", Mentions: []string{"@bob"}, Priority: rpc.PriorityHigh}).MessageID
+	c := f.n.Dial(nil)
+	defer c.Close()
+	if _, err := c.Auth(f.ctx, &rpc.AuthParams{AgentID: "bob"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.MarkRead(f.ctx, &rpc.MarkReadParams{MessageIDs: []string{first}}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := c.MarkRead(f.ctx, &rpc.MarkReadParams{MessageIDs: []string{first, second}, WithMessages: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.MarkedIDs) != 1 || r.MarkedIDs[0] != second {
+		t.Fatalf("marked %v, want only %s (%s was read before)", r.MarkedIDs, second, first)
+	}
+	if len(r.Messages) != 1 {
+		t.Fatalf("%d messages, want the one claimed: %+v", len(r.Messages), r.Messages)
+	}
+	m := r.Messages[0]
+	if m.MessageID != second || m.Body.Content != "second" || m.Priority != rpc.PriorityHigh || m.Author.AgentID != "alice" || !m.IsRead {
+		t.Fatalf("message %+v, want %s from alice, high, read", m, second)
+	}
+	// Without with_messages, none are returned.
+	third := f.send("alice", rpc.SendMessageParams{Content: "third", Mentions: []string{"@bob"}}).MessageID
+	if r, err := c.MarkRead(f.ctx, &rpc.MarkReadParams{MessageIDs: []string{third}}); err != nil || len(r.MarkedIDs) != 1 || r.Messages != nil {
+		t.Fatalf("plain markRead: %+v %v", r, err)
+	}
+}

@@ -364,9 +364,19 @@ func (n *Node) GetMessage(ctx context.Context, p *rpc.GetMessageParams) (*rpc.Ge
 	if p.MessageID == "" {
 		return nil, invalid("message_id is required")
 	}
-	m, err := n.store.Message(ctx, p.MessageID, readerOf(ctx))
+	d, err := n.messageDetail(ctx, p.MessageID, readerOf(ctx))
+	if err != nil {
+		return nil, err
+	}
+	return &rpc.GetMessageResult{Message: *d}, nil
+}
+
+// messageDetail is a message as message.get returns it, is_read as reader
+// sees it.
+func (n *Node) messageDetail(ctx context.Context, id, reader string) (*rpc.MessageDetail, error) {
+	m, err := n.store.Message(ctx, id, reader)
 	if isNotFound(err) {
-		return nil, notFound("message not found: %s", p.MessageID)
+		return nil, notFound("message not found: %s", id)
 	}
 	if err != nil {
 		return nil, internal("get message", err)
@@ -382,7 +392,7 @@ func (n *Node) GetMessage(ctx context.Context, p *rpc.GetMessageParams) (*rpc.Ge
 	if m.Disclose {
 		d.DisclosedVia = m.ActingAs
 	}
-	return &rpc.GetMessageResult{Message: d}, nil
+	return &d, nil
 }
 
 // maxOffset bounds the offset of a page: no list is longer, so a page
@@ -652,14 +662,37 @@ func (n *Node) MarkRead(ctx context.Context, p *rpc.MarkReadParams) (*rpc.MarkRe
 	if err != nil {
 		return nil, err
 	}
+	// The claimed messages, if asked for, are fetched while their read
+	// event is made durable: it changes nothing in them but is_read.
+	var (
+		msgs    []rpc.MessageDetail
+		msgsErr error
+		fetched chan struct{}
+	)
+	if p.WithMessages && len(claimed) > 0 {
+		fetched = make(chan struct{})
+		go func() {
+			defer close(fetched)
+			msgs, msgsErr = n.messageDetails(ctx, claimed, me)
+		}()
+	}
 	if len(claimed) > 0 {
 		e := &eventlog.Event{Type: eventlog.TypeMessageRead, Shard: shardOf(me), Payload: eventlog.MessageRead{
 			AgentID: me, SessionID: sid, MessageIDs: claimed}}
 		err := n.append(ctx, e)
 		release() // applied, not written, or durable and pending (see readClaims)
+		if fetched != nil {
+			<-fetched
+		}
 		if err != nil {
 			return nil, err
 		}
+	}
+	if msgsErr != nil {
+		// The claim stands: report it, without the messages (the caller
+		// fetches them with message.get), rather than fail a call that
+		// marked them read.
+		msgs = nil
 	}
 	others, err := n.store.Readers(ctx, ids, me)
 	if err != nil {
@@ -672,7 +705,28 @@ func (n *Node) MarkRead(ctx context.Context, p *rpc.MarkReadParams) (*rpc.MarkRe
 	if len(others) > 0 {
 		res.AlsoReadBy = others
 	}
+	for i := range msgs {
+		msgs[i].IsRead = true // by this call
+	}
+	res.Messages = msgs
 	return res, nil
+}
+
+// messageDetails returns the messages ids as message.get does, leaving
+// out those that are gone.
+func (n *Node) messageDetails(ctx context.Context, ids []string, reader string) ([]rpc.MessageDetail, error) {
+	var out []rpc.MessageDetail
+	for _, id := range ids {
+		d, err := n.messageDetail(ctx, id, reader)
+		if isNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, *d)
+	}
+	return out, nil
 }
 
 func dedupe(in []string) []string {

@@ -297,6 +297,46 @@ func (s *Server) claim(ctx context.Context, ids []string) ([]string, error) {
 	return nil, nil
 }
 
+// claimOne claims one message, as claim does, and returns it as the
+// claim found it: one round trip where fetching it first would take two.
+// m is nil if the message is gone; claimed is false if this call did not
+// claim it (it is read, or another call is claiming it). An error after
+// the claim leaves the message read and returned to nobody, as a lost
+// reply to a claim does (DESIGN.md, "Delivery to agents").
+func (s *Server) claimOne(ctx context.Context, id string) (m *rpc.MessageDetail, claimed bool, err error) {
+	ctx = context.WithoutCancel(ctx) // as in claim: a claim made must reach its caller
+	r, err := callRPC(ctx, s, func(ctx context.Context, c *rpc.Client) (*rpc.MarkReadResult, error) {
+		return c.MarkRead(ctx, &rpc.MarkReadParams{MessageIDs: []string{id}, WithMessages: true})
+	})
+	if len(unknownIDs(err)) > 0 {
+		s.queue.remove(id)
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	s.queue.remove(r.MarkedIDs...)
+	if len(r.MarkedIDs) == 0 {
+		return nil, false, nil
+	}
+	for i := range r.Messages {
+		if r.Messages[i].MessageID == id {
+			return &r.Messages[i], true, nil
+		}
+	}
+	// Claimed, but the daemon could not fetch it with the claim.
+	g, err := callRPC(ctx, s, func(ctx context.Context, c *rpc.Client) (*rpc.GetMessageResult, error) {
+		return c.GetMessage(ctx, &rpc.GetMessageParams{MessageID: id})
+	})
+	if errors.Is(err, rpc.ErrNotFound) {
+		return nil, true, nil
+	}
+	if err != nil {
+		return nil, true, err
+	}
+	return &g.Message, true, nil
+}
+
 // ---- tools ----
 
 var priorities = map[string]int{rpc.PriorityLow: 0, rpc.PriorityNormal: 1, rpc.PriorityHigh: 2, rpc.PriorityCritical: 3}
@@ -590,49 +630,83 @@ func (s *Server) takeQueued(ctx context.Context, floor int) (*MessageInfo, error
 		if it.priority != "" && priorities[it.priority] < floor {
 			continue
 		}
-		g, err := callRPC(ctx, s, func(ctx context.Context, c *rpc.Client) (*rpc.GetMessageResult, error) {
-			return c.GetMessage(ctx, &rpc.GetMessageParams{MessageID: it.id})
-		})
-		if errors.Is(err, rpc.ErrNotFound) {
-			s.queue.remove(it.id)
-			continue
-		}
-		if err != nil {
-			if s.stopped(ctx) {
-				return nil, nil
+		if floor == 0 {
+			// Every message passes: claim it and get it in one call.
+			m, claimed, err := s.claimOne(ctx, it.id)
+			if err != nil {
+				return nil, err
 			}
-			return nil, err
-		}
-		m := &g.Message
-		s.queue.setPriority(it.id, m.Priority)
-		if m.Deleted || m.IsRead {
-			s.queue.remove(it.id)
-			continue
-		}
-		if priorities[m.Priority] < floor {
-			continue
-		}
-		if s.stopped(ctx) {
-			return nil, nil // a stopped wait claims nothing
-		}
-		claimed, err := s.claim(ctx, []string{it.id})
-		if err != nil {
-			return nil, err
-		}
-		if len(claimed) == 0 {
-			continue // another consumer of this agent took it
-		}
-		info := s.info(ctx, m.MessageID, m.ThreadID, m.Author.AgentID, m.Body, m.Refs, m.Priority, m.CreatedAt, nil)
-		if ctx.Err() != nil {
-			// Claimed as its caller left: the next call of this server
-			// returns it. (A server that is ending answers with it
-			// instead: no later call would come.)
-			s.hold(info)
+			if !claimed {
+				// Read already, or being claimed by another call: look
+				// at it the long way, which drops what is read.
+				if m, err := s.takeOne(ctx, it, floor); m != nil || err != nil {
+					return m, err
+				}
+				continue
+			}
+			if m == nil || m.Deleted {
+				continue // gone or deleted: nothing to return (it is read now)
+			}
+			if m := s.claimedInfo(ctx, m); m != nil {
+				return m, nil
+			}
 			return nil, nil
 		}
-		return &info, nil
+		if m, err := s.takeOne(ctx, it, floor); m != nil || err != nil {
+			return m, err
+		}
 	}
 	return nil, nil
+}
+
+// takeOne fetches one queued message, and claims and returns it if it
+// passes the filter and is unread. nil if not, or the wait was stopped.
+func (s *Server) takeOne(ctx context.Context, it queued, floor int) (*MessageInfo, error) {
+	g, err := callRPC(ctx, s, func(ctx context.Context, c *rpc.Client) (*rpc.GetMessageResult, error) {
+		return c.GetMessage(ctx, &rpc.GetMessageParams{MessageID: it.id})
+	})
+	if errors.Is(err, rpc.ErrNotFound) {
+		s.queue.remove(it.id)
+		return nil, nil
+	}
+	if err != nil {
+		if s.stopped(ctx) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	m := &g.Message
+	s.queue.setPriority(it.id, m.Priority)
+	if m.Deleted || m.IsRead {
+		s.queue.remove(it.id)
+		return nil, nil
+	}
+	if priorities[m.Priority] < floor {
+		return nil, nil
+	}
+	if s.stopped(ctx) {
+		return nil, nil // a stopped wait claims nothing
+	}
+	claimed, err := s.claim(ctx, []string{it.id})
+	if err != nil {
+		return nil, err
+	}
+	if len(claimed) == 0 {
+		return nil, nil // another consumer of this agent took it
+	}
+	return s.claimedInfo(ctx, m), nil
+}
+
+// claimedInfo is the result of a wait that claimed m; nil if its caller
+// left meanwhile: the next call of this server returns it. (A server that
+// is ending answers with it instead: no later call would come.)
+func (s *Server) claimedInfo(ctx context.Context, m *rpc.MessageDetail) *MessageInfo {
+	info := s.info(ctx, m.MessageID, m.ThreadID, m.Author.AgentID, m.Body, m.Refs, m.Priority, m.CreatedAt, nil)
+	if ctx.Err() != nil {
+		s.hold(info)
+		return nil
+	}
+	return &info
 }
 
 func (s *Server) hold(m MessageInfo) {

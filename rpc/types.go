@@ -581,20 +581,27 @@ type DeleteMessageResult struct {
 	DeletedAt string `json:"deleted_at"`
 }
 
-// MarkReadParams are the params of message.markRead.
+// MarkReadParams are the params of message.markRead. WithMessages asks
+// for the claimed messages in the result too, so that a consumer gets
+// what it claimed in one round trip.
 type MarkReadParams struct {
-	MessageIDs []string `json:"message_ids"`
+	MessageIDs   []string `json:"message_ids"`
+	WithMessages bool     `json:"with_messages,omitempty"`
 }
 
 // MarkReadResult says what one message.markRead call did. MarkedIDs are
 // the messages this call newly marked read for the caller — its claim:
 // no other call for the same agent gets them — and MarkedCount is their
 // number. Messages read already are in neither. AlsoReadBy says who else
-// has read each (omitted if nobody).
+// has read each (omitted if nobody). Messages, given with_messages, are
+// the claimed messages as message.get returns them (read, now), in the
+// order of MarkedIDs; one that cannot be fetched is left out (the claim
+// stands: fetch it with message.get).
 type MarkReadResult struct {
 	MarkedCount int                 `json:"marked_count"`
 	MarkedIDs   []string            `json:"marked_ids"`
 	AlsoReadBy  map[string][]string `json:"also_read_by,omitempty"`
+	Messages    []MessageDetail     `json:"messages,omitempty"`
 }
 
 // ---- threads ----

@@ -1,6 +1,7 @@
 package jsonrpc
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -299,6 +300,17 @@ func (c *Client) dispatch(msg []byte) {
 }
 
 func (c *Client) dispatchOne(msg []byte) {
+	if e, ok := splitEnvelope(msg); ok {
+		// msg is reused by the next read: hand on copies.
+		switch {
+		case e.method != nil && e.id == nil:
+			c.notify(string(e.method[1:len(e.method)-1]), bytes.Clone(e.params))
+			return
+		case e.method == nil:
+			c.route(e.id, bytes.Clone(e.result), e.err)
+			return
+		}
+	}
 	var m struct {
 		ID     json.RawMessage `json:"id"`
 		Method *string         `json:"method"`
@@ -318,14 +330,20 @@ func (c *Client) dispatchOne(msg []byte) {
 		c.notify(*m.Method, m.Params)
 		return
 	}
+	c.route(m.ID, m.Result, m.Error)
+}
+
+// route hands a reply to the call waiting for it, or records an error
+// about the connection (one with a null id).
+func (c *Client) route(rawID, result, rawErr []byte) {
 	var e *Error
-	if len(m.Error) > 0 && string(m.Error) != "null" {
+	if len(rawErr) > 0 && string(rawErr) != "null" {
 		e = new(Error)
-		if err := json.Unmarshal(m.Error, e); err != nil {
-			e = Errorf(CodeInternal, "malformed error reply from server: %s", m.Error)
+		if err := json.Unmarshal(rawErr, e); err != nil {
+			e = Errorf(CodeInternal, "malformed error reply from server: %s", rawErr)
 		}
 	}
-	id, err := strconv.ParseInt(string(m.ID), 10, 64)
+	id, err := strconv.ParseInt(string(rawID), 10, 64)
 	if err != nil { // a null id: an error about the connection, not a call
 		if e != nil {
 			c.log.Warn("rpc: client: server error", "code", e.Code, "message", e.Message)
@@ -340,7 +358,7 @@ func (c *Client) dispatchOne(msg []byte) {
 	delete(c.pending, id)
 	c.mu.Unlock()
 	if ch != nil {
-		ch <- reply{result: m.Result, err: e}
+		ch <- reply{result: result, err: e}
 	}
 }
 

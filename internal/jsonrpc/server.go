@@ -447,8 +447,9 @@ type transport interface {
 	// returns errBudget when the charge is refused, errLineTimeout when the
 	// rest of a begun message did not arrive within the line timeout.
 	read(ctx context.Context, ch *charge) ([]byte, error)
-	// write sends one message.
-	write(ctx context.Context, msg []byte) error
+	// write sends msgs, in order, with as few writes to the connection as
+	// it can (one, on both transports).
+	write(ctx context.Context, msgs [][]byte) error
 	// interrupt makes a blocked read return, to end the connection
 	// gracefully. It must not block; a goroutine it starts is added to wg.
 	interrupt(wg *sync.WaitGroup)
@@ -807,11 +808,18 @@ func (c *Conn) reply(b []byte) {
 	}
 }
 
-// writeLoop writes replies and notifications, whole and one at a time.
+// writeLoop writes replies and notifications, whole and in order. What is
+// queued when it wakes goes out together (see takeNotes): under load, when
+// a notification fans out to many connections faster than their writers
+// run, each writer catches up with one write instead of one per message.
 func (c *Conn) writeLoop() {
 	defer c.wg.Done()
-	write := func(b []byte) bool {
-		if err := c.t.write(c.ctx, b); err != nil {
+	var batch [][]byte
+	write := func() bool {
+		err := c.t.write(c.ctx, batch)
+		clear(batch) // do not keep the messages alive until the next write
+		batch = batch[:0]
+		if err != nil {
 			c.srv.log.Debug("rpc: connection write failed", "transport", c.transport, "err", err)
 			c.Close()
 			return false
@@ -823,36 +831,57 @@ func (c *Conn) writeLoop() {
 		case b := <-c.resp:
 			// Notifications the handler queued before replying go first, so
 			// that a client sees them in causal order.
-			for n := len(c.notes); n > 0; n-- {
-				if !write(<-c.notes) {
+			for n := len(c.notes); ; {
+				if batch, n = c.takeNotes(batch, n); n == 0 {
+					break
+				}
+				if !write() {
 					c.replied()
 					return
 				}
 			}
-			ok := write(b)
+			batch = append(batch, b)
+			ok := write()
 			c.replied()
 			if !ok {
 				return
 			}
 		case b := <-c.notes:
-			if !write(b) {
+			batch, _ = c.takeNotes(append(batch, b), len(c.notes))
+			if !write() {
 				return
 			}
 		case <-c.readDone:
-			for { // flush the notifications already queued
-				select {
-				case b := <-c.notes:
-					if !write(b) {
-						return
-					}
-				default:
+			// Flush the notifications already queued.
+			for n := len(c.notes); n > 0; {
+				if batch, n = c.takeNotes(batch, n); !write() {
 					return
 				}
 			}
+			return
 		case <-c.dead:
 			return
 		}
 	}
+}
+
+// maxWriteBatch bounds the bytes takeNotes gathers into one write.
+const maxWriteBatch = 64 << 10
+
+// takeNotes appends up to n queued notifications to batch, stopping early
+// once it holds maxWriteBatch bytes, and returns how many of the n it
+// left in the queue.
+func (c *Conn) takeNotes(batch [][]byte, n int) ([][]byte, int) {
+	size := 0
+	for _, b := range batch {
+		size += len(b)
+	}
+	for ; n > 0 && size < maxWriteBatch; n-- {
+		b := <-c.notes
+		batch = append(batch, b)
+		size += len(b)
+	}
+	return batch, n
 }
 
 // finish closes the transport and runs the close hooks.
@@ -940,8 +969,11 @@ func (t *streamTransport) read(_ context.Context, ch *charge) ([]byte, error) {
 	}
 }
 
-func (t *streamTransport) write(_ context.Context, msg []byte) error {
-	t.wbuf = append(append(t.wbuf[:0], msg...), '\n')
+func (t *streamTransport) write(_ context.Context, msgs [][]byte) error {
+	t.wbuf = t.wbuf[:0]
+	for _, msg := range msgs {
+		t.wbuf = append(append(t.wbuf, msg...), '\n')
+	}
 	_, err := t.nc.Write(t.wbuf)
 	if cap(t.wbuf) > 64<<10 {
 		t.wbuf = nil

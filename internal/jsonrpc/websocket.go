@@ -1,6 +1,7 @@
 package jsonrpc
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"io"
@@ -44,7 +45,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	// The origin check is done above, with rules coder/websocket does not
 	// know (loopback origins on any port), hence InsecureSkipVerify.
-	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{InsecureSkipVerify: true})
+	hw := &corkHijacker{ResponseWriter: w}
+	ws, err := websocket.Accept(hw, r, &websocket.AcceptOptions{InsecureSkipVerify: true})
 	if err != nil { // Accept has written the HTTP error
 		s.release(classUnauth)
 		s.log.Debug("rpc: websocket handshake failed", "remote", r.RemoteAddr, "err", err)
@@ -53,7 +55,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// Over the limit, the library closes with StatusMessageTooBig.
 	ws.SetReadLimit(int64(s.opts.MaxLineBytes))
 	// The request's context ends with ServeHTTP; keep its values only.
-	t := &wsTransport{ws: ws, max: s.opts.MaxLineBytes, timeout: s.opts.LineTimeout}
+	t := &wsTransport{ws: ws, cork: hw.conn, max: s.opts.MaxLineBytes, timeout: s.opts.LineTimeout}
 	c := s.newConn(context.WithoutCancel(r.Context()), TransportWebSocket, classUnauth, t)
 	c.authTimer = time.AfterFunc(s.opts.AuthTimeout, c.expireAuth)
 	c.serve()
@@ -103,6 +105,7 @@ func (s *Server) allowedOrigin(origin string) bool {
 // wsTransport is one JSON-RPC message per WebSocket frame.
 type wsTransport struct {
 	ws      *websocket.Conn
+	cork    *corkConn // the connection under ws
 	max     int
 	timeout time.Duration
 	buf     []byte
@@ -157,12 +160,86 @@ func (t *wsTransport) read(ctx context.Context, ch *charge) ([]byte, error) {
 	}
 }
 
-// write sends one message. It gives the library no cancellable context: a
+// write sends msgs, one frame each, in one write to the connection: the
+// library flushes every frame, so the frames are corked (gathered in
+// memory) until the last. It gives the library no cancellable context: a
 // context with a Done channel costs a timer registration per frame, which
 // adds up when a notification fans out to many connections; a write to a
 // dead connection ends anyway, as kill closes the socket under it.
-func (t *wsTransport) write(_ context.Context, msg []byte) error {
-	return t.ws.Write(context.Background(), websocket.MessageText, msg)
+func (t *wsTransport) write(_ context.Context, msgs [][]byte) error {
+	if len(msgs) == 1 {
+		return t.ws.Write(context.Background(), websocket.MessageText, msgs[0])
+	}
+	t.cork.cork()
+	for _, msg := range msgs {
+		if err := t.ws.Write(context.Background(), websocket.MessageText, msg); err != nil {
+			_ = t.cork.uncork()
+			return err
+		}
+	}
+	return t.cork.uncork()
+}
+
+// corkHijacker hands the library, when it hijacks the HTTP connection, the
+// connection wrapped in a corkConn.
+type corkHijacker struct {
+	http.ResponseWriter
+	conn *corkConn
+}
+
+func (h *corkHijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	nc, brw, err := http.NewResponseController(h.ResponseWriter).Hijack()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := brw.Writer.Flush(); err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	h.conn = &corkConn{Conn: nc}
+	brw.Writer.Reset(h.conn)
+	return h.conn, brw, nil
+}
+
+// corkConn is a server WebSocket's connection. While corked, what is
+// written to it collects in memory; uncork writes it all at once. Writes
+// are ordered: one made while uncork is writing waits for it.
+type corkConn struct {
+	net.Conn
+	mu     sync.Mutex
+	corked bool
+	buf    []byte
+}
+
+func (c *corkConn) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.corked {
+		c.buf = append(c.buf, p...)
+		return len(p), nil
+	}
+	return c.Conn.Write(p)
+}
+
+func (c *corkConn) cork() {
+	c.mu.Lock()
+	c.corked = true
+	c.mu.Unlock()
+}
+
+func (c *corkConn) uncork() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.corked = false
+	if len(c.buf) == 0 {
+		return nil
+	}
+	_, err := c.Conn.Write(c.buf)
+	c.buf = c.buf[:0]
+	if cap(c.buf) > maxWriteBatch*2 {
+		c.buf = nil
+	}
+	return err
 }
 
 // interrupt starts the close handshake; the reader returns when the peer
@@ -189,7 +266,8 @@ var _ transport = (*wsTransport)(nil)
 
 // wsClient is the client side of a WebSocket, for Client.
 type wsClient struct {
-	ws *websocket.Conn
+	ws  *websocket.Conn
+	buf []byte // used by the read goroutine only
 }
 
 // wsHTTPClient dials WebSockets without pooling connections: a refused
@@ -217,9 +295,33 @@ type httpStatusError struct {
 func (e *httpStatusError) Error() string { return "handshake refused: " + e.status }
 func (e *httpStatusError) Unwrap() error { return e.err }
 
-func (t *wsClient) read(ctx context.Context) ([]byte, error) {
-	_, b, err := t.ws.Read(ctx)
-	return b, err
+// read returns the next message, in a buffer it reuses: the slice is
+// valid until the next call. It gives the library no cancellable context,
+// which would cost a timer registration per message: the read goroutine
+// ends when the connection is closed under it (Client.Close, kill).
+func (t *wsClient) read(context.Context) ([]byte, error) {
+	_, r, err := t.ws.Reader(context.Background())
+	if err != nil {
+		return nil, err
+	}
+	if cap(t.buf) > 64<<10 { // do not keep a large buffer between messages
+		t.buf = nil
+	}
+	buf := t.buf[:0]
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)] // grow
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if errors.Is(err, io.EOF) {
+			t.buf = buf
+			return buf, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
 }
 
 func (t *wsClient) write(ctx context.Context, msg []byte) error {

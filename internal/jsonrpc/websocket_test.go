@@ -296,3 +296,68 @@ func TestDialWebSocketContextBoundsHandshakeOnly(t *testing.T) {
 		t.Fatalf("call after the dial ctx ended: %v", err)
 	}
 }
+
+// TestNotificationBurstInOrder: notifications queued faster than they are
+// written go out gathered into few writes (more than one write's worth
+// here), whole and in order, and before the reply of the call that queued
+// them — on a WebSocket and on a Unix socket.
+func TestNotificationBurstInOrder(t *testing.T) {
+	checkLeaks(t)
+	s, _ := testServer(t, nil)
+	pad := strings.Repeat("x", 1<<10)
+	const n = 300 // ~300 KiB: several batches of maxWriteBatch
+	s.Handle("burst", func(ctx context.Context, _ json.RawMessage) (any, error) {
+		c := ConnFromContext(ctx)
+		for i := range n {
+			if err := c.Notify("note", map[string]any{"i": i, "pad": pad}); err != nil {
+				return nil, err
+			}
+		}
+		return "ok", nil
+	})
+	wsURL, sock := serveWS(t, s), serveUnix(t, s)
+	ctx := context.Background()
+	for _, transport := range []string{TransportWebSocket, TransportUnix} {
+		t.Run(transport, func(t *testing.T) {
+			var got []int
+			opts := &ClientOptions{OnNotification: func(method string, params json.RawMessage) {
+				var p struct {
+					I   int
+					Pad string
+				}
+				if method != "note" || json.Unmarshal(params, &p) != nil || p.Pad != pad {
+					t.Errorf("unexpected notification %s %.80s", method, params)
+					return
+				}
+				got = append(got, p.I)
+			}}
+			var c *Client
+			var err error
+			if transport == TransportWebSocket {
+				c, err = DialWebSocket(ctx, wsURL, opts)
+			} else {
+				c, err = Dial(ctx, sock, opts)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			for round := range 3 {
+				got = got[:0]
+				if err := c.Call(ctx, "burst", nil, nil); err != nil {
+					t.Fatal(err)
+				}
+				// The notifications precede the reply on the wire, so all
+				// were handed to OnNotification before Call returned.
+				if len(got) != n {
+					t.Fatalf("round %d: %d notifications before the reply, want %d", round, len(got), n)
+				}
+				for i, v := range got {
+					if v != i {
+						t.Fatalf("round %d: notification %d is number %d", round, i, v)
+					}
+				}
+			}
+		})
+	}
+}
