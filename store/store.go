@@ -174,7 +174,7 @@ func migrate(w *sqlx.DB, bulk bool) error {
 			if _, err := w.Exec(indexes); err != nil {
 				return fmt.Errorf("create indexes: %w", err)
 			}
-			return nil
+			return finishSearchIndex(w)
 		}
 		return fmt.Errorf("%w: version %d, this thrum uses %d", ErrOutdated, n, schemaVersion)
 	}
@@ -185,6 +185,8 @@ func migrate(w *sqlx.DB, bulk bool) error {
 		if _, err := w.Exec(indexes); err != nil {
 			return fmt.Errorf("create indexes: %w", err)
 		}
+	} else if _, err := w.Exec(`INSERT OR REPLACE INTO meta(key, value) VALUES('search_index', 'pending')`); err != nil {
+		return fmt.Errorf("create schema: %w", err)
 	}
 	_, err = w.Exec(`INSERT INTO meta(key, value) VALUES('schema_version', ?)
 		ON CONFLICT(key) DO UPDATE SET value = excluded.value`, strconv.Itoa(schemaVersion))
@@ -417,7 +419,34 @@ func Rebuild(ctx context.Context, log *eventlog.Log, path string, opts *Options)
 			return nil, fmt.Errorf("store: rebuild: %w", err)
 		}
 	}
+	if err := finishSearchIndex(s.w); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("store: rebuild: %w", err)
+	}
 	return s, nil
+}
+
+// finishSearchIndex builds the full-text index from the messages table if
+// a bulk load left it pending: Rebuild loads messages without the search
+// triggers and builds the index once at the end, and a load cut short
+// (a crash) leaves the marker for the next open to finish.
+func finishSearchIndex(w *sqlx.DB) error {
+	var pending int
+	if err := w.Get(&pending, `SELECT COUNT(*) FROM meta WHERE key = 'search_index'`); err != nil || pending == 0 {
+		return err
+	}
+	tx, err := w.Beginx()
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if _, err := tx.Exec(`INSERT INTO messages_fts(messages_fts) VALUES('rebuild')`); err != nil {
+		return fmt.Errorf("build search index: %w", err)
+	}
+	if _, err := tx.Exec(`DELETE FROM meta WHERE key = 'search_index'`); err != nil {
+		return err
+	}
+	return tx.Commit()
 }
 
 // Dump returns every row of every table in Tables, each row rendered as
