@@ -138,7 +138,7 @@ func TestSearchQueryLanguage(t *testing.T) {
 		{"and or not", nil}, // lower case: words
 		{"don't", []string{d.MessageID}},
 		{"body_content:x", []string{d.MessageID}}, // no column filter: words
-		{`x" OR "1"="1`, []string{d.MessageID}}, // words: x" or (1 and ="1); only "x" is there
+		{`x" OR "1"="1`, []string{d.MessageID}},   // words: x" or (1 and ="1); only "x" is there
 		{"'; DROP TABLE messages; --", nil},
 		{"token - ?", []string{a.MessageID, b.MessageID, c.MessageID}}, // punctuation alone is not a word
 	}
