@@ -198,11 +198,11 @@ func compareSearches(t *testing.T, live, rebuilt *store.Store, terms []string) {
 	for i := 0; i < len(terms); i += step {
 		term, _, _ := strings.Cut(strings.TrimPrefix(terms[i], `["`), `"`)
 		f := store.SearchFilter{Match: `"` + strings.ReplaceAll(term, `"`, `""`) + `"*`, IncludeDeleted: i%2 == 0, Limit: 20}
-		a, at, err := live.Search(ctx, f)
+		a, at, _, err := live.Search(ctx, f)
 		if err != nil {
 			t.Fatalf("search %q: %v", term, err)
 		}
-		b, bt, err := rebuilt.Search(ctx, f)
+		b, bt, _, err := rebuilt.Search(ctx, f)
 		if err != nil {
 			t.Fatalf("search %q in the rebuilt projection: %v", term, err)
 		}

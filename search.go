@@ -23,7 +23,9 @@ const (
 
 // SearchMessages finds messages by their words: the query's terms in the
 // content or the structured payload, with message.list's filters, ranked
-// by relevance (bm25; ties newest first) or by time. A search shows what
+// by relevance (bm25; ties newest first) or by time; by time also when
+// more than store.RelevanceLimit messages match (the result's sort_by
+// says which). A search shows what
 // a listing with the same filters shows: deleted messages only with
 // include_deleted, and read state for the caller.
 func (n *Node) SearchMessages(ctx context.Context, p *rpc.SearchMessagesParams) (*rpc.SearchMessagesResult, error) {
@@ -75,7 +77,7 @@ func (n *Node) SearchMessages(ctx context.Context, p *rpc.SearchMessagesParams) 
 		}
 		f.Mentions = mine
 	}
-	hits, total, err := n.store.Search(ctx, f)
+	hits, total, byTime, err := n.store.Search(ctx, f)
 	if errors.Is(err, store.ErrBadQuery) {
 		// ParseSearchQuery's output always parses; this is SQLite's word
 		// on anything it still refuses.
@@ -97,7 +99,10 @@ func (n *Node) SearchMessages(ctx context.Context, p *rpc.SearchMessagesParams) 
 		byID[m.MessageID] = m
 	}
 	out := &rpc.SearchMessagesResult{Results: make([]rpc.SearchResult, 0, len(hits)), Total: total,
-		Page: page, PageSize: size, TotalPages: totalPages(total, size)}
+		Page: page, PageSize: size, TotalPages: totalPages(total, size), SortBy: "relevance"}
+	if byTime {
+		out.SortBy = "created_at"
+	}
 	for _, h := range hits {
 		m := byID[h.MessageID]
 		if m == nil {

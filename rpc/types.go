@@ -546,6 +546,11 @@ type SearchMessagesResult struct {
 	Page       int            `json:"page"`
 	PageSize   int            `json:"page_size"`
 	TotalPages int            `json:"total_pages"`
+	// SortBy is the order of Results: "relevance", or "created_at"
+	// (newest first) when asked or when more than 2,000 messages match
+	// (ranking every match of so common a query would be slow and say
+	// little).
+	SortBy string `json:"sort_by"`
 }
 
 // SearchResult is one message a search found: the message as a listing

@@ -210,6 +210,7 @@ CREATE INDEX IF NOT EXISTS idx_message_reads_agent ON message_reads(agent_id, me
 CREATE INDEX IF NOT EXISTS idx_message_reads_message ON message_reads(message_id);
 CREATE INDEX IF NOT EXISTS idx_thread_scopes_lookup ON thread_scopes(scope_type, scope_value);
 CREATE INDEX IF NOT EXISTS idx_group_members_member ON group_members(member_type, member_id);
+CREATE INDEX IF NOT EXISTS idx_messages_deleted ON messages(deleted) WHERE deleted = 1;
 ` + searchTriggers
 
 // searchTriggers keep messages_fts in step with messages. An external

@@ -55,24 +55,29 @@ const (
 // ErrBadQuery wraps SQLite's refusal of a Match expression.
 var ErrBadQuery = errors.New("store: bad search query")
 
+// RelevanceLimit is how many matches a search ranks by relevance at
+// most: bm25 must score every match, which costs about 5-10 µs each, so
+// past this a search returns the newest matches first instead (and says
+// so). A query matching that many messages is a common word, whose
+// relevance ranking says little anyway.
+const RelevanceLimit = 2000
+
 // Search returns one page of the messages matching f, most relevant
-// first (or newest first with f.ByTime), with their snippets, and how
-// many match in all. Ties in relevance go to the newer message.
-func (s *Store) Search(ctx context.Context, f SearchFilter) ([]SearchHit, int, error) {
+// first (ties to the newer message), or newest first with f.ByTime or
+// when more than RelevanceLimit match (byTime is then true); and how
+// many match in all.
+func (s *Store) Search(ctx context.Context, f SearchFilter) (hits []SearchHit, total int, byTime bool, err error) {
 	if f.Mentions != nil && len(f.Mentions) == 0 {
-		return nil, 0, nil
+		return nil, 0, f.ByTime, nil
 	}
-	conds := []string{`messages_fts MATCH ?`}
-	args := []any{f.Match}
+	var conds []string
+	var args []any
 	pairs := func(table, col, typ string, values ...string) {
 		conds = append(conds, `m.message_id IN (SELECT message_id FROM `+table+` WHERE `+col+`_type = ? AND `+col+`_value IN (`+placeholders(len(values))+`))`)
 		args = append(args, typ)
 		for _, v := range values {
 			args = append(args, v)
 		}
-	}
-	if !f.IncludeDeleted {
-		conds = append(conds, `COALESCE(m.deleted, 0) = 0`)
 	}
 	if f.ThreadID != "" {
 		conds, args = append(conds, `m.thread_id = ?`), append(args, f.ThreadID)
@@ -95,52 +100,83 @@ func (s *Store) Search(ctx context.Context, f SearchFilter) ([]SearchHit, int, e
 	if f.Mentions != nil {
 		pairs("message_refs", "ref", "mention", f.Mentions...)
 	}
-	from := ` FROM messages_fts JOIN messages m ON m.rowid = messages_fts.rowid WHERE ` + strings.Join(conds, ` AND `)
-
-	var total int
-	if err := s.get(ctx, &total, `SELECT COUNT(*)`+from, args...); err != nil {
-		return nil, 0, searchErr(err)
+	filtered := len(conds) > 0
+	if !f.IncludeDeleted {
+		conds = append(conds, `COALESCE(m.deleted, 0) = 0`)
 	}
+	where := ` WHERE messages_fts MATCH ?`
+	for _, c := range conds {
+		where += ` AND ` + c
+	}
+	args = append([]any{f.Match}, args...)
+	join := ` FROM messages_fts JOIN messages m ON m.rowid = messages_fts.rowid` + where
+
+	// The total. With no filter but the deleted flag, the index counts
+	// alone and the few deleted matches are taken off (the join would
+	// read a messages row per match).
+	if filtered {
+		err = s.get(ctx, &total, `SELECT COUNT(*)`+join, args...)
+	} else {
+		err = s.get(ctx, &total, `SELECT COUNT(*) FROM messages_fts WHERE messages_fts MATCH ?`, f.Match)
+		if err == nil && !f.IncludeDeleted {
+			var deleted int
+			err = s.get(ctx, &deleted, `SELECT COUNT(*) FROM messages_fts WHERE messages_fts MATCH ?
+				AND rowid IN (SELECT rowid FROM messages WHERE deleted = 1)`, f.Match)
+			total -= deleted
+		}
+	}
+	if err != nil {
+		return nil, 0, false, searchErr(err)
+	}
+	byTime = f.ByTime || total > RelevanceLimit
 	offset, limit := max(f.Offset, 0), max(f.Limit, 0)
 	if limit == 0 || offset >= total {
-		return nil, total, nil
+		return nil, total, byTime, nil
 	}
-	order := ` ORDER BY score, m.created_at DESC, m.message_id DESC`
-	if f.ByTime {
-		order = ` ORDER BY m.created_at DESC, m.message_id DESC`
+	const newest = ` ORDER BY m.created_at DESC, m.message_id DESC LIMIT ? OFFSET ?`
+	var q string
+	switch {
+	case !byTime:
+		// The page first, with no snippet: SQLite would compute the
+		// result columns of every match before sorting them.
+		q = `SELECT m.message_id, messages_fts.rowid, bm25(messages_fts) AS score` + join +
+			` ORDER BY score, m.created_at DESC, m.message_id DESC LIMIT ? OFFSET ?`
+	case s.probeNewest(ctx, total, offset+limit):
+		// Many matches and an early page: walk messages newest first and
+		// ask the index about each, stopping at the page's end.
+		q = `SELECT m.message_id, messages_fts.rowid, 0 FROM messages m CROSS JOIN messages_fts ON messages_fts.rowid = m.rowid` +
+			where + newest
+	default:
+		q = `SELECT m.message_id, messages_fts.rowid, 0` + join + newest
 	}
-	// The page first, with no snippet: SQLite would compute the result
-	// columns of every match before sorting them.
-	rows, err := s.query(ctx, `SELECT m.message_id, messages_fts.rowid, bm25(messages_fts) AS score`+from+order+` LIMIT ? OFFSET ?`,
-		append(args, limit, offset)...)
+	rows, err := s.query(ctx, q, append(args, limit, offset)...)
 	if err != nil {
-		return nil, 0, searchErr(err)
+		return nil, 0, false, searchErr(err)
 	}
-	var hits []SearchHit
 	var rowids []any
 	for rows.Next() {
 		var h SearchHit
 		var rowid int64
 		if err := rows.Scan(&h.MessageID, &rowid, &h.Score); err != nil {
 			rows.Close()
-			return nil, 0, err
+			return nil, 0, false, err
 		}
 		hits = append(hits, h)
 		rowids = append(rowids, rowid)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return nil, 0, searchErr(err)
+		return nil, 0, false, searchErr(err)
 	}
 	if len(hits) == 0 {
-		return nil, total, nil
+		return nil, total, byTime, nil
 	}
 	// Then the page's snippets.
-	q := `SELECT rowid, snippet(messages_fts, -1, ?, ?, ?, ?) FROM messages_fts WHERE messages_fts MATCH ? AND rowid IN (` + placeholders(len(rowids)) + `)`
+	q = `SELECT rowid, snippet(messages_fts, -1, ?, ?, ?, ?) FROM messages_fts WHERE messages_fts MATCH ? AND rowid IN (` + placeholders(len(rowids)) + `)`
 	sargs := append([]any{SnippetOpen, SnippetClose, SnippetEllipsis, SnippetTokens, f.Match}, rowids...)
 	srows, err := s.query(ctx, q, sargs...)
 	if err != nil {
-		return nil, 0, searchErr(err)
+		return nil, 0, false, searchErr(err)
 	}
 	defer srows.Close()
 	snippets := make(map[int64]string, len(hits))
@@ -148,19 +184,32 @@ func (s *Store) Search(ctx context.Context, f SearchFilter) ([]SearchHit, int, e
 		var rowid int64
 		var snip *string
 		if err := srows.Scan(&rowid, &snip); err != nil {
-			return nil, 0, err
+			return nil, 0, false, err
 		}
 		if snip != nil {
 			snippets[rowid] = *snip
 		}
 	}
 	if err := srows.Err(); err != nil {
-		return nil, 0, searchErr(err)
+		return nil, 0, false, searchErr(err)
 	}
 	for i := range hits {
 		hits[i].Snippet = snippets[rowids[i].(int64)]
 	}
-	return hits, total, nil
+	return hits, total, byTime, nil
+}
+
+// probeNewest reports whether a page ending at end of the newest of
+// total matches is found faster by walking messages newest first and
+// probing the index for each (about 300 µs a probe, and about
+// end*messages/total probes) than by reading every match through the
+// index and sorting them (about 3 µs each).
+func (s *Store) probeNewest(ctx context.Context, total, end int) bool {
+	var n int64
+	if err := s.get(ctx, &n, `SELECT COALESCE(MAX(rowid), 0) FROM messages`); err != nil || total == 0 {
+		return false
+	}
+	return 100*int64(end)*n < int64(total)*int64(total)
 }
 
 // searchErr marks SQLite's errors about the query expression as

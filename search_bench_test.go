@@ -1,0 +1,307 @@
+package thrum_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	_ "modernc.org/sqlite"
+
+	"github.com/thrumhq/thrum"
+	"github.com/thrumhq/thrum/eventlog"
+	"github.com/thrumhq/thrum/internal/thrumtest"
+	"github.com/thrumhq/thrum/rpc"
+	"github.com/thrumhq/thrum/store"
+)
+
+// Search benchmarks (issue 15). Run them with
+//
+//	go test -run '^$' -bench 'Search' -benchtime 200x .
+//	THRUM_BENCH_1M=1 go test -run '^$' -bench 'SearchLatency' -benchtime 200x .
+//
+// The corpus: messages of 8 to 24 words drawn from a 20,000-word
+// vocabulary with a Zipf distribution (as words are in text), plus a few
+// planted words so that each kind of query has a known selectivity:
+// "zanzibar" in 1 message of 5,000 (selective), the vocabulary's most
+// frequent word (common), the phrase "token expired" in 1 message of 100,
+// and words starting "deplo" (deploy, deployed, deployment) in 1 of 50
+// (prefix).
+//
+// How it is seeded, honestly: the messages are applied to the SQLite
+// store directly (store.Apply of message.create events, 5,000 a batch,
+// through the same triggers a live commit fires), with no event log; the
+// node is then opened on that store. Building 1M this way takes about a
+// minute; sending 1M through the node would take hours.
+
+var searchVocab = func() []string {
+	syl := []string{"ka", "lo", "mi", "ne", "ru", "sa", "ti", "vo", "ba", "de", "fu", "go", "hi", "ju", "pe", "qu", "xe", "ya", "wo", "cy"}
+	out := make([]string, 20_000)
+	for i := range out {
+		// Three syllables from i, so every word is distinct and
+		// pronounceable; "ka…" words are many, for no query in particular.
+		out[i] = syl[i%20] + syl[(i/20)%20] + syl[(i/400)%20] + strings.Repeat("n", i/8000)
+	}
+	return out
+}()
+
+func searchContent(r *rand.Rand, z *rand.Zipf, i int) string {
+	n := 8 + r.IntN(17)
+	words := make([]string, 0, n+3)
+	for j := 0; j < n; j++ {
+		words = append(words, searchVocab[z.Uint64()])
+	}
+	if i%5000 == 17 {
+		words = append(words, "zanzibar")
+	}
+	if i%100 == 3 {
+		words = slices.Insert(words, r.IntN(len(words)), "token", "expired")
+	}
+	if i%50 == 7 {
+		words = append(words, []string{"deploy", "deployed", "deployment"}[r.IntN(3)])
+	}
+	return strings.Join(words, " ")
+}
+
+// seedSearchStore writes msgs messages by benchAgents agents into a new
+// store at path (see the comment above for how).
+func seedSearchStore(tb testing.TB, path string, msgs int) {
+	st, err := store.Open(path, nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer st.Close()
+	ctx := context.Background()
+	var batch []*eventlog.Event
+	for i := 0; i < benchAgents; i++ {
+		id := benchAgentName(i)
+		batch = append(batch,
+			&eventlog.Event{ID: eventlog.NewID(), Type: eventlog.TypeAgentRegister, Payload: eventlog.AgentRegister{AgentID: id, Kind: "agent", Name: id, Role: benchRoles[i%len(benchRoles)], Module: "m"}},
+			&eventlog.Event{ID: eventlog.NewID(), Type: eventlog.TypeSessionStart, Payload: eventlog.SessionStart{SessionID: "ses_" + id, AgentID: id}})
+	}
+	r := rand.New(rand.NewPCG(5, 15))
+	z := rand.NewZipf(r, 1.07, 2, uint64(len(searchVocab)-1))
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for i := 0; i < msgs; i++ {
+		author := benchAgentName(r.IntN(benchAgents))
+		at := t0.Add(time.Duration(i) * time.Second)
+		p := eventlog.MessageCreate{MessageID: "msg_" + eventlog.NewID(), AgentID: author, SessionID: "ses_" + author,
+			Format: "markdown", Content: searchContent(r, z, i), Priority: "normal",
+			Refs: []eventlog.Pair{{Type: "mention", Value: benchRoles[r.IntN(len(benchRoles))]}}}
+		batch = append(batch, &eventlog.Event{ID: eventlog.NewID(), Time: at, Type: eventlog.TypeMessageCreate, Shard: author, Payload: p})
+		if len(batch) >= 5000 {
+			if err := st.Apply(ctx, batch); err != nil {
+				tb.Fatal(err)
+			}
+			batch = batch[:0]
+		}
+	}
+	if err := st.Apply(ctx, batch); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+var (
+	searchFixtureMu sync.Mutex
+	searchFixtures  = map[int]string{}
+)
+
+// searchNode opens a node on a copy of a store seeded with msgs messages
+// (built once per process, or kept in THRUM_BENCH_CACHE).
+func searchNode(b *testing.B, msgs int) *thrum.Node {
+	b.Helper()
+	searchFixtureMu.Lock()
+	src, ok := searchFixtures[msgs]
+	if !ok {
+		dir := ""
+		if cache := os.Getenv("THRUM_BENCH_CACHE"); cache != "" {
+			dir = filepath.Join(cache, fmt.Sprintf("search-%d", msgs))
+		} else {
+			d, err := os.MkdirTemp("", fmt.Sprintf("thrum-search-%d-", msgs))
+			if err != nil {
+				b.Fatal(err)
+			}
+			dir = d
+			fixtureDirs[-msgs] = d // removed by TestMain, as benchDir's are
+		}
+		src = filepath.Join(dir, "messages.db")
+		if _, err := os.Stat(filepath.Join(dir, "complete")); err != nil {
+			os.MkdirAll(dir, 0o755)
+			start := time.Now()
+			seedSearchStore(b, src, msgs)
+			os.WriteFile(filepath.Join(dir, "complete"), nil, 0o644)
+			b.Logf("seeded %d messages into the store in %v", msgs, time.Since(start).Round(time.Millisecond))
+		}
+		searchFixtures[msgs] = src
+	}
+	searchFixtureMu.Unlock()
+	dir := b.TempDir()
+	db := filepath.Join(dir, "messages.db")
+	if err := copyTree(filepath.Dir(src), dir); err != nil {
+		b.Fatal(err)
+	}
+	return thrumtest.OpenNodeIn(b, dir, &thrum.Options{DBPath: db})
+}
+
+// BenchmarkSearchLatency reports p50 and p99 of message.search through
+// the node (parse, FTS5 match and count, page, snippets, rows) at 100k
+// stored messages, and at 1M with THRUM_BENCH_1M=1.
+func BenchmarkSearchLatency(b *testing.B) {
+	sizes := []int{100_000}
+	if os.Getenv("THRUM_BENCH_1M") != "" {
+		sizes = append(sizes, 1_000_000)
+	}
+	queries := []struct{ name, q string }{
+		{"selective", "zanzibar"},
+		{"common", searchVocab[0]},
+		{"phrase", `"token expired"`},
+		{"prefix", "deplo*"},
+		{"two-words", searchVocab[0] + " " + searchVocab[40]},
+	}
+	for _, size := range sizes {
+		for _, q := range queries {
+			for _, sort := range []string{"relevance", "created_at"} {
+				b.Run(fmt.Sprintf("stored=%d/%s/%s", size, q.name, sort), func(b *testing.B) {
+					n := searchNode(b, size)
+					ctx := thrum.AsAgent(context.Background(), benchAgentName(1))
+					p := &rpc.SearchMessagesParams{Query: q.q, SortBy: sort}
+					var lat latencies
+					var total int
+					b.ResetTimer()
+					for i := 0; i < b.N; i++ {
+						t0 := time.Now()
+						r, err := n.SearchMessages(ctx, p)
+						if err != nil {
+							b.Fatal(err)
+						}
+						lat.add(time.Since(t0))
+						total = r.Total
+					}
+					b.ReportMetric(float64(total), "matches")
+					lat.report(b)
+				})
+			}
+		}
+	}
+}
+
+// dropSearchTriggers removes the search index's triggers from a store
+// file through a second connection, so that commits stop maintaining the
+// index: the baseline the index's cost is measured against.
+func dropSearchTriggers(tb testing.TB, db string) {
+	c, err := sql.Open("sqlite", "file:"+db+"?_pragma=busy_timeout(10000)")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer c.Close()
+	for _, trg := range []string{"search_insert", "search_edit", "search_delete"} {
+		if _, err := c.Exec(`DROP TRIGGER ` + trg); err != nil {
+			tb.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkSendSearchIndex measures what maintaining the search index
+// costs a send: sends/s of the node with the index (as built) and with
+// its triggers dropped, durable and with NoSync (where the CPU cost is
+// not hidden behind fsync), 8 senders, on a store of 100k messages. Run
+// the pairs back to back several times and compare medians:
+//
+//	go test -run '^$' -bench SendSearchIndex -benchtime 3000x -count 5 .
+func BenchmarkSendSearchIndex(b *testing.B) {
+	for _, durable := range []bool{true, false} {
+		for _, index := range []bool{true, false} {
+			b.Run(fmt.Sprintf("durable=%v/index=%v", durable, index), func(b *testing.B) {
+				n := searchNode(b, 100_000)
+				db := n.Store().Path()
+				dir := n.Dir()
+				n.Close()
+				if !index {
+					dropSearchTriggers(b, db)
+				}
+				n = thrumtest.OpenNodeIn(b, dir, &thrum.Options{DBPath: db, NoSync: !durable})
+				ctx := context.Background()
+				for i := 0; i < benchAgents; i++ {
+					thrumtest.Register(b, n, benchAgentName(i)+"_s", benchRoles[i%len(benchRoles)], "m")
+				}
+				const senders = 8
+				var next atomic.Int64
+				b.ResetTimer()
+				start := time.Now()
+				var wg sync.WaitGroup
+				for w := 0; w < senders; w++ {
+					wg.Add(1)
+					go func(w int) {
+						defer wg.Done()
+						r := rand.New(rand.NewPCG(uint64(w), 11))
+						z := rand.NewZipf(r, 1.07, 2, uint64(len(searchVocab)-1))
+						me := thrum.AsAgent(ctx, benchAgentName(w)+"_s")
+						for i := next.Add(1); i <= int64(b.N); i = next.Add(1) {
+							if _, err := n.SendMessage(me, &rpc.SendMessageParams{Content: searchContent(r, z, int(i))}); err != nil {
+								b.Error(err)
+								return
+							}
+						}
+					}(w)
+				}
+				wg.Wait()
+				b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "sends/s")
+			})
+		}
+	}
+}
+
+// BenchmarkRebuildSearchIndex1M rebuilds a projection from a log of one
+// million events (writeSyntheticLog, as BenchmarkRebuild1M) and then
+// builds the search index of the result again from empty, timing that
+// alone: Rebuild loads without the index and builds it once at the end,
+// so the index's share of a rebuild is fts-s / (rebuild-s - fts-s).
+//
+//	go test -run '^$' -bench RebuildSearchIndex1M -benchtime 1x -count 3 .
+func BenchmarkRebuildSearchIndex1M(b *testing.B) {
+	if testing.Short() {
+		b.Skip("long benchmark")
+	}
+	const events = 1_000_000
+	dir := b.TempDir()
+	writeSyntheticLog(b, dir, events)
+	for i := 0; i < b.N; i++ {
+		lg, err := eventlog.Open(dir, &eventlog.Options{NoSync: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		db := filepath.Join(b.TempDir(), "rebuilt.db")
+		start := time.Now()
+		st, err := store.Rebuild(context.Background(), lg, db, nil)
+		total := time.Since(start)
+		if err != nil {
+			b.Fatal(err)
+		}
+		st.Close()
+		lg.Close()
+		c, err := sql.Open("sqlite", "file:"+db)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := c.Exec(`INSERT INTO messages_fts(messages_fts) VALUES('delete-all')`); err != nil {
+			b.Fatal(err)
+		}
+		start = time.Now()
+		if _, err := c.Exec(`INSERT INTO messages_fts(messages_fts) VALUES('rebuild')`); err != nil {
+			b.Fatal(err)
+		}
+		fts := time.Since(start)
+		c.Close()
+		b.ReportMetric(total.Seconds(), "rebuild-s")
+		b.ReportMetric(fts.Seconds(), "fts-s")
+		b.ReportMetric(100*fts.Seconds()/(total-fts).Seconds(), "fts-%")
+	}
+}
