@@ -2,8 +2,10 @@ package thrum_test
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -353,4 +355,47 @@ func FuzzSearchQuery(f *testing.F) {
 			t.Fatalf("%q: %v", q, err)
 		}
 	})
+}
+
+// TestVerifyFindsSearchIndexDrift: an index that no longer matches its
+// messages (here a message's words removed from it behind the node's
+// back) is a problem Verify reports, and a rebuilt projection is sound.
+func TestVerifyFindsSearchIndexDrift(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	n := thrumtest.OpenNodeIn(t, dir, &thrum.Options{NoSync: true})
+	thrumtest.Register(t, n, "alice", "dev", "m")
+	if _, err := n.SendMessage(thrum.AsAgent(ctx, "alice"), &rpc.SendMessageParams{Content: "findable words"}); err != nil {
+		t.Fatal(err)
+	}
+	db := n.Store().Path()
+	n.Close()
+	c, err := sql.Open("sqlite", "file:"+db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Exec(`INSERT INTO messages_fts(messages_fts, rowid, body_content, body_structured)
+		SELECT 'delete', rowid, body_content, body_structured FROM messages`); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	n = thrumtest.OpenNodeIn(t, dir, &thrum.Options{NoSync: true})
+	if r, err := n.SearchMessages(ctx, &rpc.SearchMessagesParams{Query: "findable"}); err != nil || r.Total != 0 {
+		t.Fatalf("the drifted index still finds it: %+v %v", r, err)
+	}
+	rep, err := n.Verify(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Problems) != 1 || !strings.Contains(rep.Problems[0].Message, "search index does not match") {
+		t.Fatalf("Verify = %v, want the search index's drift", rep.Problems)
+	}
+	rebuilt, err := n.Rebuild(ctx, filepath.Join(t.TempDir(), "rebuilt.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rebuilt.Close()
+	if err := rebuilt.CheckSearchIndex(ctx); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -1,0 +1,71 @@
+package store_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/thrumhq/thrum/eventlog"
+	"github.com/thrumhq/thrum/store"
+)
+
+// BenchmarkApplySearchIndex is the search index's cost where it is paid:
+// the apply of a send's commit (one message.create in one transaction,
+// synchronous=NORMAL as live). Two stores, one with the index's triggers
+// dropped, apply the same messages in turn; it reports µs per message for
+// each and the index's share in percent.
+//
+//	go test -run '^$' -bench ApplySearchIndex -benchtime 20000x ./store/
+func BenchmarkApplySearchIndex(b *testing.B) {
+	ctx := context.Background()
+	var stores [2]*store.Store
+	for k := range stores {
+		path := filepath.Join(b.TempDir(), "p.db")
+		st, err := store.Open(path, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer st.Close()
+		if k == 1 {
+			c, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(10000)")
+			if err != nil {
+				b.Fatal(err)
+			}
+			for _, trg := range []string{"search_insert", "search_edit", "search_delete"} {
+				if _, err := c.Exec(`DROP TRIGGER ` + trg); err != nil {
+					b.Fatal(err)
+				}
+			}
+			c.Close()
+		}
+		stores[k] = st
+	}
+	words := strings.Fields("the reviewer said auth token must rotate before deploy of service build tests pass fail " +
+		"review merge branch commit config schema index query update status done blocked waiting plan")
+	var spent [2]time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		var c []string
+		for j := 0; j < 16; j++ {
+			c = append(c, words[(i*7+j*13)%len(words)])
+		}
+		for k, st := range stores {
+			e := &eventlog.Event{ID: eventlog.NewID(), Time: time.Now(), Type: eventlog.TypeMessageCreate, Shard: "alice",
+				Payload: eventlog.MessageCreate{MessageID: fmt.Sprintf("msg_%d", i), AgentID: "alice", SessionID: "ses",
+					Format: "markdown", Content: strings.Join(c, " "), Priority: "normal"}}
+			t0 := time.Now()
+			if err := st.Apply(ctx, []*eventlog.Event{e}); err != nil {
+				b.Fatal(err)
+			}
+			spent[k] += time.Since(t0)
+		}
+	}
+	on, off := spent[0].Seconds()*1e6/float64(b.N), spent[1].Seconds()*1e6/float64(b.N)
+	b.ReportMetric(on, "µs/msg-index")
+	b.ReportMetric(off, "µs/msg-noindex")
+	b.ReportMetric(100*(on-off)/off, "index-cost-%")
+}
