@@ -70,6 +70,9 @@ func (s *Store) Search(ctx context.Context, f SearchFilter) (hits []SearchHit, t
 	if f.Mentions != nil && len(f.Mentions) == 0 {
 		return nil, 0, f.ByTime, nil
 	}
+	// Every message committed before the search is found: index what the
+	// last batch left. If that fails (a full disk), search what is indexed.
+	_ = s.IndexPending(ctx)
 	var conds []string
 	var args []any
 	pairs := func(table, col, typ string, values ...string) {
@@ -224,9 +227,58 @@ func searchErr(err error) error {
 	return fmt.Errorf("store: search: %w", err)
 }
 
+// IndexPending adds the messages applied since the last call to the
+// search index, in one transaction: a send's commit does not pay for the
+// index (FTS5 writes a segment per transaction), the store indexes every
+// checkpoint tick (250 ms) and before every search, so a search finds
+// every message committed before it.
+func (s *Store) IndexPending(ctx context.Context) error {
+	s.searchMu.Lock()
+	defer s.searchMu.Unlock()
+	if !s.searchDirty.Swap(false) {
+		return nil
+	}
+	err := s.indexPending(ctx)
+	if err != nil {
+		s.searchDirty.Store(true)
+	}
+	return err
+}
+
+func (s *Store) indexPending(ctx context.Context) error {
+	s.ap.mu.Lock() // the writer connection is the applier's
+	defer s.ap.mu.Unlock()
+	tx, err := s.w.BeginTxx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("store: index for search: %w", err)
+	}
+	defer tx.Rollback()
+	var mark, top int64
+	if err := tx.GetContext(ctx, &mark, `SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'search_indexed'`); err != nil {
+		return fmt.Errorf("store: index for search: %w", err)
+	}
+	if err := tx.GetContext(ctx, &top, `SELECT COALESCE(MAX(rowid), 0) FROM messages`); err != nil {
+		return fmt.Errorf("store: index for search: %w", err)
+	}
+	if top <= mark {
+		return nil
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO messages_fts(rowid, body_content, body_structured)
+		SELECT rowid, body_content, body_structured FROM messages WHERE rowid > ? AND rowid <= ? ORDER BY rowid`, mark, top); err != nil {
+		return fmt.Errorf("store: index for search: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE meta SET value = ? WHERE key = 'search_indexed'`, top); err != nil {
+		return fmt.Errorf("store: index for search: %w", err)
+	}
+	return tx.Commit()
+}
+
 // CheckSearchIndex compares the full-text index with the messages it
 // indexes, and returns an error if they differ.
 func (s *Store) CheckSearchIndex(ctx context.Context) error {
+	if err := s.IndexPending(ctx); err != nil {
+		return err
+	}
 	if _, err := s.w.ExecContext(ctx, `INSERT INTO messages_fts(messages_fts, rank) VALUES('integrity-check', 1)`); err != nil {
 		return fmt.Errorf("store: the search index does not match the messages: %w", err)
 	}

@@ -60,6 +60,11 @@ type Store struct {
 
 	applies atomic.Uint64 // successful Apply calls, so the checkpointer knows when the store is idle
 
+	// searchDirty is set when an Apply may have added messages the search
+	// index does not hold yet; IndexPending clears it under searchMu.
+	searchMu    sync.Mutex
+	searchDirty atomic.Bool
+
 	ckStop, ckDone chan struct{}
 
 	closeOnce sync.Once
@@ -107,6 +112,7 @@ func dsn(path string, readOnly bool) string {
 // Open opens (creating if needed) the projection database at path.
 func Open(path string, opts *Options) (*Store, error) {
 	s := &Store{path: path}
+	s.searchDirty.Store(true) // a crash may have left messages unindexed
 	if opts != nil {
 		s.opts = *opts
 	}
@@ -174,7 +180,7 @@ func migrate(w *sqlx.DB, bulk bool) error {
 			if _, err := w.Exec(indexes); err != nil {
 				return fmt.Errorf("create indexes: %w", err)
 			}
-			return finishSearchIndex(w)
+			return nil
 		}
 		return fmt.Errorf("%w: version %d, this thrum uses %d", ErrOutdated, n, schemaVersion)
 	}
@@ -185,7 +191,8 @@ func migrate(w *sqlx.DB, bulk bool) error {
 		if _, err := w.Exec(indexes); err != nil {
 			return fmt.Errorf("create indexes: %w", err)
 		}
-	} else if _, err := w.Exec(`INSERT OR REPLACE INTO meta(key, value) VALUES('search_index', 'pending')`); err != nil {
+	}
+	if _, err := w.Exec(`INSERT OR IGNORE INTO meta(key, value) VALUES('search_indexed', '0')`); err != nil {
 		return fmt.Errorf("create schema: %w", err)
 	}
 	_, err = w.Exec(`INSERT INTO meta(key, value) VALUES('schema_version', ?)
@@ -205,6 +212,11 @@ func (s *Store) Close() error {
 			close(s.ckStop)
 			<-s.ckDone
 			errs = append(errs, s.ck.Close())
+		}
+		if s.ap != nil && !s.opts.bulk {
+			// Leave the file indexed (best effort: the next open indexes
+			// what is left, and searches index before they look).
+			_ = s.IndexPending(context.Background())
 		}
 		s.rc.close()
 		if s.ap != nil {
@@ -253,6 +265,11 @@ func (s *Store) checkpointLoop() {
 			lastApplies, idle, truncated = n, 0, false
 		} else {
 			idle++
+		}
+		if !s.opts.bulk {
+			if err := s.IndexPending(context.Background()); err != nil && s.opts.Logger != nil {
+				s.opts.Logger.Warn("store: indexing new messages for search failed; retrying", "err", err)
+			}
 		}
 		mode := "PASSIVE"
 		if !truncated && idle >= idleTicks || s.walSize() > walMaxSize {
@@ -316,6 +333,12 @@ func (s *Store) Apply(ctx context.Context, evs []*eventlog.Event) error {
 		return err // rolled back: the store is as idle as before
 	}
 	s.applies.Add(1)
+	for _, e := range evs {
+		if e.Type == eventlog.TypeMessageCreate {
+			s.searchDirty.Store(true)
+			break
+		}
+	}
 	return nil
 }
 
@@ -419,39 +442,19 @@ func Rebuild(ctx context.Context, log *eventlog.Log, path string, opts *Options)
 			return nil, fmt.Errorf("store: rebuild: %w", err)
 		}
 	}
-	if err := finishSearchIndex(s.w); err != nil {
+	if err := s.IndexPending(ctx); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("store: rebuild: %w", err)
 	}
 	return s, nil
 }
 
-// finishSearchIndex builds the full-text index from the messages table if
-// a bulk load left it pending: Rebuild loads messages without the search
-// triggers and builds the index once at the end, and a load cut short
-// (a crash) leaves the marker for the next open to finish.
-func finishSearchIndex(w *sqlx.DB) error {
-	var pending int
-	if err := w.Get(&pending, `SELECT COUNT(*) FROM meta WHERE key = 'search_index'`); err != nil || pending == 0 {
-		return err
-	}
-	tx, err := w.Beginx()
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
-	if _, err := tx.Exec(`INSERT INTO messages_fts(messages_fts) VALUES('rebuild')`); err != nil {
-		return fmt.Errorf("build search index: %w", err)
-	}
-	if _, err := tx.Exec(`DELETE FROM meta WHERE key = 'search_index'`); err != nil {
-		return err
-	}
-	return tx.Commit()
-}
-
 // Dump returns every row of every table in Tables, each row rendered as
 // text in a stable order: two projections are equal when their dumps are.
 func (s *Store) Dump(ctx context.Context) (map[string][]string, error) {
+	if err := s.IndexPending(ctx); err != nil {
+		return nil, err
+	}
 	out := map[string][]string{}
 	for _, t := range Tables {
 		rows, err := s.r.QueryxContext(ctx, `SELECT * FROM `+t)
