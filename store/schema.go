@@ -166,9 +166,10 @@ CREATE TABLE IF NOT EXISTS thread_scopes (
 -- (include_deleted searches them). It stores no copy of the text: its
 -- content is the messages table, joined by messages' rowid. New messages
 -- are indexed in batches (Store.IndexPending) up to meta's search_indexed
--- mark; the search_* triggers (in indexes) keep indexed rows in step with
--- edits. Words are stemmed (porter: "tokens" finds "token") after
--- unicode61 splits them, with diacritics folded ("cafe" finds "café").
+-- mark; Apply keeps indexed rows in step with edits. (Rows never leave
+-- messages: a delete is a flag.) Words are stemmed (porter: "tokens"
+-- finds "token") after unicode61 splits them, with diacritics folded
+-- ("cafe" finds "café").
 CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts USING fts5(
   body_content, body_structured,
   content = 'messages', content_rowid = 'rowid',
@@ -212,23 +213,6 @@ CREATE INDEX IF NOT EXISTS idx_message_reads_message ON message_reads(message_id
 CREATE INDEX IF NOT EXISTS idx_thread_scopes_lookup ON thread_scopes(scope_type, scope_value);
 CREATE INDEX IF NOT EXISTS idx_group_members_member ON group_members(member_type, member_id);
 CREATE INDEX IF NOT EXISTS idx_messages_deleted ON messages(deleted) WHERE deleted = 1;
-` + searchTriggers
-
-// searchTriggers keep the rows already in messages_fts (rowid up to the
-// search_indexed mark) in step with edits; rows past the mark are indexed
-// later as they are then. An external content index must be told the old
-// text of a row it removes, so an edit deletes the old words and inserts
-// the new.
-const searchTriggers = `
-CREATE TRIGGER IF NOT EXISTS search_edit AFTER UPDATE OF body_content, body_structured ON messages
-WHEN old.rowid <= (SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'search_indexed') BEGIN
-  INSERT INTO messages_fts(messages_fts, rowid, body_content, body_structured) VALUES ('delete', old.rowid, old.body_content, old.body_structured);
-  INSERT INTO messages_fts(rowid, body_content, body_structured) VALUES (new.rowid, new.body_content, new.body_structured);
-END;
-CREATE TRIGGER IF NOT EXISTS search_delete AFTER DELETE ON messages
-WHEN old.rowid <= (SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'search_indexed') BEGIN
-  INSERT INTO messages_fts(messages_fts, rowid, body_content, body_structured) VALUES ('delete', old.rowid, old.body_content, old.body_structured);
-END;
 `
 
 // Tables lists the projection's tables (for Dump and comparisons).

@@ -17,10 +17,12 @@ import (
 // the apply of a send's commit (one message.create in one transaction,
 // synchronous=NORMAL as live) and the indexing of new messages, which a
 // store does every 250 ms (here every 50 messages, about a tick's worth
-// at 200 sends/s). Two stores, one with the index disabled (its triggers
-// dropped and its indexed mark past every message), apply the same
+// at 200 sends/s). Two stores, one with the index disabled (its indexed
+// mark past every message), apply the same
 // messages in turn; it reports µs per message for each and the index's
-// share in percent.
+// share in percent. On a shared machine it swings widely: two stores
+// both without the index have measured 3% and 68% apart, so take
+// several runs and an idle machine.
 //
 //	go test -run '^$' -bench ApplySearchIndex -benchtime 20000x ./store/
 func BenchmarkApplySearchIndex(b *testing.B) {
@@ -38,8 +40,7 @@ func BenchmarkApplySearchIndex(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			for _, q := range []string{`DROP TRIGGER search_edit`, `DROP TRIGGER search_delete`,
-				`UPDATE meta SET value = '4611686018427387904' WHERE key = 'search_indexed'`} {
+			for _, q := range []string{`UPDATE meta SET value = '4611686018427387904' WHERE key = 'search_indexed'`} {
 				if _, err := c.Exec(q); err != nil {
 					b.Fatal(err)
 				}
@@ -57,7 +58,9 @@ func BenchmarkApplySearchIndex(b *testing.B) {
 		for j := 0; j < 16; j++ {
 			c = append(c, words[(i*7+j*13)%len(words)])
 		}
-		for k, st := range stores {
+		for j := range stores {
+			k := (i + j) % 2 // each goes first every other time
+			st := stores[k]
 			e := &eventlog.Event{ID: eventlog.NewID(), Time: time.Now(), Type: eventlog.TypeMessageCreate, Shard: "alice",
 				Payload: eventlog.MessageCreate{MessageID: fmt.Sprintf("msg_%d", i), AgentID: "alice", SessionID: "ses",
 					Format: "markdown", Content: strings.Join(c, " "), Priority: "normal"}}
