@@ -397,6 +397,7 @@ func (s *RPCServer) bindAll(sy Syncer) {
 	bind(s, rpc.MethodMessageSend, write, s.sendMessage)
 	bind(s, rpc.MethodMessageGet, read, n.GetMessage)
 	bind(s, rpc.MethodMessageList, read, n.ListMessages)
+	bind(s, rpc.MethodMessageSearch, read, n.SearchMessages)
 	bind(s, rpc.MethodMessageEdit, write, n.EditMessage)
 	bind(s, rpc.MethodMessageDelete, write, n.DeleteMessage)
 	bind(s, rpc.MethodMessageMarkRead, write, n.MarkRead)

@@ -82,9 +82,7 @@ func compact(s *jsonschema.Schema, depth int) {
 	if depth > 1 || (depth == 1 && !keepDescription[s.Description]) {
 		s.Description = ""
 	}
-	if depth > 0 {
-		s.Required = nil
-	}
+	s.Required = nil
 	for _, p := range s.Properties {
 		compact(p, depth+1)
 	}

@@ -138,7 +138,7 @@ type Server struct {
 
 // New connects to thrum through dial, authenticates as id and subscribes
 // to every message addressed to it (by name, role, group or @everyone),
-// then returns a Server with its 12 tools registered.
+// then returns a Server with its 13 tools registered.
 func New(ctx context.Context, dial Dialer, id Identity, opts *Options) (*Server, error) {
 	if id.AgentID == "" {
 		return nil, errors.New("mcpserver: identity has no agent ID")

@@ -23,6 +23,7 @@ import (
 var ToolNames = []string{
 	"send_message", "check_messages", "wait_for_message", "get_message", "list_agents", "broadcast_message",
 	"create_group", "delete_group", "add_group_member", "remove_group_member", "list_groups", "get_group",
+	"search_messages",
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -51,7 +52,7 @@ func add[In, Out any](s *Server, t *mcp.Tool, in, out edits, h func(context.Cont
 
 func (s *Server) register() {
 	add(s, &mcp.Tool{Name: "send_message", Annotations: annotate("Send a message", false, false, false),
-		Description: "Send a message to an agent, a role (@reviewer), a group (@backend) or @everyone."},
+		Description: "Send a message to an agent, a role, a group or @everyone."},
 		edits{"priority": enum(priorityEnum)},
 		edits{"status": constant("delivered"), "recipient_status": enum([]any{"active", "offline", "no_agents"}),
 			"recipients[].kind": enum(addressKindEnum)},
@@ -62,8 +63,8 @@ func (s *Server) register() {
 		messageInfoEdits("messages[].", edits{"status": enum([]any{"messages", "empty"})}),
 		s.checkMessages)
 	add(s, &mcp.Tool{Name: "wait_for_message", Annotations: annotate("Wait for a message", false, false, false),
-		Description: "Block until a message for you arrives, then return it and mark it read: oldest first, " +
-			"or with priority_filter the oldest that passes (the others stay queued). One wait at a time."},
+		Description: "Block until a message for you arrives, then return it and mark it read " +
+			"(oldest first, or the oldest passing priority_filter). One wait at a time."},
 		edits{"timeout": bounds(1, int(MaxWaitTimeout/time.Second)),
 			"priority_filter": enum(priorityFilterEnum)},
 		messageInfoEdits("message.", edits{"status": enum([]any{"message_received", "timeout", "shutdown"})}),
@@ -77,7 +78,7 @@ func (s *Server) register() {
 		nil, edits{"agents[].status": enum(agentStatusEnum)},
 		s.listAgents)
 	add(s, &mcp.Tool{Name: "broadcast_message", Annotations: annotate("Broadcast a message", false, false, false),
-		Description: "Send one message to each other agent; filter for active ones only, or to leave out names or roles."},
+		Description: "Send one message to each other agent (filter: only active ones, or leave some out)."},
 		edits{"priority": enum(priorityEnum), "filter.status": enum([]any{"all", "active"})},
 		edits{"status": enum([]any{"sent", "partial", "no_recipients"})},
 		s.broadcastMessage)
@@ -101,6 +102,7 @@ func (s *Server) register() {
 	add(s, &mcp.Tool{Name: "get_group", Annotations: annotate("Get a group", true, false, true),
 		Description: "Show a group's members; with expand, the agent IDs it reaches now."},
 		nil, edits{"members[].type": enum(memberTypeEnum)}, s.getGroup)
+	s.addSearchTool()
 	s.mcp.AddReceivingMiddleware(structuredErrors)
 }
 

@@ -37,6 +37,7 @@ var specTools = map[string]struct {
 	"list_groups":         {readOnly: true},
 	"get_group":           {required: []string{"name"}, readOnly: true},
 	"get_message":         {required: []string{"message_id"}, readOnly: true},
+	"search_messages":     {required: []string{"query"}, readOnly: true},
 }
 
 // asObject re-decodes a schema the client holds as a JSON object.
@@ -68,8 +69,8 @@ func TestListTools(t *testing.T) {
 	want := slices.Clone(mcpserver.ToolNames)
 	sort.Strings(names)
 	sort.Strings(want)
-	if len(names) != 12 || !slices.Equal(names, want) {
-		t.Fatalf("tools = %v, want the 11 of the spec and get_message %v", names, want)
+	if len(names) != 13 || !slices.Equal(names, want) {
+		t.Fatalf("tools = %v, want the 11 of the spec, get_message and search_messages %v", names, want)
 	}
 	for _, tool := range res.Tools {
 		spec, ok := specTools[tool.Name]

@@ -98,6 +98,11 @@ func (c *Client) ListMessages(ctx context.Context, p *ListMessagesParams) (*List
 	return call[ListMessagesResult](ctx, c, MethodMessageList, p)
 }
 
+// SearchMessages calls the "message.search" method.
+func (c *Client) SearchMessages(ctx context.Context, p *SearchMessagesParams) (*SearchMessagesResult, error) {
+	return call[SearchMessagesResult](ctx, c, MethodMessageSearch, p)
+}
+
 // EditMessage calls the "message.edit" method.
 func (c *Client) EditMessage(ctx context.Context, p *EditMessageParams) (*EditMessageResult, error) {
 	return call[EditMessageResult](ctx, c, MethodMessageEdit, p)

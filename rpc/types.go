@@ -25,6 +25,7 @@ const (
 	MethodMessageSend       = "message.send"
 	MethodMessageGet        = "message.get"
 	MethodMessageList       = "message.list"
+	MethodMessageSearch     = "message.search"
 	MethodMessageEdit       = "message.edit"
 	MethodMessageDelete     = "message.delete"
 	MethodMessageMarkRead   = "message.markRead"
@@ -534,6 +535,55 @@ type ListMessagesResult struct {
 	Page       int              `json:"page"`
 	PageSize   int              `json:"page_size"`
 	TotalPages int              `json:"total_pages"`
+}
+
+// SearchMessagesParams are the params of message.search. Query is
+// required: plain words (all must appear; stemmed, so "tokens" finds
+// "token"), "a phrase", prefix* and the operators AND, OR, NOT (upper
+// case) with parentheses. The filters are message.list's, plus a time
+// range (Since and Until, RFC 3339, inclusive).
+type SearchMessagesParams struct {
+	Query          string `json:"query"`
+	AuthorID       string `json:"author_id,omitempty"`
+	Scope          *Pair  `json:"scope,omitempty"`
+	Ref            *Pair  `json:"ref,omitempty"`
+	ThreadID       string `json:"thread_id,omitempty"`
+	Mentions       bool   `json:"mentions,omitempty"`
+	MentionRole    string `json:"mention_role,omitempty"`
+	Since          string `json:"since,omitempty"`
+	Until          string `json:"until,omitempty"`
+	IncludeDeleted bool   `json:"include_deleted,omitempty"`
+	// SortBy is "relevance" (the default) or "created_at" (newest first).
+	SortBy   string `json:"sort_by,omitempty"`
+	PageSize int    `json:"page_size,omitempty"`
+	Page     int    `json:"page,omitempty"`
+}
+
+// SearchMessagesResult is one page of message.search, with the number of
+// matches in all.
+type SearchMessagesResult struct {
+	Results    []SearchResult `json:"results"`
+	Total      int            `json:"total"`
+	Page       int            `json:"page"`
+	PageSize   int            `json:"page_size"`
+	TotalPages int            `json:"total_pages"`
+	// SortBy is the order of Results: "relevance", or "created_at"
+	// (newest first) when asked or when more than 2,000 messages match
+	// (ranking every match of so common a query would be slow and say
+	// little).
+	SortBy string `json:"sort_by"`
+}
+
+// SearchResult is one message a search found: the message as a listing
+// shows it, and the excerpt that matched.
+type SearchResult struct {
+	MessageSummary
+	// Snippet is the best-matching excerpt of the content (or of the
+	// structured payload's JSON), "…" where it was cut.
+	Snippet string `json:"snippet"`
+	// Highlights are the matched words in Snippet, each [start, end) in
+	// characters (Unicode code points), in order.
+	Highlights [][2]int `json:"highlights"`
 }
 
 // MessageSummary is one message in a list (message.list, thread.get).

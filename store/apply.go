@@ -55,7 +55,12 @@ var applySQL = map[string]string{
 		unmerged_commits = excluded.unmerged_commits, uncommitted_files = excluded.uncommitted_files,
 		changed_files = excluded.changed_files, git_updated_at = excluded.git_updated_at`,
 
-	"message.body": `SELECT body_content, body_structured FROM messages WHERE message_id = ?`,
+	"message.body": `SELECT rowid, body_content, body_structured FROM messages WHERE message_id = ?`,
+	// An edit of a message the search index holds: its old words out,
+	// the new in (an external content index is told the old text).
+	"search.mark":   `SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'search_indexed'`,
+	"search.delete": `INSERT INTO messages_fts(messages_fts, rowid, body_content, body_structured) VALUES('delete', ?, ?, ?)`,
+	"search.insert": `INSERT INTO messages_fts(rowid, body_content, body_structured) VALUES(?, ?, ?)`,
 	"message.edit": `INSERT OR IGNORE INTO message_edits(event_id, message_id, edited_at, edited_by, session_id,
 		old_content, new_content, old_structured, new_structured) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 	"message.edited": `UPDATE messages SET body_content = ?, body_structured = ?, updated_at = ?, version = version + 1
@@ -406,6 +411,7 @@ func (t *txApplier) event(ctx context.Context, e *eventlog.Event) error {
 			return err
 		}
 		var old struct {
+			RowID      int64          `db:"rowid"`
 			Content    string         `db:"body_content"`
 			Structured sql.NullString `db:"body_structured"`
 		}
@@ -429,6 +435,18 @@ func (t *txApplier) event(ctx context.Context, e *eventlog.Event) error {
 		}
 		if n, _ := res.RowsAffected(); n == 0 {
 			return nil // this edit was applied before
+		}
+		var mark int64
+		if err := t.stmt(ctx, "search.mark").GetContext(ctx, &mark); err != nil {
+			return err
+		}
+		if old.RowID <= mark { // indexed: else it is indexed later as it then is
+			if err := t.exec(ctx, "search.delete", old.RowID, old.Content, old.Structured); err != nil {
+				return err
+			}
+			if err := t.exec(ctx, "search.insert", old.RowID, newContent, newStructured); err != nil {
+				return err
+			}
 		}
 		return t.exec(ctx, "message.edited", newContent, newStructured, ts, p.MessageID)
 

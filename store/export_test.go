@@ -18,3 +18,8 @@ func SetVersion(t *testing.T, path, v string) {
 		t.Fatal(err)
 	}
 }
+
+// OpenBulk opens path as Rebuild does, loading without secondary indexes
+// or search triggers; closing it without Rebuild's finish is a rebuild
+// cut short.
+func OpenBulk(path string) (*Store, error) { return Open(path, &Options{bulk: true}) }

@@ -8,11 +8,11 @@ package store
 // Version history: 1 = initial; 2 = clustered (WITHOUT ROWID) pair and
 // read tables, indexes built after a rebuild's load. A projection with an
 // older version is dropped and rebuilt from the log (ErrOutdated). 3 =
-// idempotency_keys, checkpoints.event_id.
+// idempotency_keys, checkpoints.event_id. 4 = messages_fts (search).
 // Adding an index needs no new version: every open runs the index DDL
 // (IF NOT EXISTS), so a projection made before idx_messages_session gains
 // it in place, and an older thrum ignores an index it does not know.
-const schemaVersion = 3
+const schemaVersion = 4
 
 const schema = `
 CREATE TABLE IF NOT EXISTS meta (
@@ -161,6 +161,24 @@ CREATE TABLE IF NOT EXISTS thread_scopes (
   PRIMARY KEY (thread_id, scope_type, scope_value)
 ) WITHOUT ROWID;
 
+-- The full-text index of every message's content and structured payload
+-- (as JSON text, so its keys and values are words), deleted ones too
+-- (include_deleted searches them). It stores no copy of the text: its
+-- content is the messages table, joined by messages' rowid. New messages
+-- are indexed in batches (Store.IndexPending) up to meta's search_indexed
+-- mark; Apply keeps indexed rows in step with edits. (Rows never leave
+-- messages: a delete is a flag.) Words are stemmed (porter: "tokens"
+-- finds "token") after unicode61 splits them, with diacritics folded
+-- ("cafe" finds "café").
+CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts USING fts5(
+  body_content, body_structured,
+  content = 'messages', content_rowid = 'rowid',
+  tokenize = 'porter unicode61 remove_diacritics 2'
+);
+-- The index's terms with their document and occurrence counts: what Dump
+-- compares, so a rebuild and a live projection agree on the index itself.
+CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts_terms USING fts5vocab(messages_fts, row);
+
 CREATE TABLE IF NOT EXISTS groups (
   name TEXT PRIMARY KEY,
   description TEXT NOT NULL DEFAULT '',
@@ -194,6 +212,7 @@ CREATE INDEX IF NOT EXISTS idx_message_reads_agent ON message_reads(agent_id, me
 CREATE INDEX IF NOT EXISTS idx_message_reads_message ON message_reads(message_id);
 CREATE INDEX IF NOT EXISTS idx_thread_scopes_lookup ON thread_scopes(scope_type, scope_value);
 CREATE INDEX IF NOT EXISTS idx_group_members_member ON group_members(member_type, member_id);
+CREATE INDEX IF NOT EXISTS idx_messages_deleted ON messages(deleted) WHERE deleted = 1;
 `
 
 // Tables lists the projection's tables (for Dump and comparisons).
@@ -201,5 +220,5 @@ var Tables = []string{
 	"agents", "tokens", "sessions", "session_scopes", "session_refs", "work_contexts",
 	"messages", "message_scopes", "message_refs", "message_edits", "message_reads",
 	"threads", "thread_scopes", "groups", "group_members", "checkpoints",
-	"idempotency_keys",
+	"idempotency_keys", "messages_fts_terms",
 }

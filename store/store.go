@@ -61,6 +61,11 @@ type Store struct {
 
 	applies atomic.Uint64 // successful Apply calls, so the checkpointer knows when the store is idle
 
+	// searchDirty is set when an Apply may have added messages the search
+	// index does not hold yet; IndexPending clears it under searchMu.
+	searchMu    sync.Mutex
+	searchDirty atomic.Bool
+
 	ckStop, ckDone chan struct{}
 
 	closeOnce sync.Once
@@ -108,6 +113,7 @@ func dsn(path string, readOnly bool) string {
 // Open opens (creating if needed) the projection database at path.
 func Open(path string, opts *Options) (*Store, error) {
 	s := &Store{path: path}
+	s.searchDirty.Store(true) // a crash may have left messages unindexed
 	if opts != nil {
 		s.opts = *opts
 	}
@@ -187,6 +193,9 @@ func migrate(w *sqlx.DB, bulk bool) error {
 			return fmt.Errorf("create indexes: %w", err)
 		}
 	}
+	if _, err := w.Exec(`INSERT OR IGNORE INTO meta(key, value) VALUES('search_indexed', '0')`); err != nil {
+		return fmt.Errorf("create schema: %w", err)
+	}
 	_, err = w.Exec(`INSERT INTO meta(key, value) VALUES('schema_version', ?)
 		ON CONFLICT(key) DO UPDATE SET value = excluded.value`, strconv.Itoa(schemaVersion))
 	return err
@@ -204,6 +213,11 @@ func (s *Store) Close() error {
 			close(s.ckStop)
 			<-s.ckDone
 			errs = append(errs, s.ck.Close())
+		}
+		if s.ap != nil && !s.opts.bulk {
+			// Leave the file indexed (best effort: the next open indexes
+			// what is left, and searches index before they look).
+			_ = s.IndexPending(context.Background())
 		}
 		s.rc.close()
 		if s.ap != nil {
@@ -252,6 +266,11 @@ func (s *Store) checkpointLoop() {
 			lastApplies, idle, truncated = n, 0, false
 		} else {
 			idle++
+		}
+		if !s.opts.bulk {
+			if err := s.IndexPending(context.Background()); err != nil && s.opts.Logger != nil {
+				s.opts.Logger.Warn("store: indexing new messages for search failed; retrying", "err", err)
+			}
 		}
 		mode := "PASSIVE"
 		if !truncated && idle >= idleTicks || s.walSize() > walMaxSize {
@@ -337,6 +356,12 @@ func (s *Store) Apply(ctx context.Context, evs []*eventlog.Event) error {
 		return err // rolled back: the store is as idle as before
 	}
 	s.applies.Add(1)
+	for _, e := range evs {
+		if e.Type == eventlog.TypeMessageCreate {
+			s.searchDirty.Store(true)
+			break
+		}
+	}
 	return nil
 }
 
@@ -440,12 +465,19 @@ func Rebuild(ctx context.Context, log *eventlog.Log, path string, opts *Options)
 			return nil, fmt.Errorf("store: rebuild: %w", err)
 		}
 	}
+	if err := s.IndexPending(ctx); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("store: rebuild: %w", err)
+	}
 	return s, nil
 }
 
 // Dump returns every row of every table in Tables, each row rendered as
 // text in a stable order: two projections are equal when their dumps are.
 func (s *Store) Dump(ctx context.Context) (map[string][]string, error) {
+	if err := s.IndexPending(ctx); err != nil {
+		return nil, err
+	}
 	out := map[string][]string{}
 	for _, t := range Tables {
 		rows, err := s.r.QueryxContext(ctx, `SELECT * FROM `+t)

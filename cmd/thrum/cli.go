@@ -52,6 +52,7 @@ type CLI struct {
 	Send       SendCmd       `cmd:"" help:"Send a message."`
 	Reply      ReplyCmd      `cmd:"" help:"Reply to a message."`
 	Inbox      InboxCmd      `cmd:"" help:"List messages with read/unread indicators."`
+	Search     SearchCmd     `cmd:"" help:"Find messages by their words."`
 	Message    MessageCmd    `cmd:"" help:"Get, edit, delete or mark messages read."`
 	Group      GroupCmd      `cmd:"" help:"Manage groups of agents and roles."`
 	Agent      AgentCmd      `cmd:"" help:"List, inspect, delete and clean up agents."`

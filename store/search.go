@@ -1,0 +1,286 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/thrumhq/thrum/eventlog"
+)
+
+// SearchFilter selects messages by their words (Match) and the listing's
+// filters. Zero fields do not filter.
+type SearchFilter struct {
+	// Match is an FTS5 query expression over messages_fts. The caller
+	// builds it (the node parses a person's query into one whose every
+	// term is a quoted string), so it holds no column filter.
+	Match    string
+	Scope    *eventlog.Pair
+	Ref      *eventlog.Pair
+	ThreadID string
+	AuthorID string
+	// Mentions, when non-nil, keeps messages with a mention ref whose
+	// value is one of these (an empty non-nil slice matches nothing).
+	Mentions []string
+	// Since and Until bound created_at (inclusive), in
+	// eventlog.TimeFormat; "" leaves that end open.
+	Since, Until   string
+	IncludeDeleted bool
+	// ByTime orders newest first instead of by relevance.
+	ByTime        bool
+	Limit, Offset int
+}
+
+// SearchHit is one message a search found.
+type SearchHit struct {
+	MessageID string
+	// Score is bm25's: lower is more relevant.
+	Score float64
+	// Snippet is the best excerpt of the matching column, at most about
+	// SnippetTokens words, with each match between SnippetOpen and
+	// SnippetClose and cut ends marked with SnippetEllipsis.
+	Snippet string
+}
+
+// The snippet's markers: control characters no message is expected to
+// hold (the node strips them from the text it returns).
+const (
+	SnippetOpen     = "\x01"
+	SnippetClose    = "\x02"
+	SnippetEllipsis = "…"
+	SnippetTokens   = 24
+)
+
+// ErrBadQuery wraps SQLite's refusal of a Match expression.
+var ErrBadQuery = errors.New("store: bad search query")
+
+// RelevanceLimit is how many matches a search ranks by relevance at
+// most: bm25 must score every match, which costs about 5-10 µs each, so
+// past this a search returns the newest matches first instead (and says
+// so). A query matching that many messages is a common word, whose
+// relevance ranking says little anyway.
+const RelevanceLimit = 2000
+
+// Search returns one page of the messages matching f, most relevant
+// first (ties to the newer message), or newest first with f.ByTime or
+// when more than RelevanceLimit match (byTime is then true); and how
+// many match in all.
+func (s *Store) Search(ctx context.Context, f SearchFilter) (hits []SearchHit, total int, byTime bool, err error) {
+	if f.Mentions != nil && len(f.Mentions) == 0 {
+		return nil, 0, f.ByTime, nil
+	}
+	// Every message committed before the search is found: index what the
+	// last batch left. If that fails (a full disk), search what is indexed.
+	_ = s.IndexPending(ctx)
+	var conds []string
+	var args []any
+	pairs := func(table, col, typ string, values ...string) {
+		conds = append(conds, `m.message_id IN (SELECT message_id FROM `+table+` WHERE `+col+`_type = ? AND `+col+`_value IN (`+placeholders(len(values))+`))`)
+		args = append(args, typ)
+		for _, v := range values {
+			args = append(args, v)
+		}
+	}
+	if f.ThreadID != "" {
+		conds, args = append(conds, `m.thread_id = ?`), append(args, f.ThreadID)
+	}
+	if f.AuthorID != "" {
+		conds, args = append(conds, `m.agent_id = ?`), append(args, f.AuthorID)
+	}
+	if f.Since != "" {
+		conds, args = append(conds, `m.created_at >= ?`), append(args, f.Since)
+	}
+	if f.Until != "" {
+		conds, args = append(conds, `m.created_at <= ?`), append(args, f.Until)
+	}
+	if f.Scope != nil {
+		pairs("message_scopes", "scope", f.Scope.Type, f.Scope.Value)
+	}
+	if f.Ref != nil {
+		pairs("message_refs", "ref", f.Ref.Type, f.Ref.Value)
+	}
+	if f.Mentions != nil {
+		pairs("message_refs", "ref", "mention", f.Mentions...)
+	}
+	filtered := len(conds) > 0
+	if !f.IncludeDeleted {
+		conds = append(conds, `COALESCE(m.deleted, 0) = 0`)
+	}
+	where := ` WHERE messages_fts MATCH ?`
+	for _, c := range conds {
+		where += ` AND ` + c
+	}
+	args = append([]any{f.Match}, args...)
+	join := ` FROM messages_fts JOIN messages m ON m.rowid = messages_fts.rowid` + where
+
+	// The total. With no filter but the deleted flag, the index counts
+	// alone and the few deleted matches are taken off (the join would
+	// read a messages row per match).
+	if filtered {
+		err = s.get(ctx, &total, `SELECT COUNT(*)`+join, args...)
+	} else {
+		err = s.get(ctx, &total, `SELECT COUNT(*) FROM messages_fts WHERE messages_fts MATCH ?`, f.Match)
+		if err == nil && !f.IncludeDeleted {
+			var deleted int
+			err = s.get(ctx, &deleted, `SELECT COUNT(*) FROM messages_fts WHERE messages_fts MATCH ?
+				AND rowid IN (SELECT rowid FROM messages WHERE deleted = 1)`, f.Match)
+			total -= deleted
+		}
+	}
+	if err != nil {
+		return nil, 0, false, searchErr(err)
+	}
+	byTime = f.ByTime || total > RelevanceLimit
+	offset, limit := max(f.Offset, 0), max(f.Limit, 0)
+	if limit == 0 || offset >= total {
+		return nil, total, byTime, nil
+	}
+	const newest = ` ORDER BY m.created_at DESC, m.message_id DESC LIMIT ? OFFSET ?`
+	var q string
+	switch {
+	case !byTime:
+		// The page first, with no snippet: SQLite would compute the
+		// result columns of every match before sorting them.
+		q = `SELECT m.message_id, messages_fts.rowid, bm25(messages_fts) AS score` + join +
+			` ORDER BY score, m.created_at DESC, m.message_id DESC LIMIT ? OFFSET ?`
+	case s.probeNewest(ctx, total, offset+limit):
+		// Many matches and an early page: walk messages newest first and
+		// ask the index about each, stopping at the page's end.
+		q = `SELECT m.message_id, messages_fts.rowid, 0 FROM messages m CROSS JOIN messages_fts ON messages_fts.rowid = m.rowid` +
+			where + newest
+	default:
+		q = `SELECT m.message_id, messages_fts.rowid, 0` + join + newest
+	}
+	rows, err := s.query(ctx, q, append(args, limit, offset)...)
+	if err != nil {
+		return nil, 0, false, searchErr(err)
+	}
+	var rowids []any
+	for rows.Next() {
+		var h SearchHit
+		var rowid int64
+		if err := rows.Scan(&h.MessageID, &rowid, &h.Score); err != nil {
+			rows.Close()
+			return nil, 0, false, err
+		}
+		hits = append(hits, h)
+		rowids = append(rowids, rowid)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, 0, false, searchErr(err)
+	}
+	if len(hits) == 0 {
+		return nil, total, byTime, nil
+	}
+	// Then the page's snippets.
+	q = `SELECT rowid, snippet(messages_fts, -1, ?, ?, ?, ?) FROM messages_fts WHERE messages_fts MATCH ? AND rowid IN (` + placeholders(len(rowids)) + `)`
+	sargs := append([]any{SnippetOpen, SnippetClose, SnippetEllipsis, SnippetTokens, f.Match}, rowids...)
+	srows, err := s.query(ctx, q, sargs...)
+	if err != nil {
+		return nil, 0, false, searchErr(err)
+	}
+	defer srows.Close()
+	snippets := make(map[int64]string, len(hits))
+	for srows.Next() {
+		var rowid int64
+		var snip *string
+		if err := srows.Scan(&rowid, &snip); err != nil {
+			return nil, 0, false, err
+		}
+		if snip != nil {
+			snippets[rowid] = *snip
+		}
+	}
+	if err := srows.Err(); err != nil {
+		return nil, 0, false, searchErr(err)
+	}
+	for i := range hits {
+		hits[i].Snippet = snippets[rowids[i].(int64)]
+	}
+	return hits, total, byTime, nil
+}
+
+// probeNewest reports whether a page ending at end of the newest of
+// total matches is found faster by walking messages newest first and
+// probing the index for each (about 300 µs a probe, and about
+// end*messages/total probes) than by reading every match through the
+// index and sorting them (about 3 µs each).
+func (s *Store) probeNewest(ctx context.Context, total, end int) bool {
+	var n int64
+	if err := s.get(ctx, &n, `SELECT COALESCE(MAX(rowid), 0) FROM messages`); err != nil || total == 0 {
+		return false
+	}
+	return 100*int64(end)*n < int64(total)*int64(total)
+}
+
+// searchErr marks SQLite's errors about the query expression as
+// ErrBadQuery, keeping SQLite's words ("fts5: syntax error near …").
+func searchErr(err error) error {
+	msg := err.Error()
+	for _, s := range []string{"fts5:", "unterminated string", "no such column"} {
+		if i := strings.Index(msg, s); i >= 0 {
+			return fmt.Errorf("%w: %s", ErrBadQuery, strings.TrimSuffix(msg[i:], " (1)"))
+		}
+	}
+	return fmt.Errorf("store: search: %w", err)
+}
+
+// IndexPending adds the messages applied since the last call to the
+// search index, in one transaction: a send's commit does not pay for the
+// index (FTS5 writes a segment per transaction), the store indexes every
+// checkpoint tick (250 ms) and before every search, so a search finds
+// every message committed before it.
+func (s *Store) IndexPending(ctx context.Context) error {
+	s.searchMu.Lock()
+	defer s.searchMu.Unlock()
+	if !s.searchDirty.Swap(false) {
+		return nil
+	}
+	err := s.indexPending(ctx)
+	if err != nil {
+		s.searchDirty.Store(true)
+	}
+	return err
+}
+
+func (s *Store) indexPending(ctx context.Context) error {
+	s.ap.mu.Lock() // the writer connection is the applier's
+	defer s.ap.mu.Unlock()
+	tx, err := s.w.BeginTxx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("store: index for search: %w", err)
+	}
+	defer tx.Rollback()
+	var mark, top int64
+	if err := tx.GetContext(ctx, &mark, `SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'search_indexed'`); err != nil {
+		return fmt.Errorf("store: index for search: %w", err)
+	}
+	if err := tx.GetContext(ctx, &top, `SELECT COALESCE(MAX(rowid), 0) FROM messages`); err != nil {
+		return fmt.Errorf("store: index for search: %w", err)
+	}
+	if top <= mark {
+		return nil
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO messages_fts(rowid, body_content, body_structured)
+		SELECT rowid, body_content, body_structured FROM messages WHERE rowid > ? AND rowid <= ? ORDER BY rowid`, mark, top); err != nil {
+		return fmt.Errorf("store: index for search: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE meta SET value = ? WHERE key = 'search_indexed'`, top); err != nil {
+		return fmt.Errorf("store: index for search: %w", err)
+	}
+	return tx.Commit()
+}
+
+// CheckSearchIndex compares the full-text index with the messages it
+// indexes, and returns an error if they differ.
+func (s *Store) CheckSearchIndex(ctx context.Context) error {
+	if err := s.IndexPending(ctx); err != nil {
+		return err
+	}
+	if _, err := s.w.ExecContext(ctx, `INSERT INTO messages_fts(messages_fts, rank) VALUES('integrity-check', 1)`); err != nil {
+		return fmt.Errorf("store: the search index does not match the messages: %w", err)
+	}
+	return nil
+}
