@@ -118,9 +118,9 @@ type Syncer struct {
 	roundDone         chan struct{}
 
 	roundMu sync.Mutex                     // one round at a time
-	have    map[string]map[string]struct{} // shard path → event IDs in the local file
-	scanned map[string]int64               // shard path → bytes of the local file read into have
-	merged  map[string]mergedBlob          // shard path → the remote blob last merged
+	have    map[string]map[string]struct{} // shard name → event IDs in the local segments
+	scanned map[string]int64               // local segment path → its bytes read into have
+	merged  map[string]mergedBlob          // remote segment path → the remote blob last merged
 
 	// Packing (see maybePack): rounds that committed or imported since the
 	// last repack.
@@ -444,27 +444,46 @@ func (s *Syncer) attempt(ctx context.Context) (pushed bool, rejected, err error)
 	return true, nil, nil
 }
 
-// refreshHave reads what was appended to a local shard file since the
-// last look, so that have[rel] lists every event ID in it. It is called
-// only for a file a merge must check: a Syncer whose remote brings
-// nothing new keeps no IDs in memory.
-func (s *Syncer) refreshHave(rel string) (map[string]struct{}, error) {
-	ids := s.have[rel]
+// refreshHave reads what was appended to a local shard's segments since
+// the last look, so that have[shard] lists every event ID in the shard
+// (a remote line may sit in another segment here than there). It is
+// called only for a shard a merge must check: a Syncer whose remote
+// brings nothing new keeps no IDs in memory.
+func (s *Syncer) refreshHave(shard string) (map[string]struct{}, error) {
+	ids := s.have[shard]
 	if ids == nil {
 		ids = map[string]struct{}{}
-		s.have[rel] = ids
+		s.have[shard] = ids
 	}
-	f, err := os.Open(filepath.Join(s.dir, filepath.FromSlash(rel)))
-	if errors.Is(err, os.ErrNotExist) {
-		return ids, nil // no local file yet: nothing here
-	}
+	segs, err := s.log.Segments(shard)
 	if err != nil {
 		return nil, err
 	}
+	for _, rel := range segs {
+		if err := s.readIDs(rel, ids); err != nil {
+			return nil, err
+		}
+	}
+	return ids, nil
+}
+
+// readIDs adds to ids the event IDs of a local segment past what was read
+// of it before.
+func (s *Syncer) readIDs(rel string, ids map[string]struct{}) error {
+	f, err := os.Open(filepath.Join(s.dir, filepath.FromSlash(rel)))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
 	defer f.Close()
 	off := s.scanned[rel]
+	if st, err := f.Stat(); err != nil || st.Size() <= off {
+		return err // nothing new (a closed segment, once read, is never read again)
+	}
 	if _, err := f.Seek(off, 0); err != nil {
-		return nil, err
+		return err
 	}
 	br := bufio.NewReaderSize(f, 64<<10)
 	for {
@@ -478,7 +497,7 @@ func (s *Syncer) refreshHave(rel string) (map[string]struct{}, error) {
 		}
 	}
 	s.scanned[rel] = off
-	return ids, nil
+	return nil
 }
 
 // merge imports, shard by shard, the remote's events this log lacks.
@@ -503,15 +522,19 @@ func (s *Syncer) merge(ctx context.Context, remoteRef string) error {
 	for _, row := range strings.Split(out, "\n") {
 		meta, path, ok := strings.Cut(row, "\t")
 		f := strings.Fields(meta)
-		if !ok || len(f) != 5 || (f[4] != "A" && f[4] != "M") || !strings.HasPrefix(f[1], "100") || !isShard(path) {
-			continue // not a shard file the remote has
+		if !ok || len(f) != 5 || (f[4] != "A" && f[4] != "M") || !strings.HasPrefix(f[1], "100") {
+			continue // not a file the remote has
+		}
+		shard, _, isSegment := eventlog.ParseSegmentPath(path)
+		if !isSegment {
+			continue
 		}
 		blob := f[3]
 		prev := s.merged[path]
 		if prev.blob == blob {
 			continue // unchanged since the last merge
 		}
-		n, err := s.mergeBlob(ctx, path, blob, prev)
+		n, err := s.mergeBlob(ctx, path, shard, blob, prev)
 		imported += n
 		if err != nil {
 			return err
@@ -528,14 +551,14 @@ func (s *Syncer) merge(ctx context.Context, remoteRef string) error {
 // mergeBlob imports the events of one remote shard file that this log
 // lacks. When prev (the version last merged) is a proven prefix of it,
 // only the bytes after prev are checked; otherwise every line is.
-func (s *Syncer) mergeBlob(ctx context.Context, path, blob string, prev mergedBlob) (int, error) {
+func (s *Syncer) mergeBlob(ctx context.Context, path, shard, blob string, prev mergedBlob) (int, error) {
 	skip := int64(0)
 	if prev.blob != "" && prev.size > 0 {
 		skip = prev.size // a shorter file fails the prefix check
 	}
-	n, err := s.mergeFrom(ctx, path, blob, skip, prev.sum)
+	n, err := s.mergeFrom(ctx, path, shard, blob, skip, prev.sum)
 	if errors.Is(err, errPrefixChanged) {
-		n, err = s.mergeFrom(ctx, path, blob, 0, prev.sum) // the file was rewritten: read it all
+		n, err = s.mergeFrom(ctx, path, shard, blob, 0, prev.sum) // the file was rewritten: read it all
 	}
 	return n, err
 }
@@ -546,7 +569,7 @@ var errPrefixChanged = errors.New("the remote file's old bytes changed")
 // want (else errPrefixChanged) and are not checked line by line; the
 // lines after them that this log lacks are imported. What is remembered
 // is the blob's whole lines: their length and hash.
-func (s *Syncer) mergeFrom(ctx context.Context, path, blob string, skip int64, want [sha256.Size]byte) (int, error) {
+func (s *Syncer) mergeFrom(ctx context.Context, path, shard, blob string, skip int64, want [sha256.Size]byte) (int, error) {
 	cmd := exec.CommandContext(ctx, "git", "cat-file", "blob", blob)
 	cmd.Dir = s.dir
 	cmd.Env = append(os.Environ(), "GIT_TERMINAL_PROMPT=0")
@@ -560,7 +583,7 @@ func (s *Syncer) mergeFrom(ctx context.Context, path, blob string, skip int64, w
 		return 0, fmt.Errorf("read %s: %w", path, err)
 	}
 	full := sha256.New()
-	lines, size, checked, err := s.scanBlob(stdout, full, path, skip, want)
+	lines, size, checked, err := s.scanBlob(stdout, full, path, shard, skip, want)
 	if err != nil {
 		_, _ = io.Copy(io.Discard, stdout)
 		_ = cmd.Wait()
@@ -570,10 +593,10 @@ func (s *Syncer) mergeFrom(ctx context.Context, path, blob string, skip int64, w
 		return 0, fmt.Errorf("read %s: git cat-file: %v: %s", path, err, strings.TrimSpace(errb.String()))
 	}
 	if len(lines) > 0 {
-		if _, err := s.log.Import(ctx, shardName(path), lines); err != nil {
+		if _, err := s.log.Import(ctx, shard, lines); err != nil {
 			return 0, fmt.Errorf("import %s: %w", path, err)
 		}
-		ids := s.have[path]
+		ids := s.have[shard]
 		for _, l := range lines {
 			ids[eventID(l)] = struct{}{}
 		}
@@ -592,7 +615,7 @@ func (s *Syncer) mergeFrom(ctx context.Context, path, blob string, skip int64, w
 // this log lacks are returned. Every whole line, prefix included, is fed
 // to full; size is the length of the whole lines (an unterminated tail
 // is not an event yet and is read again next time).
-func (s *Syncer) scanBlob(r io.Reader, full hash.Hash, path string, skip int64, want [sha256.Size]byte) (lines [][]byte, size int64, checked int, err error) {
+func (s *Syncer) scanBlob(r io.Reader, full hash.Hash, path, shard string, skip int64, want [sha256.Size]byte) (lines [][]byte, size int64, checked int, err error) {
 	if skip > 0 {
 		pre := sha256.New()
 		if _, err := io.CopyN(io.MultiWriter(pre, full), r, skip); err != nil {
@@ -603,7 +626,7 @@ func (s *Syncer) scanBlob(r io.Reader, full hash.Hash, path string, skip int64, 
 			return nil, 0, 0, errPrefixChanged
 		}
 	}
-	ids, err := s.refreshHave(path)
+	ids, err := s.refreshHave(shard)
 	if err != nil {
 		return nil, 0, 0, err
 	}
@@ -646,12 +669,18 @@ func (s *Syncer) scanBlob(r io.Reader, full hash.Hash, path string, skip int64, 
 // the push is a fast-forward. With nothing new on either side it makes
 // no commit: two clones never trade empty merges.
 func (s *Syncer) commit(ctx context.Context, remoteRef string, hasRemote bool) (needPush bool, err error) {
+	// Every segment file (git's pathspec "*" matches "/" too); not the
+	// .corrupt files beside them.
 	args := []string{"add", "--"}
-	if _, err := os.Stat(filepath.Join(s.dir, eventlog.EventsFile)); err == nil {
-		args = append(args, eventlog.EventsFile)
-	}
-	if matches, _ := filepath.Glob(filepath.Join(s.dir, eventlog.MessagesDir, "*.jsonl")); len(matches) > 0 {
-		args = append(args, eventlog.MessagesDir+"/*.jsonl")
+	for _, spec := range []struct{ pathspec, glob string }{
+		{eventlog.EventsFile, eventlog.EventsFile},
+		{"events/*.jsonl", "events/*.jsonl"},
+		{eventlog.MessagesDir + "/*.jsonl", eventlog.MessagesDir + "/*.jsonl"},
+		{eventlog.MessagesDir + "/*.jsonl", eventlog.MessagesDir + "/*/*.jsonl"},
+	} {
+		if matches, _ := filepath.Glob(filepath.Join(s.dir, filepath.FromSlash(spec.glob))); len(matches) > 0 && args[len(args)-1] != spec.pathspec {
+			args = append(args, spec.pathspec) // git fails on a pathspec that matches nothing
+		}
 	}
 	if len(args) > 2 {
 		if _, err := s.git(ctx, args...); err != nil {
@@ -752,21 +781,6 @@ func (s *Syncer) gitEnvBytes(ctx context.Context, env []string, args ...string) 
 		return nil, fmt.Errorf("git %s: %v: %s", args[0], err, strings.TrimSpace(errb.String()))
 	}
 	return out.Bytes(), nil
-}
-
-func isShard(path string) bool {
-	if path == eventlog.EventsFile {
-		return true
-	}
-	name, ok := strings.CutPrefix(path, eventlog.MessagesDir+"/")
-	return ok && !strings.Contains(name, "/") && strings.HasSuffix(name, ".jsonl") && len(name) > len(".jsonl")
-}
-
-func shardName(path string) string {
-	if path == eventlog.EventsFile {
-		return ""
-	}
-	return strings.TrimSuffix(strings.TrimPrefix(path, eventlog.MessagesDir+"/"), ".jsonl")
 }
 
 // eventID reads a line's event ID, "" if it is not an event.
