@@ -117,10 +117,12 @@ type Syncer struct {
 	lastErr           error
 	roundDone         chan struct{}
 
-	roundMu sync.Mutex                     // one round at a time
-	have    map[string]map[string]struct{} // shard name → event IDs in the local segments
-	scanned map[string]int64               // local segment path → its bytes read into have
-	merged  map[string]mergedBlob          // remote segment path → the remote blob last merged
+	roundMu  sync.Mutex                     // one round at a time
+	have     map[string]map[string]struct{} // shard name → event IDs in the local segments
+	scanned  map[string]int64               // local segment path → its bytes read into have
+	merged   map[string]mergedBlob          // remote segment path → the remote blob last merged
+	head     string                         // HEAD as the Syncer last committed or read it ("" = unknown)
+	headTree string
 
 	// Packing (see maybePack): rounds that committed or imported since the
 	// last repack.
@@ -362,7 +364,7 @@ func (s *Syncer) SyncOnce(ctx context.Context) (err error) {
 	var rejected error
 	for try := 0; try < maxPushTries; try++ {
 		var pushed bool
-		pushed, rejected, err = s.attempt(ctx)
+		pushed, rejected, err = s.attempt(ctx, try == 0)
 		if err != nil || pushed {
 			return err
 		}
@@ -402,7 +404,7 @@ func (s *Syncer) maybePack(ctx context.Context) {
 		return
 	}
 	s.sincePack = 0
-	if _, err := s.git(ctx, "-c", "pack.threads=1", "repack", "-a", "-d", "-q"); err != nil {
+	if _, err := s.git(ctx, "-c", "pack.threads=1", "repack", "-d", "-q", "--geometric=2"); err != nil {
 		if s.opts.Logger != nil {
 			s.opts.Logger.Warn("gitsync: repack failed; will retry", "err", err)
 		}
@@ -417,24 +419,56 @@ var errPushRejected = errors.New("push rejected")
 
 // attempt is one fetch-merge-commit-push. pushed is false when the push
 // lost a race (rejected says how) and the round should be tried again.
-func (s *Syncer) attempt(ctx context.Context) (pushed bool, rejected, err error) {
+//
+// With pushFirst, local events are first committed on HEAD alone and
+// pushed without a fetch: a push that the remote takes as a fast-forward
+// proves that HEAD already has every commit of the remote, so there is
+// nothing to merge, and the round costs no fetch. Only a push that fails
+// (the remote moved on, or cannot be reached), or a round with nothing
+// local to push, fetches and merges.
+func (s *Syncer) attempt(ctx context.Context, pushFirst bool) (pushed bool, rejected, err error) {
+	var tree string // the files' tree, if staged and still current
+	if pushFirst {
+		var changed bool
+		changed, tree, err = s.commitLocal(ctx)
+		if err != nil {
+			return false, nil, err
+		}
+		if changed {
+			// Any failure (a refusal, an unreachable remote) takes the
+			// way below, which reports it if it lasts.
+			if ok, _, _ := s.push(ctx); ok {
+				return true, nil, nil
+			}
+		}
+	}
 	remoteRef := "refs/remotes/" + s.opts.Remote + "/" + s.opts.Branch
 	hasRemote := true
-	if _, err := s.git(ctx, "fetch", "--quiet", s.opts.Remote, "+refs/heads/"+s.opts.Branch+":"+remoteRef); err != nil {
+	if _, err := s.git(ctx, "fetch", "--quiet", "--no-auto-maintenance", "--no-write-fetch-head", s.opts.Remote, "+refs/heads/"+s.opts.Branch+":"+remoteRef); err != nil {
 		if !strings.Contains(err.Error(), "couldn't find remote ref") {
 			return false, nil, fmt.Errorf("fetch: %w", err)
 		}
 		hasRemote = false // the remote has no sync branch yet: our push creates it
 	}
 	if hasRemote {
-		if err := s.merge(ctx, remoteRef); err != nil {
+		imported, err := s.merge(ctx, remoteRef)
+		if err != nil {
 			return false, nil, err
 		}
+		if imported > 0 {
+			tree = "" // the files changed: stage them again
+		}
 	}
-	needPush, err := s.commit(ctx, remoteRef, hasRemote)
+	needPush, err := s.commit(ctx, tree, remoteRef, hasRemote)
 	if err != nil || !needPush {
 		return err == nil, nil, err
 	}
+	return s.push(ctx)
+}
+
+// push pushes HEAD to the remote's sync branch. pushed is false when the
+// remote refused it as not a fast-forward (rejected says how).
+func (s *Syncer) push(ctx context.Context) (pushed bool, rejected, err error) {
 	if _, err := s.git(ctx, "push", "--quiet", s.opts.Remote, "HEAD:refs/heads/"+s.opts.Branch); err != nil {
 		if strings.Contains(err.Error(), "rejected") || strings.Contains(err.Error(), "fetch first") || strings.Contains(err.Error(), "non-fast-forward") {
 			return false, err, nil
@@ -510,13 +544,13 @@ func (s *Syncer) readIDs(rel string, ids map[string]struct{}) error {
 // (to prove they are unchanged) and only the new lines checked and
 // imported. Anything else (a first sight, a rewritten file) is read and
 // checked in full.
-func (s *Syncer) merge(ctx context.Context, remoteRef string) error {
+func (s *Syncer) merge(ctx context.Context, remoteRef string) (int, error) {
 	// The remote's files that differ from HEAD's: a file whose blob is
 	// the one in HEAD (ours, committed from the local file, so every line
 	// of it is here) is not even listed.
 	out, err := s.git(ctx, "diff-tree", "-r", "--no-renames", "HEAD", remoteRef)
 	if err != nil {
-		return fmt.Errorf("diff-tree: %w", err)
+		return 0, fmt.Errorf("diff-tree: %w", err)
 	}
 	imported := 0
 	for _, row := range strings.Split(out, "\n") {
@@ -537,7 +571,7 @@ func (s *Syncer) merge(ctx context.Context, remoteRef string) error {
 		n, err := s.mergeBlob(ctx, path, shard, blob, prev)
 		imported += n
 		if err != nil {
-			return err
+			return imported, err
 		}
 	}
 	if imported > 0 {
@@ -545,7 +579,7 @@ func (s *Syncer) merge(ctx context.Context, remoteRef string) error {
 		s.status.Imported += imported
 		s.mu.Unlock()
 	}
-	return nil
+	return imported, nil
 }
 
 // mergeBlob imports the events of one remote shard file that this log
@@ -668,48 +702,21 @@ func (s *Syncer) scanBlob(r io.Reader, full hash.Hash, path, shard string, skip 
 // when the remote has commits HEAD lacks, the remote head too, so that
 // the push is a fast-forward. With nothing new on either side it makes
 // no commit: two clones never trade empty merges.
-func (s *Syncer) commit(ctx context.Context, remoteRef string, hasRemote bool) (needPush bool, err error) {
-	// Every segment file (git's pathspec "*" matches "/" too); not the
-	// .corrupt files beside them.
-	args := []string{"add", "--"}
-	for _, spec := range []struct{ pathspec, glob string }{
-		{eventlog.EventsFile, eventlog.EventsFile},
-		{"events/*.jsonl", "events/*.jsonl"},
-		{eventlog.MessagesDir + "/*.jsonl", eventlog.MessagesDir + "/*.jsonl"},
-		{eventlog.MessagesDir + "/*.jsonl", eventlog.MessagesDir + "/*/*.jsonl"},
-	} {
-		if matches, _ := filepath.Glob(filepath.Join(s.dir, filepath.FromSlash(spec.glob))); len(matches) > 0 && args[len(args)-1] != spec.pathspec {
-			args = append(args, spec.pathspec) // git fails on a pathspec that matches nothing
+func (s *Syncer) commit(ctx context.Context, tree, remoteRef string, hasRemote bool) (needPush bool, err error) {
+	if tree == "" {
+		if tree, err = s.stage(ctx); err != nil {
+			return false, err
 		}
 	}
-	if len(args) > 2 {
-		if _, err := s.git(ctx, args...); err != nil {
-			return false, fmt.Errorf("add: %w", err)
-		}
-	}
-	tree, err := s.git(ctx, "write-tree")
+	head, headTree, rh, err := s.heads(ctx, remoteRef, hasRemote)
 	if err != nil {
-		return false, fmt.Errorf("write-tree: %w", err)
+		return false, err
 	}
-	revs := []string{"rev-parse", "HEAD", "HEAD^{tree}"}
-	if hasRemote {
-		revs = append(revs, remoteRef)
-	}
-	out, err := s.git(ctx, revs...) // one git process for the three
-	if err != nil {
-		return false, fmt.Errorf("rev-parse: %w", err)
-	}
-	ids := strings.Fields(out)
-	if len(ids) != len(revs)-1 {
-		return false, fmt.Errorf("rev-parse: %d IDs for %d names", len(ids), len(revs)-1)
-	}
-	head, headTree := ids[0], ids[1]
 	changed := tree != headTree
 	parents := []string{head}
 	if !hasRemote {
 		needPush = true // create the remote branch
 	} else {
-		rh := ids[2]
 		remoteHasHead := s.isAncestor(ctx, head, rh)
 		headHasRemote := s.isAncestor(ctx, rh, head)
 		needPush = changed || !remoteHasHead
@@ -720,21 +727,106 @@ func (s *Syncer) commit(ctx context.Context, remoteRef string, hasRemote bool) (
 	if !changed && len(parents) == 1 {
 		return needPush, nil // HEAD as it is is what to push (or nothing)
 	}
+	return true, s.commitTree(ctx, tree, parents)
+}
+
+// commitLocal commits the shard files on HEAD alone, if they changed,
+// and reports whether it did; tree is the files' tree either way.
+func (s *Syncer) commitLocal(ctx context.Context) (changed bool, tree string, err error) {
+	if tree, err = s.stage(ctx); err != nil {
+		return false, "", err
+	}
+	head, headTree, _, err := s.heads(ctx, "", false)
+	if err != nil || tree == headTree {
+		return false, tree, err
+	}
+	return true, tree, s.commitTree(ctx, tree, []string{head})
+}
+
+// stage records the segment files in the worktree's index and returns
+// their tree. git add hashes only the files whose size or time changed:
+// a shard's last segment.
+func (s *Syncer) stage(ctx context.Context) (string, error) {
+	// Every segment file (git's pathspec "*" matches "/" too); not the
+	// .corrupt files beside them.
+	args := []string{"add", "--"}
+	for _, spec := range []struct{ pathspec, glob string }{
+		{eventlog.EventsFile, eventlog.EventsFile},
+		{eventsDir + "/*.jsonl", eventsDir + "/*.jsonl"},
+		{eventlog.MessagesDir + "/*.jsonl", eventlog.MessagesDir + "/*.jsonl"},
+		{eventlog.MessagesDir + "/*.jsonl", eventlog.MessagesDir + "/*/*.jsonl"},
+	} {
+		if matches, _ := filepath.Glob(filepath.Join(s.dir, filepath.FromSlash(spec.glob))); len(matches) > 0 && args[len(args)-1] != spec.pathspec {
+			args = append(args, spec.pathspec) // git fails on a pathspec that matches nothing
+		}
+	}
+	if len(args) > 2 {
+		if _, err := s.git(ctx, args...); err != nil {
+			return "", fmt.Errorf("add: %w", err)
+		}
+	}
+	tree, err := s.git(ctx, "write-tree")
+	if err != nil {
+		return "", fmt.Errorf("write-tree: %w", err)
+	}
+	return tree, nil
+}
+
+// eventsDir holds the events shard's segments past the first.
+var eventsDir = strings.TrimSuffix(eventlog.EventsFile, ".jsonl")
+
+// heads returns HEAD, its tree and (if hasRemote) the remote head. HEAD
+// and its tree are remembered from the Syncer's last commit (HEAD is the
+// Syncer's: its update-ref names the old value, so a HEAD moved behind
+// its back fails that and is read afresh).
+func (s *Syncer) heads(ctx context.Context, remoteRef string, hasRemote bool) (head, tree, remote string, err error) {
+	var names []string
+	if s.head == "" {
+		names = append(names, "HEAD", "HEAD^{tree}")
+	}
+	if hasRemote {
+		names = append(names, remoteRef)
+	}
+	if len(names) == 0 {
+		return s.head, s.headTree, "", nil
+	}
+	out, err := s.git(ctx, append([]string{"rev-parse"}, names...)...) // one git process for all
+	if err != nil {
+		return "", "", "", fmt.Errorf("rev-parse: %w", err)
+	}
+	ids := strings.Fields(out)
+	if len(ids) != len(names) {
+		return "", "", "", fmt.Errorf("rev-parse: %d IDs for %d names", len(ids), len(names))
+	}
+	if s.head == "" {
+		s.head, s.headTree, ids = ids[0], ids[1], ids[2:]
+	}
+	if hasRemote {
+		remote = ids[0]
+	}
+	return s.head, s.headTree, remote, nil
+}
+
+// commitTree commits tree with the given parents (the first is HEAD) and
+// moves HEAD to it.
+func (s *Syncer) commitTree(ctx context.Context, tree string, parents []string) error {
 	cargs := []string{"commit-tree", tree, "-m", s.message(parents)}
 	for _, p := range parents {
 		cargs = append(cargs, "-p", p)
 	}
 	c, err := s.gitEnv(ctx, identityEnv, cargs...)
 	if err != nil {
-		return false, fmt.Errorf("commit-tree: %w", err)
+		return fmt.Errorf("commit-tree: %w", err)
 	}
-	if _, err := s.git(ctx, "update-ref", "-m", "thrum sync", "HEAD", c, head); err != nil {
-		return false, fmt.Errorf("update-ref: %w", err)
+	if _, err := s.git(ctx, "update-ref", "-m", "thrum sync", "HEAD", c, parents[0]); err != nil {
+		s.head, s.headTree = "", "" // read it again next time
+		return fmt.Errorf("update-ref: %w", err)
 	}
+	s.head, s.headTree = c, tree
 	s.mu.Lock()
 	s.status.Commits++
 	s.mu.Unlock()
-	return true, nil
+	return nil
 }
 
 func (s *Syncer) isAncestor(ctx context.Context, a, b string) bool {
