@@ -687,6 +687,21 @@ func (l *Log) Positions() map[string]int64 {
 	return out
 }
 
+// Files returns every segment file of the log with its durable length
+// (the bytes of acknowledged appends; the file may hold more while a
+// batch is being written), by path relative to the log directory.
+func (l *Log) Files() map[string]int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := map[string]int64{}
+	for _, segs := range l.segs {
+		for _, s := range segs {
+			out[s.rel] = s.size
+		}
+	}
+	return out
+}
+
 // Close stops the committer (failing appends still queued with ErrClosed)
 // and closes the shard files. It is idempotent.
 func (l *Log) Close() error {

@@ -25,8 +25,11 @@ package gitsync
 import (
 	"bufio"
 	"bytes"
+	"compress/zlib"
 	"context"
+	"crypto/sha1"
 	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash"
@@ -35,6 +38,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -124,6 +128,14 @@ type Syncer struct {
 	head     string                         // HEAD as the Syncer last committed or read it ("" = unknown)
 	headTree string
 
+	// Staging (see stage): the object directory (when the repository
+	// uses SHA-1 objects, which the Syncer then writes itself), the
+	// durable length of each segment file as last staged (nil until the
+	// first round) and the tree of the index then.
+	objects string
+	staged  map[string]int64
+	tree    string
+
 	// Packing (see maybePack): rounds that committed or imported since the
 	// last repack.
 	sincePack int
@@ -168,6 +180,16 @@ func New(log *eventlog.Log, opts *Options) (*Syncer, error) {
 	}
 	if err := s.removeStaleLocks(context.Background()); err != nil {
 		return nil, fmt.Errorf("gitsync: %w", err)
+	}
+	if format, err := s.git(context.Background(), "rev-parse", "--show-object-format"); err == nil && format == "sha1" {
+		common, err := s.git(context.Background(), "rev-parse", "--git-common-dir")
+		if err != nil {
+			return nil, fmt.Errorf("gitsync: %w", err)
+		}
+		if !filepath.IsAbs(common) {
+			common = filepath.Join(s.dir, common)
+		}
+		s.objects = filepath.Join(common, "objects")
 	}
 	s.status.State = StateStopped
 	return s, nil
@@ -744,11 +766,55 @@ func (s *Syncer) commitLocal(ctx context.Context) (changed bool, tree string, er
 }
 
 // stage records the segment files in the worktree's index and returns
-// their tree. git add hashes only the files whose size or time changed:
-// a shard's last segment.
+// their tree. The first time, git add hashes what changed since the index
+// was last written. After that, only the segment files whose durable
+// length changed are staged, each as a blob of exactly its acknowledged
+// bytes (a batch still being written, which may yet be undone, is never
+// pushed), written by the Syncer itself; with nothing new, staging costs
+// no git process at all.
 func (s *Syncer) stage(ctx context.Context) (string, error) {
-	// Every segment file (git's pathspec "*" matches "/" too); not the
-	// .corrupt files beside them.
+	files := s.log.Files()
+	if s.staged == nil || s.objects == "" {
+		if err := s.addAll(ctx); err != nil {
+			return "", err
+		}
+	} else {
+		paths := make([]string, 0, 4)
+		for rel, n := range files {
+			if s.staged[rel] != n {
+				paths = append(paths, rel)
+			}
+		}
+		if len(paths) == 0 && s.tree != "" {
+			return s.tree, nil
+		}
+		sort.Strings(paths)
+		var info bytes.Buffer
+		for _, rel := range paths {
+			id, err := s.writeBlob(rel, files[rel])
+			if err != nil {
+				return "", fmt.Errorf("stage %s: %w", rel, err)
+			}
+			fmt.Fprintf(&info, "100644 %s\t%s\n", id, rel)
+		}
+		if info.Len() > 0 {
+			if _, err := s.gitIn(ctx, &info, "update-index", "--add", "--index-info"); err != nil {
+				return "", fmt.Errorf("update-index: %w", err)
+			}
+		}
+	}
+	tree, err := s.git(ctx, "write-tree")
+	if err != nil {
+		return "", fmt.Errorf("write-tree: %w", err)
+	}
+	s.staged, s.tree = files, tree
+	return tree, nil
+}
+
+// addAll stages every segment file with git add.
+func (s *Syncer) addAll(ctx context.Context) error {
+	// git's pathspec "*" matches "/" too; not the .corrupt files beside
+	// the segments.
 	args := []string{"add", "--"}
 	for _, spec := range []struct{ pathspec, glob string }{
 		{eventlog.EventsFile, eventlog.EventsFile},
@@ -762,14 +828,61 @@ func (s *Syncer) stage(ctx context.Context) (string, error) {
 	}
 	if len(args) > 2 {
 		if _, err := s.git(ctx, args...); err != nil {
-			return "", fmt.Errorf("add: %w", err)
+			return fmt.Errorf("add: %w", err)
 		}
 	}
-	tree, err := s.git(ctx, "write-tree")
+	return nil
+}
+
+// writeBlob stores the first n bytes of a segment file as a loose git
+// object (zlib of "blob <n>\x00" and the bytes, named by their SHA-1),
+// unless the repository has it, and returns its ID. The object is
+// written aside, synced and renamed into place, as git does.
+func (s *Syncer) writeBlob(rel string, n int64) (string, error) {
+	f, err := os.Open(filepath.Join(s.dir, filepath.FromSlash(rel)))
 	if err != nil {
-		return "", fmt.Errorf("write-tree: %w", err)
+		return "", err
 	}
-	return tree, nil
+	defer f.Close()
+	data := make([]byte, n)
+	if _, err := io.ReadFull(f, data); err != nil {
+		return "", err
+	}
+	header := fmt.Sprintf("blob %d\x00", n)
+	h := sha1.New()
+	h.Write([]byte(header))
+	h.Write(data)
+	id := hex.EncodeToString(h.Sum(nil))
+	dir := filepath.Join(s.objects, id[:2])
+	path := filepath.Join(dir, id[2:])
+	if _, err := os.Stat(path); err == nil {
+		return id, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	tmp, err := os.CreateTemp(dir, "tmp_obj_")
+	if err != nil {
+		return "", err
+	}
+	defer os.Remove(tmp.Name()) // after the rename, a no-op
+	zw, _ := zlib.NewWriterLevel(tmp, zlib.BestSpeed)
+	zw.Write([]byte(header))
+	zw.Write(data)
+	err = zw.Close()
+	if err == nil {
+		err = tmp.Chmod(0o444)
+	}
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return "", err
+	}
+	return id, os.Rename(tmp.Name(), path)
 }
 
 // eventsDir holds the events shard's segments past the first.
@@ -862,8 +975,19 @@ func (s *Syncer) gitEnv(ctx context.Context, env []string, args ...string) (stri
 	return strings.TrimSpace(string(b)), err
 }
 
+// gitIn runs git with stdin.
+func (s *Syncer) gitIn(ctx context.Context, stdin io.Reader, args ...string) (string, error) {
+	b, err := s.run(ctx, stdin, nil, args...)
+	return strings.TrimSpace(string(b)), err
+}
+
 func (s *Syncer) gitEnvBytes(ctx context.Context, env []string, args ...string) ([]byte, error) {
+	return s.run(ctx, nil, env, args...)
+}
+
+func (s *Syncer) run(ctx context.Context, stdin io.Reader, env []string, args ...string) ([]byte, error) {
 	cmd := exec.CommandContext(ctx, "git", args...)
+	cmd.Stdin = stdin
 	cmd.Dir = s.dir
 	cmd.Env = append(os.Environ(), "GIT_TERMINAL_PROMPT=0")
 	cmd.Env = append(cmd.Env, env...)

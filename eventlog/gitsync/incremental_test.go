@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/thrumhq/thrum/eventlog"
 	"github.com/thrumhq/thrum/eventlog/gitsync"
 	"github.com/thrumhq/thrum/internal/thrumtest"
 )
@@ -133,4 +134,31 @@ func TestRepackPacksLooseObjects(t *testing.T) {
 		t.Errorf("b has no message from a after the repack")
 	}
 	sameShards(t, "a", a.logIDs(), "b", b.logIDs())
+}
+
+// TestStagedBlobsMatchTheLog: the blobs the Syncer writes itself (after
+// its first round) are valid git objects holding exactly the segment
+// files' bytes, and a round with nothing new leaves HEAD as it was.
+func TestStagedBlobsMatchTheLog(t *testing.T) {
+	t.Parallel()
+	_, a, _ := pair(t, nil)
+	for i := 0; i < 3; i++ {
+		a.send("alice", "bob", "staged "+strconv.Itoa(i))
+		a.sync()
+	}
+	head := gitT(t, a.wt, "rev-parse", "HEAD")
+	a.sync()
+	if got := gitT(t, a.wt, "rev-parse", "HEAD"); got != head {
+		t.Errorf("a round with nothing new moved HEAD from %s to %s", head, got)
+	}
+	gitT(t, a.wt, "fsck", "--no-progress", "--strict")
+	for _, rel := range []string{eventlog.EventsFile, eventlog.ShardPath("alice")} {
+		want, err := os.ReadFile(filepath.Join(a.wt, filepath.FromSlash(rel)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := gitT(t, a.wt, "cat-file", "blob", "HEAD:"+rel); got != strings.TrimSpace(string(want)) {
+			t.Errorf("HEAD's %s differs from the file", rel)
+		}
+	}
 }
