@@ -25,11 +25,8 @@ package gitsync
 import (
 	"bufio"
 	"bytes"
-	"compress/zlib"
 	"context"
-	"crypto/sha1"
 	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash"
@@ -135,6 +132,7 @@ type Syncer struct {
 	objects string
 	staged  map[string]int64
 	tree    string
+	dirs    map[string]*treeDir // that tree by directory, once the Syncer writes trees itself (see objects.go)
 
 	// Packing (see maybePack): rounds that committed or imported since the
 	// last repack.
@@ -765,47 +763,52 @@ func (s *Syncer) commitLocal(ctx context.Context) (changed bool, tree string, er
 	return true, tree, s.commitTree(ctx, tree, []string{head})
 }
 
-// stage records the segment files in the worktree's index and returns
-// their tree. The first time, git add hashes what changed since the index
-// was last written. After that, only the segment files whose durable
-// length changed are staged, each as a blob of exactly its acknowledged
+// stage records the segment files in a tree and returns it. The first
+// time, git add and write-tree make it from the worktree's index (git
+// hashes what changed since the index was last written). After that, the
+// Syncer writes the objects itself (objects.go): only the segment files
+// whose durable length changed get a blob, of exactly their acknowledged
 // bytes (a batch still being written, which may yet be undone, is never
-// pushed), written by the Syncer itself; with nothing new, staging costs
-// no git process at all.
+// pushed), and only the trees over them are rewritten; with nothing new,
+// staging does nothing.
 func (s *Syncer) stage(ctx context.Context) (string, error) {
 	files := s.log.Files()
 	if s.staged == nil || s.objects == "" {
 		if err := s.addAll(ctx); err != nil {
 			return "", err
 		}
-	} else {
-		paths := make([]string, 0, 4)
-		for rel, n := range files {
-			if s.staged[rel] != n {
-				paths = append(paths, rel)
-			}
+		tree, err := s.git(ctx, "write-tree")
+		if err != nil {
+			return "", fmt.Errorf("write-tree: %w", err)
 		}
-		if len(paths) == 0 && s.tree != "" {
-			return s.tree, nil
-		}
-		sort.Strings(paths)
-		var info bytes.Buffer
-		for _, rel := range paths {
-			id, err := s.writeBlob(rel, files[rel])
-			if err != nil {
-				return "", fmt.Errorf("stage %s: %w", rel, err)
-			}
-			fmt.Fprintf(&info, "100644 %s\t%s\n", id, rel)
-		}
-		if info.Len() > 0 {
-			if _, err := s.gitIn(ctx, &info, "update-index", "--add", "--index-info"); err != nil {
-				return "", fmt.Errorf("update-index: %w", err)
-			}
+		s.staged, s.tree, s.dirs = files, tree, nil
+		return tree, nil
+	}
+	paths := make([]string, 0, 4)
+	for rel, n := range files {
+		if s.staged[rel] != n {
+			paths = append(paths, rel)
 		}
 	}
-	tree, err := s.git(ctx, "write-tree")
+	if len(paths) == 0 {
+		return s.tree, nil
+	}
+	if s.dirs == nil {
+		if err := s.loadTree(ctx, s.tree); err != nil {
+			return "", err
+		}
+	}
+	sort.Strings(paths)
+	for _, rel := range paths {
+		id, err := s.writeBlob(rel, files[rel])
+		if err != nil {
+			return "", fmt.Errorf("stage %s: %w", rel, err)
+		}
+		s.setBlob(rel, id)
+	}
+	tree, err := s.writeTree("")
 	if err != nil {
-		return "", fmt.Errorf("write-tree: %w", err)
+		return "", fmt.Errorf("stage: %w", err)
 	}
 	s.staged, s.tree = files, tree
 	return tree, nil
@@ -832,57 +835,6 @@ func (s *Syncer) addAll(ctx context.Context) error {
 		}
 	}
 	return nil
-}
-
-// writeBlob stores the first n bytes of a segment file as a loose git
-// object (zlib of "blob <n>\x00" and the bytes, named by their SHA-1),
-// unless the repository has it, and returns its ID. The object is
-// written aside, synced and renamed into place, as git does.
-func (s *Syncer) writeBlob(rel string, n int64) (string, error) {
-	f, err := os.Open(filepath.Join(s.dir, filepath.FromSlash(rel)))
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	data := make([]byte, n)
-	if _, err := io.ReadFull(f, data); err != nil {
-		return "", err
-	}
-	header := fmt.Sprintf("blob %d\x00", n)
-	h := sha1.New()
-	h.Write([]byte(header))
-	h.Write(data)
-	id := hex.EncodeToString(h.Sum(nil))
-	dir := filepath.Join(s.objects, id[:2])
-	path := filepath.Join(dir, id[2:])
-	if _, err := os.Stat(path); err == nil {
-		return id, nil
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
-	}
-	tmp, err := os.CreateTemp(dir, "tmp_obj_")
-	if err != nil {
-		return "", err
-	}
-	defer os.Remove(tmp.Name()) // after the rename, a no-op
-	zw, _ := zlib.NewWriterLevel(tmp, zlib.BestSpeed)
-	zw.Write([]byte(header))
-	zw.Write(data)
-	err = zw.Close()
-	if err == nil {
-		err = tmp.Chmod(0o444)
-	}
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return "", err
-	}
-	return id, os.Rename(tmp.Name(), path)
 }
 
 // eventsDir holds the events shard's segments past the first.
@@ -927,7 +879,13 @@ func (s *Syncer) commitTree(ctx context.Context, tree string, parents []string) 
 	for _, p := range parents {
 		cargs = append(cargs, "-p", p)
 	}
-	c, err := s.gitEnv(ctx, identityEnv, cargs...)
+	var c string
+	var err error
+	if s.dirs != nil { // the tree was written here: so is the commit
+		c, err = s.writeCommit(tree, parents, s.message(parents))
+	} else {
+		c, err = s.gitEnv(ctx, identityEnv, cargs...)
+	}
 	if err != nil {
 		return fmt.Errorf("commit-tree: %w", err)
 	}
@@ -975,19 +933,8 @@ func (s *Syncer) gitEnv(ctx context.Context, env []string, args ...string) (stri
 	return strings.TrimSpace(string(b)), err
 }
 
-// gitIn runs git with stdin.
-func (s *Syncer) gitIn(ctx context.Context, stdin io.Reader, args ...string) (string, error) {
-	b, err := s.run(ctx, stdin, nil, args...)
-	return strings.TrimSpace(string(b)), err
-}
-
 func (s *Syncer) gitEnvBytes(ctx context.Context, env []string, args ...string) ([]byte, error) {
-	return s.run(ctx, nil, env, args...)
-}
-
-func (s *Syncer) run(ctx context.Context, stdin io.Reader, env []string, args ...string) ([]byte, error) {
 	cmd := exec.CommandContext(ctx, "git", args...)
-	cmd.Stdin = stdin
 	cmd.Dir = s.dir
 	cmd.Env = append(os.Environ(), "GIT_TERMINAL_PROMPT=0")
 	cmd.Env = append(cmd.Env, env...)
