@@ -3,20 +3,21 @@
 // commits local events, fetches the remote's, merges them and pushes.
 //
 // The merge is a union of events by event ID, done by thrum rather than by
-// git, so it never conflicts: for each shard file, the remote lines this
-// log lacks are appended to the local file through the log's own writer
+// git, so it never conflicts: for each remote segment file, the lines
+// this log lacks are appended to the local shard through the log's own writer
 // (eventlog.Log.Import), which makes them durable, applies them to the
 // projection and notifies subscribers exactly once. Local files are only
 // ever appended to, so the projection's byte-offset checkpoints stay
 // valid. The merged tree is committed with both heads as parents, which
 // makes the push a fast-forward for the remote.
 //
-// A round's reading follows what is new: remote files equal to HEAD's
-// are not read, and a remote file that grew since the last merge is
-// checked only past the offset merged then (its old bytes proven
-// unchanged by a hash). The Syncer repacks its repository every
-// Options.PackEvery rounds, so that each commit's new whole-file blob
-// ends up stored as a delta.
+// A round's cost follows what is new: it writes a blob only for the
+// segment files that grew (only a shard's last segment ever does) and
+// the trees over them, pushes without fetching when the push is a
+// fast-forward, reads no remote file equal to HEAD's, and checks a remote
+// file that grew since the last merge only past the offset merged then
+// (its old bytes proven unchanged by a hash). The Syncer repacks its
+// repository every Options.PackEvery rounds.
 //
 // The Syncer runs git with explicit arguments in the worktree only: the
 // user's working tree, index and current branch are never touched.
@@ -68,10 +69,10 @@ type Options struct {
 	// Logger receives sync failures. Nil means silent.
 	Logger *slog.Logger
 	// PackEvery is how many rounds that committed local events or imported
-	// the remote's pass between repacks of the sync repository (git repack -a
-	// -d), which turn each round's loose objects — a whole new blob of
-	// every changed shard file — into deltas. Default DefaultPackEvery;
-	// negative never packs.
+	// the remote's pass between repacks of the sync repository (git repack
+	// -d --geometric=2), which turn each round's loose objects — a new
+	// blob of every changed segment file — into deltas in a pack. Default
+	// DefaultPackEvery; negative never packs.
 	PackEvery int
 }
 
@@ -412,13 +413,13 @@ func (s *Syncer) record(ctx context.Context, err error) {
 }
 
 // maybePack repacks the sync repository every PackEvery rounds that
-// wrote objects. Each commit stores every changed shard file as a new
+// wrote objects. Each commit stores every changed segment file as a new
 // loose blob (git has no append); packing stores the versions of a file
 // as deltas of each other, so the repository grows by about the new
-// lines per round instead of the whole file. git repack -a -d reuses the
-// deltas it already has, so a repack costs a copy of the packed history,
-// paid once every PackEvery rounds. It runs in the Syncer's round, never
-// on the send path; a failure is logged, not a failed round.
+// lines per round. --geometric=2 packs the loose objects and merges
+// existing packs only as they double, so a repack costs what is new, not
+// a copy of the history. It runs in the Syncer's round, never on the
+// send path; a failure is logged, not a failed round.
 func (s *Syncer) maybePack(ctx context.Context) {
 	if s.opts.PackEvery < 0 || s.sincePack < s.opts.PackEvery || ctx.Err() != nil {
 		return
