@@ -26,6 +26,7 @@ package gitsync
 import (
 	"bufio"
 	"bytes"
+	"compress/zlib"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -134,6 +135,7 @@ type Syncer struct {
 	staged  map[string]int64
 	tree    string
 	dirs    map[string]*treeDir // that tree by directory, once the Syncer writes trees itself (see objects.go)
+	zw      *zlib.Writer        // the compressor of those objects, reused
 
 	// Packing (see maybePack): rounds that committed or imported since the
 	// last repack.

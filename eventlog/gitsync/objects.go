@@ -6,8 +6,10 @@ import (
 	"context"
 	"crypto/sha1"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
@@ -196,15 +198,24 @@ func (s *Syncer) writeObject(kind string, data []byte) (string, error) {
 	if _, err := os.Stat(path); err == nil {
 		return id, nil
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
-	}
 	tmp, err := os.CreateTemp(dir, "tmp_obj_")
+	if errors.Is(err, fs.ErrNotExist) { // the first object of its fan-out directory
+		if err = os.MkdirAll(dir, 0o755); err == nil {
+			tmp, err = os.CreateTemp(dir, "tmp_obj_")
+		}
+	}
 	if err != nil {
 		return "", err
 	}
 	defer os.Remove(tmp.Name()) // after the rename, a no-op
-	zw, _ := zlib.NewWriterLevel(tmp, zlib.BestSpeed)
+	// One compressor, reset for each object: making one costs more than
+	// compressing a small object.
+	if s.zw == nil {
+		s.zw, _ = zlib.NewWriterLevel(tmp, zlib.BestSpeed)
+	} else {
+		s.zw.Reset(tmp)
+	}
+	zw := s.zw
 	zw.Write([]byte(header))
 	zw.Write(data)
 	err = zw.Close()
