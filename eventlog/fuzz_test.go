@@ -94,3 +94,24 @@ func FuzzShardFile(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseSegmentPath: any path (sync reads them from a remote's tree)
+// either is not a segment or is exactly the path of the segment it names.
+func FuzzParseSegmentPath(f *testing.F) {
+	for _, s := range []string{"events.jsonl", "events/000001.jsonl", "messages/a.jsonl", "messages/a/000012.jsonl",
+		"messages/a/000000.jsonl", "messages/../x.jsonl", "messages/a/b/000001.jsonl", "events/1000000.jsonl"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, rel string) {
+		shard, n, ok := ParseSegmentPath(rel)
+		if !ok {
+			return
+		}
+		if got := SegmentPath(shard, n); got != rel {
+			t.Fatalf("ParseSegmentPath(%q) = %q, %d; SegmentPath of that is %q", rel, shard, n, got)
+		}
+		if shard != "" && !validShard(shard) {
+			t.Fatalf("ParseSegmentPath(%q) accepted shard %q", rel, shard)
+		}
+	})
+}

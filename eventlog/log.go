@@ -1,9 +1,13 @@
 // Package eventlog is thrum's source of truth: an append-only log of
-// immutable events, stored as JSON lines in shard files under one
-// directory:
+// immutable events, stored as JSON lines in shards under one directory:
 //
 //	events.jsonl               agent and session lifecycle, threads, groups
 //	messages/<agent>.jsonl     the message events of one agent
+//
+// Each shard is a sequence of segment files (see SegmentPath): the files
+// above, then events/000001.jsonl, messages/<agent>/000001.jsonl, … once
+// the last one holds Options.SegmentBytes. Only a shard's last segment is
+// appended to.
 //
 // Append is durable: it returns after the lines are written and fsynced.
 // Concurrent appends share one write and one fsync per shard (group
@@ -23,7 +27,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -63,11 +66,16 @@ type Options struct {
 	// NoSync skips fsync. Only for tests and benchmarks that measure
 	// something else; a log opened so is not durable.
 	NoSync bool
+
+	// SegmentBytes is the size at which a shard's last segment is closed
+	// for good and its next batch starts a new one. Default
+	// DefaultSegmentBytes.
+	SegmentBytes int64
 }
 
 // Repair describes a torn tail that Open moved aside.
 type Repair struct {
-	File      string // shard path relative to the log directory
+	File      string // segment path relative to the log directory
 	Offset    int64  // where the file was truncated
 	Bytes     int    // how many bytes were moved
 	MovedTo   string // the .corrupt file that received them
@@ -108,10 +116,10 @@ type Log struct {
 	// group commit takes: OnCommit may merge several commits into one call.
 	commitHook func(appends int)
 
-	mu     sync.Mutex // guards files, sizes and broken (used by the committer and Positions)
-	files  map[string]*os.File
-	sizes  map[string]int64 // durable end of each shard
-	broken error            // a failed write could not be undone; see rollback
+	mu     sync.Mutex           // guards files, segs and broken (used by the committer and Positions)
+	files  map[string]*os.File  // open segment files, by segment path
+	segs   map[string][]segment // each shard's segments by ShardPath; the last one's size is the durable end
+	broken error                // a failed write could not be undone; see rollback
 }
 
 type appendReq struct {
@@ -122,24 +130,30 @@ type appendReq struct {
 // Open opens (creating if needed) the log in dir, repairs torn tails of its
 // shards (see Repairs) and starts its committer.
 func Open(dir string, opts *Options) (*Log, error) {
-	l := &Log{dir: dir, files: map[string]*os.File{}, sizes: map[string]int64{}}
+	l := &Log{dir: dir, files: map[string]*os.File{}}
 	if opts != nil {
 		l.opts = *opts
 	}
 	if l.opts.MaxBatch <= 0 {
 		l.opts.MaxBatch = DefaultMaxBatch
 	}
+	if l.opts.SegmentBytes <= 0 {
+		l.opts.SegmentBytes = DefaultSegmentBytes
+	}
 	if err := os.MkdirAll(filepath.Join(dir, MessagesDir), 0o755); err != nil {
 		return nil, fmt.Errorf("eventlog: %w", err)
 	}
-	shards, err := l.shards()
+	segs, order, err := layout(dir)
 	if err != nil {
 		return nil, err
 	}
-	for _, rel := range shards {
-		r, size, err := repairTail(dir, rel)
+	for _, key := range order {
+		// Only the last segment can end in a torn write: a roll starts
+		// the next one only after the previous batch was durable.
+		last := &segs[key][len(segs[key])-1]
+		r, size, err := repairTail(dir, last.rel)
 		if err != nil {
-			return nil, fmt.Errorf("eventlog: repair %s: %w", rel, err)
+			return nil, fmt.Errorf("eventlog: repair %s: %w", last.rel, err)
 		}
 		if r != nil {
 			l.repairs = append(l.repairs, *r)
@@ -147,8 +161,9 @@ func Open(dir string, opts *Options) (*Log, error) {
 				l.opts.Logger.Warn("eventlog: repaired torn tail", "repair", r.String())
 			}
 		}
-		l.sizes[rel] = size
+		last.size = size
 	}
+	l.segs = segs
 	l.reqs = make(chan *appendReq, l.opts.MaxBatch)
 	l.applied = make(chan *commitBatch, 1)
 	l.quit = make(chan struct{})
@@ -186,22 +201,23 @@ func validShard(s string) bool {
 	return true
 }
 
-// shards lists the shard files present, relative to dir.
+// shards lists the shards present (their ShardPath), sorted.
 func (l *Log) shards() ([]string, error) {
+	_, order, err := layout(l.dir)
+	return order, err
+}
+
+// Segments returns the paths, relative to the log directory, of a shard's
+// segment files as they are on disk, in order.
+func (l *Log) Segments(shard string) ([]string, error) {
+	segs, _, err := layout(l.dir)
+	if err != nil {
+		return nil, err
+	}
 	out := []string{}
-	if _, err := os.Stat(filepath.Join(l.dir, EventsFile)); err == nil {
-		out = append(out, EventsFile)
+	for _, s := range segs[ShardPath(shard)] {
+		out = append(out, s.rel)
 	}
-	entries, err := os.ReadDir(filepath.Join(l.dir, MessagesDir))
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("eventlog: %w", err)
-	}
-	for _, e := range entries {
-		if !e.IsDir() && strings.HasSuffix(e.Name(), ".jsonl") {
-			out = append(out, MessagesDir+"/"+e.Name())
-		}
-	}
-	sort.Strings(out)
 	return out, nil
 }
 
@@ -399,7 +415,7 @@ func (l *Log) commit(batch []*appendReq) {
 			rel := ShardPath(e.Shard)
 			sb := bufs[rel]
 			if sb == nil {
-				sb = &shardBuf{rel: rel}
+				sb = &shardBuf{rel: rel, shard: e.Shard, seg: -1}
 				bufs[rel] = sb
 				order = append(order, sb)
 			}
@@ -440,8 +456,7 @@ func (l *Log) commit(batch []*appendReq) {
 	// back to its size before the batch, so no line of a failed batch
 	// stays behind to be replayed later as if it had been acknowledged.
 	var werr error
-	before := map[string]int64{}
-	ends := map[string]int64{}
+	var written []*os.File
 	l.mu.Lock()
 	werr = l.broken
 	for _, sb := range order {
@@ -451,22 +466,23 @@ func (l *Log) commit(batch []*appendReq) {
 		if sb.buf.Len() == 0 {
 			continue
 		}
-		before[sb.rel] = l.sizes[sb.rel]
-		var end int64
-		if end, werr = l.writeShard(sb.rel, sb.buf.Bytes(), sb.evs); werr == nil {
-			ends[sb.rel] = end
+		var f *os.File
+		if f, werr = l.writeShard(sb, sb.buf.Bytes(), sb.evs); werr == nil {
+			written = append(written, f)
 		}
 	}
 	l.mu.Unlock()
 	if werr == nil {
-		werr = l.syncShards(order)
+		werr = l.syncShards(written)
 	}
 	l.mu.Lock()
 	if werr != nil {
-		l.rollback(before)
+		l.rollback(order)
 	} else {
-		for rel, end := range ends {
-			l.sizes[rel] = end
+		for _, sb := range order {
+			if sb.seg >= 0 {
+				l.segs[sb.rel][sb.seg].size = sb.end
+			}
 		}
 	}
 	l.mu.Unlock()
@@ -485,14 +501,19 @@ func (l *Log) commit(batch []*appendReq) {
 	l.applied <- &commitBatch{reqs: batch, errs: errs, evs: all}
 }
 
-// rollback truncates each shard back to the size it had before a failed
-// batch, and syncs the truncation. If that fails too, the log no longer
-// knows what its files hold: it refuses every later append (l.broken)
-// until it is reopened, when Open repairs what it can and Scan reports
-// the rest. Called with l.mu held.
-func (l *Log) rollback(before map[string]int64) {
-	for rel, size := range before {
-		l.sizes[rel] = size // a shard the batch created stays, empty
+// rollback truncates each segment a failed batch wrote to back to its
+// durable size, and syncs the truncation. If that fails too, the log no
+// longer knows what its files hold: it refuses every later append
+// (l.broken) until it is reopened, when Open repairs what it can and Scan
+// reports the rest. A segment the batch created stays, empty. Called
+// with l.mu held.
+func (l *Log) rollback(order []*shardBuf) {
+	for _, sb := range order {
+		if sb.seg < 0 {
+			continue
+		}
+		seg := l.segs[sb.rel][sb.seg]
+		rel, size := seg.rel, seg.size
 		f := l.files[rel]
 		if f == nil {
 			continue
@@ -510,30 +531,32 @@ func (l *Log) rollback(before map[string]int64) {
 	}
 }
 
-// writeShard appends b to the shard file, creating it (and fsyncing its
-// directory) if new, and returns the shard's new size, which the caller
-// records once the batch is durable. On a short write it truncates the
-// file back, so the next append starts on a clean line. Called with l.mu
-// held.
-func (l *Log) writeShard(rel string, b []byte, evs []*Event) (int64, error) {
-	f := l.files[rel]
-	path := filepath.Join(l.dir, filepath.FromSlash(rel))
-	if f == nil {
-		_, statErr := os.Stat(path)
+// writeShard appends b to the shard's last segment, first starting a new
+// segment if the last one is full (see roll), and records in sb which
+// segment it wrote and its new size, which the caller makes the durable
+// end once the batch is durable. On a short write it truncates the file
+// back, so the next append starts on a clean line. Called with l.mu held.
+func (l *Log) writeShard(sb *shardBuf, b []byte, evs []*Event) (*os.File, error) {
+	sb.seg = -1
+	segs := l.segs[sb.rel]
+	if len(segs) == 0 || segs[len(segs)-1].size >= l.opts.SegmentBytes {
 		var err error
-		f, err = os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-		if err != nil {
-			return 0, err
+		if segs, err = l.roll(sb.shard, segs); err != nil {
+			return nil, err
 		}
-		if errors.Is(statErr, fs.ErrNotExist) && !l.opts.NoSync {
-			if err := syncDir(filepath.Dir(path)); err != nil {
-				f.Close()
-				return 0, err
-			}
-		}
-		l.files[rel] = f
 	}
-	size := l.sizes[rel]
+	i := len(segs) - 1
+	seg := segs[i]
+	f, path := l.files[seg.rel], filepath.Join(l.dir, filepath.FromSlash(seg.rel))
+	if f == nil {
+		var err error
+		if f, err = os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0); err != nil {
+			return nil, err
+		}
+		l.files[seg.rel] = f
+	}
+	sb.seg = i
+	size := seg.size
 	var err error
 	if ferr := fault.Check(fault.LogWrite, path); ferr != nil {
 		f.Write(b[:len(b)/2]) // what a full disk does: a short write
@@ -543,38 +566,81 @@ func (l *Log) writeShard(rel string, b []byte, evs []*Event) (int64, error) {
 	}
 	if err != nil {
 		if terr := f.Truncate(size); terr != nil {
-			return 0, fmt.Errorf("%w (and truncating back failed: %v)", err, terr)
+			return nil, fmt.Errorf("%w (and truncating back failed: %v)", err, terr)
 		}
-		return 0, err
+		return nil, err
 	}
-	// Record each event's end offset: the lines are in evs order.
+	// Record each event's end offset in the shard: the lines are in evs
+	// order.
 	off := size
 	for _, e := range evs {
 		n := bytes.IndexByte(b[off-size:], '\n')
 		off += int64(n) + 1
-		e.Offset = off
+		e.Offset = seg.base + off
 	}
-	return size + int64(len(b)), nil
+	sb.end = size + int64(len(b))
+	return f, nil
 }
 
-// shardBuf collects one shard's lines of a batch.
+// roll creates the shard's next segment file (the first one, ShardPath,
+// for a new shard), durably: its directory and its entry are fsynced
+// before any line is written to it, so a crash after a roll leaves an
+// empty last segment, which Open takes as it is, or a torn one, which it
+// repairs like any other. The previous segment's file is closed: it is
+// never written again. Called with l.mu held.
+func (l *Log) roll(shard string, segs []segment) ([]segment, error) {
+	next := segment{}
+	if k := len(segs); k > 0 {
+		next = segment{n: segs[k-1].n + 1, base: segs[k-1].end()}
+	}
+	next.rel = SegmentPath(shard, next.n)
+	path := filepath.Join(l.dir, filepath.FromSlash(next.rel))
+	dir := filepath.Dir(path)
+	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			return nil, err
+		}
+		if !l.opts.NoSync {
+			if err := syncDir(filepath.Dir(dir)); err != nil {
+				return nil, err
+			}
+		}
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if !l.opts.NoSync {
+		if err := syncDir(dir); err != nil {
+			f.Close()
+			return nil, err
+		}
+	}
+	if k := len(segs); k > 0 {
+		if old := l.files[segs[k-1].rel]; old != nil {
+			old.Close()
+			delete(l.files, segs[k-1].rel)
+		}
+	}
+	l.files[next.rel] = f
+	segs = append(segs, next)
+	l.segs[ShardPath(shard)] = segs
+	return segs, nil
+}
+
+// shardBuf collects one shard's lines of a batch, and where they went.
 type shardBuf struct {
-	rel string
-	buf bytes.Buffer
-	evs []*Event
+	rel   string // ShardPath
+	shard string
+	buf   bytes.Buffer
+	evs   []*Event
+	seg   int   // index of the segment written, -1 if none
+	end   int64 // its size after the write
 }
 
 // syncShards fsyncs the files of a batch, in parallel when there are
 // several.
-func (l *Log) syncShards(order []*shardBuf) error {
-	l.mu.Lock()
-	files := make([]*os.File, 0, len(order))
-	for _, sb := range order {
-		if sb.buf.Len() > 0 {
-			files = append(files, l.files[sb.rel])
-		}
-	}
-	l.mu.Unlock()
+func (l *Log) syncShards(files []*os.File) error {
 	sync := func(f *os.File) error {
 		if err := fault.Check(fault.LogSync, f.Name()); err != nil {
 			return err
@@ -614,9 +680,24 @@ func syncDir(dir string) error {
 func (l *Log) Positions() map[string]int64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	out := make(map[string]int64, len(l.sizes))
-	for k, v := range l.sizes {
-		out[k] = v
+	out := make(map[string]int64, len(l.segs))
+	for k, segs := range l.segs {
+		out[k] = segs[len(segs)-1].end()
+	}
+	return out
+}
+
+// Files returns every segment file of the log with its durable length
+// (the bytes of acknowledged appends; the file may hold more while a
+// batch is being written), by path relative to the log directory.
+func (l *Log) Files() map[string]int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := map[string]int64{}
+	for _, segs := range l.segs {
+		for _, s := range segs {
+			out[s.rel] = s.size
+		}
 	}
 	return out
 }
@@ -666,7 +747,7 @@ func (e *CorruptError) Unwrap() error { return e.Err }
 // beyond the call. Memory use is bounded by one line per shard.
 func (l *Log) Scan(ctx context.Context, from map[string]int64, fn func(*Event) error) (map[string]int64, error) {
 	ends := l.Positions()
-	shards, err := l.shards()
+	segs, shards, err := layout(l.dir)
 	if err != nil {
 		return nil, err
 	}
@@ -674,7 +755,7 @@ func (l *Log) Scan(ctx context.Context, from map[string]int64, fn func(*Event) e
 	h := &readerHeap{}
 	defer func() {
 		for _, r := range *h {
-			r.f.Close()
+			r.close()
 		}
 	}()
 	for _, rel := range shards {
@@ -684,21 +765,16 @@ func (l *Log) Scan(ctx context.Context, from map[string]int64, fn func(*Event) e
 		if known && start >= end {
 			continue
 		}
-		f, err := os.Open(filepath.Join(l.dir, filepath.FromSlash(rel)))
-		if err != nil {
-			return nil, fmt.Errorf("eventlog: %w", err)
+		r := &shardReader{dir: l.dir, rel: rel, shard: shardName(rel), segs: segs[rel], off: start, limit: end, limited: known}
+		if err := r.seek(start); err != nil {
+			return nil, err
 		}
-		if _, err := f.Seek(start, io.SeekStart); err != nil {
-			f.Close()
-			return nil, fmt.Errorf("eventlog: %w", err)
-		}
-		r := &shardReader{rel: rel, f: f, br: bufio.NewReaderSize(f, 256<<10), off: start, limit: end, limited: known}
 		if err := r.next(); err != nil {
-			f.Close()
+			r.close()
 			return nil, err
 		}
 		if r.ev == nil {
-			f.Close()
+			r.close()
 			continue
 		}
 		heap.Push(h, r)
@@ -722,7 +798,7 @@ func (l *Log) Scan(ctx context.Context, from map[string]int64, fn func(*Event) e
 		}
 		if r.ev == nil {
 			heap.Pop(h)
-			r.f.Close()
+			r.close()
 		} else {
 			heap.Fix(h, 0)
 		}
@@ -730,32 +806,82 @@ func (l *Log) Scan(ctx context.Context, from map[string]int64, fn func(*Event) e
 	return pos, nil
 }
 
+// shardReader reads a shard's segments in order, as one stream.
 type shardReader struct {
-	rel     string
+	dir     string // the log's
+	rel     string // ShardPath
+	shard   string
+	segs    []segment
+	seg     int // index of the segment open in f
 	f       *os.File
 	br      *bufio.Reader
-	off     int64
+	off     int64 // shard offset of the next line
 	limit   int64
 	limited bool
-	line    int
+	line    int // lines read in the open segment
 	ev      *Event
 }
 
+// seek opens the segment that holds shard offset off and positions the
+// reader there. An offset at a segment's end starts the next one; past
+// the last segment's end, the reader reads on from its end (to find what
+// was appended meanwhile, or nothing).
+func (r *shardReader) seek(off int64) error {
+	if len(r.segs) == 0 {
+		return nil
+	}
+	i := len(r.segs) - 1
+	for j, s := range r.segs {
+		if off < s.end() {
+			i = j
+			break
+		}
+	}
+	return r.open(i, off-r.segs[i].base)
+}
+
+// open opens segment i at local offset at.
+func (r *shardReader) open(i int, at int64) error {
+	r.close()
+	f, err := os.Open(filepath.Join(r.dir, filepath.FromSlash(r.segs[i].rel)))
+	if err != nil {
+		return fmt.Errorf("eventlog: %w", err)
+	}
+	if _, err := f.Seek(at, io.SeekStart); err != nil {
+		f.Close()
+		return fmt.Errorf("eventlog: %w", err)
+	}
+	if r.br == nil {
+		r.br = bufio.NewReaderSize(f, 256<<10)
+	} else {
+		r.br.Reset(f)
+	}
+	r.f, r.seg, r.line = f, i, 0
+	return nil
+}
+
+func (r *shardReader) close() {
+	if r.f != nil {
+		r.f.Close()
+		r.f = nil
+	}
+}
+
 // next reads the following event into r.ev (nil at the end). A
-// CorruptError names the line counted from the start of the file.
+// CorruptError names the segment and the line counted from its start.
 func (r *shardReader) next() error {
 	err := r.read()
 	var ce *CorruptError
 	if errors.As(err, &ce) {
-		ce.Line = r.lineNumber()
+		ce.File, ce.Line = r.segs[r.seg].rel, r.lineNumber()
 	}
 	return err
 }
 
 // lineNumber returns the number of the line starting at r.off, counting
-// from the file's start. It runs only when reporting corruption.
+// from its segment's start. It runs only when reporting corruption.
 func (r *shardReader) lineNumber() int {
-	n, err := countLines(r.f, r.off)
+	n, err := countLines(r.f, r.off-r.segs[r.seg].base)
 	if err != nil {
 		return r.line
 	}
@@ -785,12 +911,22 @@ func countLines(f *os.File, end int64) (int, error) {
 
 func (r *shardReader) read() error {
 	r.ev = nil
-	if r.limited && r.off >= r.limit {
+	if r.limited && r.off >= r.limit || r.f == nil {
 		return nil
 	}
 	line, err := readLine(r.br)
-	if err == io.EOF && len(line) == 0 {
-		return nil
+	for err == io.EOF && len(line) == 0 {
+		if r.seg+1 >= len(r.segs) {
+			return nil
+		}
+		// The segment ended: go on with the next one.
+		if err := r.open(r.seg+1, 0); err != nil {
+			return err
+		}
+		if r.limited && r.off >= r.limit {
+			return nil
+		}
+		line, err = readLine(r.br)
 	}
 	r.line++
 	if err == io.EOF {
@@ -806,7 +942,7 @@ func (r *shardReader) read() error {
 		return &CorruptError{File: r.rel, Line: r.line, Err: derr}
 	}
 	r.off += int64(len(line)) + 1
-	ev.Shard = shardName(r.rel)
+	ev.Shard = r.shard
 	ev.Offset = r.off
 	r.ev = ev
 	return nil

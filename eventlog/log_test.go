@@ -89,7 +89,14 @@ func checkPositions(t testing.TB, l *Log) {
 		t.Errorf("Positions has %d shards %v, the directory %d %v", len(pos), pos, len(shards), shards)
 	}
 	for _, rel := range shards {
-		size := fileSize(t, filepath.Join(l.Dir(), filepath.FromSlash(rel)))
+		var size int64 // of all the shard's segments
+		segs, err := l.Segments(shardName(rel))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, seg := range segs {
+			size += fileSize(t, filepath.Join(l.Dir(), filepath.FromSlash(seg)))
+		}
 		if got, ok := pos[rel]; !ok || got != size {
 			t.Errorf("Positions()[%s] = %d (present %v), file size %d", rel, got, ok, size)
 		}

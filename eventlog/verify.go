@@ -14,12 +14,35 @@ import (
 // CheckAt verifies a position a reader saved in shard rel (a projection's
 // checkpoint): off must be the end of a line that holds a valid event
 // (whose ID is wantID, unless that is empty), which it returns. If not, the shard was changed before off, and
-// the error is a *CorruptError naming the file's first line that does not
-// parse or, if every line parses, the line that holds off.
+// the error is a *CorruptError naming, in the segment that holds off (or
+// the last one), the first line that does not parse or, if every line
+// parses, the line that holds off.
 func (l *Log) CheckAt(rel string, off int64, wantID string) (*Event, error) {
 	if off <= 0 {
 		return nil, nil
 	}
+	all, _, err := layout(l.dir)
+	if err != nil {
+		return nil, err
+	}
+	segs := all[rel]
+	if len(segs) == 0 {
+		return nil, &CorruptError{File: rel, Line: 1, Err: fmt.Errorf("the file is missing, though a reader saved position %d in it", off)}
+	}
+	i := locate(segs, off)
+	if i < 0 {
+		i = len(segs) - 1 // off is past the end: the shorter-than check below reports it
+	}
+	ev, err := l.checkSegment(segs[i].rel, off-segs[i].base, wantID)
+	if ev != nil {
+		ev.Shard, ev.Offset = shardName(rel), off
+	}
+	return ev, err
+}
+
+// checkSegment is CheckAt within one segment file, off counted from its
+// start.
+func (l *Log) checkSegment(rel string, off int64, wantID string) (*Event, error) {
 	f, err := os.Open(filepath.Join(l.dir, filepath.FromSlash(rel)))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, &CorruptError{File: rel, Line: 1, Err: fmt.Errorf("the file is missing, though a reader saved position %d in it", off)}
@@ -65,7 +88,6 @@ func (l *Log) CheckAt(rel string, off int64, wantID string) (*Event, error) {
 	if wantID != "" && ev.ID != wantID {
 		return nil, changed(off, fmt.Sprintf("the line before byte %d, where a reader stopped, holds event %s, not %s, the one it read there: the file was changed before it", off, ev.ID, wantID))
 	}
-	ev.Shard, ev.Offset = shardName(rel), off
 	return ev, nil
 }
 
@@ -75,7 +97,7 @@ func firstBadLine(f *os.File, rel string) (*CorruptError, error) {
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return nil, err
 	}
-	r := &shardReader{rel: rel, f: f, br: bufio.NewReaderSize(f, 256<<10)}
+	r := &shardReader{rel: rel, segs: []segment{{rel: rel}}, f: f, br: bufio.NewReaderSize(f, 256<<10)}
 	for {
 		err := r.next()
 		var ce *CorruptError
@@ -93,8 +115,8 @@ func firstBadLine(f *os.File, rel string) (*CorruptError, error) {
 
 // LineInfo is one line of a shard, as Verify reads it.
 type LineInfo struct {
-	File  string // shard path relative to the log directory
-	Line  int    // 1-based
+	File  string // segment path relative to the log directory
+	Line  int    // 1-based, in the segment
 	Event *Event // nil when the line does not parse
 	Err   error  // why it does not parse
 }
@@ -104,27 +126,39 @@ type LineInfo struct {
 // the first): it is how a checker lists every problem. Event.Raw is valid
 // only during the call.
 func (l *Log) Verify(ctx context.Context, fn func(LineInfo) error) error {
-	shards, err := l.shards()
+	ends := l.Positions()
+	all, shards, err := layout(l.dir)
 	if err != nil {
 		return err
 	}
-	ends := l.Positions()
 	for _, rel := range shards {
-		if err := l.verifyShard(ctx, rel, ends[rel], fn); err != nil {
-			return err
+		end, known := ends[rel]
+		for _, seg := range all[rel] {
+			n := seg.size
+			if known {
+				n = min(n, end-seg.base) // not what is being appended now
+			}
+			if n <= 0 {
+				continue
+			}
+			if err := l.verifySegment(ctx, seg, shardName(rel), n, fn); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
 }
 
-func (l *Log) verifyShard(ctx context.Context, rel string, end int64, fn func(LineInfo) error) error {
+// verifySegment reads the first n bytes of a segment.
+func (l *Log) verifySegment(ctx context.Context, seg segment, shard string, n int64, fn func(LineInfo) error) error {
+	rel := seg.rel
 	f, err := os.Open(filepath.Join(l.dir, filepath.FromSlash(rel)))
 	if err != nil {
 		return fmt.Errorf("eventlog: %w", err)
 	}
 	defer f.Close()
-	br := bufio.NewReaderSize(io.LimitReader(f, end), 256<<10)
-	var off int64
+	br := bufio.NewReaderSize(io.LimitReader(f, n), 256<<10)
+	off := seg.base
 	for n := 1; ; n++ {
 		if n%4096 == 0 {
 			if err := ctx.Err(); err != nil {
@@ -148,7 +182,7 @@ func (l *Log) verifyShard(ctx context.Context, rel string, end int64, fn func(Li
 			if ev, derr := DecodeLine(line); derr != nil {
 				info.Err = derr
 			} else {
-				ev.Shard, ev.Offset = shardName(rel), off
+				ev.Shard, ev.Offset = shard, off
 				info.Event = ev
 			}
 		}

@@ -165,6 +165,12 @@ func (c *DaemonRunCmd) Run(ctx context.Context, g *Globals) error {
 		// collector from letting garbage double the heap around it.
 		debug.SetMemoryLimit(daemonMemoryLimit)
 	}
+	if os.Getenv("GOGC") == "" {
+		// Most of an idle daemon's heap is the long-lived message index;
+		// collecting at half again its size, not twice, keeps ~10 MiB
+		// less resident at 100k messages for a little more GC work.
+		debug.SetGCPercent(daemonGCPercent)
+	}
 	// The syncer is made (not run) before the server, which answers
 	// sync.status and sync.force through it.
 	var gs *gitsync.Syncer
@@ -250,6 +256,9 @@ func (c *DaemonRunCmd) Run(ctx context.Context, g *Globals) error {
 // daemonMemoryLimit is the daemon's soft memory limit (runtime/debug):
 // requests in flight hold at most thrum.DefaultMaxPendingBytes.
 const daemonMemoryLimit = 64 << 20
+
+// daemonGCPercent is the daemon's GOGC (see DESIGN.md, "Sync").
+const daemonGCPercent = 50
 
 // daemonMaxHTTPConns caps the loopback port's TCP connections: WebSockets
 // of both classes plus room for handshakes.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
@@ -85,6 +86,16 @@ func TestSyncFigures100k(t *testing.T) {
 	gitT(t, a.wt, "repack", "-a", "-d", "-q")
 	gitT(t, remote, "repack", "-a", "-d", "-q")
 	clone0, remote0 := objectBytes(t, a.gitDir), objectBytes(t, remote)
+	// The remote's side of each push (receive-pack and what it runs) is
+	// this process's grandchild, counted with git children: run it
+	// through this test binary, which records its CPU apart.
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	remoteCPU := filepath.Join(t.TempDir(), "receive-pack-cpu")
+	t.Setenv(receivePackFileEnv, remoteCPU)
+	gitT(t, a.dir, "config", "remote.origin.receivepack", receivePackEnv+"=1 "+self)
 
 	var self0, kids0 syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &self0)
@@ -107,8 +118,9 @@ func TestSyncFigures100k(t *testing.T) {
 	per := func(d time.Duration) string {
 		return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond)/sends)
 	}
-	t.Logf("%d messages, one sync round each, in %v: CPU per message: this process %s (user+sys), git children %s",
-		sends, elapsed.Round(time.Millisecond), per(cpu(self1)-cpu(self0)), per(cpu(kids1)-cpu(kids0)))
+	remoteSide, wrapper := receivePackCPU(t, remoteCPU)
+	t.Logf("%d messages, one sync round each, in %v: CPU per message: this process %s (user+sys), git children %s, of which the remote's receive-pack %s",
+		sends, elapsed.Round(time.Millisecond), per(cpu(self1)-cpu(self0)), per(cpu(kids1)-cpu(kids0)-wrapper), per(remoteSide))
 
 	clone1, remote1 := objectBytes(t, a.gitDir), objectBytes(t, remote)
 	t.Logf("repository growth per message as left by the rounds: clone %.1f KB, remote %.1f KB (the remote's loose objects, before any server-side packing)",
@@ -173,4 +185,55 @@ func vmRSS(t *testing.T) string {
 		}
 	}
 	return "unknown"
+}
+
+// Running the remote's receive-pack through the test binary (see
+// TestSyncFigures100k).
+const (
+	receivePackEnv     = "GITSYNC_RECEIVE_PACK" // set: this process is the wrapper
+	receivePackFileEnv = "GITSYNC_RECEIVE_PACK_CPU"
+)
+
+// receivePack runs git receive-pack with this process's arguments and
+// standard streams, and appends to the file named by receivePackFileEnv
+// the CPU time of receive-pack (with what it waited for) and its own.
+func receivePack() int {
+	cmd := exec.Command("git", append([]string{"receive-pack"}, os.Args[1:]...)...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	err := cmd.Run()
+	code := 0
+	if err != nil {
+		code = 1
+		if cmd.ProcessState == nil {
+			fmt.Fprintln(os.Stderr, err)
+			return code
+		}
+		code = cmd.ProcessState.ExitCode()
+	}
+	ru, _ := cmd.ProcessState.SysUsage().(*syscall.Rusage)
+	var own syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &own)
+	if f, err := os.OpenFile(os.Getenv(receivePackFileEnv), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err == nil && ru != nil {
+		fmt.Fprintf(f, "%d %d\n", cpu(*ru), cpu(own))
+		f.Close()
+	}
+	return code
+}
+
+// receivePackCPU sums what the wrappers recorded: receive-pack's CPU and
+// their own.
+func receivePackCPU(t *testing.T, path string) (remote, wrapper time.Duration) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("no receive-pack ran through the wrapper: %v", err)
+	}
+	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		var r, w int64
+		if _, err := fmt.Sscan(l, &r, &w); err != nil {
+			t.Fatalf("receive-pack CPU line %q: %v", l, err)
+		}
+		remote += time.Duration(r)
+		wrapper += time.Duration(w)
+	}
+	return remote, wrapper
 }

@@ -3,20 +3,21 @@
 // commits local events, fetches the remote's, merges them and pushes.
 //
 // The merge is a union of events by event ID, done by thrum rather than by
-// git, so it never conflicts: for each shard file, the remote lines this
-// log lacks are appended to the local file through the log's own writer
+// git, so it never conflicts: for each remote segment file, the lines
+// this log lacks are appended to the local shard through the log's own writer
 // (eventlog.Log.Import), which makes them durable, applies them to the
 // projection and notifies subscribers exactly once. Local files are only
 // ever appended to, so the projection's byte-offset checkpoints stay
 // valid. The merged tree is committed with both heads as parents, which
 // makes the push a fast-forward for the remote.
 //
-// A round's reading follows what is new: remote files equal to HEAD's
-// are not read, and a remote file that grew since the last merge is
-// checked only past the offset merged then (its old bytes proven
-// unchanged by a hash). The Syncer repacks its repository every
-// Options.PackEvery rounds, so that each commit's new whole-file blob
-// ends up stored as a delta.
+// A round's cost follows what is new: it writes a blob only for the
+// segment files that grew (only a shard's last segment ever does) and
+// the trees over them, pushes without fetching when the push is a
+// fast-forward, reads no remote file equal to HEAD's, and checks a remote
+// file that grew since the last merge only past the offset merged then
+// (its old bytes proven unchanged by a hash). The Syncer repacks its
+// repository every Options.PackEvery rounds.
 //
 // The Syncer runs git with explicit arguments in the worktree only: the
 // user's working tree, index and current branch are never touched.
@@ -25,6 +26,7 @@ package gitsync
 import (
 	"bufio"
 	"bytes"
+	"compress/zlib"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -35,6 +37,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -67,10 +70,10 @@ type Options struct {
 	// Logger receives sync failures. Nil means silent.
 	Logger *slog.Logger
 	// PackEvery is how many rounds that committed local events or imported
-	// the remote's pass between repacks of the sync repository (git repack -a
-	// -d), which turn each round's loose objects — a whole new blob of
-	// every changed shard file — into deltas. Default DefaultPackEvery;
-	// negative never packs.
+	// the remote's pass between repacks of the sync repository (git repack
+	// -d --geometric=2), which turn each round's loose objects — a new
+	// blob of every changed segment file — into deltas in a pack. Default
+	// DefaultPackEvery; negative never packs.
 	PackEvery int
 }
 
@@ -117,10 +120,22 @@ type Syncer struct {
 	lastErr           error
 	roundDone         chan struct{}
 
-	roundMu sync.Mutex                     // one round at a time
-	have    map[string]map[string]struct{} // shard path → event IDs in the local file
-	scanned map[string]int64               // shard path → bytes of the local file read into have
-	merged  map[string]mergedBlob          // shard path → the remote blob last merged
+	roundMu  sync.Mutex                     // one round at a time
+	have     map[string]map[string]struct{} // shard name → event IDs in the local segments
+	scanned  map[string]int64               // local segment path → its bytes read into have
+	merged   map[string]mergedBlob          // remote segment path → the remote blob last merged
+	head     string                         // HEAD as the Syncer last committed or read it ("" = unknown)
+	headTree string
+
+	// Staging (see stage): the object directory (when the repository
+	// uses SHA-1 objects, which the Syncer then writes itself), the
+	// durable length of each segment file as last staged (nil until the
+	// first round) and the tree of the index then.
+	objects string
+	staged  map[string]int64
+	tree    string
+	dirs    map[string]*treeDir // that tree by directory, once the Syncer writes trees itself (see objects.go)
+	zw      *zlib.Writer        // the compressor of those objects, reused
 
 	// Packing (see maybePack): rounds that committed or imported since the
 	// last repack.
@@ -166,6 +181,16 @@ func New(log *eventlog.Log, opts *Options) (*Syncer, error) {
 	}
 	if err := s.removeStaleLocks(context.Background()); err != nil {
 		return nil, fmt.Errorf("gitsync: %w", err)
+	}
+	if format, err := s.git(context.Background(), "rev-parse", "--show-object-format"); err == nil && format == "sha1" {
+		common, err := s.git(context.Background(), "rev-parse", "--git-common-dir")
+		if err != nil {
+			return nil, fmt.Errorf("gitsync: %w", err)
+		}
+		if !filepath.IsAbs(common) {
+			common = filepath.Join(s.dir, common)
+		}
+		s.objects = filepath.Join(common, "objects")
 	}
 	s.status.State = StateStopped
 	return s, nil
@@ -362,7 +387,7 @@ func (s *Syncer) SyncOnce(ctx context.Context) (err error) {
 	var rejected error
 	for try := 0; try < maxPushTries; try++ {
 		var pushed bool
-		pushed, rejected, err = s.attempt(ctx)
+		pushed, rejected, err = s.attempt(ctx, try == 0)
 		if err != nil || pushed {
 			return err
 		}
@@ -390,19 +415,19 @@ func (s *Syncer) record(ctx context.Context, err error) {
 }
 
 // maybePack repacks the sync repository every PackEvery rounds that
-// wrote objects. Each commit stores every changed shard file as a new
+// wrote objects. Each commit stores every changed segment file as a new
 // loose blob (git has no append); packing stores the versions of a file
 // as deltas of each other, so the repository grows by about the new
-// lines per round instead of the whole file. git repack -a -d reuses the
-// deltas it already has, so a repack costs a copy of the packed history,
-// paid once every PackEvery rounds. It runs in the Syncer's round, never
-// on the send path; a failure is logged, not a failed round.
+// lines per round. --geometric=2 packs the loose objects and merges
+// existing packs only as they double, so a repack costs what is new, not
+// a copy of the history. It runs in the Syncer's round, never on the
+// send path; a failure is logged, not a failed round.
 func (s *Syncer) maybePack(ctx context.Context) {
 	if s.opts.PackEvery < 0 || s.sincePack < s.opts.PackEvery || ctx.Err() != nil {
 		return
 	}
 	s.sincePack = 0
-	if _, err := s.git(ctx, "-c", "pack.threads=1", "repack", "-a", "-d", "-q"); err != nil {
+	if _, err := s.git(ctx, "-c", "pack.threads=1", "repack", "-d", "-q", "--geometric=2"); err != nil {
 		if s.opts.Logger != nil {
 			s.opts.Logger.Warn("gitsync: repack failed; will retry", "err", err)
 		}
@@ -417,24 +442,56 @@ var errPushRejected = errors.New("push rejected")
 
 // attempt is one fetch-merge-commit-push. pushed is false when the push
 // lost a race (rejected says how) and the round should be tried again.
-func (s *Syncer) attempt(ctx context.Context) (pushed bool, rejected, err error) {
+//
+// With pushFirst, local events are first committed on HEAD alone and
+// pushed without a fetch: a push that the remote takes as a fast-forward
+// proves that HEAD already has every commit of the remote, so there is
+// nothing to merge, and the round costs no fetch. Only a push that fails
+// (the remote moved on, or cannot be reached), or a round with nothing
+// local to push, fetches and merges.
+func (s *Syncer) attempt(ctx context.Context, pushFirst bool) (pushed bool, rejected, err error) {
+	var tree string // the files' tree, if staged and still current
+	if pushFirst {
+		var changed bool
+		changed, tree, err = s.commitLocal(ctx)
+		if err != nil {
+			return false, nil, err
+		}
+		if changed {
+			// Any failure (a refusal, an unreachable remote) takes the
+			// way below, which reports it if it lasts.
+			if ok, _, _ := s.push(ctx); ok {
+				return true, nil, nil
+			}
+		}
+	}
 	remoteRef := "refs/remotes/" + s.opts.Remote + "/" + s.opts.Branch
 	hasRemote := true
-	if _, err := s.git(ctx, "fetch", "--quiet", s.opts.Remote, "+refs/heads/"+s.opts.Branch+":"+remoteRef); err != nil {
+	if _, err := s.git(ctx, "fetch", "--quiet", "--no-auto-maintenance", "--no-write-fetch-head", s.opts.Remote, "+refs/heads/"+s.opts.Branch+":"+remoteRef); err != nil {
 		if !strings.Contains(err.Error(), "couldn't find remote ref") {
 			return false, nil, fmt.Errorf("fetch: %w", err)
 		}
 		hasRemote = false // the remote has no sync branch yet: our push creates it
 	}
 	if hasRemote {
-		if err := s.merge(ctx, remoteRef); err != nil {
+		imported, err := s.merge(ctx, remoteRef)
+		if err != nil {
 			return false, nil, err
 		}
+		if imported > 0 {
+			tree = "" // the files changed: stage them again
+		}
 	}
-	needPush, err := s.commit(ctx, remoteRef, hasRemote)
+	needPush, err := s.commit(ctx, tree, remoteRef, hasRemote)
 	if err != nil || !needPush {
 		return err == nil, nil, err
 	}
+	return s.push(ctx)
+}
+
+// push pushes HEAD to the remote's sync branch. pushed is false when the
+// remote refused it as not a fast-forward (rejected says how).
+func (s *Syncer) push(ctx context.Context) (pushed bool, rejected, err error) {
 	if _, err := s.git(ctx, "push", "--quiet", s.opts.Remote, "HEAD:refs/heads/"+s.opts.Branch); err != nil {
 		if strings.Contains(err.Error(), "rejected") || strings.Contains(err.Error(), "fetch first") || strings.Contains(err.Error(), "non-fast-forward") {
 			return false, err, nil
@@ -444,27 +501,46 @@ func (s *Syncer) attempt(ctx context.Context) (pushed bool, rejected, err error)
 	return true, nil, nil
 }
 
-// refreshHave reads what was appended to a local shard file since the
-// last look, so that have[rel] lists every event ID in it. It is called
-// only for a file a merge must check: a Syncer whose remote brings
-// nothing new keeps no IDs in memory.
-func (s *Syncer) refreshHave(rel string) (map[string]struct{}, error) {
-	ids := s.have[rel]
+// refreshHave reads what was appended to a local shard's segments since
+// the last look, so that have[shard] lists every event ID in the shard
+// (a remote line may sit in another segment here than there). It is
+// called only for a shard a merge must check: a Syncer whose remote
+// brings nothing new keeps no IDs in memory.
+func (s *Syncer) refreshHave(shard string) (map[string]struct{}, error) {
+	ids := s.have[shard]
 	if ids == nil {
 		ids = map[string]struct{}{}
-		s.have[rel] = ids
+		s.have[shard] = ids
 	}
-	f, err := os.Open(filepath.Join(s.dir, filepath.FromSlash(rel)))
-	if errors.Is(err, os.ErrNotExist) {
-		return ids, nil // no local file yet: nothing here
-	}
+	segs, err := s.log.Segments(shard)
 	if err != nil {
 		return nil, err
 	}
+	for _, rel := range segs {
+		if err := s.readIDs(rel, ids); err != nil {
+			return nil, err
+		}
+	}
+	return ids, nil
+}
+
+// readIDs adds to ids the event IDs of a local segment past what was read
+// of it before.
+func (s *Syncer) readIDs(rel string, ids map[string]struct{}) error {
+	f, err := os.Open(filepath.Join(s.dir, filepath.FromSlash(rel)))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
 	defer f.Close()
 	off := s.scanned[rel]
+	if st, err := f.Stat(); err != nil || st.Size() <= off {
+		return err // nothing new (a closed segment, once read, is never read again)
+	}
 	if _, err := f.Seek(off, 0); err != nil {
-		return nil, err
+		return err
 	}
 	br := bufio.NewReaderSize(f, 64<<10)
 	for {
@@ -478,7 +554,7 @@ func (s *Syncer) refreshHave(rel string) (map[string]struct{}, error) {
 		}
 	}
 	s.scanned[rel] = off
-	return ids, nil
+	return nil
 }
 
 // merge imports, shard by shard, the remote's events this log lacks.
@@ -491,30 +567,34 @@ func (s *Syncer) refreshHave(rel string) (map[string]struct{}, error) {
 // (to prove they are unchanged) and only the new lines checked and
 // imported. Anything else (a first sight, a rewritten file) is read and
 // checked in full.
-func (s *Syncer) merge(ctx context.Context, remoteRef string) error {
+func (s *Syncer) merge(ctx context.Context, remoteRef string) (int, error) {
 	// The remote's files that differ from HEAD's: a file whose blob is
 	// the one in HEAD (ours, committed from the local file, so every line
 	// of it is here) is not even listed.
 	out, err := s.git(ctx, "diff-tree", "-r", "--no-renames", "HEAD", remoteRef)
 	if err != nil {
-		return fmt.Errorf("diff-tree: %w", err)
+		return 0, fmt.Errorf("diff-tree: %w", err)
 	}
 	imported := 0
 	for _, row := range strings.Split(out, "\n") {
 		meta, path, ok := strings.Cut(row, "\t")
 		f := strings.Fields(meta)
-		if !ok || len(f) != 5 || (f[4] != "A" && f[4] != "M") || !strings.HasPrefix(f[1], "100") || !isShard(path) {
-			continue // not a shard file the remote has
+		if !ok || len(f) != 5 || (f[4] != "A" && f[4] != "M") || !strings.HasPrefix(f[1], "100") {
+			continue // not a file the remote has
+		}
+		shard, _, isSegment := eventlog.ParseSegmentPath(path)
+		if !isSegment {
+			continue
 		}
 		blob := f[3]
 		prev := s.merged[path]
 		if prev.blob == blob {
 			continue // unchanged since the last merge
 		}
-		n, err := s.mergeBlob(ctx, path, blob, prev)
+		n, err := s.mergeBlob(ctx, path, shard, blob, prev)
 		imported += n
 		if err != nil {
-			return err
+			return imported, err
 		}
 	}
 	if imported > 0 {
@@ -522,20 +602,20 @@ func (s *Syncer) merge(ctx context.Context, remoteRef string) error {
 		s.status.Imported += imported
 		s.mu.Unlock()
 	}
-	return nil
+	return imported, nil
 }
 
 // mergeBlob imports the events of one remote shard file that this log
 // lacks. When prev (the version last merged) is a proven prefix of it,
 // only the bytes after prev are checked; otherwise every line is.
-func (s *Syncer) mergeBlob(ctx context.Context, path, blob string, prev mergedBlob) (int, error) {
+func (s *Syncer) mergeBlob(ctx context.Context, path, shard, blob string, prev mergedBlob) (int, error) {
 	skip := int64(0)
 	if prev.blob != "" && prev.size > 0 {
 		skip = prev.size // a shorter file fails the prefix check
 	}
-	n, err := s.mergeFrom(ctx, path, blob, skip, prev.sum)
+	n, err := s.mergeFrom(ctx, path, shard, blob, skip, prev.sum)
 	if errors.Is(err, errPrefixChanged) {
-		n, err = s.mergeFrom(ctx, path, blob, 0, prev.sum) // the file was rewritten: read it all
+		n, err = s.mergeFrom(ctx, path, shard, blob, 0, prev.sum) // the file was rewritten: read it all
 	}
 	return n, err
 }
@@ -546,7 +626,7 @@ var errPrefixChanged = errors.New("the remote file's old bytes changed")
 // want (else errPrefixChanged) and are not checked line by line; the
 // lines after them that this log lacks are imported. What is remembered
 // is the blob's whole lines: their length and hash.
-func (s *Syncer) mergeFrom(ctx context.Context, path, blob string, skip int64, want [sha256.Size]byte) (int, error) {
+func (s *Syncer) mergeFrom(ctx context.Context, path, shard, blob string, skip int64, want [sha256.Size]byte) (int, error) {
 	cmd := exec.CommandContext(ctx, "git", "cat-file", "blob", blob)
 	cmd.Dir = s.dir
 	cmd.Env = append(os.Environ(), "GIT_TERMINAL_PROMPT=0")
@@ -560,7 +640,7 @@ func (s *Syncer) mergeFrom(ctx context.Context, path, blob string, skip int64, w
 		return 0, fmt.Errorf("read %s: %w", path, err)
 	}
 	full := sha256.New()
-	lines, size, checked, err := s.scanBlob(stdout, full, path, skip, want)
+	lines, size, checked, err := s.scanBlob(stdout, full, path, shard, skip, want)
 	if err != nil {
 		_, _ = io.Copy(io.Discard, stdout)
 		_ = cmd.Wait()
@@ -570,10 +650,10 @@ func (s *Syncer) mergeFrom(ctx context.Context, path, blob string, skip int64, w
 		return 0, fmt.Errorf("read %s: git cat-file: %v: %s", path, err, strings.TrimSpace(errb.String()))
 	}
 	if len(lines) > 0 {
-		if _, err := s.log.Import(ctx, shardName(path), lines); err != nil {
+		if _, err := s.log.Import(ctx, shard, lines); err != nil {
 			return 0, fmt.Errorf("import %s: %w", path, err)
 		}
-		ids := s.have[path]
+		ids := s.have[shard]
 		for _, l := range lines {
 			ids[eventID(l)] = struct{}{}
 		}
@@ -592,7 +672,7 @@ func (s *Syncer) mergeFrom(ctx context.Context, path, blob string, skip int64, w
 // this log lacks are returned. Every whole line, prefix included, is fed
 // to full; size is the length of the whole lines (an unterminated tail
 // is not an event yet and is read again next time).
-func (s *Syncer) scanBlob(r io.Reader, full hash.Hash, path string, skip int64, want [sha256.Size]byte) (lines [][]byte, size int64, checked int, err error) {
+func (s *Syncer) scanBlob(r io.Reader, full hash.Hash, path, shard string, skip int64, want [sha256.Size]byte) (lines [][]byte, size int64, checked int, err error) {
 	if skip > 0 {
 		pre := sha256.New()
 		if _, err := io.CopyN(io.MultiWriter(pre, full), r, skip); err != nil {
@@ -603,7 +683,7 @@ func (s *Syncer) scanBlob(r io.Reader, full hash.Hash, path string, skip int64, 
 			return nil, 0, 0, errPrefixChanged
 		}
 	}
-	ids, err := s.refreshHave(path)
+	ids, err := s.refreshHave(shard)
 	if err != nil {
 		return nil, 0, 0, err
 	}
@@ -645,42 +725,21 @@ func (s *Syncer) scanBlob(r io.Reader, full hash.Hash, path string, skip int64, 
 // when the remote has commits HEAD lacks, the remote head too, so that
 // the push is a fast-forward. With nothing new on either side it makes
 // no commit: two clones never trade empty merges.
-func (s *Syncer) commit(ctx context.Context, remoteRef string, hasRemote bool) (needPush bool, err error) {
-	args := []string{"add", "--"}
-	if _, err := os.Stat(filepath.Join(s.dir, eventlog.EventsFile)); err == nil {
-		args = append(args, eventlog.EventsFile)
-	}
-	if matches, _ := filepath.Glob(filepath.Join(s.dir, eventlog.MessagesDir, "*.jsonl")); len(matches) > 0 {
-		args = append(args, eventlog.MessagesDir+"/*.jsonl")
-	}
-	if len(args) > 2 {
-		if _, err := s.git(ctx, args...); err != nil {
-			return false, fmt.Errorf("add: %w", err)
+func (s *Syncer) commit(ctx context.Context, tree, remoteRef string, hasRemote bool) (needPush bool, err error) {
+	if tree == "" {
+		if tree, err = s.stage(ctx); err != nil {
+			return false, err
 		}
 	}
-	tree, err := s.git(ctx, "write-tree")
+	head, headTree, rh, err := s.heads(ctx, remoteRef, hasRemote)
 	if err != nil {
-		return false, fmt.Errorf("write-tree: %w", err)
+		return false, err
 	}
-	revs := []string{"rev-parse", "HEAD", "HEAD^{tree}"}
-	if hasRemote {
-		revs = append(revs, remoteRef)
-	}
-	out, err := s.git(ctx, revs...) // one git process for the three
-	if err != nil {
-		return false, fmt.Errorf("rev-parse: %w", err)
-	}
-	ids := strings.Fields(out)
-	if len(ids) != len(revs)-1 {
-		return false, fmt.Errorf("rev-parse: %d IDs for %d names", len(ids), len(revs)-1)
-	}
-	head, headTree := ids[0], ids[1]
 	changed := tree != headTree
 	parents := []string{head}
 	if !hasRemote {
 		needPush = true // create the remote branch
 	} else {
-		rh := ids[2]
 		remoteHasHead := s.isAncestor(ctx, head, rh)
 		headHasRemote := s.isAncestor(ctx, rh, head)
 		needPush = changed || !remoteHasHead
@@ -691,21 +750,157 @@ func (s *Syncer) commit(ctx context.Context, remoteRef string, hasRemote bool) (
 	if !changed && len(parents) == 1 {
 		return needPush, nil // HEAD as it is is what to push (or nothing)
 	}
+	return true, s.commitTree(ctx, tree, parents)
+}
+
+// commitLocal commits the shard files on HEAD alone, if they changed,
+// and reports whether it did; tree is the files' tree either way.
+func (s *Syncer) commitLocal(ctx context.Context) (changed bool, tree string, err error) {
+	if tree, err = s.stage(ctx); err != nil {
+		return false, "", err
+	}
+	head, headTree, _, err := s.heads(ctx, "", false)
+	if err != nil || tree == headTree {
+		return false, tree, err
+	}
+	return true, tree, s.commitTree(ctx, tree, []string{head})
+}
+
+// stage records the segment files in a tree and returns it. The first
+// time, git add and write-tree make it from the worktree's index (git
+// hashes what changed since the index was last written). After that, the
+// Syncer writes the objects itself (objects.go): only the segment files
+// whose durable length changed get a blob, of exactly their acknowledged
+// bytes (a batch still being written, which may yet be undone, is never
+// pushed), and only the trees over them are rewritten; with nothing new,
+// staging does nothing.
+func (s *Syncer) stage(ctx context.Context) (string, error) {
+	files := s.log.Files()
+	if s.staged == nil || s.objects == "" {
+		if err := s.addAll(ctx); err != nil {
+			return "", err
+		}
+		tree, err := s.git(ctx, "write-tree")
+		if err != nil {
+			return "", fmt.Errorf("write-tree: %w", err)
+		}
+		s.staged, s.tree, s.dirs = files, tree, nil
+		return tree, nil
+	}
+	paths := make([]string, 0, 4)
+	for rel, n := range files {
+		if s.staged[rel] != n {
+			paths = append(paths, rel)
+		}
+	}
+	if len(paths) == 0 {
+		return s.tree, nil
+	}
+	if s.dirs == nil {
+		if err := s.loadTree(ctx, s.tree); err != nil {
+			return "", err
+		}
+	}
+	sort.Strings(paths)
+	for _, rel := range paths {
+		id, err := s.writeBlob(rel, files[rel])
+		if err != nil {
+			return "", fmt.Errorf("stage %s: %w", rel, err)
+		}
+		s.setBlob(rel, id)
+	}
+	tree, err := s.writeTree("")
+	if err != nil {
+		return "", fmt.Errorf("stage: %w", err)
+	}
+	s.staged, s.tree = files, tree
+	return tree, nil
+}
+
+// addAll stages every segment file with git add.
+func (s *Syncer) addAll(ctx context.Context) error {
+	// git's pathspec "*" matches "/" too; not the .corrupt files beside
+	// the segments.
+	args := []string{"add", "--"}
+	for _, spec := range []struct{ pathspec, glob string }{
+		{eventlog.EventsFile, eventlog.EventsFile},
+		{eventsDir + "/*.jsonl", eventsDir + "/*.jsonl"},
+		{eventlog.MessagesDir + "/*.jsonl", eventlog.MessagesDir + "/*.jsonl"},
+		{eventlog.MessagesDir + "/*.jsonl", eventlog.MessagesDir + "/*/*.jsonl"},
+	} {
+		if matches, _ := filepath.Glob(filepath.Join(s.dir, filepath.FromSlash(spec.glob))); len(matches) > 0 && args[len(args)-1] != spec.pathspec {
+			args = append(args, spec.pathspec) // git fails on a pathspec that matches nothing
+		}
+	}
+	if len(args) > 2 {
+		if _, err := s.git(ctx, args...); err != nil {
+			return fmt.Errorf("add: %w", err)
+		}
+	}
+	return nil
+}
+
+// eventsDir holds the events shard's segments past the first.
+var eventsDir = strings.TrimSuffix(eventlog.EventsFile, ".jsonl")
+
+// heads returns HEAD, its tree and (if hasRemote) the remote head. HEAD
+// and its tree are remembered from the Syncer's last commit (HEAD is the
+// Syncer's: its update-ref names the old value, so a HEAD moved behind
+// its back fails that and is read afresh).
+func (s *Syncer) heads(ctx context.Context, remoteRef string, hasRemote bool) (head, tree, remote string, err error) {
+	var names []string
+	if s.head == "" {
+		names = append(names, "HEAD", "HEAD^{tree}")
+	}
+	if hasRemote {
+		names = append(names, remoteRef)
+	}
+	if len(names) == 0 {
+		return s.head, s.headTree, "", nil
+	}
+	out, err := s.git(ctx, append([]string{"rev-parse"}, names...)...) // one git process for all
+	if err != nil {
+		return "", "", "", fmt.Errorf("rev-parse: %w", err)
+	}
+	ids := strings.Fields(out)
+	if len(ids) != len(names) {
+		return "", "", "", fmt.Errorf("rev-parse: %d IDs for %d names", len(ids), len(names))
+	}
+	if s.head == "" {
+		s.head, s.headTree, ids = ids[0], ids[1], ids[2:]
+	}
+	if hasRemote {
+		remote = ids[0]
+	}
+	return s.head, s.headTree, remote, nil
+}
+
+// commitTree commits tree with the given parents (the first is HEAD) and
+// moves HEAD to it.
+func (s *Syncer) commitTree(ctx context.Context, tree string, parents []string) error {
 	cargs := []string{"commit-tree", tree, "-m", s.message(parents)}
 	for _, p := range parents {
 		cargs = append(cargs, "-p", p)
 	}
-	c, err := s.gitEnv(ctx, identityEnv, cargs...)
+	var c string
+	var err error
+	if s.dirs != nil { // the tree was written here: so is the commit
+		c, err = s.writeCommit(tree, parents, s.message(parents))
+	} else {
+		c, err = s.gitEnv(ctx, identityEnv, cargs...)
+	}
 	if err != nil {
-		return false, fmt.Errorf("commit-tree: %w", err)
+		return fmt.Errorf("commit-tree: %w", err)
 	}
-	if _, err := s.git(ctx, "update-ref", "-m", "thrum sync", "HEAD", c, head); err != nil {
-		return false, fmt.Errorf("update-ref: %w", err)
+	if _, err := s.git(ctx, "update-ref", "-m", "thrum sync", "HEAD", c, parents[0]); err != nil {
+		s.head, s.headTree = "", "" // read it again next time
+		return fmt.Errorf("update-ref: %w", err)
 	}
+	s.head, s.headTree = c, tree
 	s.mu.Lock()
 	s.status.Commits++
 	s.mu.Unlock()
-	return true, nil
+	return nil
 }
 
 func (s *Syncer) isAncestor(ctx context.Context, a, b string) bool {
@@ -752,21 +947,6 @@ func (s *Syncer) gitEnvBytes(ctx context.Context, env []string, args ...string) 
 		return nil, fmt.Errorf("git %s: %v: %s", args[0], err, strings.TrimSpace(errb.String()))
 	}
 	return out.Bytes(), nil
-}
-
-func isShard(path string) bool {
-	if path == eventlog.EventsFile {
-		return true
-	}
-	name, ok := strings.CutPrefix(path, eventlog.MessagesDir+"/")
-	return ok && !strings.Contains(name, "/") && strings.HasSuffix(name, ".jsonl") && len(name) > len(".jsonl")
-}
-
-func shardName(path string) string {
-	if path == eventlog.EventsFile {
-		return ""
-	}
-	return strings.TrimSuffix(strings.TrimPrefix(path, eventlog.MessagesDir+"/"), ".jsonl")
 }
 
 // eventID reads a line's event ID, "" if it is not an event.

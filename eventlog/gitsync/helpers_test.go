@@ -36,6 +36,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(crashChildEnv) != "" {
 		os.Exit(crashChild())
 	}
+	if os.Getenv(receivePackEnv) != "" {
+		os.Exit(receivePack())
+	}
 	os.Exit(m.Run())
 }
 

@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/thrumhq/thrum/eventlog"
 	"github.com/thrumhq/thrum/eventlog/gitsync"
 	"github.com/thrumhq/thrum/internal/thrumtest"
 )
@@ -131,6 +133,59 @@ func TestRepackPacksLooseObjects(t *testing.T) {
 	b.sync()
 	if got := len(b.inbox("bob")); got == 0 {
 		t.Errorf("b has no message from a after the repack")
+	}
+	sameShards(t, "a", a.logIDs(), "b", b.logIDs())
+}
+
+// TestStagedBlobsMatchTheLog: the objects the Syncer writes itself after
+// its first round (blobs, trees, commits) are valid git objects, and
+// HEAD's tree holds exactly the segment files' bytes, through a new agent
+// and a segment roll (a new directory); a round with nothing new leaves
+// HEAD as it was. b, on the other side, gets every message.
+func TestStagedBlobsMatchTheLog(t *testing.T) {
+	t.Parallel()
+	_, a, b := pair(t, nil)
+	a.send("alice", "bob", "first")
+	a.sync()
+	a.register("carol", "tester") // a new file in messages/
+	a.send("carol", "bob", "from a new agent")
+	a.sync()
+	big := strings.Repeat("x", 200<<10)
+	for i := 0; i < 2; i++ { // over a segment: alice's next one is messages/alice/000001.jsonl
+		a.send("alice", "bob", big+strconv.Itoa(i))
+		a.sync()
+	}
+	a.send("alice", "bob", "after the roll")
+	a.sync()
+	head := gitT(t, a.wt, "rev-parse", "HEAD")
+	a.sync()
+	if got := gitT(t, a.wt, "rev-parse", "HEAD"); got != head {
+		t.Errorf("a round with nothing new moved HEAD from %s to %s", head, got)
+	}
+	gitT(t, a.wt, "fsck", "--no-progress", "--strict")
+	var paths []string
+	for _, shard := range []string{"", "alice", "carol"} {
+		segs, err := a.n.EventLog().Segments(shard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		paths = append(paths, segs...)
+	}
+	if !slices.Contains(paths, eventlog.SegmentPath("alice", 1)) {
+		t.Fatalf("alice's messages did not roll into a second segment: %v", paths)
+	}
+	for _, rel := range paths {
+		want, err := os.ReadFile(filepath.Join(a.wt, filepath.FromSlash(rel)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := gitT(t, a.wt, "cat-file", "blob", "HEAD:"+rel); got != strings.TrimSpace(string(want)) {
+			t.Errorf("HEAD's %s differs from the file", rel)
+		}
+	}
+	b.sync()
+	if got := len(b.inbox("bob")); got != 5 {
+		t.Errorf("bob's inbox on b has %d messages, want 5", got)
 	}
 	sameShards(t, "a", a.logIDs(), "b", b.logIDs())
 }

@@ -217,11 +217,16 @@ func remoteIDs(t testing.TB, remote string) map[string]map[string]bool {
 	for _, row := range strings.Split(gitT(t, remote, "ls-tree", "-r", "refs/heads/a-sync"), "\n") {
 		meta, path, ok := strings.Cut(row, "\t")
 		f := strings.Fields(meta)
-		if !ok || len(f) != 3 || !strings.HasSuffix(path, ".jsonl") {
+		shard, _, isSegment := eventlog.ParseSegmentPath(path)
+		if !ok || len(f) != 3 || !isSegment {
 			continue
 		}
 		blob := gitT(t, remote, "cat-file", "blob", f[2])
-		ids := map[string]bool{}
+		key := eventlog.ShardPath(shard) // a shard's segments, as one
+		ids := out[key]
+		if ids == nil {
+			ids = map[string]bool{}
+		}
 		for _, line := range strings.Split(blob, "\n") {
 			if line == "" {
 				continue
@@ -235,7 +240,7 @@ func remoteIDs(t testing.TB, remote string) map[string]map[string]bool {
 			}
 			ids[e.ID] = true
 		}
-		out[path] = ids
+		out[key] = ids
 	}
 	return out
 }
