@@ -468,19 +468,8 @@ func (n *Node) ListMessages(ctx context.Context, p *rpc.ListMessagesParams) (*rp
 		}
 		f.Unread = true
 	}
-	if p.MentionRole != "" {
-		f.Mentions = n.dirc.MentionTargets(trimAt(p.MentionRole))
-	}
-	if p.Mentions {
-		me := readerOf(ctx)
-		if me == "" {
-			return nil, unauthenticated("the mentions filter needs the current agent: pass caller_agent_id or use mention_role")
-		}
-		mine := n.dirc.Targets(me)
-		if f.Mentions != nil {
-			mine = intersection(f.Mentions, mine)
-		}
-		f.Mentions = mine
+	if f.Mentions, err = n.mentionFilter(ctx, p.MentionRole, p.Mentions); err != nil {
+		return nil, err
 	}
 	pg, err := n.messages(ctx, f)
 	if err != nil {
@@ -491,6 +480,29 @@ func (n *Node) ListMessages(ctx context.Context, p *rpc.ListMessagesParams) (*rp
 		Page: page, PageSize: size, TotalPages: totalPages(pg.Total, size),
 	}
 	return out, nil
+}
+
+// mentionFilter resolves a listing's or search's mention filters to the
+// mention values a message must hold one of (nil: no filter): those of
+// mentionRole (a role, or an agent's ID: everything addressed to it),
+// narrowed by mine to what is addressed to the caller.
+func (n *Node) mentionFilter(ctx context.Context, mentionRole string, mine bool) ([]string, error) {
+	var targets []string
+	if mentionRole != "" {
+		targets = n.dirc.MentionTargets(trimAt(mentionRole))
+	}
+	if mine {
+		me := readerOf(ctx)
+		if me == "" {
+			return nil, unauthenticated("the mentions filter needs the current agent: pass caller_agent_id or use mention_role")
+		}
+		own := n.dirc.Targets(me)
+		if targets != nil {
+			own = intersection(targets, own)
+		}
+		targets = own
+	}
+	return targets, nil
 }
 
 type messagePage struct {

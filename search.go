@@ -64,18 +64,8 @@ func (n *Node) SearchMessages(ctx context.Context, p *rpc.SearchMessagesParams) 
 		f.Ref = &eventlog.Pair{Type: p.Ref.Type, Value: p.Ref.Value}
 	}
 	reader := readerOf(ctx)
-	if p.MentionRole != "" {
-		f.Mentions = n.dirc.MentionTargets(trimAt(p.MentionRole))
-	}
-	if p.Mentions {
-		if reader == "" {
-			return nil, unauthenticated("the mentions filter needs the current agent: pass caller_agent_id or use mention_role")
-		}
-		mine := n.dirc.Targets(reader)
-		if f.Mentions != nil {
-			mine = intersection(f.Mentions, mine)
-		}
-		f.Mentions = mine
+	if f.Mentions, err = n.mentionFilter(ctx, p.MentionRole, p.Mentions); err != nil {
+		return nil, err
 	}
 	hits, total, byTime, err := n.store.Search(ctx, f)
 	if errors.Is(err, store.ErrBadQuery) {
