@@ -457,6 +457,19 @@ func TestConsoleInBrowser(t *testing.T) {
 		}
 		eval[bool](t, tab, `(document.querySelector('#search-author').value = '', true)`)
 
+		// Newest first on request; a result in a thread opens the thread.
+		eval[bool](t, tab, `(document.querySelector('#search-sort').value = 'created_at', true)`)
+		search("console")
+		if s := status(); !strings.HasPrefix(s, "2 messages match “console”, newest first") {
+			t.Errorf("newest first: %q, want the page's two messages", s)
+		}
+		if first := eval[string](t, tab, `document.querySelector('#results li .body').textContent`); !strings.HasPrefix(first, "Thread reply from the console") {
+			t.Errorf("newest first, the first result is %q, want the thread reply", first)
+		}
+		eval[bool](t, tab, `(document.querySelector('#search-sort').value = 'relevance', true)`)
+		do(t, tab, "open the reply's thread", chromedp.Click(chromedp.CSS(`#results li:first-child button.open`)))
+		waitFor(t, tab, "the thread", `!document.querySelector('#view-threads').hidden && (document.querySelector('#thread h2') || {}).textContent === 'Auth rollout'`)
+
 		// The hostile body, found, stays text in the result.
 		search("pwned2")
 		if n := eval[int](t, tab, `document.querySelectorAll('#results li').length`); n != 1 {
