@@ -419,10 +419,89 @@ func TestConsoleInBrowser(t *testing.T) {
 		waitFor(t, tab, "bob's unread count", `(document.querySelector('#inboxes li[data-agent$="bob"] .count') || {}).textContent === '2 unread / 4'`)
 		eval[bool](t, tab, `(document.querySelector('#inboxes li[data-agent$="bob"] button').click(), true)`)
 		waitFor(t, tab, "bob's inbox", `document.querySelectorAll('#inbox .msg').length === 4 && document.querySelectorAll('#inbox .msg.unread').length === 2`)
-		do(t, tab, "search", chromedp.SetValue(chromedp.CSS("#search"), "auth"))
-		eval[bool](t, tab, `(document.querySelector('#search-form').requestSubmit(), true)`)
-		waitFor(t, tab, "a search answer", `document.querySelector('#search-status').textContent.match(/result|not available/)`)
-		t.Logf("search: %s", eval[string](t, tab, `document.querySelector('#search-status').textContent`))
+		do(t, tab, "feed", chromedp.Click(chromedp.CSS(`.tabs button[data-view="feed"]`)))
+	})
+
+	t.Run("search", func(t *testing.T) {
+		search := func(q string) {
+			t.Helper()
+			eval[bool](t, tab, `(document.querySelector('#search-status').textContent = '', true)`)
+			do(t, tab, "search "+q, chromedp.SetValue(chromedp.CSS("#search"), q))
+			eval[bool](t, tab, `(document.querySelector('#search-form').requestSubmit(), true)`)
+			waitFor(t, tab, "the answer to "+q, `/match|Malformed|Cannot|not available/.test(document.querySelector('#search-status').textContent)`)
+		}
+		status := func() string { return eval[string](t, tab, `document.querySelector('#search-status').textContent`) }
+		result := func(id string) string { return fmt.Sprintf(`document.querySelector('#results li[data-id=%q]')`, id) }
+
+		// An emoji before the word: the highlight is in code points, and
+		// marks exactly the word, not a unit off.
+		id := c.thrum(t, "alice", "send", "--quiet", "--to", "@bob", "🚀🚀 ship the wombat build, **now**")
+		search("wombat")
+		if s := status(); !strings.HasPrefix(s, "1 message matches “wombat”") {
+			t.Fatalf("search status %q, want 1 match", s)
+		}
+		if got := eval[[]string](t, tab, result(id)+` ? [...document.querySelectorAll('#results mark')].map(m => m.textContent) : null`); len(got) != 1 || got[0] != "wombat" {
+			t.Fatalf("marks %q, want [wombat]", got)
+		}
+		if head := eval[string](t, tab, result(id)+`.querySelector('header').textContent`); !strings.Contains(head, "alice (implementer/auth)") || !strings.Contains(head, "@bob (agent)") {
+			t.Errorf("result header %q lacks its author and recipient", head)
+		}
+		do(t, tab, "show the whole message", chromedp.Click(chromedp.CSS(`#results li button.open`)))
+		waitFor(t, tab, "the rendered message", result(id)+`.querySelector('.body strong') && `+result(id)+`.querySelector('.body strong').textContent === 'now'`)
+
+		// By another author it is not found.
+		eval[bool](t, tab, `(() => { const s = document.querySelector('#search-author'); s.value = [...s.options].find(o => o.textContent.startsWith('bob')).value; return true; })()`)
+		search("wombat")
+		if s := status(); !strings.HasPrefix(s, "No messages match") {
+			t.Errorf("searching bob's messages: %q, want none", s)
+		}
+		eval[bool](t, tab, `(document.querySelector('#search-author').value = '', true)`)
+
+		// Newest first on request; a result in a thread opens the thread.
+		eval[bool](t, tab, `(document.querySelector('#search-sort').value = 'created_at', true)`)
+		search("console")
+		if s := status(); !strings.HasPrefix(s, "2 messages match “console”, newest first") {
+			t.Errorf("newest first: %q, want the page's two messages", s)
+		}
+		if first := eval[string](t, tab, `document.querySelector('#results li .body').textContent`); !strings.HasPrefix(first, "Thread reply from the console") {
+			t.Errorf("newest first, the first result is %q, want the thread reply", first)
+		}
+		eval[bool](t, tab, `(document.querySelector('#search-sort').value = 'relevance', true)`)
+		do(t, tab, "open the reply's thread", chromedp.Click(chromedp.CSS(`#results li:first-child button.open`)))
+		waitFor(t, tab, "the thread", `!document.querySelector('#view-threads').hidden && (document.querySelector('#thread h2') || {}).textContent === 'Auth rollout'`)
+
+		// The hostile body, found, stays text in the result.
+		search("pwned2")
+		if n := eval[int](t, tab, `document.querySelectorAll('#results li').length`); n != 1 {
+			t.Fatalf("%d results for pwned2, want the hostile message", n)
+		}
+		time.Sleep(200 * time.Millisecond) // an image error handler would have run by now
+		if title := eval[string](t, tab, `document.title`); title != "thrum" {
+			t.Fatalf("the hostile result ran: title %q", title)
+		}
+		if n := eval[int](t, tab, `document.querySelectorAll('#results .body *:not(mark)').length`); n != 0 {
+			t.Fatalf("the hostile snippet made %d elements", n)
+		}
+		if text := eval[string](t, tab, `document.querySelector('#results .body').textContent`); !strings.Contains(text, "<script>document.title='pwned2'</script>") {
+			t.Fatalf("the hostile snippet is not shown as text: %q", text)
+		}
+
+		search("(wombat")
+		if s := status(); !strings.HasPrefix(s, "Malformed query: the ( at character 1 is not closed") {
+			t.Fatalf("a malformed query shows %q", s)
+		}
+
+		// The page's own highlight splitting, on a snippet with astral
+		// characters around the marks and a range past its end.
+		got := eval[[]map[string]any](t, tab, `import('/assets/highlight.js').then(({splitHighlights}) => splitHighlights('😀 deploy 𝄞x ok', [[2, 8], [9, 11], [13, 99]]))`)
+		want := []string{"😀 |false", "deploy|true", " |false", "𝄞x|true", " o|false", "k|true"}
+		var parts []string
+		for _, p := range got {
+			parts = append(parts, fmt.Sprintf("%s|%v", p["text"], p["mark"]))
+		}
+		if strings.Join(parts, ",") != strings.Join(want, ",") {
+			t.Errorf("splitHighlights gave %q, want %q", parts, want)
+		}
 		do(t, tab, "feed", chromedp.Click(chromedp.CSS(`.tabs button[data-view="feed"]`)))
 	})
 

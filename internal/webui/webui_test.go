@@ -6,10 +6,12 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/thrumhq/thrum/internal/webui"
+	"github.com/thrumhq/thrum/store"
 )
 
 func get(t *testing.T, method, host, path string) *httptest.ResponseRecorder {
@@ -33,6 +35,7 @@ func TestHandlerServesOnlyItsAssets(t *testing.T) {
 		{"HEAD", "localhost:8080", "/", 200, "text/html; charset=utf-8"},
 		{"GET", "[::1]:8080", "/assets/app.js", 200, "text/javascript; charset=utf-8"},
 		{"GET", "127.0.0.1:8080", "/assets/markdown.js", 200, "text/javascript; charset=utf-8"},
+		{"GET", "127.0.0.1:8080", "/assets/highlight.js", 200, "text/javascript; charset=utf-8"},
 		{"GET", "127.0.0.1:8080", "/assets/app.css", 200, "text/css; charset=utf-8"},
 		{"GET", "127.0.0.1:8080", "/assets/favicon.svg", 200, "image/svg+xml"},
 		{"GET", "127.0.0.1:8080", "/assets/missing.js", 404, ""},
@@ -111,5 +114,21 @@ func TestAssetsHaveNoInlineCodeOrHTMLSinks(t *testing.T) {
 	})
 	if err != nil || n < 3 {
 		t.Fatalf("walked %d scripts: %v", n, err)
+	}
+}
+
+// TestSearchNoteKnowsTheRelevanceLimit: the page says past how many
+// matches the daemon sorts newest first; that number is the store's.
+func TestSearchNoteKnowsTheRelevanceLimit(t *testing.T) {
+	js, err := os.ReadFile(filepath.Join("assets", "app.js"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`const RELEVANCE_LIMIT = (\d+);`).FindSubmatch(js)
+	if m == nil {
+		t.Fatal("app.js has no RELEVANCE_LIMIT")
+	}
+	if n, _ := strconv.Atoi(string(m[1])); n != store.RelevanceLimit {
+		t.Fatalf("app.js says %d, store.RelevanceLimit is %d", n, store.RelevanceLimit)
 	}
 }

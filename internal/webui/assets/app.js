@@ -8,6 +8,7 @@
 
 import { Rpc, RpcError } from './rpc.js';
 import { render } from './markdown.js';
+import { renderSnippet } from './highlight.js';
 
 const $ = (id) => document.getElementById(id);
 const SESSION_KEY = 'thrum.web_session';
@@ -25,6 +26,7 @@ const state = {
   replyTo: null,
   thread: '',        // open thread
   inbox: '',         // open inbox
+  search: { query: '', page: 1 }, // the search shown
   retry: 0,
 };
 
@@ -224,6 +226,7 @@ function fillAddresses() {
     sel.append(o);
   }
   sel.value = chosen;
+  fillSearchFilters(roles);
   for (const g of state.groups.keys()) names.add(g);
   const dl = $('addresses');
   dl.replaceChildren();
@@ -268,10 +271,12 @@ function messageItem(m, opts = {}) {
   li.append(head);
   const body = el('div', 'body');
   if (m.deleted) body.append(el('em', '', 'deleted'));
+  else if (opts.snippet) body.append(renderSnippet(m.snippet, m.highlights));
   else body.append(render(m.body ? m.body.content : ''));
   li.append(body);
 
   const foot = el('footer');
+  if (opts.snippet) foot.append(openButton(m, body));
   const reply = el('button', '', 'Reply');
   reply.type = 'button';
   reply.addEventListener('click', () => startReply(m));
@@ -465,32 +470,105 @@ async function renderInboxes() {
     el('p', 'note', `${res.unread} unread of ${res.total}. Looking never marks anything read.`), ol);
 }
 
-async function search(q) {
+// ---- search ----
+
+// fillSearchFilters offers every agent and person as an author and every
+// agent's role as a recipient role.
+function fillSearchFilters(roles) {
+  const sel = $('search-author');
+  const chosen = sel.value;
+  while (sel.options.length > 1) sel.remove(1);
+  for (const a of [...state.agents.values()].sort((x, y) => agentName(x.agent_id).localeCompare(agentName(y.agent_id)))) {
+    const o = el('option', '', agentLabel(a.agent_id));
+    o.value = a.agent_id;
+    sel.append(o);
+  }
+  sel.value = chosen;
+  const dl = $('search-roles');
+  dl.replaceChildren();
+  for (const r of roles) {
+    const o = el('option');
+    o.value = r;
+    dl.append(o);
+  }
+}
+
+// openButton shows a result as the feed does: its thread, or the whole
+// message in place of the snippet.
+function openButton(m, body) {
+  const b = el('button', 'open', m.thread_id ? 'Open thread' : 'Show message');
+  b.type = 'button';
+  b.addEventListener('click', async () => {
+    if (m.thread_id) {
+      state.thread = m.thread_id;
+      showView('threads');
+      return;
+    }
+    try {
+      const full = await getMessage(m.message_id);
+      body.replaceChildren(full.deleted ? el('em', '', 'deleted') : render(full.body ? full.body.content : ''));
+      b.remove();
+    } catch (e) {
+      showError(e);
+    }
+  });
+  return b;
+}
+
+// RELEVANCE_LIMIT is store.RelevanceLimit: past this many matches the
+// daemon sorts newest first (the result's sort_by says so).
+const RELEVANCE_LIMIT = 2000;
+
+function plural(n, one, many) {
+  return `${n.toLocaleString('en')} ${n === 1 ? one : many}`;
+}
+
+async function search(q, page = 1) {
+  state.search = { query: q, page };
   showView('search');
   const status = $('search-status');
   const ol = $('results');
   ol.replaceChildren();
+  $('search-pager').hidden = true;
   status.className = 'note';
   status.textContent = `Searching for “${q}”…`;
+  const sortBy = $('search-sort').value;
+  const p = { query: q, page, page_size: 25, sort_by: sortBy };
+  if ($('search-author').value) p.author_id = $('search-author').value;
+  const role = $('search-role').value.trim().replace(/^@/, '');
+  if (role) p.mention_role = role;
   let res;
   try {
-    res = await call('message.search', { query: q, limit: 50 });
+    res = await call('message.search', p);
   } catch (e) {
-    if (e.code === -32601) {
-      status.textContent = 'Search is not available: this daemon has no message.search.';
-    } else {
-      status.className = 'note bad';
-      status.textContent = e.message;
-    }
+    if (state.search.query !== q || state.search.page !== page) return; // a newer search is shown
+    status.className = 'note bad';
+    if (e.code === -32601) status.textContent = 'Search is not available: this daemon has no message.search.';
+    // The page sends only filters it offers, so invalid params is the query.
+    else if (e.code === -32602) status.textContent = `Malformed query: ${e.message.replace(/^query: /, '')}`;
+    else status.textContent = `Cannot search: ${e.message}`;
     return;
   }
-  const hits = res.messages || res.results || res.hits || [];
-  status.textContent = `${hits.length} result${hits.length === 1 ? '' : 's'} for “${q}”`;
-  for (const h of hits) {
-    const m = h.message || h;
-    if (m.message_id && !m.body && (h.snippet || h.content)) m.body = { content: h.snippet || h.content };
-    ol.append(messageItem(m));
+  if (state.search.query !== q || state.search.page !== page) return;
+  let text = res.total ? `${plural(res.total, 'message matches', 'messages match')} “${q}”` : `No messages match “${q}”.`;
+  if (res.total && res.sort_by === 'created_at') {
+    text += sortBy === 'created_at' ? ', newest first.'
+      : `: past ${RELEVANCE_LIMIT.toLocaleString('en')} matches they are sorted newest first, not by relevance.`;
+  } else if (res.total) {
+    text += ', most relevant first.';
   }
+  status.textContent = text;
+  for (const r of res.results) ol.append(messageItem(r, { snippet: true }));
+  if (res.total_pages > 1) {
+    $('search-pager').hidden = false;
+    $('search-page').textContent = `page ${res.page} of ${res.total_pages}`;
+    $('search-prev').disabled = res.page <= 1;
+    $('search-next').disabled = res.page >= res.total_pages;
+  }
+}
+
+function searchAgain(page = 1) {
+  if (state.search.query) search(state.search.query, page);
 }
 
 // ---- compose ----
@@ -578,6 +656,10 @@ function wire() {
     const q = $('search').value.trim();
     if (q) search(q);
   });
+  $('search-filters').addEventListener('submit', (e) => { e.preventDefault(); searchAgain(); });
+  for (const id of ['search-author', 'search-role', 'search-sort']) $(id).addEventListener('change', () => searchAgain());
+  $('search-prev').addEventListener('click', () => searchAgain(state.search.page - 1));
+  $('search-next').addEventListener('click', () => searchAgain(state.search.page + 1));
 }
 
 // start signs in with code (or the tab's web session), replacing any
