@@ -231,5 +231,9 @@ func (s *Syncer) writeObject(kind string, data []byte) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return id, os.Rename(tmp.Name(), path)
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return "", err
+	}
+	s.noteWritten(kind, data)
+	return id, nil
 }
