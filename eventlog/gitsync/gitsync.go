@@ -150,6 +150,7 @@ type Syncer struct {
 	unpushedBytes int
 	targetKnown   bool
 	direct        *pushTarget
+	directPushes  int // for tests
 }
 
 // mergedBlob is what a round remembers of the remote version of a shard

@@ -120,6 +120,9 @@ func (s *Syncer) pushDirect(ctx context.Context) (ok bool, err error) {
 	if err := cmd.Start(); err != nil {
 		return false, err
 	}
+	if beforeSendPack != nil {
+		beforeSendPack(s)
+	}
 	err = s.sendPack(bufio.NewReader(out), in)
 	in.Close()
 	if werr := cmd.Wait(); err == nil && werr != nil {
@@ -129,8 +132,13 @@ func (s *Syncer) pushDirect(ctx context.Context) (ok bool, err error) {
 		return false, err
 	}
 	s.pushed()
+	s.directPushes++
 	return true, nil
 }
+
+// beforeSendPack, when set (by tests), sees the Syncer before each
+// direct push.
+var beforeSendPack func(*Syncer)
 
 var errMoved = errors.New("the remote's branch is not the commit last pushed")
 
