@@ -237,7 +237,8 @@ func writePkt(b *bytes.Buffer, payload string) {
 
 var packTypes = map[string]byte{"commit": 1, "tree": 2, "blob": 3}
 
-// writePack writes objects as a pack (version 2, no deltas).
+// writePack writes objects as a pack (version 2, no deltas, the data
+// stored uncompressed in zlib streams).
 func writePack(w io.Writer, objs []rawObject) error {
 	h := sha1.New()
 	bw := bufio.NewWriter(io.MultiWriter(w, h))
@@ -246,7 +247,10 @@ func writePack(w io.Writer, objs []rawObject) error {
 	binary.BigEndian.PutUint32(head[4:], 2)
 	binary.BigEndian.PutUint32(head[8:], uint32(len(objs)))
 	bw.Write(head[:])
-	zw, _ := zlib.NewWriterLevel(bw, zlib.BestSpeed)
+	// Stored, not compressed: the pack goes through a pipe to a process
+	// on this machine, which inflates it and compresses each object
+	// again as it stores it.
+	zw, _ := zlib.NewWriterLevel(bw, zlib.NoCompression)
 	for _, o := range objs {
 		// Type and size: 3 bits of type, then the size 4 bits first and
 		// 7 bits per byte after, the high bit saying more follow.
