@@ -136,6 +136,7 @@ type Syncer struct {
 	tree    string
 	dirs    map[string]*treeDir // that tree by directory, once the Syncer writes trees itself (see objects.go)
 	zw      *zlib.Writer        // the compressor of those objects, reused
+	fresh   []packObject        // objects written since the last pack
 	headRef *headRef            // HEAD's branch as files, which the Syncer moves itself (nil: update-ref)
 
 	// Packing (see maybePack): rounds that committed or imported since the
@@ -909,6 +910,9 @@ func (s *Syncer) commitTree(ctx context.Context, tree string, parents []string) 
 	var err error
 	if s.dirs != nil { // the tree was written here: so is the commit
 		c, err = s.writeCommit(tree, parents, s.message(parents))
+		if err == nil {
+			err = s.writePack()
+		}
 	} else {
 		c, err = s.gitEnv(ctx, identityEnv, cargs...)
 		s.forgetUnpushed() // its objects are git's: the next push is too

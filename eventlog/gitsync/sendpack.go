@@ -187,7 +187,7 @@ func (s *Syncer) sendPack(r *bufio.Reader, w io.Writer) error {
 	if _, err := w.Write(req.Bytes()); err != nil {
 		return err
 	}
-	if err := writePack(w, s.unpushed); err != nil {
+	if err := sendObjects(w, s.unpushed); err != nil {
 		return err
 	}
 	var report []string
@@ -237,32 +237,18 @@ func writePkt(b *bytes.Buffer, payload string) {
 
 var packTypes = map[string]byte{"commit": 1, "tree": 2, "blob": 3}
 
-// writePack writes objects as a pack (version 2, no deltas, the data
+// sendObjects writes objects as a pack (version 2, no deltas, the data
 // stored uncompressed in zlib streams).
-func writePack(w io.Writer, objs []rawObject) error {
+func sendObjects(w io.Writer, objs []rawObject) error {
 	h := sha1.New()
 	bw := bufio.NewWriter(io.MultiWriter(w, h))
-	var head [12]byte
-	copy(head[:], "PACK")
-	binary.BigEndian.PutUint32(head[4:], 2)
-	binary.BigEndian.PutUint32(head[8:], uint32(len(objs)))
-	bw.Write(head[:])
+	writePackHeader(bw, len(objs))
 	// Stored, not compressed: the pack goes through a pipe to a process
 	// on this machine, which inflates it and compresses each object
 	// again as it stores it.
 	zw, _ := zlib.NewWriterLevel(bw, zlib.NoCompression)
 	for _, o := range objs {
-		// Type and size: 3 bits of type, then the size 4 bits first and
-		// 7 bits per byte after, the high bit saying more follow.
-		size := len(o.data)
-		c := packTypes[o.kind]<<4 | byte(size&15)
-		size >>= 4
-		for size > 0 {
-			bw.WriteByte(c | 0x80)
-			c = byte(size & 0x7f)
-			size >>= 7
-		}
-		bw.WriteByte(c)
+		writeObjectHeader(bw, o.kind, len(o.data))
 		zw.Reset(bw)
 		zw.Write(o.data)
 		if err := zw.Close(); err != nil {
@@ -274,4 +260,26 @@ func writePack(w io.Writer, objs []rawObject) error {
 	}
 	_, err := w.Write(h.Sum(nil))
 	return err
+}
+
+func writePackHeader(w io.Writer, n int) {
+	var head [12]byte
+	copy(head[:], "PACK")
+	binary.BigEndian.PutUint32(head[4:], 2)
+	binary.BigEndian.PutUint32(head[8:], uint32(n))
+	w.Write(head[:])
+}
+
+// writeObjectHeader writes a pack entry's type and size: 3 bits of type,
+// then the size 4 bits first and 7 bits per byte after, the high bit
+// saying more follow.
+func writeObjectHeader(w io.ByteWriter, kind string, size int) {
+	c := packTypes[kind]<<4 | byte(size&15)
+	size >>= 4
+	for size > 0 {
+		w.WriteByte(c | 0x80)
+		c = byte(size & 0x7f)
+		size >>= 7
+	}
+	w.WriteByte(c)
 }
