@@ -77,7 +77,7 @@ func (s *Syncer) target(ctx context.Context) *pushTarget {
 	}
 	s.targetKnown = true
 	url, err := s.git(ctx, "remote", "get-url", "--push", s.opts.Remote)
-	if err != nil {
+	if err != nil || strings.Contains(url, "\n") { // several push URLs: git push
 		return nil
 	}
 	path, ok := strings.CutPrefix(url, "file://")
