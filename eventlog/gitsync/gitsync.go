@@ -136,10 +136,22 @@ type Syncer struct {
 	tree    string
 	dirs    map[string]*treeDir // that tree by directory, once the Syncer writes trees itself (see objects.go)
 	zw      *zlib.Writer        // the compressor of those objects, reused
+	fresh   []packObject        // objects written since the last pack
+	headRef *headRef            // HEAD's branch as files, which the Syncer moves itself (nil: update-ref)
 
 	// Packing (see maybePack): rounds that committed or imported since the
 	// last repack.
 	sincePack int
+
+	// Direct pushes (see sendpack.go): the commit the remote's branch was
+	// left at by the last push ("" = not known), the objects written
+	// since, and the remote on disk (nil if it is not one).
+	pushBase      string
+	unpushed      []rawObject
+	unpushedBytes int
+	targetKnown   bool
+	direct        *pushTarget
+	directPushes  int // for tests
 }
 
 // mergedBlob is what a round remembers of the remote version of a shard
@@ -183,14 +195,21 @@ func New(log *eventlog.Log, opts *Options) (*Syncer, error) {
 		return nil, fmt.Errorf("gitsync: %w", err)
 	}
 	if format, err := s.git(context.Background(), "rev-parse", "--show-object-format"); err == nil && format == "sha1" {
-		common, err := s.git(context.Background(), "rev-parse", "--git-common-dir")
+		out, err := s.git(context.Background(), "rev-parse", "--git-common-dir", "--git-dir")
 		if err != nil {
 			return nil, fmt.Errorf("gitsync: %w", err)
 		}
-		if !filepath.IsAbs(common) {
-			common = filepath.Join(s.dir, common)
+		dirs := strings.Split(out, "\n") // paths may hold spaces
+		if len(dirs) != 2 {
+			return nil, fmt.Errorf("gitsync: rev-parse --git-common-dir --git-dir: %q", out)
 		}
-		s.objects = filepath.Join(common, "objects")
+		for i, d := range dirs {
+			if !filepath.IsAbs(d) {
+				dirs[i] = filepath.Join(s.dir, d)
+			}
+		}
+		s.objects = filepath.Join(dirs[0], "objects")
+		s.headRef = findHeadRef(dirs[1], dirs[0])
 	}
 	s.status.State = StateStopped
 	return s, nil
@@ -492,12 +511,17 @@ func (s *Syncer) attempt(ctx context.Context, pushFirst bool) (pushed bool, reje
 // push pushes HEAD to the remote's sync branch. pushed is false when the
 // remote refused it as not a fast-forward (rejected says how).
 func (s *Syncer) push(ctx context.Context) (pushed bool, rejected, err error) {
+	if ok, _ := s.pushDirect(ctx); ok {
+		return true, nil, nil
+	}
+	s.forgetUnpushed() // whatever failed, git push knows better
 	if _, err := s.git(ctx, "push", "--quiet", s.opts.Remote, "HEAD:refs/heads/"+s.opts.Branch); err != nil {
 		if strings.Contains(err.Error(), "rejected") || strings.Contains(err.Error(), "fetch first") || strings.Contains(err.Error(), "non-fast-forward") {
 			return false, err, nil
 		}
 		return false, nil, fmt.Errorf("push: %w", err)
 	}
+	s.pushed()
 	return true, nil, nil
 }
 
@@ -886,14 +910,19 @@ func (s *Syncer) commitTree(ctx context.Context, tree string, parents []string) 
 	var err error
 	if s.dirs != nil { // the tree was written here: so is the commit
 		c, err = s.writeCommit(tree, parents, s.message(parents))
+		if err == nil {
+			err = s.writePack()
+		}
 	} else {
 		c, err = s.gitEnv(ctx, identityEnv, cargs...)
+		s.forgetUnpushed() // its objects are git's: the next push is too
 	}
 	if err != nil {
 		return fmt.Errorf("commit-tree: %w", err)
 	}
-	if _, err := s.git(ctx, "update-ref", "-m", "thrum sync", "HEAD", c, parents[0]); err != nil {
+	if err := s.setHead(ctx, c, parents[0]); err != nil {
 		s.head, s.headTree = "", "" // read it again next time
+		s.forgetUnpushed()
 		return fmt.Errorf("update-ref: %w", err)
 	}
 	s.head, s.headTree = c, tree

@@ -163,6 +163,15 @@ func TestStagedBlobsMatchTheLog(t *testing.T) {
 		t.Errorf("a round with nothing new moved HEAD from %s to %s", head, got)
 	}
 	gitT(t, a.wt, "fsck", "--no-progress", "--strict")
+	// After the first round each commit's objects are one pack, which git
+	// reads and checks like its own.
+	idxs, _ := filepath.Glob(filepath.Join(a.gitDir, "objects", "pack", "*.idx"))
+	if len(idxs) < 4 {
+		t.Errorf("%d packs in the clone after 5 commits, want one per commit after the first: %v", len(idxs), idxs)
+	}
+	for _, idx := range idxs {
+		gitT(t, a.wt, "verify-pack", idx)
+	}
 	var paths []string
 	for _, shard := range []string{"", "alice", "carol"} {
 		segs, err := a.n.EventLog().Segments(shard)

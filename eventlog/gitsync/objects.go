@@ -5,9 +5,11 @@ import (
 	"compress/zlib"
 	"context"
 	"crypto/sha1"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"io/fs"
 	"os"
@@ -20,8 +22,7 @@ import (
 // The Syncer writes the objects of its own commits (blobs of segment
 // files, the trees over them, the commit) as loose objects, in git's
 // format, instead of running git add, write-tree and commit-tree each
-// round: a round then starts two git processes (update-ref and push)
-// instead of five. Only repositories with SHA-1 object names are written
+// round, and stores them as one small pack per round (writePack). Only repositories with SHA-1 object names are written
 // so; others go through git's commands.
 
 // treeDir is one directory of the tree the Syncer commits.
@@ -183,42 +184,120 @@ func (s *Syncer) writeBlob(rel string, n int64) (string, error) {
 	return s.writeObject("blob", data)
 }
 
-// writeObject stores a loose object (zlib of "<kind> <length>\x00" and
-// the data, named by their SHA-1) unless the repository has it, and
-// returns its ID. It is written aside, synced and renamed into place, as
-// git does.
+// writeObject adds an object to those of the round, kept in memory until
+// writePack stores them, and returns its ID.
 func (s *Syncer) writeObject(kind string, data []byte) (string, error) {
-	header := fmt.Sprintf("%s %d\x00", kind, len(data))
 	h := sha1.New()
-	h.Write([]byte(header))
+	fmt.Fprintf(h, "%s %d\x00", kind, len(data))
 	h.Write(data)
-	id := hex.EncodeToString(h.Sum(nil))
-	dir := filepath.Join(s.objects, id[:2])
-	path := filepath.Join(dir, id[2:])
-	if _, err := os.Stat(path); err == nil {
-		return id, nil
+	id := h.Sum(nil)
+	s.fresh = append(s.fresh, packObject{rawObject{kind, data}, id})
+	s.noteWritten(kind, data)
+	return hex.EncodeToString(id), nil
+}
+
+// packObject is an object of the round, for writePack.
+type packObject struct {
+	rawObject
+	id []byte
+}
+
+// writePack stores the round's objects as one pack and its index in the
+// repository (a round's blobs, trees and commit as loose objects cost a
+// file and a directory each, and these are what a round's CPU went to).
+// Each file is written aside, synced and renamed into place, the index
+// last, as git does: a pack without its index is not read.
+func (s *Syncer) writePack() error {
+	if len(s.fresh) == 0 {
+		return nil
 	}
-	tmp, err := os.CreateTemp(dir, "tmp_obj_")
-	if errors.Is(err, fs.ErrNotExist) { // the first object of its fan-out directory
+	objs := s.fresh
+	var pack bytes.Buffer
+	offsets, crcs := make([]uint32, len(objs)), make([]uint32, len(objs))
+	if s.zw == nil {
+		s.zw, _ = zlib.NewWriterLevel(&pack, zlib.BestSpeed)
+	}
+	writePackHeader(&pack, len(objs))
+	for i, o := range objs {
+		start := pack.Len()
+		offsets[i] = uint32(start)
+		writeObjectHeader(&pack, o.kind, len(o.data))
+		s.zw.Reset(&pack)
+		s.zw.Write(o.data)
+		if err := s.zw.Close(); err != nil {
+			return err
+		}
+		crcs[i] = crc32.ChecksumIEEE(pack.Bytes()[start:])
+	}
+	sum := sha1.Sum(pack.Bytes())
+	pack.Write(sum[:])
+
+	// The index (version 2): a fan-out table by first byte, the names in
+	// order, their CRC-32s and offsets, the pack's checksum, its own.
+	order := make([]int, len(objs))
+	for i := range order {
+		order[i] = i
+	}
+	sort.Slice(order, func(a, b int) bool { return bytes.Compare(objs[order[a]].id, objs[order[b]].id) < 0 })
+	// A name twice (the same blob in two files) is indexed once.
+	uniq := order[:0]
+	for _, i := range order {
+		if len(uniq) == 0 || !bytes.Equal(objs[uniq[len(uniq)-1]].id, objs[i].id) {
+			uniq = append(uniq, i)
+		}
+	}
+	var idx bytes.Buffer
+	idx.Write([]byte{0xff, 't', 'O', 'c', 0, 0, 0, 2})
+	var fan [256]uint32
+	for _, i := range uniq {
+		fan[objs[i].id[0]]++
+	}
+	var n uint32
+	for b := 0; b < 256; b++ {
+		n += fan[b]
+		binary.Write(&idx, binary.BigEndian, n)
+	}
+	for _, i := range uniq {
+		idx.Write(objs[i].id)
+	}
+	for _, i := range uniq {
+		binary.Write(&idx, binary.BigEndian, crcs[i])
+	}
+	for _, i := range uniq {
+		binary.Write(&idx, binary.BigEndian, offsets[i])
+	}
+	idx.Write(sum[:])
+	isum := sha1.Sum(idx.Bytes())
+	idx.Write(isum[:])
+
+	dir := filepath.Join(s.objects, "pack")
+	name := filepath.Join(dir, "pack-"+hex.EncodeToString(sum[:]))
+	for _, f := range []struct {
+		ext  string
+		data []byte
+	}{{".pack", pack.Bytes()}, {".idx", idx.Bytes()}} {
+		if err := writeFileAside(dir, name+f.ext, f.data); err != nil {
+			return fmt.Errorf("write pack: %w", err)
+		}
+	}
+	s.fresh = nil
+	return nil
+}
+
+// writeFileAside writes a read-only file as git writes its objects:
+// aside, synced, renamed into place.
+func writeFileAside(dir, path string, data []byte) error {
+	tmp, err := os.CreateTemp(dir, "tmp_pack_")
+	if errors.Is(err, fs.ErrNotExist) {
 		if err = os.MkdirAll(dir, 0o755); err == nil {
-			tmp, err = os.CreateTemp(dir, "tmp_obj_")
+			tmp, err = os.CreateTemp(dir, "tmp_pack_")
 		}
 	}
 	if err != nil {
-		return "", err
+		return err
 	}
 	defer os.Remove(tmp.Name()) // after the rename, a no-op
-	// One compressor, reset for each object: making one costs more than
-	// compressing a small object.
-	if s.zw == nil {
-		s.zw, _ = zlib.NewWriterLevel(tmp, zlib.BestSpeed)
-	} else {
-		s.zw.Reset(tmp)
-	}
-	zw := s.zw
-	zw.Write([]byte(header))
-	zw.Write(data)
-	err = zw.Close()
+	_, err = tmp.Write(data)
 	if err == nil {
 		err = tmp.Chmod(0o444)
 	}
@@ -229,7 +308,7 @@ func (s *Syncer) writeObject(kind string, data []byte) (string, error) {
 		err = cerr
 	}
 	if err != nil {
-		return "", err
+		return err
 	}
-	return id, os.Rename(tmp.Name(), path)
+	return os.Rename(tmp.Name(), path)
 }
