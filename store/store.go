@@ -60,6 +60,8 @@ type Store struct {
 	ck   *sqlx.DB  // one connection for WAL checkpoints
 
 	applies atomic.Uint64 // successful Apply calls, so the checkpointer knows when the store is idle
+	// checkpoint modes run, for tests: TRUNCATE, and PASSIVE under the applier's lock
+	truncates, lockedCheckpoints atomic.Uint64
 
 	// searchDirty is set when an Apply may have added messages the search
 	// index does not hold yet; IndexPending clears it under searchMu.
@@ -237,18 +239,29 @@ func (s *Store) Close() error {
 // WAL checkpointing: how often, and the WAL's bounds.
 const (
 	checkpointInterval = 250 * time.Millisecond
-	idleTicks          = 4       // ticks without an Apply before the WAL is truncated
-	walSizeLimit       = 1 << 20 // journal_size_limit: a restarted WAL is cut back to this
-	walMaxSize         = 8 << 20 // past this, the WAL is truncated even while busy
+	idleTicks          = 4              // ticks without an Apply before the WAL is truncated
+	walSizeLimit       = 1 << 20        // journal_size_limit: a restarted WAL is cut back to this
+	walMaxSize         = 8 << 20        // past this, a checkpoint under the applier's lock lets the writer restart the WAL
+	walHardMax         = 4 * walMaxSize // past this, the WAL is truncated even while busy
 )
 
 // checkpointLoop copies the WAL into the database in the background. A
 // passive checkpoint never blocks the writer or readers; the writer then
 // restarts the WAL from its beginning once it is fully copied, and cuts the
-// file back to walSizeLimit. A reader holding an old snapshot can keep a
-// passive checkpoint from finishing, so when the store has been idle for
-// idleTicks, or the WAL has grown past walMaxSize, the loop runs a TRUNCATE
-// checkpoint, which waits for readers and empties the file.
+// file back to walSizeLimit. Under steady writes a passive checkpoint never
+// ends with the WAL fully copied (commits land while it runs), so once the
+// WAL has grown past walMaxSize the loop runs a second passive checkpoint
+// holding the applier's lock: it copies only what was committed meanwhile,
+// and the next commit restarts the WAL. Applies wait for it on a Go mutex,
+// for about one small checkpoint (1–3 ms, most of it the database file's
+// fsync), never in SQLite's busy handler, whose back-off (sleeps of 1, 2,
+// 5, 10 ms...) made a commit wait 10–20 ms behind a TRUNCATE checkpoint
+// that holds the write lock while it copies, syncs and truncates (about
+// 10 ms): the tail of send → woken wait (DESIGN.md, "Latency, send to
+// woken wait"). A reader holding an old snapshot can keep
+// any checkpoint from finishing, so when the store has been idle for
+// idleTicks, or the WAL has grown past walHardMax, the loop runs a
+// TRUNCATE checkpoint, which waits for readers and empties the file.
 func (s *Store) checkpointLoop() {
 	defer close(s.ckDone)
 	t := time.NewTicker(checkpointInterval)
@@ -272,13 +285,20 @@ func (s *Store) checkpointLoop() {
 				s.opts.Logger.Warn("store: indexing new messages for search failed; retrying", "err", err)
 			}
 		}
-		mode := "PASSIVE"
-		if !truncated && idle >= idleTicks || s.walSize() > walMaxSize {
+		mode, size := "PASSIVE", s.walSize()
+		if !truncated && idle >= idleTicks || size > walHardMax {
 			mode = "TRUNCATE"
 		}
 		_, err := s.ck.Exec(`PRAGMA wal_checkpoint(` + mode + `)`)
 		if err == nil && mode == "TRUNCATE" {
 			truncated = true
+			s.truncates.Add(1)
+		}
+		if err == nil && mode == "PASSIVE" && size > walMaxSize {
+			s.ap.mu.Lock()
+			_, err = s.ck.Exec(`PRAGMA wal_checkpoint(PASSIVE)`)
+			s.ap.mu.Unlock()
+			s.lockedCheckpoints.Add(1)
 		}
 		// Warn once per run of failures (a full disk fails every tick).
 		if s.opts.Logger != nil && (err == nil) != (lastErr == nil) {
