@@ -23,3 +23,15 @@ func SetVersion(t *testing.T, path, v string) {
 // or search triggers; closing it without Rebuild's finish is a rebuild
 // cut short.
 func OpenBulk(path string) (*Store, error) { return Open(path, &Options{bulk: true}) }
+
+// CheckpointCounts returns how many TRUNCATE checkpoints, and passive
+// checkpoints under the applier's lock, the checkpoint loop has run.
+func (s *Store) CheckpointCounts() (truncates, locked uint64) {
+	return s.truncates.Load(), s.lockedCheckpoints.Load()
+}
+
+// WALMaxSize and WALHardMax are the checkpoint loop's bounds.
+const (
+	WALMaxSize = walMaxSize
+	WALHardMax = walHardMax
+)

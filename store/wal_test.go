@@ -54,3 +54,46 @@ func walSize(t *testing.T, path string) int64 {
 	}
 	return st.Size()
 }
+
+// TestWALRestartsUnderSteadyWrites applies messages steadily, a commit
+// every millisecond or so, so that a passive checkpoint rarely finds the
+// WAL fully copied, and checks that the WAL is restarted by the writer
+// after checkpoints under the applier's lock, its file bounded, without a
+// TRUNCATE checkpoint: that would hold the write lock for milliseconds and
+// leave a commit sleeping in SQLite's busy handler.
+func TestWALRestartsUnderSteadyWrites(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "p.db")
+	st, err := store.Open(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	body := strings.Repeat("x", 8<<10)
+	var off, peak int64
+	deadline := time.Now().Add(30 * time.Second)
+	for i := 0; ; i++ {
+		tr, locked := st.CheckpointCounts()
+		if tr != 0 {
+			t.Fatalf("a TRUNCATE checkpoint ran while writing (WAL file peak %d bytes)", peak)
+		}
+		if locked >= 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d checkpoints under the applier's lock in 30s of writing, want 3 (WAL file peak %d bytes)", locked, peak)
+		}
+		off += 100
+		e := &eventlog.Event{ID: eventlog.NewID(), Time: time.Now(), Type: eventlog.TypeMessageCreate, Shard: "alice", Offset: off,
+			Payload: eventlog.MessageCreate{MessageID: fmt.Sprintf("msg_%d", i), AgentID: "alice", Format: "plain", Content: body, Priority: "normal"}}
+		if err := st.Apply(ctx, []*eventlog.Event{e}); err != nil {
+			t.Fatal(err)
+		}
+		peak = max(peak, walSize(t, path))
+		time.Sleep(time.Millisecond)
+	}
+	if peak > store.WALHardMax {
+		t.Fatalf("WAL file peaked at %d bytes, over the bound %d", peak, store.WALHardMax)
+	}
+	t.Logf("WAL file peaked at %d bytes; 3 checkpoints under the applier's lock, no TRUNCATE", peak)
+}
