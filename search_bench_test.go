@@ -11,7 +11,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -262,7 +261,7 @@ func BenchmarkSendSearchIndex(b *testing.B) {
 				for k, n := range nodes {
 					var next atomic.Int64
 					var wg sync.WaitGroup
-					c0 := cpuTime()
+					c0, _ := processCPU()
 					t0 := time.Now()
 					for w := 0; w < senders; w++ {
 						wg.Add(1)
@@ -281,7 +280,8 @@ func BenchmarkSendSearchIndex(b *testing.B) {
 					}
 					wg.Wait()
 					spent[k] += time.Since(t0)
-					cpu[k] += cpuTime() - c0
+					c1, _ := processCPU()
+					cpu[k] += c1 - c0
 					sent[k] += round
 				}
 			}
@@ -297,13 +297,6 @@ func BenchmarkSendSearchIndex(b *testing.B) {
 			b.ReportMetric(100*(con/coff-1), "index-cpu-cost-%")
 		})
 	}
-}
-
-// cpuTime is this process's CPU time so far (user and system).
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // BenchmarkRebuildSearchIndex1M rebuilds a projection from a log of one
