@@ -21,11 +21,19 @@ func (l *Log) CheckAt(rel string, off int64, wantID string) (*Event, error) {
 	if off <= 0 {
 		return nil, nil
 	}
-	all, _, err := layout(l.dir)
-	if err != nil {
-		return nil, err
+	// The log's own list of segments, not a fresh listing of the
+	// directory: a projection checks every shard's checkpoint at open,
+	// and a listing per shard made that O(shards × files).
+	l.mu.Lock()
+	segs := append([]segment(nil), l.segs[rel]...)
+	l.mu.Unlock()
+	if len(segs) == 0 { // not one of ours: what the disk says
+		all, _, err := layout(l.dir)
+		if err != nil {
+			return nil, err
+		}
+		segs = all[rel]
 	}
-	segs := all[rel]
 	if len(segs) == 0 {
 		return nil, &CorruptError{File: rel, Line: 1, Err: fmt.Errorf("the file is missing, though a reader saved position %d in it", off)}
 	}
