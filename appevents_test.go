@@ -3,14 +3,12 @@ package thrum_test
 import (
 	"context"
 	"errors"
-	"path/filepath"
 	"sync"
 	"testing"
 
 	"github.com/thrumhq/thrum"
 	"github.com/thrumhq/thrum/eventlog"
 	"github.com/thrumhq/thrum/rpc"
-	"github.com/thrumhq/thrum/store"
 )
 
 // appRecords is an embedder's read model of its own events.
@@ -43,24 +41,6 @@ func (r *appRecords) notes() []string {
 	return append([]string(nil), r.got...)
 }
 
-func openWith(t *testing.T, dir string, extra thrum.Projection) *thrum.Node {
-	t.Helper()
-	st, err := store.Open(filepath.Join(dir, "messages.db"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := thrum.NewProjector(st, extra)
-	lg, err := eventlog.Open(dir, &eventlog.Options{OnCommit: p.Commit, NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	n, err := thrum.New(context.Background(), lg, p, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
-
 // TestAppendEvent: an application event is durable, seen by the
 // embedder's projection when AppendEvent returns and again on replay,
 // ignored by thrum's own read models (Verify finds the log and the
@@ -70,7 +50,7 @@ func TestAppendEvent(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	recs := &appRecords{seen: map[string]bool{}}
-	n := openWith(t, dir, recs)
+	n := newFromParts(t, dir, "messages.db", recs)
 
 	e, err := n.AppendEvent(ctx, "app.test.note", map[string]string{"note": "first"})
 	if err != nil {
@@ -123,7 +103,7 @@ func TestAppendEvent(t *testing.T) {
 	// Reopened, a fresh projection replays the log: both notes, in order,
 	// and none of the refused ones.
 	again := &appRecords{seen: map[string]bool{}}
-	n = openWith(t, dir, again)
+	n = newFromParts(t, dir, "messages.db", again)
 	defer n.Close()
 	if got := again.notes(); len(got) != 2 || got[0] != "first" || got[1] != "second" {
 		t.Fatalf("replayed notes: %q, want [first second]", got)

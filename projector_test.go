@@ -60,15 +60,16 @@ func (r *recorder) contents() []string {
 	return append([]string(nil), r.order...)
 }
 
-// newFromParts builds a node the long way: a store, a projector with rec,
-// a log whose commits go to the projector.
-func newFromParts(t *testing.T, dir string, rec *recorder) *thrum.Node {
+// newFromParts builds a node the long way: a store (the file db in dir),
+// a projector with the extra projection, a log whose commits go to the
+// projector.
+func newFromParts(t *testing.T, dir, db string, extra thrum.Projection) *thrum.Node {
 	t.Helper()
-	st, err := store.Open(filepath.Join(dir, "parts.db"), nil)
+	st, err := store.Open(filepath.Join(dir, db), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := thrum.NewProjector(st, rec)
+	p := thrum.NewProjector(st, extra)
 	lg, err := eventlog.Open(dir, &eventlog.Options{OnCommit: p.Commit, NoSync: true})
 	if err != nil {
 		t.Fatal(err)
@@ -87,7 +88,7 @@ func TestNewFromPartsDrivesAnExtraProjection(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	rec := &recorder{}
-	n := newFromParts(t, dir, rec)
+	n := newFromParts(t, dir, "parts.db", rec)
 	thrumtest.Register(t, n, "alice", "dev", "core")
 	thrumtest.Register(t, n, "bob", "dev", "core")
 	alice := thrum.AsAgent(ctx, "alice")
@@ -140,7 +141,7 @@ func TestNewFromPartsDrivesAnExtraProjection(t *testing.T) {
 
 	// A new node replays the whole log into a fresh projection.
 	again := &recorder{}
-	n2 := newFromParts(t, dir, again)
+	n2 := newFromParts(t, dir, "parts.db", again)
 	defer n2.Close()
 	if got := again.contents(); len(got) != 4 || got[0] != "one" || got[3] != "five" {
 		t.Fatalf("replayed into a new projection: %q", got)
@@ -148,7 +149,7 @@ func TestNewFromPartsDrivesAnExtraProjection(t *testing.T) {
 }
 
 func TestProjectorServesOneNode(t *testing.T) {
-	n := newFromParts(t, t.TempDir(), &recorder{})
+	n := newFromParts(t, t.TempDir(), "parts.db", &recorder{})
 	defer n.Close()
 	if _, err := thrum.New(context.Background(), n.EventLog(), n.Projector(), nil); err == nil {
 		t.Fatal("a second node over the same projector was accepted")
