@@ -3,9 +3,11 @@ package thrum_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,11 +17,12 @@ import (
 )
 
 // A node saves its message index when it closes and loads it at the next
-// open only if the projection is exactly as it was: listings after a
-// restart equal those before it, and a snapshot left from an older state
-// (here: put back after more messages were sent) is not used, so nothing
-// sent since is missing from listings.
-func TestIndexSnapshotOnlyWhenCurrent(t *testing.T) {
+// open: listings after a restart equal those before it. A snapshot older
+// than the log (here: put back after more messages were sent, as a crash
+// leaves the last one saved while running) is loaded too, and the log
+// past it applied, so nothing sent since is missing from listings. A
+// torn snapshot is refused, and the index built from the projection.
+func TestIndexSnapshotAcrossRestarts(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	snap := filepath.Join(dir, thrum.DefaultDBName+".index")
@@ -74,25 +77,33 @@ func TestIndexSnapshotOnlyWhenCurrent(t *testing.T) {
 	}
 	n.Close()
 
-	// The older snapshot, put back: the projection has moved on, so it
-	// must be refused and the index built from SQLite.
+	// The older snapshot, put back: loaded, and the message sent since
+	// applied from the log, from the very first listing.
 	if err := os.WriteFile(snap, old, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	n = thrumtest.OpenNodeIn(t, dir, nil)
-	for i := range 20 { // the SQLite answer first, then the built index's
-		if r := list(n); r.Total != 21 || r.Unread != 14 {
-			t.Fatalf("listing %d with a stale snapshot on disk: total %d unread %d, want 21 and 14", i, r.Total, r.Unread)
-		}
+	var logged strings.Builder
+	lg := slog.New(slog.NewTextHandler(&logged, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	n = thrumtest.OpenNodeIn(t, dir, &thrum.Options{Logger: lg})
+	if r := list(n); r.Total != 21 || r.Unread != 14 {
+		t.Fatalf("listing with an older snapshot: total %d unread %d, want 21 and 14", r.Total, r.Unread)
 	}
 	n.Close()
+	if !strings.Contains(logged.String(), "message index loaded") || strings.Contains(logged.String(), "building the message index") {
+		t.Fatalf("the older snapshot was not loaded:\n%s", logged.String())
+	}
 
-	// A torn snapshot is refused too.
+	// A torn snapshot is refused: the index is built from SQLite.
 	if err := os.WriteFile(snap, old[:len(old)/2], 0o600); err != nil {
 		t.Fatal(err)
 	}
-	n = thrumtest.OpenNodeIn(t, dir, nil)
-	if r := list(n); r.Total != 21 {
-		t.Fatalf("with a torn snapshot: total %d, want 21", r.Total)
+	logged.Reset()
+	n = thrumtest.OpenNodeIn(t, dir, &thrum.Options{Logger: lg})
+	if r := list(n); r.Total != 21 || r.Unread != 14 {
+		t.Fatalf("with a torn snapshot: total %d unread %d, want 21 and 14", r.Total, r.Unread)
+	}
+	n.Close()
+	if !strings.Contains(logged.String(), "building the message index") {
+		t.Fatalf("a torn snapshot was not refused:\n%s", logged.String())
 	}
 }

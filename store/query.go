@@ -525,15 +525,33 @@ type IndexRow struct {
 
 // IndexSnapshot reads, in one read transaction, everything the node's
 // message index is built from, calling the given functions for each row:
+// the checkpoints (how far into each shard of the log the rows go), then
 // messages in table order (not sorted: the index sorts them itself, which
 // is cheaper than walking SQLite's created_at index), then every scope,
 // ref and read.
-func (s *Store) IndexSnapshot(ctx context.Context, msg func(IndexRow), pair func(id, kind, typ, value string), read func(id, agent string)) error {
+func (s *Store) IndexSnapshot(ctx context.Context, checkpoint func(shard string, offset int64, eventID string), msg func(IndexRow), pair func(id, kind, typ, value string), read func(id, agent string)) error {
 	tx, err := s.r.BeginTxx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback()
+	cps, err := tx.QueryContext(ctx, `SELECT shard, offset, event_id FROM checkpoints`)
+	if err != nil {
+		return err
+	}
+	for cps.Next() {
+		var shard, id string
+		var off int64
+		if err := cps.Scan(&shard, &off, &id); err != nil {
+			cps.Close()
+			return err
+		}
+		checkpoint(shard, off, id)
+	}
+	cps.Close()
+	if err := cps.Err(); err != nil {
+		return err
+	}
 	rows, err := tx.QueryContext(ctx, `SELECT message_id, agent_id, thread_id, created_at, updated_at, COALESCE(deleted, 0) AS deleted,
 		acting_as FROM messages`)
 	if err != nil {

@@ -10,7 +10,6 @@ package store
 
 import (
 	"context"
-	"crypto/sha256"
 	"database/sql"
 	"errors"
 	"fmt"
@@ -330,28 +329,6 @@ func (s *Store) walSize() int64 {
 // IsClosed reports whether err comes from using a closed Store.
 func IsClosed(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "sql: database is closed")
-}
-
-// Fingerprint identifies the projection's state: a digest of the schema
-// version and every checkpoint (shard, offset, event). Two projections
-// with the same fingerprint have applied the same events. A cache of
-// derived state (the node's message index snapshot) is valid only for
-// the fingerprint it was saved with.
-func (s *Store) Fingerprint(ctx context.Context) ([]byte, error) {
-	var rows []struct {
-		Shard   string `db:"shard"`
-		Offset  int64  `db:"offset"`
-		EventID string `db:"event_id"`
-	}
-	if err := s.w.SelectContext(ctx, &rows, `SELECT shard, offset, event_id FROM checkpoints ORDER BY shard`); err != nil {
-		return nil, fmt.Errorf("store: fingerprint: %w", err)
-	}
-	h := sha256.New()
-	fmt.Fprintf(h, "schema %d\n", schemaVersion)
-	for _, r := range rows {
-		fmt.Fprintf(h, "%q %d %q\n", r.Shard, r.Offset, r.EventID)
-	}
-	return h.Sum(nil), nil
 }
 
 // Positions returns the log positions the projection has applied up to

@@ -1,38 +1,43 @@
 package msgindex
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/crc32"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 )
 
-// A snapshot is the index written to a file when a node closes cleanly,
-// so the next start lists at once instead of rebuilding from SQLite
-// (about 300 ms at 100,000 messages). It is a cache: it carries the
-// fingerprint of the projection it was saved with, and it is used only
-// when the projection's fingerprint at the next start is the same, that
-// is, when the projection has applied exactly the same events. Anything
-// else — no file, another fingerprint, a torn or corrupt file — and the
-// index is built from SQLite as before.
+// A snapshot is the index written to a file, so that the next start
+// lists at once instead of rebuilding from SQLite (about 300 ms at
+// 100,000 messages). The node saves one as the log grows and when it
+// closes. A snapshot carries the index's positions in the log; the next
+// start checks that the log still holds the event at each (a log that
+// was replaced or cut back refuses it), then applies what the log holds
+// past them, so a snapshot older than the log (after a crash) is made
+// current, not thrown away. Anything unusable — no file, another format,
+// a torn or corrupt file, a position the log does not hold — and the
+// index is built from SQLite.
 //
 // The format, little-endian, every count and number a varint:
 //
-//	"thrumidx" version fingerprint(len, bytes)
+//	"thrumidx" version
+//	positions: n, then each: shard path (len, bytes), offset, event ID (len, bytes)
 //	strings: n, then each (len, bytes), by ID (ID 0 is "")
 //	message IDs: every one, concatenated (len, bytes)
 //	messages: n, then each: id's len, created, updated, author, thread,
 //	  flags (1 deleted, 2 proxied), keys (n, IDs)
 //	order: n slots
+//	by ID: n slots, sorted by message ID
 //	reads: n readers, then each: reader ID, n words, words (8 bytes)
 //	early: n message IDs, then each: id (len, bytes), n readers, readers
 //	crc32c of everything before it (4 bytes)
 const (
 	snapMagic   = "thrumidx"
-	snapVersion = 1 // change it when the format changes
+	snapVersion = 2 // change it when the format or the index's meaning changes
 )
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
@@ -40,26 +45,19 @@ var crcTable = crc32.MakeTable(crc32.Castagnoli)
 // errSnapshot is why a snapshot file was not used.
 var errSnapshot = errors.New("msgindex: snapshot unusable")
 
-// Save writes the built index to path, marked with fingerprint, the
-// projection's fingerprint now: a later Build with the same fingerprint
-// loads it instead of reading SQLite. The caller must hold off commits
-// (they would change the projection after its fingerprint was taken).
-// The file is written whole to a temporary name and renamed into place.
-func (x *Index) Save(path string, fingerprint []byte) error {
-	x.mu.RLock()
-	select {
-	case <-x.ready:
-	default:
-		x.mu.RUnlock()
-		return errors.New("msgindex: save: not built")
-	}
-	if x.err != nil || x.closed {
-		x.mu.RUnlock()
-		return errors.New("msgindex: save: no index to save")
-	}
-	b := x.encode(fingerprint)
-	x.mu.RUnlock()
+// snapshotChunk is how many messages Save encodes per hold of the read
+// lock: commits wait for at most one chunk (well under a millisecond),
+// never for the whole index.
+var snapshotChunk = 4096
 
+// Save writes the built index to path, whole, under a temporary name
+// renamed into place. It may run while events are applied: it holds the
+// index's lock only for short steps, so commits are not held up.
+func (x *Index) Save(path string) error {
+	b, covered, err := x.snapshot()
+	if err != nil {
+		return fmt.Errorf("msgindex: save: %w", err)
+	}
 	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".*.tmp")
 	if err != nil {
 		return fmt.Errorf("msgindex: save: %w", err)
@@ -77,78 +75,148 @@ func (x *Index) Save(path string, fingerprint []byte) error {
 	if err := os.Rename(tmp.Name(), path); err != nil {
 		return fmt.Errorf("msgindex: save: %w", err)
 	}
+	x.mu.Lock()
+	x.unsaved -= min(covered, x.unsaved)
+	x.onDisk = true
+	x.mu.Unlock()
 	return nil
 }
 
-// encode renders the index; mu is held.
-func (x *Index) encode(fingerprint []byte) []byte {
-	b := make([]byte, 0, 64+len(x.slots)*48)
-	b = append(b, snapMagic...)
-	b = binary.AppendUvarint(b, snapVersion)
-	b = appendBytes(b, fingerprint)
-
-	strs := make([]string, len(x.strs))
-	for s, id := range x.strs {
-		strs[id] = s
+// snapshot renders the index without holding its lock throughout.
+//
+// Every change to the index only adds: messages, keys, reads, the
+// deleted flag, a later updated time; and applying an event again
+// changes nothing. So a snapshot may mix states, as long as it holds
+// everything up to its positions and nothing it cannot explain:
+//
+//   - first, in one step, the positions, the order (which names exactly
+//     the messages there are then), the reads (cut to those messages:
+//     a later message's slot number is not the one it will get when it
+//     is replayed) and the early reads;
+//   - then those messages, a chunk per step, each as it is then (a later
+//     delete or edit already in it is applied again by the replay);
+//   - last, the strings, which only grow, so every ID used above is in
+//     them.
+//
+// It also returns how many of the index's unsaved events it holds.
+func (x *Index) snapshot() ([]byte, uint64, error) {
+	x.mu.RLock()
+	select {
+	case <-x.ready:
+	default:
+		x.mu.RUnlock()
+		return nil, 0, errors.New("not built")
 	}
+	if x.err != nil || x.closed {
+		x.mu.RUnlock()
+		return nil, 0, errors.New("no index to save")
+	}
+	n, covered := len(x.slots), x.unsaved
+	head := make([]byte, 0, 1024)
+	head = append(head, snapMagic...)
+	head = binary.AppendUvarint(head, snapVersion)
+	head = binary.AppendUvarint(head, uint64(len(x.pos)))
+	for rel, p := range x.pos {
+		head = appendString(head, rel)
+		head = binary.AppendUvarint(head, uint64(p.Offset))
+		head = appendString(head, p.EventID)
+	}
+	order := make([]byte, 0, 3*n+8)
+	order = binary.AppendUvarint(order, uint64(len(x.order)))
+	for _, s := range x.order {
+		order = binary.AppendUvarint(order, uint64(s))
+	}
+	var tail []byte
+	words := (n + 63) / 64
+	tail = binary.AppendUvarint(tail, uint64(len(x.reads)))
+	for r, bits := range x.reads {
+		bits = bits[:min(len(bits), words)]
+		tail = binary.AppendUvarint(tail, uint64(r))
+		tail = binary.AppendUvarint(tail, uint64(len(bits)))
+		for i, w := range bits {
+			if i == words-1 && n%64 != 0 {
+				w &= 1<<(n%64) - 1
+			}
+			tail = binary.LittleEndian.AppendUint64(tail, w)
+		}
+	}
+	tail = binary.AppendUvarint(tail, uint64(len(x.early)))
+	for id, readers := range x.early {
+		tail = appendString(tail, id)
+		tail = binary.AppendUvarint(tail, uint64(len(readers)))
+		for _, r := range readers {
+			tail = appendString(tail, r)
+		}
+	}
+	x.mu.RUnlock()
+
+	var ids []byte
+	idStrs := make([]string, n) // the slots' own strings: no copy
+	msgs := make([]byte, 0, 24*n+16)
+	msgs = binary.AppendUvarint(msgs, uint64(n))
+	for lo := 0; lo < n; lo += snapshotChunk {
+		x.mu.RLock()
+		if x.closed {
+			x.mu.RUnlock()
+			return nil, 0, ErrClosed
+		}
+		for i := lo; i < min(lo+snapshotChunk, n); i++ {
+			m := &x.slots[i]
+			ids = append(ids, m.id...)
+			idStrs[i] = m.id
+			msgs = binary.AppendUvarint(msgs, uint64(len(m.id)))
+			msgs = binary.AppendVarint(msgs, m.created)
+			msgs = binary.AppendVarint(msgs, m.updated)
+			msgs = binary.AppendUvarint(msgs, uint64(m.author))
+			msgs = binary.AppendUvarint(msgs, uint64(m.thread))
+			var flags uint64
+			if m.deleted {
+				flags |= 1
+			}
+			if m.proxied {
+				flags |= 2
+			}
+			msgs = binary.AppendUvarint(msgs, flags)
+			msgs = binary.AppendUvarint(msgs, uint64(len(m.keys)))
+			for _, k := range m.keys {
+				msgs = binary.AppendUvarint(msgs, uint64(k))
+			}
+		}
+		x.mu.RUnlock()
+	}
+
+	x.mu.RLock()
+	strs := x.strList[:len(x.strList):len(x.strList)] // appended to, never changed
+	x.mu.RUnlock()
+	// The slots by message ID, so a load finds a message by binary search
+	// instead of building a map. Slots are mostly in ID order already
+	// (IDs grow with time), which the sort makes cheap.
+	byID := make([]int32, n)
+	for i := range byID {
+		byID[i] = int32(i)
+	}
+	slices.SortFunc(byID, func(a, b int32) int { return strings.Compare(idStrs[a], idStrs[b]) })
+	sortedIDs := make([]byte, 0, 3*n+8)
+	sortedIDs = binary.AppendUvarint(sortedIDs, uint64(n))
+	for _, s := range byID {
+		sortedIDs = binary.AppendUvarint(sortedIDs, uint64(s))
+	}
+	size := len(head) + len(ids) + len(msgs) + len(order) + len(sortedIDs) + len(tail) + 32
+	for _, s := range strs {
+		size += len(s) + 2
+	}
+	b := make([]byte, 0, size)
+	b = append(b, head...)
 	b = binary.AppendUvarint(b, uint64(len(strs)))
 	for _, s := range strs {
 		b = appendString(b, s)
 	}
-
-	n := 0
-	for i := range x.slots {
-		n += len(x.slots[i].id)
-	}
-	b = binary.AppendUvarint(b, uint64(n))
-	for i := range x.slots {
-		b = append(b, x.slots[i].id...)
-	}
-	b = binary.AppendUvarint(b, uint64(len(x.slots)))
-	for i := range x.slots {
-		m := &x.slots[i]
-		b = binary.AppendUvarint(b, uint64(len(m.id)))
-		b = binary.AppendVarint(b, m.created)
-		b = binary.AppendVarint(b, m.updated)
-		b = binary.AppendUvarint(b, uint64(m.author))
-		b = binary.AppendUvarint(b, uint64(m.thread))
-		var flags uint64
-		if m.deleted {
-			flags |= 1
-		}
-		if m.proxied {
-			flags |= 2
-		}
-		b = binary.AppendUvarint(b, flags)
-		b = binary.AppendUvarint(b, uint64(len(m.keys)))
-		for _, k := range m.keys {
-			b = binary.AppendUvarint(b, uint64(k))
-		}
-	}
-
-	b = binary.AppendUvarint(b, uint64(len(x.order)))
-	for _, s := range x.order {
-		b = binary.AppendUvarint(b, uint64(s))
-	}
-
-	b = binary.AppendUvarint(b, uint64(len(x.reads)))
-	for r, bits := range x.reads {
-		b = binary.AppendUvarint(b, uint64(r))
-		b = binary.AppendUvarint(b, uint64(len(bits)))
-		for _, w := range bits {
-			b = binary.LittleEndian.AppendUint64(b, w)
-		}
-	}
-
-	b = binary.AppendUvarint(b, uint64(len(x.early)))
-	for id, readers := range x.early {
-		b = appendString(b, id)
-		b = binary.AppendUvarint(b, uint64(len(readers)))
-		for _, r := range readers {
-			b = appendString(b, r)
-		}
-	}
-	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, crcTable))
+	b = appendBytes(b, ids)
+	b = append(b, msgs...)
+	b = append(b, order...)
+	b = append(b, sortedIDs...)
+	b = append(b, tail...)
+	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, crcTable)), covered, nil
 }
 
 func appendBytes(b, s []byte) []byte {
@@ -159,20 +227,20 @@ func appendString(b []byte, s string) []byte {
 	return append(binary.AppendUvarint(b, uint64(len(s))), s...)
 }
 
-// load reads the snapshot at path into x if it was saved with
-// fingerprint; mu is not held (x is not yet shared).
-func (x *Index) load(path string, fingerprint []byte) error {
+// load reads the snapshot at path into x; mu is not held (x is not yet
+// shared).
+func (x *Index) load(path string) error {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return err
 	}
-	return x.decode(b, fingerprint)
+	return x.decode(b)
 }
 
 // decode fills x from a snapshot's bytes, checking every count and ID so
 // that no file, however damaged, makes it panic or allocate more than
 // the file's size allows.
-func (x *Index) decode(b, fingerprint []byte) error {
+func (x *Index) decode(b []byte) error {
 	if len(b) < len(snapMagic)+4 || string(b[:len(snapMagic)]) != snapMagic {
 		return fmt.Errorf("%w: not a snapshot", errSnapshot)
 	}
@@ -184,14 +252,25 @@ func (x *Index) decode(b, fingerprint []byte) error {
 	if v := d.uvarint(); v != snapVersion {
 		return fmt.Errorf("%w: version %d", errSnapshot, v)
 	}
-	if fp := d.bytes(); d.err == nil && !bytes.Equal(fp, fingerprint) {
-		return fmt.Errorf("%w: saved for another state of the projection", errSnapshot)
+	npos := d.count(3)
+	pos := make(map[string]Position, npos)
+	for i := 0; i < npos && d.err == nil; i++ {
+		rel := d.string()
+		off := d.uvarint()
+		id := d.string()
+		if _, dup := pos[rel]; dup || off > 1<<62 {
+			d.fail("bad position")
+		}
+		pos[rel] = Position{int64(off), id}
 	}
 
 	nstrs := d.count(1)
 	strs := make(map[string]uint32, nstrs)
+	strList := make([]string, 0, nstrs)
 	for i := 0; i < nstrs && d.err == nil; i++ {
-		strs[d.string()] = uint32(i)
+		s := d.string()
+		strs[s] = uint32(i)
+		strList = append(strList, s)
 	}
 	if d.err == nil && (len(strs) != nstrs || nstrs == 0) {
 		d.fail("strings repeat or are missing")
@@ -213,7 +292,6 @@ func (x *Index) decode(b, fingerprint []byte) error {
 	ids := d.string()
 	nslots := d.count(7)
 	slots := make([]imsg, nslots)
-	byID := make(map[string]int32, nslots)
 	keys := make([]uint32, 0, nslots) // one backing array for every slot's keys
 	for i := 0; i < nslots && d.err == nil; i++ {
 		m := &slots[i]
@@ -235,10 +313,9 @@ func (x *Index) decode(b, fingerprint []byte) error {
 		// The full slice expression keeps a later append from
 		// writing into the next slot's keys.
 		m.keys = keys[start:len(keys):len(keys)]
-		byID[m.id] = int32(i)
 	}
-	if d.err == nil && (len(byID) != nslots || len(ids) != 0) {
-		d.fail("message IDs repeat or are left over")
+	if d.err == nil && len(ids) != 0 {
+		d.fail("message IDs are left over")
 	}
 
 	norder := d.count(1)
@@ -257,11 +334,29 @@ func (x *Index) decode(b, fingerprint []byte) error {
 		order[i] = int32(s)
 	}
 
+	// The slots by ID: strictly increasing IDs, so also no ID twice.
+	if nsorted := d.count(1); d.err == nil && nsorted != nslots {
+		d.fail("the by-ID order does not cover the messages")
+	}
+	sorted := make([]int32, nslots)
+	for i := 0; i < nslots && d.err == nil; i++ {
+		s := d.uvarint()
+		if s >= uint64(nslots) || i > 0 && slots[s].id <= slots[sorted[i-1]].id {
+			d.fail("message IDs are not sorted or repeat")
+			break
+		}
+		sorted[i] = int32(s)
+	}
+
 	nreads := d.count(2)
 	reads := make(map[uint32][]uint64, nreads)
 	for i := 0; i < nreads && d.err == nil; i++ {
 		r := str()
 		nw := d.count(8)
+		if nw > (nslots+63)/64 {
+			d.fail("reads past the messages")
+			break
+		}
 		bits := make([]uint64, nw)
 		for j := range bits {
 			bits[j] = d.uint64()
@@ -288,7 +383,7 @@ func (x *Index) decode(b, fingerprint []byte) error {
 	if d.err != nil {
 		return d.err
 	}
-	x.slots, x.order, x.byID, x.strs, x.reads, x.early = slots, order, byID, strs, reads, early
+	x.slots, x.order, x.sorted, x.byID, x.strs, x.strList, x.reads, x.early, x.pos = slots, order, sorted, map[string]int32{}, strs, strList, reads, early, pos
 	return nil
 }
 

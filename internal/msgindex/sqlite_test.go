@@ -20,7 +20,7 @@ import (
 // are edited, deleted, read, proxied, threaded, scoped and mentioned.
 func TestSQLiteListingEqualsIndex(t *testing.T) {
 	ctx := context.Background()
-	st, x, filters := listingFixture(t, 300)
+	st, _, x, filters := listingFixture(t, 300)
 	checked := 0
 	for _, g := range filters {
 		wantIDs, wantTotal, wantUnread, err := x.List(ctx, g)
@@ -44,9 +44,10 @@ func TestSQLiteListingEqualsIndex(t *testing.T) {
 	}
 }
 
-// listingFixture is a projection of msgs messages and msgs/5 edits, deletes
-// and reads, its built index, and over 500 filters to list with.
-func listingFixture(t testing.TB, msgs int) (*store.Store, *msgindex.Index, []store.MessageFilter) {
+// listingFixture is a log of msgs messages and msgs/5 edits, deletes and
+// reads, its projection, its built index, and over 500 filters to list
+// with.
+func listingFixture(t testing.TB, msgs int) (*store.Store, *eventlog.Log, *msgindex.Index, []store.MessageFilter) {
 	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -156,5 +157,5 @@ func listingFixture(t testing.TB, msgs int) (*store.Store, *msgindex.Index, []st
 			all = append(all, narrow(f, i+j))
 		}
 	}
-	return st, x, all
+	return st, lg, x, all
 }
