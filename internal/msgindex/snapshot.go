@@ -54,7 +54,7 @@ var snapshotChunk = 4096
 // renamed into place. It may run while events are applied: it holds the
 // index's lock only for short steps, so commits are not held up.
 func (x *Index) Save(path string) error {
-	b, covered, err := x.snapshot()
+	parts, covered, err := x.snapshot()
 	if err != nil {
 		return fmt.Errorf("msgindex: save: %w", err)
 	}
@@ -63,7 +63,17 @@ func (x *Index) Save(path string) error {
 		return fmt.Errorf("msgindex: save: %w", err)
 	}
 	defer os.Remove(tmp.Name()) // after the rename, a no-op
-	if _, err := tmp.Write(b); err != nil {
+	var crc uint32
+	for _, p := range parts {
+		crc = crc32.Update(crc, crcTable, p)
+	}
+	parts = append(parts, binary.LittleEndian.AppendUint32(nil, crc))
+	for _, p := range parts {
+		if _, err = tmp.Write(p); err != nil {
+			break
+		}
+	}
+	if err != nil {
 		tmp.Close()
 		return fmt.Errorf("msgindex: save: %w", err)
 	}
@@ -82,7 +92,8 @@ func (x *Index) Save(path string) error {
 	return nil
 }
 
-// snapshot renders the index without holding its lock throughout.
+// snapshot renders the index, in parts to be written one after the other
+// and followed by their checksum, without holding its lock throughout.
 //
 // Every change to the index only adds: messages, keys, reads, the
 // deleted flag, a later updated time; and applying an event again
@@ -99,7 +110,7 @@ func (x *Index) Save(path string) error {
 //     them.
 //
 // It also returns how many of the index's unsaved events it holds.
-func (x *Index) snapshot() ([]byte, uint64, error) {
+func (x *Index) snapshot() ([][]byte, uint64, error) {
 	x.mu.RLock()
 	select {
 	case <-x.ready:
@@ -201,22 +212,12 @@ func (x *Index) snapshot() ([]byte, uint64, error) {
 	for _, s := range byID {
 		sortedIDs = binary.AppendUvarint(sortedIDs, uint64(s))
 	}
-	size := len(head) + len(ids) + len(msgs) + len(order) + len(sortedIDs) + len(tail) + 32
+	head = binary.AppendUvarint(head, uint64(len(strs)))
 	for _, s := range strs {
-		size += len(s) + 2
+		head = appendString(head, s)
 	}
-	b := make([]byte, 0, size)
-	b = append(b, head...)
-	b = binary.AppendUvarint(b, uint64(len(strs)))
-	for _, s := range strs {
-		b = appendString(b, s)
-	}
-	b = appendBytes(b, ids)
-	b = append(b, msgs...)
-	b = append(b, order...)
-	b = append(b, sortedIDs...)
-	b = append(b, tail...)
-	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, crcTable)), covered, nil
+	head = binary.AppendUvarint(head, uint64(len(ids)))
+	return [][]byte{head, ids, msgs, order, sortedIDs, tail}, covered, nil
 }
 
 func appendBytes(b, s []byte) []byte {
