@@ -220,10 +220,6 @@ func (x *Index) snapshot() ([][]byte, uint64, error) {
 	return [][]byte{head, ids, msgs, order, sortedIDs, tail}, covered, nil
 }
 
-func appendBytes(b, s []byte) []byte {
-	return append(binary.AppendUvarint(b, uint64(len(s))), s...)
-}
-
 func appendString(b []byte, s string) []byte {
 	return append(binary.AppendUvarint(b, uint64(len(s))), s...)
 }
