@@ -1,10 +1,12 @@
 package msgindex
 
 import (
+	"bufio"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -22,22 +24,24 @@ import (
 // a torn or corrupt file, a position the log does not hold — and the
 // index is built from SQLite.
 //
-// The format, little-endian, every count and number a varint:
+// The format, little-endian, every count and number a varint, in the
+// order it is written (streamed: the strings come last because they are
+// taken last, see writeSnapshot):
 //
 //	"thrumidx" version
 //	positions: n, then each: shard path (len, bytes), offset, event ID (len, bytes)
-//	strings: n, then each (len, bytes), by ID (ID 0 is "")
-//	message IDs: every one, concatenated (len, bytes)
-//	messages: n, then each: id's len, created, updated, author, thread,
-//	  flags (1 deleted, 2 proxied), keys (n, IDs)
+//	message IDs' total length
+//	messages: n, then each: id (len, bytes), created, updated, author,
+//	  thread, flags (1 deleted, 2 proxied), keys (n, string IDs)
 //	order: n slots
 //	by ID: n slots, sorted by message ID
 //	reads: n readers, then each: reader ID, n words, words (8 bytes)
 //	early: n message IDs, then each: id (len, bytes), n readers, readers
+//	strings: n, then each (len, bytes), by ID (ID 0 is "")
 //	crc32c of everything before it (4 bytes)
 const (
 	snapMagic   = "thrumidx"
-	snapVersion = 2 // change it when the format or the index's meaning changes
+	snapVersion = 3 // change it when the format or the index's meaning changes
 )
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
@@ -50,50 +54,78 @@ var errSnapshot = errors.New("msgindex: snapshot unusable")
 // never for the whole index.
 var snapshotChunk = 4096
 
-// Save writes the built index to path, whole, under a temporary name
-// renamed into place. It may run while events are applied: it holds the
-// index's lock only for short steps, so commits are not held up.
+// Save writes the built index to path, under a temporary name renamed
+// into place. It may run while events are applied: it holds the index's
+// lock only for short steps, so commits are not held up, and it streams
+// the file, so it needs little memory beyond the index's own.
+//
+// Once saved, the messages the snapshot holds are found by binary search
+// in its by-ID order, as after a load, and the map that found them is
+// dropped: the index takes less memory from then on.
 func (x *Index) Save(path string) error {
-	parts, covered, err := x.snapshot()
-	if err != nil {
-		return fmt.Errorf("msgindex: save: %w", err)
-	}
 	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".*.tmp")
 	if err != nil {
 		return fmt.Errorf("msgindex: save: %w", err)
 	}
 	defer os.Remove(tmp.Name()) // after the rename, a no-op
-	var crc uint32
-	for _, p := range parts {
-		crc = crc32.Update(crc, crcTable, p)
+	w := &crcWriter{w: bufio.NewWriterSize(tmp, 64<<10)}
+	sn, err := x.writeSnapshot(w)
+	if err == nil {
+		_, err = w.w.Write(binary.LittleEndian.AppendUint32(nil, w.crc))
 	}
-	parts = append(parts, binary.LittleEndian.AppendUint32(nil, crc))
-	for _, p := range parts {
-		if _, err = tmp.Write(p); err != nil {
-			break
-		}
+	if err == nil {
+		err = w.w.Flush()
 	}
-	if err != nil {
-		tmp.Close()
-		return fmt.Errorf("msgindex: save: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("msgindex: save: %w", err)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
 	}
 	// No fsync: a snapshot torn by a crash fails its checksum and the
 	// index is built from SQLite.
-	if err := os.Rename(tmp.Name(), path); err != nil {
+	if err == nil {
+		err = os.Rename(tmp.Name(), path)
+	}
+	if err != nil {
 		return fmt.Errorf("msgindex: save: %w", err)
 	}
 	x.mu.Lock()
-	x.unsaved -= min(covered, x.unsaved)
+	defer x.mu.Unlock()
+	x.unsaved -= min(sn.covered, x.unsaved)
 	x.onDisk = true
-	x.mu.Unlock()
+	if x.closed {
+		return nil
+	}
+	// The slots the snapshot holds are in its by-ID order; only later
+	// ones need the map.
+	later := make(map[string]int32, max(len(x.byID)-len(sn.byID), 0))
+	for id, s := range x.byID {
+		if int(s) >= len(sn.byID) {
+			later[id] = s
+		}
+	}
+	x.sorted, x.byID = sn.byID, later
 	return nil
 }
 
-// snapshot renders the index, in parts to be written one after the other
-// and followed by their checksum, without holding its lock throughout.
+// crcWriter writes through w, keeping the CRC-32C of what it wrote.
+type crcWriter struct {
+	w   *bufio.Writer
+	crc uint32
+}
+
+func (c *crcWriter) Write(p []byte) (int, error) {
+	c.crc = crc32.Update(c.crc, crcTable, p)
+	return c.w.Write(p)
+}
+
+// snapshotInfo is what a written snapshot holds: how many of the
+// index's unsaved events, and its slots in message ID order.
+type snapshotInfo struct {
+	covered uint64
+	byID    []int32
+}
+
+// writeSnapshot writes the index to w (without the checksum), holding
+// the lock only in short steps.
 //
 // Every change to the index only adds: messages, keys, reads, the
 // deleted flag, a later updated time; and applying an event again
@@ -103,39 +135,55 @@ func (x *Index) Save(path string) error {
 //   - first, in one step, the positions, the order (which names exactly
 //     the messages there are then), the reads (cut to those messages:
 //     a later message's slot number is not the one it will get when it
-//     is replayed) and the early reads;
+//     is replayed), the early reads and the by-ID order's makings;
 //   - then those messages, a chunk per step, each as it is then (a later
 //     delete or edit already in it is applied again by the replay);
 //   - last, the strings, which only grow, so every ID used above is in
 //     them.
 //
-// It also returns how many of the index's unsaved events it holds.
-func (x *Index) snapshot() ([][]byte, uint64, error) {
+// Of a message, only deleted and updated ever change; its ID, keys and
+// the rest are set when it is added. So the by-ID order is computed from
+// the slots as they were in the first step without the lock: the fields
+// it reads are never written again (an append that grows the slots
+// copies them to a new array and leaves the old one as it was).
+func (x *Index) writeSnapshot(w io.Writer) (snapshotInfo, error) {
 	x.mu.RLock()
 	select {
 	case <-x.ready:
 	default:
 		x.mu.RUnlock()
-		return nil, 0, errors.New("not built")
+		return snapshotInfo{}, errors.New("not built")
 	}
 	if x.err != nil || x.closed {
 		x.mu.RUnlock()
-		return nil, 0, errors.New("no index to save")
+		return snapshotInfo{}, errors.New("no index to save")
 	}
 	n, covered := len(x.slots), x.unsaved
-	head := make([]byte, 0, 1024)
-	head = append(head, snapMagic...)
-	head = binary.AppendUvarint(head, snapVersion)
-	head = binary.AppendUvarint(head, uint64(len(x.pos)))
+	slots := x.slots[:n:n]
+	buf := make([]byte, 0, 64<<10)
+	buf = append(buf, snapMagic...)
+	buf = binary.AppendUvarint(buf, snapVersion)
+	buf = binary.AppendUvarint(buf, uint64(len(x.pos)))
 	for rel, p := range x.pos {
-		head = appendString(head, rel)
-		head = binary.AppendUvarint(head, uint64(p.Offset))
-		head = appendString(head, p.EventID)
+		buf = appendString(buf, rel)
+		buf = binary.AppendUvarint(buf, uint64(p.Offset))
+		buf = appendString(buf, p.EventID)
 	}
-	order := make([]byte, 0, 3*n+8)
-	order = binary.AppendUvarint(order, uint64(len(x.order)))
-	for _, s := range x.order {
-		order = binary.AppendUvarint(order, uint64(s))
+	idsLen := 0
+	for i := range slots {
+		idsLen += len(slots[i].id)
+	}
+	buf = binary.AppendUvarint(buf, uint64(idsLen))
+	buf = binary.AppendUvarint(buf, uint64(n))
+	order := slices.Clone(x.order)
+	// The by-ID order: the slots already in it (x.sorted, after a load
+	// or a save) and the others, from the map, to be sorted and merged.
+	sorted := x.sorted
+	var others []int32
+	for _, s := range x.byID {
+		if int(s) < n {
+			others = append(others, s)
+		}
 	}
 	var tail []byte
 	words := (n + 63) / 64
@@ -161,25 +209,23 @@ func (x *Index) snapshot() ([][]byte, uint64, error) {
 	}
 	x.mu.RUnlock()
 
-	var ids []byte
-	idStrs := make([]string, n) // the slots' own strings: no copy
-	msgs := make([]byte, 0, 24*n+16)
-	msgs = binary.AppendUvarint(msgs, uint64(n))
 	for lo := 0; lo < n; lo += snapshotChunk {
+		if _, err := w.Write(buf); err != nil {
+			return snapshotInfo{}, err
+		}
+		buf = buf[:0]
 		x.mu.RLock()
 		if x.closed {
 			x.mu.RUnlock()
-			return nil, 0, ErrClosed
+			return snapshotInfo{}, ErrClosed
 		}
 		for i := lo; i < min(lo+snapshotChunk, n); i++ {
 			m := &x.slots[i]
-			ids = append(ids, m.id...)
-			idStrs[i] = m.id
-			msgs = binary.AppendUvarint(msgs, uint64(len(m.id)))
-			msgs = binary.AppendVarint(msgs, m.created)
-			msgs = binary.AppendVarint(msgs, m.updated)
-			msgs = binary.AppendUvarint(msgs, uint64(m.author))
-			msgs = binary.AppendUvarint(msgs, uint64(m.thread))
+			buf = appendString(buf, m.id)
+			buf = binary.AppendVarint(buf, m.created)
+			buf = binary.AppendVarint(buf, m.updated)
+			buf = binary.AppendUvarint(buf, uint64(m.author))
+			buf = binary.AppendUvarint(buf, uint64(m.thread))
 			var flags uint64
 			if m.deleted {
 				flags |= 1
@@ -187,37 +233,58 @@ func (x *Index) snapshot() ([][]byte, uint64, error) {
 			if m.proxied {
 				flags |= 2
 			}
-			msgs = binary.AppendUvarint(msgs, flags)
-			msgs = binary.AppendUvarint(msgs, uint64(len(m.keys)))
+			buf = binary.AppendUvarint(buf, flags)
+			buf = binary.AppendUvarint(buf, uint64(len(m.keys)))
 			for _, k := range m.keys {
-				msgs = binary.AppendUvarint(msgs, uint64(k))
+				buf = binary.AppendUvarint(buf, uint64(k))
 			}
 		}
 		x.mu.RUnlock()
 	}
 
+	buf = binary.AppendUvarint(buf, uint64(len(order)))
+	for _, s := range order {
+		buf = binary.AppendUvarint(buf, uint64(s))
+	}
+	byID := mergeByID(slots, sorted, others)
+	buf = binary.AppendUvarint(buf, uint64(len(byID)))
+	for _, s := range byID {
+		buf = binary.AppendUvarint(buf, uint64(s))
+	}
+	buf = append(buf, tail...)
+
 	x.mu.RLock()
 	strs := x.strList[:len(x.strList):len(x.strList)] // appended to, never changed
 	x.mu.RUnlock()
-	// The slots by message ID, so a load finds a message by binary search
-	// instead of building a map. Slots are mostly in ID order already
-	// (IDs grow with time), which the sort makes cheap.
-	byID := make([]int32, n)
-	for i := range byID {
-		byID[i] = int32(i)
-	}
-	slices.SortFunc(byID, func(a, b int32) int { return strings.Compare(idStrs[a], idStrs[b]) })
-	sortedIDs := make([]byte, 0, 3*n+8)
-	sortedIDs = binary.AppendUvarint(sortedIDs, uint64(n))
-	for _, s := range byID {
-		sortedIDs = binary.AppendUvarint(sortedIDs, uint64(s))
-	}
-	head = binary.AppendUvarint(head, uint64(len(strs)))
+	buf = binary.AppendUvarint(buf, uint64(len(strs)))
 	for _, s := range strs {
-		head = appendString(head, s)
+		buf = appendString(buf, s)
 	}
-	head = binary.AppendUvarint(head, uint64(len(ids)))
-	return [][]byte{head, ids, msgs, order, sortedIDs, tail}, covered, nil
+	if _, err := w.Write(buf); err != nil {
+		return snapshotInfo{}, err
+	}
+	return snapshotInfo{covered, byID}, nil
+}
+
+// mergeByID returns every slot in message ID order: sorted, already in
+// that order, merged with others, sorted here. Slots are mostly added in
+// ID order (IDs grow with time), so others sorts quickly.
+func mergeByID(slots []imsg, sorted, others []int32) []int32 {
+	byIDOf := func(a, b int32) int { return strings.Compare(slots[a].id, slots[b].id) }
+	slices.SortFunc(others, byIDOf)
+	out := make([]int32, 0, len(sorted)+len(others))
+	i, j := 0, 0
+	for i < len(sorted) && j < len(others) {
+		if byIDOf(sorted[i], others[j]) < 0 {
+			out = append(out, sorted[i])
+			i++
+		} else {
+			out = append(out, others[j])
+			j++
+		}
+	}
+	out = append(out, sorted[i:]...)
+	return append(out, others[j:]...)
 }
 
 func appendString(b []byte, s string) []byte {
@@ -261,43 +328,37 @@ func (x *Index) decode(b []byte) error {
 		pos[rel] = Position{int64(off), id}
 	}
 
-	nstrs := d.count(1)
-	strs := make(map[string]uint32, nstrs)
-	strList := make([]string, 0, nstrs)
-	for i := 0; i < nstrs && d.err == nil; i++ {
-		s := d.string()
-		strs[s] = uint32(i)
-		strList = append(strList, s)
-	}
-	if d.err == nil && (len(strs) != nstrs || nstrs == 0) {
-		d.fail("strings repeat or are missing")
-	}
-	if v, ok := strs[""]; d.err == nil && (!ok || v != 0) {
-		d.fail("string 0 is not empty")
-	}
+	// String IDs are checked against the strings at the end, which are
+	// written last: the highest one used must be there.
+	var maxStr uint64
 	str := func() uint32 {
 		v := d.uvarint()
-		if v >= uint64(nstrs) {
+		if v > 1<<31 {
 			d.fail("string ID out of range")
 			return 0
 		}
+		maxStr = max(maxStr, v)
 		return uint32(v)
 	}
 
 	// Every message ID in one string, which each slot's ID slices: one
 	// allocation instead of one per message.
-	ids := d.string()
+	idsLen := d.count(1)
+	var ids strings.Builder
+	ids.Grow(idsLen)
 	nslots := d.count(7)
 	slots := make([]imsg, nslots)
+	idLens := make([]int, nslots)
 	keys := make([]uint32, 0, nslots) // one backing array for every slot's keys
 	for i := 0; i < nslots && d.err == nil; i++ {
 		m := &slots[i]
-		n := d.uvarint()
-		if n > uint64(len(ids)) {
-			d.fail("message ID out of range")
+		id := d.bytes()
+		if ids.Len()+len(id) > idsLen {
+			d.fail("message IDs longer than said")
 			break
 		}
-		m.id, ids = ids[:n], ids[n:]
+		ids.Write(id)
+		idLens[i] = len(id)
 		m.created, m.updated = d.varint(), d.varint()
 		m.author, m.thread = str(), str()
 		flags := d.uvarint()
@@ -311,8 +372,12 @@ func (x *Index) decode(b []byte) error {
 		// writing into the next slot's keys.
 		m.keys = keys[start:len(keys):len(keys)]
 	}
-	if d.err == nil && len(ids) != 0 {
-		d.fail("message IDs are left over")
+	if d.err == nil && ids.Len() != idsLen {
+		d.fail("message IDs shorter than said")
+	}
+	all, at := ids.String(), 0
+	for i := 0; i < nslots && d.err == nil; i++ {
+		slots[i].id, at = all[at:at+idLens[i]], at+idLens[i]
 	}
 
 	norder := d.count(1)
@@ -373,6 +438,23 @@ func (x *Index) decode(b []byte) error {
 			early = map[string][]string{}
 		}
 		early[id] = rs
+	}
+	nstrs := d.count(1)
+	strs := make(map[string]uint32, nstrs)
+	strList := make([]string, 0, nstrs)
+	for i := 0; i < nstrs && d.err == nil; i++ {
+		s := d.string()
+		strs[s] = uint32(i)
+		strList = append(strList, s)
+	}
+	if d.err == nil && (len(strs) != nstrs || nstrs == 0) {
+		d.fail("strings repeat or are missing")
+	}
+	if v, ok := strs[""]; d.err == nil && (!ok || v != 0) {
+		d.fail("string 0 is not empty")
+	}
+	if d.err == nil && maxStr >= uint64(nstrs) {
+		d.fail("string ID out of range")
 	}
 	if d.err == nil && len(d.b) != 0 {
 		d.fail("trailing bytes")

@@ -33,12 +33,12 @@ func FuzzSnapshotDecode(f *testing.F) {
 	})
 	x.Apply([]*eventlog.Event{{Type: eventlog.TypeMessageCreate, Time: at, Shard: "ann", Offset: 120, ID: "evt_1",
 		Payload: eventlog.MessageCreate{MessageID: "msg_5", AgentID: "ann"}}})
-	parts, _, err := x.snapshot()
-	if err != nil {
+	var seed bytes.Buffer
+	if _, err := x.writeSnapshot(&seed); err != nil {
 		f.Fatal(err)
 	}
-	f.Add(bytes.Join(parts, nil)) // the body; the fuzz function adds the checksum
-	f.Add([]byte("thrumidx\x02\x00\x01\x00\x00\x00\x00\x00\x00\x00"))
+	f.Add(seed.Bytes()) // the body; the fuzz function adds the checksum
+	f.Add([]byte("thrumidx\x03\x00\x00\x00\x00\x00\x00\x00\x01\x00"))
 	filters := []store.MessageFilter{
 		{Limit: 10},
 		{Reader: "bob", Unread: true, Limit: 10},
