@@ -349,6 +349,12 @@ func (n *Node) loadIndex(ctx context.Context) bool {
 	if snap == "" {
 		return false
 	}
+	// A save cut short by a crash leaves its temporary file.
+	if tmps, _ := filepath.Glob(snap + ".*.tmp"); len(tmps) > 0 {
+		for _, t := range tmps {
+			os.Remove(t)
+		}
+	}
 	start := time.Now()
 	err := n.idx.Load(ctx, snap, n.log)
 	lg := n.opts.Logger
@@ -375,18 +381,24 @@ func (n *Node) indexSnapshot() string {
 	return p + ".index"
 }
 
-// saveIndex saves the message index for the next Open, if it is built.
-// The snapshot carries the index's positions in the log, so it stays
-// usable as the log grows: the next Open applies the log past them. A
-// failure costs only the next start's speed; it is logged.
-func (n *Node) saveIndex() {
+// saveIndex saves the message index for the next Open, if it is built
+// and has changed since its snapshot on disk. The snapshot carries the
+// index's positions in the log, so it stays usable as the log grows: the
+// next Open applies the log past them. A failure costs only the next
+// start's speed; it is logged and returned.
+func (n *Node) saveIndex() error {
 	snap := n.indexSnapshot()
 	if n.store == nil || snap == "" || !n.idx.Built() {
-		return
+		return nil
 	}
-	if err := n.idx.Save(snap); err != nil && n.opts.Logger != nil {
+	if unsaved, onDisk := n.idx.Unsaved(); onDisk && unsaved == 0 {
+		return nil
+	}
+	err := n.idx.Save(snap)
+	if err != nil && n.opts.Logger != nil {
 		n.opts.Logger.Warn("thrum: could not save the message index for the next start", "err", err)
 	}
+	return err
 }
 
 // When the message index is saved while the node runs: once the events
@@ -412,7 +424,7 @@ func (n *Node) saveIndexLoop(ctx context.Context) {
 	}
 	t := time.NewTicker(check)
 	defer t.Stop()
-	at := time.Now()
+	at, failed := time.Now(), false
 	for {
 		select {
 		case <-ctx.Done():
@@ -423,11 +435,11 @@ func (n *Node) saveIndexLoop(ctx context.Context) {
 		if onDisk && unsaved == 0 || !n.idx.Built() {
 			continue
 		}
-		if onDisk && unsaved < uint64(max(least, n.idx.Len()/50)) && time.Since(at) < age {
-			continue
+		if (onDisk || failed) && unsaved < uint64(max(least, n.idx.Len()/50)) && time.Since(at) < age {
+			continue // a failure is retried only with the next save
 		}
 		at = time.Now()
-		n.saveIndex()
+		failed = n.saveIndex() != nil
 	}
 }
 

@@ -48,7 +48,8 @@ type Index struct {
 	pending []*eventlog.Event   // committed while building
 	early   map[string][]string // reads of messages not indexed yet (synced out of order)
 	pos     map[string]Position // shard path → how far the index has applied it
-	unsaved uint64              // events applied since the snapshot on disk was saved or loaded
+	unsaved uint64              // log events taken since the snapshot on disk was saved or loaded
+	saveMu  sync.Mutex          // one Save at a time
 	onDisk  bool                // a snapshot of it (saved or loaded) is on disk
 	closed  bool
 	bulk    bool // building: add appends to order, sorted once at the end
@@ -70,6 +71,9 @@ func (x *Index) Close() {
 	x.closed = true
 	x.slots, x.order, x.sorted, x.byID, x.reads = nil, nil, nil, nil, nil
 	x.mu.Unlock()
+	// A listing waiting for a load or build that will now never come
+	// gets ErrClosed instead.
+	x.slowOnce.Do(func() { close(x.slow) })
 }
 
 type imsg struct {
@@ -108,10 +112,11 @@ func (x *Index) lookup(s string) (uint32, bool) {
 
 func pairKey(kind, typ, value string) string { return kind + "\x00" + typ + "\x00" + value }
 
-// A Log is what Load needs of the event log: to check that a saved
-// position still ends the line of the event saved with it, and to read
-// the events past given positions. *eventlog.Log is one.
+// A Log is what Load needs of the event log: its durable end, to check
+// that a saved position still ends the line of the event saved with it,
+// and to read the events past given positions. *eventlog.Log is one.
 type Log interface {
+	Positions() map[string]int64
 	CheckAt(rel string, off int64, wantID string) (*eventlog.Event, error)
 	Scan(ctx context.Context, from map[string]int64, fn func(*eventlog.Event) error) (map[string]int64, error)
 }
@@ -136,11 +141,19 @@ func (x *Index) Load(ctx context.Context, path string, lg Log) error {
 		}
 		from[rel] = p.Offset
 	}
+	// Only what is durable now: an event committed from here on reaches
+	// the index through Apply (queued until the load is installed), and
+	// a line still being written (a shard created meanwhile, which Scan
+	// would read to its end) may yet be undone.
+	durable := lg.Positions()
 	if _, err := lg.Scan(ctx, from, func(e *eventlog.Event) error {
+		if end, ok := durable[eventlog.ShardPath(e.Shard)]; !ok || e.Offset > end {
+			return nil
+		}
 		b.advance(e)
+		b.unsaved++
 		if isMessageEvent(e.Type) {
 			b.applyLocked(e)
-			b.unsaved++
 		}
 		return nil
 	}); err != nil {
@@ -204,7 +217,7 @@ func (x *Index) install(b *Index, err error) {
 	for _, e := range x.pending { // idempotent: some may be in the snapshot too
 		x.applyLocked(e)
 	}
-	x.unsaved += b.unsaved + uint64(len(x.pending))
+	x.unsaved += b.unsaved
 	x.onDisk = b.onDisk
 	x.pending = nil
 	// Every event is in b or was committed since (in x.pending, whose
@@ -296,28 +309,29 @@ func (x *Index) Apply(batch []*eventlog.Event) {
 	if x.closed { // a batch committed while the node closes
 		return
 	}
+	ready := true
 	select {
 	case <-x.ready:
 	default:
-		for _, e := range batch {
-			x.advance(e)
-			if isMessageEvent(e.Type) {
-				x.pending = append(x.pending, e)
-			}
-		}
-		return
+		ready = false
 	}
 	for _, e := range batch {
-		x.advance(e)
-		if isMessageEvent(e.Type) {
+		if x.advance(e) {
+			x.unsaved++ // every event of the log: all are replayed after a crash
+		}
+		switch {
+		case !isMessageEvent(e.Type):
+		case ready:
 			x.applyLocked(e)
-			x.unsaved++
+		default:
+			x.pending = append(x.pending, e)
 		}
 	}
 }
 
-// Unsaved returns how many events the index has applied since its
-// snapshot on disk was saved or loaded, and whether there is one at all
+// Unsaved returns how many log events (of any kind: a start after a crash
+// replays them all) the index has taken since its snapshot on disk was
+// saved or loaded, and whether there is one at all
 // (there is none after Build until Save).
 func (x *Index) Unsaved() (events uint64, onDisk bool) {
 	x.mu.RLock()
@@ -332,17 +346,19 @@ func (x *Index) Len() int {
 	return len(x.slots)
 }
 
-// advance moves the position of e's shard past e. Events reach the index
-// in log order within a shard, so every event before e in its shard is
-// applied too. An event that is not from a log (no offset) moves nothing.
-func (x *Index) advance(e *eventlog.Event) {
+// advance moves the position of e's shard past e, and reports whether e
+// is from the log. Events reach the index in log order within a shard,
+// so every event before e in its shard is applied too. An event that is
+// not from a log (no offset) moves nothing.
+func (x *Index) advance(e *eventlog.Event) bool {
 	if e.Offset <= 0 {
-		return
+		return false
 	}
 	rel := eventlog.ShardPath(e.Shard)
 	if p, ok := x.pos[rel]; !ok || e.Offset > p.Offset {
 		x.pos[rel] = Position{e.Offset, e.ID}
 	}
+	return true
 }
 
 func isMessageEvent(t string) bool {

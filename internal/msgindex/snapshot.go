@@ -63,6 +63,8 @@ var snapshotChunk = 4096
 // in its by-ID order, as after a load, and the map that found them is
 // dropped: the index takes less memory from then on.
 func (x *Index) Save(path string) error {
+	x.saveMu.Lock() // the swap below assumes the last snapshot written is the newest
+	defer x.saveMu.Unlock()
 	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".*.tmp")
 	if err != nil {
 		return fmt.Errorf("msgindex: save: %w", err)
@@ -96,11 +98,9 @@ func (x *Index) Save(path string) error {
 	}
 	// The slots the snapshot holds are in its by-ID order; only later
 	// ones need the map.
-	later := make(map[string]int32, max(len(x.byID)-len(sn.byID), 0))
-	for id, s := range x.byID {
-		if int(s) >= len(sn.byID) {
-			later[id] = s
-		}
+	later := make(map[string]int32, len(x.slots)-len(sn.byID))
+	for i := len(sn.byID); i < len(x.slots); i++ {
+		later[x.slots[i].id] = int32(i)
 	}
 	x.sorted, x.byID = sn.byID, later
 	return nil
@@ -177,13 +177,12 @@ func (x *Index) writeSnapshot(w io.Writer) (snapshotInfo, error) {
 	buf = binary.AppendUvarint(buf, uint64(n))
 	order := slices.Clone(x.order)
 	// The by-ID order: the slots already in it (x.sorted, after a load
-	// or a save) and the others, from the map, to be sorted and merged.
+	// or a save: always the first len(x.sorted) slots) and the others,
+	// to be sorted and merged.
 	sorted := x.sorted
-	var others []int32
-	for _, s := range x.byID {
-		if int(s) < n {
-			others = append(others, s)
-		}
+	others := make([]int32, 0, n-len(sorted))
+	for s := len(sorted); s < n; s++ {
+		others = append(others, int32(s))
 	}
 	var tail []byte
 	words := (n + 63) / 64
@@ -316,8 +315,10 @@ func (x *Index) decode(b []byte) error {
 	if v := d.uvarint(); v != snapVersion {
 		return fmt.Errorf("%w: version %d", errSnapshot, v)
 	}
+	// Maps are not sized from counts: a count is checked only against the
+	// bytes left, and a map's entry takes far more than its bytes.
 	npos := d.count(3)
-	pos := make(map[string]Position, npos)
+	pos := map[string]Position{}
 	for i := 0; i < npos && d.err == nil; i++ {
 		rel := d.string()
 		off := d.uvarint()
@@ -411,7 +412,7 @@ func (x *Index) decode(b []byte) error {
 	}
 
 	nreads := d.count(2)
-	reads := make(map[uint32][]uint64, nreads)
+	reads := map[uint32][]uint64{}
 	for i := 0; i < nreads && d.err == nil; i++ {
 		r := str()
 		nw := d.count(8)
@@ -422,6 +423,9 @@ func (x *Index) decode(b []byte) error {
 		bits := make([]uint64, nw)
 		for j := range bits {
 			bits[j] = d.uint64()
+		}
+		if nw > 0 && nw == (nslots+63)/64 && nslots%64 != 0 {
+			bits[nw-1] &= 1<<(nslots%64) - 1 // no message past the last is read
 		}
 		reads[r] = bits
 	}
@@ -440,7 +444,7 @@ func (x *Index) decode(b []byte) error {
 		early[id] = rs
 	}
 	nstrs := d.count(1)
-	strs := make(map[string]uint32, nstrs)
+	strs := map[string]uint32{}
 	strList := make([]string, 0, nstrs)
 	for i := 0; i < nstrs && d.err == nil; i++ {
 		s := d.string()
