@@ -187,6 +187,9 @@ func Open(ctx context.Context, dir string, opts *Options) (*Node, error) {
 		lock.Close()
 		return nil, fmt.Errorf("thrum: open: %w", err)
 	}
+	// The message index's snapshot needs only its file to be read and
+	// decoded: that runs while the projection and the log open.
+	pre := readIndexSnapshot(indexSnapshotOf(o.DBPath))
 	st, err := store.Open(o.DBPath, &store.Options{Logger: o.Logger})
 	if errors.Is(err, store.ErrOutdated) {
 		// The projection is a cache of the log: drop it and replay.
@@ -209,7 +212,7 @@ func Open(ctx context.Context, dir string, opts *Options) (*Node, error) {
 		lock.Close()
 		return nil, fmt.Errorf("thrum: open: %w", err)
 	}
-	n, err := newNode(ctx, lg, p, &o, lock)
+	n, err := newNode(ctx, lg, p, &o, lock, pre)
 	if err != nil {
 		return nil, err
 	}
@@ -229,11 +232,11 @@ func New(ctx context.Context, lg *EventLog, p *Projector, opts *Options) (*Node,
 	if opts != nil {
 		o = *opts
 	}
-	return newNode(ctx, lg, p, &o, nil)
+	return newNode(ctx, lg, p, &o, nil, nil)
 }
 
 // newNode assembles a node; on failure it closes lg, p's store and lock.
-func newNode(ctx context.Context, lg *eventlog.Log, p *Projector, opts *Options, lock io.Closer) (*Node, error) {
+func newNode(ctx context.Context, lg *eventlog.Log, p *Projector, opts *Options, lock io.Closer, pre *indexRead) (*Node, error) {
 	if p.n.Load() != nil {
 		return nil, errors.New("thrum: the projector already serves a node")
 	}
@@ -276,7 +279,7 @@ func newNode(ctx context.Context, lg *eventlog.Log, p *Projector, opts *Options,
 	go n.saveIndexLoop(bg) // before the load: it reads the save policy now
 	go func() {
 		defer n.bg.Done()
-		if n.loadIndex(bg) {
+		if n.loadIndex(bg, pre) {
 			return
 		}
 		select {
@@ -343,20 +346,50 @@ func (n *Node) Close() error {
 	return n.closeErr
 }
 
-// loadIndex loads the message index's snapshot, if there is a usable one.
-func (n *Node) loadIndex(ctx context.Context) bool {
+// An indexRead is the message index's snapshot, being read.
+type indexRead struct {
+	done chan struct{}
+	snap *msgindex.Snapshot
+	err  error
+}
+
+// readIndexSnapshot starts reading the snapshot at path ("" for none).
+func readIndexSnapshot(path string) *indexRead {
+	r := &indexRead{done: make(chan struct{})}
+	if path == "" {
+		r.err = fs.ErrNotExist
+		close(r.done)
+		return r
+	}
+	go func() {
+		defer close(r.done)
+		r.snap, r.err = msgindex.ReadSnapshot(path)
+	}()
+	return r
+}
+
+// loadIndex loads the message index's snapshot, if there is a usable one:
+// the one pre is reading, or else the file's.
+func (n *Node) loadIndex(ctx context.Context, pre *indexRead) bool {
 	snap := n.indexSnapshot()
 	if snap == "" {
 		return false
 	}
+	start := time.Now()
+	if pre == nil {
+		pre = readIndexSnapshot(snap)
+	}
+	<-pre.done
 	// A save cut short by a crash leaves its temporary file.
 	if tmps, _ := filepath.Glob(snap + ".*.tmp"); len(tmps) > 0 {
 		for _, t := range tmps {
 			os.Remove(t)
 		}
 	}
-	start := time.Now()
-	err := n.idx.Load(ctx, snap, n.log)
+	err := pre.err
+	if err == nil {
+		err = n.idx.LoadSnapshot(ctx, pre.snap, n.log)
+	}
 	lg := n.opts.Logger
 	switch {
 	case err == nil:
@@ -373,8 +406,10 @@ func (n *Node) loadIndex(ctx context.Context) bool {
 // indexSnapshot is the file where the node saves the message index for the
 // next Open, beside the projection's database; "" if the database has no
 // file.
-func (n *Node) indexSnapshot() string {
-	p := n.store.Path()
+func (n *Node) indexSnapshot() string { return indexSnapshotOf(n.store.Path()) }
+
+// indexSnapshotOf is indexSnapshot for the database at p.
+func indexSnapshotOf(p string) string {
 	if p == "" || strings.HasPrefix(p, ":") || strings.HasPrefix(p, "file:") {
 		return ""
 	}

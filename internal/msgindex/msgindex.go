@@ -130,10 +130,35 @@ type Log interface {
 // another format, or with a position the log no longer holds): the
 // caller then runs Build.
 func (x *Index) Load(ctx context.Context, path string, lg Log) error {
-	b := New()
-	if err := b.load(path); err != nil {
+	snap, err := ReadSnapshot(path)
+	if err != nil {
 		return err
 	}
+	return x.LoadSnapshot(ctx, snap, lg)
+}
+
+// A Snapshot is a snapshot file read and decoded, not yet checked against
+// the log. Reading one needs nothing but the file, so a node starts it
+// before it opens the rest.
+type Snapshot struct{ b *Index }
+
+// ReadSnapshot reads and decodes the snapshot at path.
+func ReadSnapshot(path string) (*Snapshot, error) {
+	b := New()
+	if err := b.load(path); err != nil {
+		return nil, err
+	}
+	return &Snapshot{b}, nil
+}
+
+// LoadSnapshot is Load of a snapshot already read. A Snapshot is used up
+// by it, whatever the outcome.
+func (x *Index) LoadSnapshot(ctx context.Context, snap *Snapshot, lg Log) error {
+	b := snap.b
+	if b == nil {
+		return fmt.Errorf("%w: already used", errSnapshot)
+	}
+	snap.b = nil
 	from := make(map[string]int64, len(b.pos))
 	for rel, p := range b.pos {
 		if _, err := lg.CheckAt(rel, p.Offset, p.EventID); err != nil {
