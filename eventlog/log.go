@@ -496,17 +496,23 @@ func (l *Log) commit(batch []*appendReq) {
 	// With Stage, the batch goes to the apply goroutine now, so that the
 	// projection works while the fsync runs, unless that goroutine is
 	// still busy with earlier ones: then after the fsync, as with
-	// OnCommit.
+	// OnCommit. The fsync then runs in a goroutine started before the
+	// hand-off, while this one waits: a goroutine woken just before a
+	// blocking system call waits until the runtime notices that the call
+	// blocks (measured: 56 µs from hand-off to Stage with one client),
+	// whereas now the apply goroutine gets this processor at once.
 	cb := &commitBatch{reqs: batch, errs: errs, evs: all, durable: make(chan error, 1)}
 	sent := false
 	if werr == nil && l.opts.Stage != nil {
+		synced := make(chan error, 1)
+		go func() { synced <- l.syncShards(written) }()
 		select {
 		case l.applied <- cb:
 			sent = true
 		default:
 		}
-	}
-	if werr == nil {
+		werr = <-synced
+	} else if werr == nil {
 		werr = l.syncShards(written)
 	}
 	l.mu.Lock()
