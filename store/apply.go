@@ -121,14 +121,6 @@ func (a *applier) close() error {
 	return nil
 }
 
-func (a *applier) apply(ctx context.Context, evs []*eventlog.Event) error {
-	tx, err := a.stage(ctx, evs)
-	if err != nil {
-		return err
-	}
-	return a.commit(tx)
-}
-
 // stage runs a batch's statements in a transaction and returns it open,
 // holding the applier's lock until commit or rollback: no other
 // connection sees any of it before commit. On error nothing is left open.
