@@ -31,7 +31,9 @@ type Projection interface {
 // models, in log order and once each: the SQLite store, the projections
 // an embedder adds, then the node's in-memory message index and
 // directory, and finally its notifier, which wakes subscribers. Give its
-// Commit to the log as eventlog.Options.OnCommit, and both to New.
+// Stage to the log as eventlog.Options.Stage (or its Commit as OnCommit,
+// which applies a batch only after it is durable instead of while it is
+// fsynced), and both to New.
 //
 // A batch that is durable in the log but fails to apply stays pending:
 // the next commit, or a retry, applies the pending events first, in the
@@ -73,35 +75,68 @@ func (p *Projector) Store() *store.Store { return p.store }
 // Commit applies a committed batch, after the events still pending from
 // a failed apply: it is the log's eventlog.Options.OnCommit.
 func (p *Projector) Commit(batch []*eventlog.Event) error {
+	return p.Stage(batch)(nil)
+}
+
+// Stage is Commit in two steps, the log's eventlog.Options.Stage: it
+// runs the batch's statements (after the pending events) in a store
+// transaction while the log fsyncs the batch, and the returned finish
+// commits it once the batch is durable — then the extra projections,
+// the index and the notifier take it — or rolls it back if the fsync
+// failed, leaving the store, its checkpoint and the pending events as
+// they were. Nothing else is applied in between.
+func (p *Projector) Stage(batch []*eventlog.Event) (finish func(durable error) error) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	evs := batch
 	if len(p.pending) > 0 {
-		evs = append(p.pending, batch...)
+		evs = append(p.pending[:len(p.pending):len(p.pending)], batch...)
 	}
-	if err := p.apply(context.Background(), evs); err != nil {
-		if len(p.pending) == 0 { // the log reuses batch's array after we return
-			evs = append([]*eventlog.Event(nil), batch...)
+	staged, serr := p.store.Stage(context.Background(), evs)
+	return func(durable error) error {
+		defer p.mu.Unlock()
+		if durable != nil {
+			if serr == nil {
+				staged.Rollback()
+			}
+			return nil
 		}
-		p.pending, p.applyErr = evs, err
-		p.behind.Store(true)
-		if lg := p.logger(); lg != nil {
-			lg.Error("thrum: the projection failed to apply committed events; they are safe in the log, and writes are refused until a retry applies them",
-				"events", len(evs), "err", err)
+		err := serr
+		if err == nil {
+			err = staged.Commit()
 		}
-		select {
-		case p.kick <- struct{}{}:
-		default:
+		if err == nil {
+			err = p.applyExtra(context.Background(), evs)
 		}
-		if n := p.n.Load(); n != nil {
-			return n.applyFailure(err)
+		if err != nil {
+			return p.failed(batch, evs, err)
 		}
-		return err
+		p.pending, p.applyErr = nil, nil
+		p.behind.Store(false)
+		p.published(evs)
+		return nil
 	}
-	p.pending, p.applyErr = nil, nil
-	p.behind.Store(false)
-	p.published(evs)
-	return nil
+}
+
+// failed keeps evs, durable but not applied, pending, and returns the
+// error for the Append calls of batch. Called with p.mu held.
+func (p *Projector) failed(batch, evs []*eventlog.Event, err error) error {
+	if len(p.pending) == 0 { // the log reuses batch's array after we return
+		evs = append([]*eventlog.Event(nil), batch...)
+	}
+	p.pending, p.applyErr = evs, err
+	p.behind.Store(true)
+	if lg := p.logger(); lg != nil {
+		lg.Error("thrum: the projection failed to apply committed events; they are safe in the log, and writes are refused until a retry applies them",
+			"events", len(evs), "err", err)
+	}
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+	if n := p.n.Load(); n != nil {
+		return n.applyFailure(err)
+	}
+	return err
 }
 
 // retry tries once to apply the pending events; it reports whether none
@@ -142,6 +177,11 @@ func (p *Projector) apply(ctx context.Context, evs []*eventlog.Event) error {
 	if err := p.store.Apply(ctx, evs); err != nil {
 		return err
 	}
+	return p.applyExtra(ctx, evs)
+}
+
+// applyExtra applies evs to the extra projections.
+func (p *Projector) applyExtra(ctx context.Context, evs []*eventlog.Event) error {
 	for _, x := range p.extra {
 		if err := x.Apply(ctx, evs); err != nil {
 			return fmt.Errorf("projection %T: %w", x, err)

@@ -19,6 +19,7 @@ import (
 	"github.com/thrumhq/thrum/internal/fault"
 	"github.com/thrumhq/thrum/internal/thrumtest"
 	"github.com/thrumhq/thrum/rpc"
+	"github.com/thrumhq/thrum/store"
 )
 
 // faultyDisk injects failures into every log write, log fsync and
@@ -259,5 +260,99 @@ func TestDiskFullIsReportedAndResolvesItself(t *testing.T) {
 	l, _ := n.ListMessages(alice, &rpc.ListMessagesParams{})
 	if l.Total != 1 {
 		t.Fatalf("%d messages, want 1 (the retry returned the first)", l.Total)
+	}
+}
+
+// TestFsyncFailureWhileStagedAppliesNothing: the projection applies a
+// batch while the log fsyncs it (eventlog.Options.Stage); when that fsync
+// fails, the open transaction is rolled back: the send fails, no reader
+// saw the message meanwhile, the store's checkpoint and the log are as
+// before, and the next send goes through, leaving a projection equal to
+// a rebuild of the log.
+func TestFsyncFailureWhileStagedAppliesNothing(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	st, err := store.Open(filepath.Join(dir, "messages.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := thrum.NewProjector(st)
+	var staged atomic.Pointer[chan struct{}]
+	lg, err := eventlog.Open(dir, &eventlog.Options{NoSync: true, Stage: func(b []*eventlog.Event) func(error) error {
+		finish := p.Stage(b) // the batch's statements have run, uncommitted
+		if c := staged.Swap(nil); c != nil {
+			close(*c)
+		}
+		return finish
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := thrum.New(ctx, lg, p, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	thrumtest.Register(t, n, "alice", "dev", "m")
+	alice := thrum.AsAgent(ctx, "alice")
+	if _, err := n.SendMessage(alice, &rpc.SendMessageParams{Content: "one"}); err != nil {
+		t.Fatal(err)
+	}
+	checkpoint, err := st.Positions(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logEnd := lg.Positions()
+
+	shard := filepath.Join(dir, filepath.FromSlash(eventlog.ShardPath("alice")))
+	ready := make(chan struct{})
+	staged.Store(&ready)
+	var seen atomic.Int32
+	restore := fault.Set(func(op, path string) error {
+		if op != fault.LogSync || path != shard {
+			return nil
+		}
+		select { // fail the fsync only once the batch is staged
+		case <-ready:
+		case <-time.After(10 * time.Second):
+			t.Error("the batch was not staged while its fsync ran")
+		}
+		c, err := st.MessageCount(ctx, "alice") // a reader, while the transaction is open
+		if err != nil {
+			t.Error(err)
+		}
+		seen.Store(int32(c))
+		return &fs.PathError{Op: op, Path: path, Err: syscall.EIO}
+	})
+	_, err = n.SendMessage(alice, &rpc.SendMessageParams{Content: "two"})
+	restore()
+	if err == nil {
+		t.Fatal("the send succeeded although its fsync failed")
+	}
+	if seen.Load() != 1 {
+		t.Errorf("a reader saw %d messages while the failing batch was staged, want 1", seen.Load())
+	}
+	if got, _ := st.MessageCount(ctx, "alice"); got != 1 {
+		t.Errorf("the store holds %d messages after the failed send, want 1", got)
+	}
+	if got, err := st.Positions(ctx); err != nil || fmt.Sprint(got) != fmt.Sprint(checkpoint) {
+		t.Errorf("checkpoint %v after the failed send, was %v (%v)", got, checkpoint, err)
+	}
+	if got := lg.Positions(); fmt.Sprint(got) != fmt.Sprint(logEnd) {
+		t.Errorf("log ends at %v after the failed send, was %v", got, logEnd)
+	}
+	if _, err := n.SendMessage(alice, &rpc.SendMessageParams{Content: "three"}); err != nil {
+		t.Fatalf("the send after the failure: %v", err)
+	}
+	if got, _ := st.MessageCount(ctx, "alice"); got != 2 {
+		t.Errorf("the store holds %d messages, want 2", got)
+	}
+	rebuilt, err := n.Rebuild(ctx, filepath.Join(t.TempDir(), "rebuilt.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rebuilt.Close()
+	if d := diffDumps(dumpProjection(t, st), dumpProjection(t, rebuilt)); d != "" {
+		t.Fatalf("live projection differs from a rebuild of the log:\n%s", d)
 	}
 }

@@ -206,7 +206,7 @@ func Open(ctx context.Context, dir string, opts *Options) (*Node, error) {
 		return nil, fmt.Errorf("thrum: open: %w", err)
 	}
 	p := NewProjector(st)
-	lg, err := eventlog.Open(dir, &eventlog.Options{Logger: o.Logger, OnCommit: p.Commit, NoSync: o.NoSync})
+	lg, err := eventlog.Open(dir, &eventlog.Options{Logger: o.Logger, Stage: p.Stage, NoSync: o.NoSync})
 	if err != nil {
 		st.Close()
 		lock.Close()
@@ -220,7 +220,7 @@ func Open(ctx context.Context, dir string, opts *Options) (*Node, error) {
 }
 
 // New returns a Node over its parts: lg, an open event log whose
-// eventlog.Options.OnCommit is p.Commit, and p, the Projector of an open
+// eventlog.Options.Stage is p.Stage (or OnCommit p.Commit), and p, the Projector of an open
 // store (and of any projections an embedder adds). The node owns both
 // from here: Close closes them, and so does a failed New (unless p
 // already serves a node, which is an error). opts.DBPath is ignored (the
@@ -485,8 +485,8 @@ func (n *Node) Dir() string { return n.dir }
 func (n *Node) EventLog() *EventLog { return n.log }
 
 // EventLog is the append-only log of a node, the source of truth: open
-// one with eventlog.Open, with its Options.OnCommit set to a Projector's
-// Commit, and hand both to New (Open does all three). It is package
+// one with eventlog.Open, with its Options.Stage set to a Projector's
+// Stage (or OnCommit to its Commit), and hand both to New (Open does all three). It is package
 // eventlog's Log, named here as the first of the node's parts.
 type EventLog = eventlog.Log
 

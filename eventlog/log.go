@@ -63,6 +63,20 @@ type Options struct {
 	// copy it to keep it.
 	OnCommit func(batch []*Event) error
 
+	// Stage, if set, is used instead of OnCommit, so that a projection
+	// does a batch's work while the batch is being fsynced instead of
+	// after: the log calls it, from the same goroutine and in the same
+	// order as OnCommit, with each batch as soon as its lines are written,
+	// then calls the finish function it returns exactly once, with the
+	// batch's fate: nil once it is durable (the projection makes its work
+	// visible now; finish's error is returned by every Append of the
+	// batch, as OnCommit's is), or the error that undid it (the
+	// projection discards its work: no event of the batch is in the log).
+	// If batches merged into one call do not all become durable, the call
+	// is finished with the error and the durable ones are staged again,
+	// and finished at once. The slice is reused after finish returns.
+	Stage func(batch []*Event) (finish func(durable error) error)
+
 	// NoSync skips fsync. Only for tests and benchmarks that measure
 	// something else; a log opened so is not durable.
 	NoSync bool
@@ -326,11 +340,13 @@ func (l *Log) commitLoop() {
 	}
 }
 
-// commitBatch is a durable batch on its way to OnCommit.
+// commitBatch is a batch on its way to OnCommit (once durable) or Stage
+// (once written: durable then receives the fsync's outcome).
 type commitBatch struct {
-	reqs []*appendReq
-	errs []error  // per request; nil where the request is durable
-	evs  []*Event // the durable events, in order
+	reqs    []*appendReq
+	errs    []error  // per request; nil where the request is durable
+	evs     []*Event // the batch's events, in order
+	durable chan error
 }
 
 // applyLoop hands durable batches to OnCommit. When OnCommit is the
@@ -355,11 +371,16 @@ func (l *Log) applyLoop(done chan struct{}) {
 				break more
 			}
 		}
-		var cerr error
-		if l.opts.OnCommit != nil && len(evs) > 0 {
+		if l.opts.Stage != nil || l.opts.OnCommit != nil {
 			for _, e := range evs {
 				e.decodePayload() // once, for every projection
 			}
+		}
+		var cerr error
+		switch {
+		case l.opts.Stage != nil:
+			cerr = l.stage(group, evs)
+		case l.opts.OnCommit != nil && len(evs) > 0:
 			cerr = l.opts.OnCommit(evs)
 		}
 		for _, b := range group {
@@ -472,7 +493,26 @@ func (l *Log) commit(batch []*appendReq) {
 		}
 	}
 	l.mu.Unlock()
-	if werr == nil {
+	// With Stage, the batch goes to the apply goroutine now, so that the
+	// projection works while the fsync runs, unless that goroutine is
+	// still busy with earlier ones: then after the fsync, as with
+	// OnCommit. The fsync then runs in a goroutine started before the
+	// hand-off, while this one waits: a goroutine woken just before a
+	// blocking system call waits until the runtime notices that the call
+	// blocks (measured: 56 µs from hand-off to Stage with one client),
+	// whereas now the apply goroutine gets this processor at once.
+	cb := &commitBatch{reqs: batch, errs: errs, evs: all, durable: make(chan error, 1)}
+	sent := false
+	if werr == nil && l.opts.Stage != nil {
+		synced := make(chan error, 1)
+		go func() { synced <- l.syncShards(written) }()
+		select {
+		case l.applied <- cb:
+			sent = true
+		default:
+		}
+		werr = <-synced
+	} else if werr == nil {
 		werr = l.syncShards(written)
 	}
 	l.mu.Lock()
@@ -486,10 +526,14 @@ func (l *Log) commit(batch []*appendReq) {
 		}
 	}
 	l.mu.Unlock()
+	if werr != nil && l.opts.Logger != nil {
+		l.opts.Logger.Error("eventlog: commit failed; the batch was undone", "err", werr)
+	}
+	if sent {
+		cb.durable <- werr
+		return
+	}
 	if werr != nil {
-		if l.opts.Logger != nil {
-			l.opts.Logger.Error("eventlog: commit failed; the batch was undone", "err", werr)
-		}
 		for i, r := range batch {
 			if errs[i] == nil {
 				errs[i] = fmt.Errorf("eventlog: append: %w", werr)
@@ -498,7 +542,47 @@ func (l *Log) commit(batch []*appendReq) {
 		}
 		return
 	}
-	l.applied <- &commitBatch{reqs: batch, errs: errs, evs: all}
+	cb.durable <- nil
+	l.applied <- cb
+}
+
+// stage runs Stage on a group of written batches while the committer
+// fsyncs them, and finishes it with their outcome. A batch that failed
+// gets its error in errs; the durable rest, if the group did not all
+// make it, is staged again and finished at once, so a projection never
+// keeps work of a batch that is not in the log.
+func (l *Log) stage(group []*commitBatch, evs []*Event) error {
+	var finish func(error) error
+	if len(evs) > 0 {
+		finish = l.opts.Stage(evs)
+	}
+	var failed error
+	for _, b := range group {
+		if werr := <-b.durable; werr != nil {
+			failed = werr
+			for i := range b.reqs {
+				if b.errs[i] == nil {
+					b.errs[i] = fmt.Errorf("eventlog: append: %w", werr)
+				}
+			}
+			b.evs = nil
+		}
+	}
+	if finish == nil {
+		return nil
+	}
+	if failed == nil {
+		return finish(nil)
+	}
+	finish(failed)
+	evs = evs[:0]
+	for _, b := range group {
+		evs = append(evs, b.evs...)
+	}
+	if len(evs) == 0 {
+		return nil
+	}
+	return l.opts.Stage(evs)(nil)
 }
 
 // rollback truncates each segment a failed batch wrote to back to its

@@ -121,14 +121,25 @@ func (a *applier) close() error {
 	return nil
 }
 
-func (a *applier) apply(ctx context.Context, evs []*eventlog.Event) error {
+// stage runs a batch's statements in a transaction and returns it open,
+// holding the applier's lock until commit or rollback: no other
+// connection sees any of it before commit. On error nothing is left open.
+func (a *applier) stage(ctx context.Context, evs []*eventlog.Event) (tx *sqlx.Tx, err error) {
 	a.mu.Lock()
-	defer a.mu.Unlock()
-	tx, err := a.w.BeginTxx(ctx, nil)
+	defer func() {
+		if err != nil {
+			a.mu.Unlock()
+		}
+	}()
+	tx, err = a.w.BeginTxx(ctx, nil)
 	if err != nil {
-		return fmt.Errorf("store: apply: %w", err)
+		return nil, fmt.Errorf("store: apply: %w", err)
 	}
-	defer tx.Rollback() // no-op after Commit
+	defer func() {
+		if err != nil {
+			tx.Rollback()
+		}
+	}()
 	t := &txApplier{tx: tx, a: a, stmts: map[string]*sqlx.Stmt{}, agentSeen: map[string]string{}, sessionSeen: map[string]string{},
 		msgRows: msgRows, scopeRows: scopeRows, refRows: refRows, readRows: readRows,
 	}
@@ -136,34 +147,48 @@ func (a *applier) apply(ctx context.Context, evs []*eventlog.Event) error {
 	for _, e := range evs {
 		if e.Type != eventlog.TypeMessageCreate && e.Type != eventlog.TypeMessageRead {
 			if err := t.flushRows(ctx); err != nil {
-				return fmt.Errorf("store: apply: %w", err)
+				return nil, fmt.Errorf("store: apply: %w", err)
 			}
 		}
 		if err := t.event(ctx, e); err != nil {
-			return fmt.Errorf("store: apply %s %s: %w", e.Type, e.ID, err)
+			return nil, fmt.Errorf("store: apply %s %s: %w", e.Type, e.ID, err)
 		}
 		if rel := eventlog.ShardPath(e.Shard); e.Offset > ends[rel] {
 			ends[rel], lastIDs[rel] = e.Offset, e.ID
 		}
 	}
 	if err := t.flushRows(ctx); err != nil {
-		return fmt.Errorf("store: apply: %w", err)
+		return nil, fmt.Errorf("store: apply: %w", err)
 	}
 	if err := t.flushSeen(ctx); err != nil {
-		return fmt.Errorf("store: apply: last seen: %w", err)
+		return nil, fmt.Errorf("store: apply: last seen: %w", err)
 	}
 	for shard, off := range ends {
 		if err := t.exec(ctx, "checkpoint", shard, off, lastIDs[shard]); err != nil {
-			return fmt.Errorf("store: apply: checkpoint: %w", err)
+			return nil, fmt.Errorf("store: apply: checkpoint: %w", err)
 		}
 	}
+	return tx, nil
+}
+
+// commit commits a transaction stage returned, and releases the lock.
+func (a *applier) commit(tx *sqlx.Tx) error {
+	defer a.mu.Unlock()
 	if err := fault.Check(fault.StoreApply, a.path); err != nil {
-		return fmt.Errorf("store: apply: commit: %w", err) // the deferred Rollback undoes the batch
+		tx.Rollback()
+		return fmt.Errorf("store: apply: commit: %w", err)
 	}
 	if err := tx.Commit(); err != nil {
+		tx.Rollback() // no-op if Commit ended it
 		return fmt.Errorf("store: apply: commit: %w", err)
 	}
 	return nil
+}
+
+// rollback undoes a transaction stage returned, and releases the lock.
+func (a *applier) rollback(tx *sqlx.Tx) {
+	defer a.mu.Unlock()
+	tx.Rollback()
 }
 
 type txApplier struct {

@@ -352,20 +352,67 @@ func (s *Store) Positions(ctx context.Context) (map[string]int64, error) {
 // and records each event's shard offset as the checkpoint. Applying an
 // event a second time changes nothing.
 func (s *Store) Apply(ctx context.Context, evs []*eventlog.Event) error {
+	b, err := s.Stage(ctx, evs)
+	if err != nil {
+		return err
+	}
+	return b.Commit()
+}
+
+// Staged is a batch applied in a transaction that is still open (see
+// Stage): no reader sees any of it until Commit, and Rollback discards
+// it. Exactly one of the two must be called; until then the store
+// applies nothing else.
+type Staged struct {
+	s   *Store
+	tx  *sqlx.Tx
+	evs []*eventlog.Event
+}
+
+// Stage applies a batch as Apply does, but leaves its transaction open,
+// so that a caller can do the batch's work while the batch becomes
+// durable elsewhere (the log's fsync) and make it visible only then. On
+// error nothing is left open.
+func (s *Store) Stage(ctx context.Context, evs []*eventlog.Event) (*Staged, error) {
 	if len(evs) == 0 {
+		return &Staged{s: s}, nil
+	}
+	tx, err := s.ap.stage(ctx, evs)
+	if err != nil {
+		return nil, err // rolled back: the store is as idle as before
+	}
+	return &Staged{s: s, tx: tx, evs: evs}, nil
+}
+
+// Commit makes the staged batch visible, with its checkpoint. On error
+// the batch is rolled back.
+func (b *Staged) Commit() error {
+	if b.tx == nil {
 		return nil
 	}
-	if err := s.ap.apply(ctx, evs); err != nil {
-		return err // rolled back: the store is as idle as before
+	tx := b.tx
+	b.tx = nil
+	if err := b.s.ap.commit(tx); err != nil {
+		return err
 	}
-	s.applies.Add(1)
-	for _, e := range evs {
+	b.s.applies.Add(1)
+	for _, e := range b.evs {
 		if e.Type == eventlog.TypeMessageCreate {
-			s.searchDirty.Store(true)
+			b.s.searchDirty.Store(true)
 			break
 		}
 	}
 	return nil
+}
+
+// Rollback discards the staged batch.
+func (b *Staged) Rollback() {
+	if b.tx == nil {
+		return
+	}
+	tx := b.tx
+	b.tx = nil
+	b.s.ap.rollback(tx)
 }
 
 // CatchUp applies every event of log past the projection's checkpoint, in
