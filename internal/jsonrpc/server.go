@@ -489,17 +489,18 @@ type Conn struct {
 
 	resp     chan []byte   // replies, handed from the reader to the writer
 	notes    chan []byte   // queued notifications
-	wake     chan struct{} // wakes the writer to write the queued notifications
-	urgent   int           // queued notifications that wake the writer even while corked
+	readDone chan struct{} // closed when the reader stopped
+	dead     chan struct{} // closed when the conn is closed or has ended
+	deadOnce sync.Once
+	wg       sync.WaitGroup // the writer and any interrupt goroutine
+
+	wake   chan struct{} // wakes the writer to write the queued notifications
+	urgent int           // queued notifications that wake the writer even while corked
 	// lastWrite is when the writer last wrote, on the corker's clock:
 	// a connection that wrote recently is a stream, whose notifications
 	// may wait for the corker's tick.
 	lastWrite atomic.Int64
 	waiting   bool // in the corker's list of connections to wake; guarded by srv.cork.mu
-	readDone chan struct{} // closed when the reader stopped
-	dead     chan struct{} // closed when the conn is closed or has ended
-	deadOnce sync.Once
-	wg       sync.WaitGroup // the writer and any interrupt goroutine
 
 	mu          sync.Mutex
 	class       int  // connection class, see reserve
