@@ -177,6 +177,11 @@ func benchPushLatency(b *testing.B, transport string) {
 // cpu-ms/send is the CPU time the whole process (daemon, sender and
 // subscribers' clients) spent per send, until every notification was
 // read: a figure that holds better than the rate on a busy machine.
+// reads/send and writes/send count the process's read and write system
+// calls (Linux), which fan-out multiplies: a notification costs the
+// daemon a write and its subscriber's client a read that takes it and
+// one that finds the socket empty, unless several share them (see
+// DESIGN.md, "Fan-out").
 //
 //	go test -run '^$' -bench 'RPCSendFanout' -benchtime 3000x .
 func BenchmarkRPCSendFanout(b *testing.B) {
@@ -199,6 +204,7 @@ func BenchmarkRPCSendFanout(b *testing.B) {
 			var lat latencies
 			b.ResetTimer()
 			cpu0, cpuOK := processCPU()
+			r0, w0, sysOK := processSyscalls()
 			start := time.Now()
 			for i := range b.N {
 				t0 := time.Now()
@@ -222,6 +228,10 @@ func BenchmarkRPCSendFanout(b *testing.B) {
 			}
 			if cpu1, ok := processCPU(); ok && cpuOK {
 				b.ReportMetric(float64(cpu1-cpu0)/float64(time.Millisecond)/float64(b.N), "cpu-ms/send")
+			}
+			if r1, w1, ok := processSyscalls(); ok && sysOK {
+				b.ReportMetric(float64(r1-r0)/float64(b.N), "reads/send")
+				b.ReportMetric(float64(w1-w0)/float64(b.N), "writes/send")
 			}
 		})
 	}
