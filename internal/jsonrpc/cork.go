@@ -9,16 +9,18 @@ import (
 // is mostly the write that carries it (and, at the other end, the reads
 // that take it): a system call each, whatever the size. When one message
 // fans out to many connections many times a second, those calls are most
-// of the server's work, so the server then lets a connection's
-// notifications gather for a moment and sends them in one write:
+// of the work, so the server then lets a connection's notifications
+// gather for a moment and sends them in one write:
 //
 //   - The server is busy when at least corkBusy notifications were queued
 //     across all its connections within one corkPeriod.
-//   - While it is busy, a notification for a connection that wrote within
-//     the last 2×corkPeriod (a stream) waits for the next tick, at most
-//     corkPeriod away, when every connection with something waiting is
-//     woken once; a connection that has been quiet writes at once, so an
-//     isolated push, even a wide one, is never delayed.
+//   - While it is busy, a notification queued for a connection less than
+//     corkPeriod after the one before (so the next is likely to come
+//     before the tick) waits for the next tick, at most corkPeriod away,
+//     when every connection with notifications waiting is woken once. A
+//     notification that follows its connection's last one by more than
+//     corkPeriod would gather nothing: it is written at once, as is an
+//     isolated push, even a wide one.
 //   - A connection with corkUrgent notifications waiting writes at once,
 //     so a burst never fills its queue waiting for a tick.
 //
@@ -63,6 +65,8 @@ func (k *corker) queued(c *Conn) {
 	now := k.now()
 	k.mu.Lock()
 	k.count++
+	gap := now - c.queuedAt
+	c.queuedAt = now
 	if !k.busy {
 		if now-k.windowStart > k.period {
 			k.windowStart, k.count = now, 1
@@ -84,9 +88,9 @@ func (k *corker) queued(c *Conn) {
 		}
 		return
 	}
-	if now-time.Duration(c.lastWrite.Load()) > 2*k.period || len(c.notes) >= c.urgent {
+	if gap > k.period || len(c.notes) >= c.urgent {
 		k.mu.Unlock()
-		c.wakeWriter() // a quiet connection, or one whose queue is filling
+		c.wakeWriter() // nothing to gather, or a queue filling up
 		return
 	}
 	c.waiting = true

@@ -89,8 +89,15 @@ func (r *corkRig) busy() {
 	r.k.mu.Unlock()
 }
 
-// stream makes the connection one that wrote recently.
-func (r *corkRig) stream() { r.conn.lastWrite.Store(int64(r.k.now())) }
+// stream makes the connection one whose last notification was queued
+// just now: the next is likely to gather with others.
+func (r *corkRig) stream() { r.lastQueued(r.k.now()) }
+
+func (r *corkRig) lastQueued(at time.Duration) {
+	r.k.mu.Lock()
+	r.conn.queuedAt = at
+	r.k.mu.Unlock()
+}
 
 func (r *corkRig) notify(t *testing.T, from, to int) {
 	t.Helper()
@@ -156,11 +163,11 @@ func TestCorkIdleServerWritesAtOnce(t *testing.T) {
 	}
 }
 
-func TestCorkQuietConnectionWritesAtOnce(t *testing.T) {
+func TestCorkSparseNotificationWritesAtOnce(t *testing.T) {
 	checkLeaks(t)
 	r := newCorkRig(t)
 	r.busy()
-	r.conn.lastWrite.Store(int64(r.k.now() - 3*r.k.period)) // quiet for longer than 2 periods
+	r.lastQueued(r.k.now() - 2*r.k.period) // its last notification was longer than a period ago
 	writes := r.server.writes.Load()
 	r.notify(t, 0, 1)
 	r.await(t, 1)

@@ -8,7 +8,6 @@ import (
 	"net"
 	"os"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -496,11 +495,11 @@ type Conn struct {
 
 	wake   chan struct{} // wakes the writer to write the queued notifications
 	urgent int           // queued notifications that wake the writer even while corked
-	// lastWrite is when the writer last wrote, on the corker's clock:
-	// a connection that wrote recently is a stream, whose notifications
-	// may wait for the corker's tick.
-	lastWrite atomic.Int64
-	waiting   bool // in the corker's list of connections to wake; guarded by srv.cork.mu
+	// Guarded by srv.cork.mu: when the last notification was queued, on
+	// the corker's clock, and whether the connection is in the corker's
+	// list of those to wake at its tick.
+	queuedAt time.Duration
+	waiting  bool
 
 	mu          sync.Mutex
 	class       int  // connection class, see reserve
@@ -527,7 +526,7 @@ func (s *Server) newConn(parent context.Context, transport string, class int, t 
 		readDone:  make(chan struct{}),
 		dead:      make(chan struct{}),
 	}
-	c.lastWrite.Store(-1 << 62) // never: a new connection is quiet
+	c.queuedAt = -1 << 62 // never
 	ctx, cancel := context.WithCancel(parent)
 	c.ctx, c.cancel = context.WithValue(ctx, connKey{}, c), cancel
 	return c
@@ -840,7 +839,6 @@ func (c *Conn) writeLoop() {
 		err := c.t.write(c.ctx, batch)
 		clear(batch) // do not keep the messages alive until the next write
 		batch = batch[:0]
-		c.lastWrite.Store(int64(c.srv.cork.now()))
 		if err != nil {
 			c.srv.log.Debug("rpc: connection write failed", "transport", c.transport, "err", err)
 			c.Close()
