@@ -120,16 +120,18 @@ func skipValue(b []byte, i int) int {
 
 // skipString returns the index just past the string that starts at i.
 func skipString(b []byte, i int) int {
-	i++
-	for {
-		j := bytes.IndexAny(b[i:], `"\`)
-		if j < 0 {
-			return len(b)
+	for i++; i < len(b); i++ {
+		for i < len(b) && plainInString[b[i]] {
+			i++
 		}
-		i += j
-		if b[i] == '"' {
+		switch {
+		case i == len(b):
+			return i
+		case b[i] == '"':
 			return i + 1
+		case b[i] == '\\':
+			i++ // the byte it escapes
 		}
-		i += 2 // an escape and the byte it escapes
 	}
+	return len(b)
 }

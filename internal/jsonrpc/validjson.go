@@ -106,6 +106,12 @@ const maxJSONDepth = 10000
 // (a quote), or -1 if it is not a valid one.
 func validString(b []byte, i int) int {
 	for i++; i < len(b); i++ {
+		for i < len(b) && plainInString[b[i]] {
+			i++
+		}
+		if i == len(b) {
+			break
+		}
 		switch c := b[i]; {
 		case c == '"':
 			return i + 1
@@ -135,6 +141,15 @@ func validString(b []byte, i int) int {
 	}
 	return -1
 }
+
+// plainInString marks the bytes that stand for themselves in a JSON
+// string: all but the quote, the backslash and control characters.
+var plainInString = func() (t [256]bool) {
+	for c := range t {
+		t[c] = c >= 0x20 && c != '"' && c != '\\'
+	}
+	return t
+}()
 
 func isHex(c byte) bool {
 	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
