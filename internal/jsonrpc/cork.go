@@ -30,7 +30,7 @@ import (
 // writer, and a reply still goes out after the notifications queued
 // before it.
 const (
-	defaultCorkPeriod = time.Millisecond
+	defaultCorkPeriod = 2 * time.Millisecond
 	corkBusy          = 32
 	corkUrgent        = 64
 )
