@@ -187,7 +187,7 @@ func benchPushLatency(b *testing.B, transport string) {
 // just before a send to its notification's arrival at the last
 // subscriber, the one the daemon queues it for last.
 //
-//	go test -run '^$' -bench 'RPCSendFanout' -benchtime 3000x .
+//	go test -run '^$' -bench 'RPCSendFanout' -benchtime 2000x -count 3 .
 func BenchmarkRPCSendFanout(b *testing.B) {
 	for _, subs := range []int{0, 100} {
 		b.Run("subscribers="+strconv.Itoa(subs), func(b *testing.B) {

@@ -13,16 +13,22 @@ import (
 // gather for a moment and sends them in one write:
 //
 //   - The server is busy when at least corkBusy notifications were queued
-//     across all its connections within one corkPeriod.
+//     across all its connections within one period (defaultCorkPeriod).
+//     It stops being busy after two ticks with fewer.
 //   - While it is busy, a notification queued for a connection less than
-//     corkPeriod after the one before (so the next is likely to come
-//     before the tick) waits for the next tick, at most corkPeriod away,
-//     when every connection with notifications waiting is woken once. A
-//     notification that follows its connection's last one by more than
-//     corkPeriod would gather nothing: it is written at once, as is an
-//     isolated push, even a wide one.
+//     a period after the one before (so the next is likely to come before
+//     the tick) waits for the next tick, at most a period away, when every
+//     connection with notifications waiting is woken once. A notification
+//     that follows its connection's last one by more than a period would
+//     gather nothing: it is written at once, as is an isolated push, even
+//     a wide one.
 //   - A connection with corkUrgent notifications waiting writes at once,
 //     so a burst never fills its queue waiting for a tick.
+//
+// The period is a trade: with one sender waiting for each
+// acknowledgement and 100 subscribers, broadcasts come about 1 ms apart,
+// and a 2 ms period gathers about two notifications per write (1 ms
+// rarely gathers two), for up to 2 ms more latency on such a stream.
 //
 // A server that is not busy writes every notification at once, as soon
 // as its connection's writer runs: a single subscriber's push latency is
