@@ -1,9 +1,11 @@
 package thrum_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -177,18 +179,29 @@ func benchPushLatency(b *testing.B, transport string) {
 // cpu-ms/send is the CPU time the whole process (daemon, sender and
 // subscribers' clients) spent per send, until every notification was
 // read: a figure that holds better than the rate on a busy machine.
+// reads/send and writes/send count the process's read and write system
+// calls (Linux), which fan-out multiplies: a notification costs the
+// daemon a write and its subscriber's client a read that takes it and
+// one that finds the socket empty, unless several share them (see
+// DESIGN.md, "Fan-out"). push-p50-ms and push-p99-ms are the time from
+// just before a send to its notification's arrival at the last
+// subscriber, the one the daemon queues it for last.
 //
-//	go test -run '^$' -bench 'RPCSendFanout' -benchtime 3000x .
+//	go test -run '^$' -bench 'RPCSendFanout' -benchtime 2000x -count 3 .
 func BenchmarkRPCSendFanout(b *testing.B) {
 	for _, subs := range []int{0, 100} {
 		b.Run("subscribers="+strconv.Itoa(subs), func(b *testing.B) {
 			d := startDaemon(b)
 			ctx := context.Background()
 			var got atomic.Int64
-			for range subs {
-				c := benchConn(b, d, "websocket", "bob", func(method string, _ json.RawMessage) {
+			var pushes pushTimes
+			for i := range subs {
+				c := benchConn(b, d, "websocket", "bob", func(method string, params json.RawMessage) {
 					if method == rpc.NotificationMessage {
 						got.Add(1)
+						if i == subs-1 {
+							pushes.arrived(params)
+						}
 					}
 				})
 				if _, err := c.Subscribe(ctx, &rpc.SubscribeParams{All: true}); err != nil {
@@ -199,13 +212,18 @@ func BenchmarkRPCSendFanout(b *testing.B) {
 			var lat latencies
 			b.ResetTimer()
 			cpu0, cpuOK := processCPU()
+			r0, w0, sysOK := processSyscalls()
 			start := time.Now()
 			for i := range b.N {
 				t0 := time.Now()
-				if _, err := snd.SendMessage(ctx, &rpc.SendMessageParams{Content: "fan-out " + strconv.Itoa(i), Mentions: []string{"@bob"}}); err != nil {
+				r, err := snd.SendMessage(ctx, &rpc.SendMessageParams{Content: "fan-out " + strconv.Itoa(i), Mentions: []string{"@bob"}})
+				if err != nil {
 					b.Fatal(err)
 				}
 				lat.add(time.Since(t0))
+				if subs > 0 {
+					pushes.sent(r.MessageID, t0)
+				}
 			}
 			elapsed := time.Since(start)
 			b.StopTimer()
@@ -220,9 +238,67 @@ func BenchmarkRPCSendFanout(b *testing.B) {
 			if n := got.Load(); n != want {
 				b.Fatalf("%d notifications delivered, want %d", n, want)
 			}
+			pushes.report(b)
 			if cpu1, ok := processCPU(); ok && cpuOK {
 				b.ReportMetric(float64(cpu1-cpu0)/float64(time.Millisecond)/float64(b.N), "cpu-ms/send")
 			}
+			if r1, w1, ok := processSyscalls(); ok && sysOK {
+				b.ReportMetric(float64(r1-r0)/float64(b.N), "reads/send")
+				b.ReportMetric(float64(w1-w0)/float64(b.N), "writes/send")
+			}
 		})
 	}
+}
+
+// pushTimes pairs sends with their notifications' arrival, by message ID.
+type pushTimes struct {
+	mu      sync.Mutex
+	sentAt  map[string]time.Time
+	arrival map[string]time.Time
+}
+
+func (p *pushTimes) sent(id string, at time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.sentAt == nil {
+		p.sentAt = map[string]time.Time{}
+	}
+	p.sentAt[id] = at
+}
+
+// arrived records a notification's arrival. It finds the message ID
+// without decoding, so as to add little to the CPU measured.
+func (p *pushTimes) arrived(params []byte) {
+	at := time.Now()
+	const key = `"message_id":"`
+	i := bytes.Index(params, []byte(key))
+	if i < 0 {
+		return
+	}
+	id, _, _ := bytes.Cut(params[i+len(key):], []byte(`"`))
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.arrival == nil {
+		p.arrival = map[string]time.Time{}
+	}
+	p.arrival[string(id)] = at
+}
+
+// report adds push-p50-ms and push-p99-ms to the benchmark's line.
+func (p *pushTimes) report(b *testing.B) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var d []time.Duration
+	for id, t0 := range p.sentAt {
+		if at, ok := p.arrival[id]; ok {
+			d = append(d, at.Sub(t0))
+		}
+	}
+	if len(d) == 0 {
+		return
+	}
+	slices.Sort(d)
+	pct := func(q float64) float64 { return float64(d[int(q*float64(len(d)-1))].Microseconds()) / 1000 }
+	b.ReportMetric(pct(0.50), "push-p50-ms")
+	b.ReportMetric(pct(0.99), "push-p99-ms")
 }

@@ -2,7 +2,6 @@ package jsonrpc
 
 import (
 	"bytes"
-	"encoding/json"
 	"unicode/utf8"
 )
 
@@ -13,7 +12,7 @@ type envelope struct {
 }
 
 // splitEnvelope splits a message that is one valid JSON object into its
-// members without decoding them: one pass of json.Valid and one light
+// members without decoding them: one pass of validJSON and one light
 // pass over the top level, instead of a full decode, which matters on a
 // connection that receives many notifications. ok is false for anything
 // it does not handle — not an object, a key with escapes, a key other
@@ -22,7 +21,7 @@ type envelope struct {
 // decodes with encoding/json, whose rules (such as case-insensitive keys)
 // stay the ones that apply.
 func splitEnvelope(msg []byte) (e envelope, ok bool) {
-	if len(msg) == 0 || msg[0] != '{' || !json.Valid(msg) {
+	if len(msg) == 0 || msg[0] != '{' || !validJSON(msg) {
 		return e, false
 	}
 	i := skipWS(msg, 1)
@@ -121,16 +120,18 @@ func skipValue(b []byte, i int) int {
 
 // skipString returns the index just past the string that starts at i.
 func skipString(b []byte, i int) int {
-	i++
-	for {
-		j := bytes.IndexAny(b[i:], `"\`)
-		if j < 0 {
-			return len(b)
+	for i++; i < len(b); i++ {
+		for i < len(b) && plainInString[b[i]] {
+			i++
 		}
-		i += j
-		if b[i] == '"' {
+		switch {
+		case i == len(b):
+			return i
+		case b[i] == '"':
 			return i + 1
+		case b[i] == '\\':
+			i++ // the byte it escapes
 		}
-		i += 2 // an escape and the byte it escapes
 	}
+	return len(b)
 }

@@ -114,6 +114,7 @@ type Server struct {
 	handlers map[string]HandlerFunc
 
 	budget budget
+	cork   *corker
 
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
@@ -161,6 +162,7 @@ func NewServer(opts *ServerOptions) *Server {
 	}
 	return &Server{
 		budget:    budget{max: o.MaxPendingBytes},
+		cork:      newCorker(defaultCorkPeriod),
 		opts:      o,
 		log:       log,
 		handlers:  make(map[string]HandlerFunc),
@@ -491,6 +493,14 @@ type Conn struct {
 	deadOnce sync.Once
 	wg       sync.WaitGroup // the writer and any interrupt goroutine
 
+	wake   chan struct{} // wakes the writer to write the queued notifications
+	urgent int           // queued notifications that wake the writer even while corked
+	// Guarded by srv.cork.mu: when the last notification was queued, on
+	// the corker's clock, and whether the connection is in the corker's
+	// list of those to wake at its tick.
+	queuedAt time.Duration
+	waiting  bool
+
 	mu          sync.Mutex
 	class       int  // connection class, see reserve
 	stopping    bool // graceful end requested: read no more requests
@@ -511,9 +521,12 @@ func (s *Server) newConn(parent context.Context, transport string, class int, t 
 		charge:    charge{b: &s.budget},
 		resp:      make(chan []byte),
 		notes:     make(chan []byte, s.opts.NotifyQueue),
+		wake:      make(chan struct{}, 1),
+		urgent:    min(corkUrgent, max(1, s.opts.NotifyQueue/2)),
 		readDone:  make(chan struct{}),
 		dead:      make(chan struct{}),
 	}
+	c.queuedAt = -1 << 62 // never
 	ctx, cancel := context.WithCancel(parent)
 	c.ctx, c.cancel = context.WithValue(ctx, connKey{}, c), cancel
 	return c
@@ -612,36 +625,42 @@ func (c *Conn) Notify(method string, params any) error {
 	if err != nil {
 		return fmt.Errorf("rpc: notify %s: %w", method, err)
 	}
-	select {
-	case <-c.dead:
-		return fmt.Errorf("rpc: notify %s: %w", method, ErrConnClosed)
-	case <-c.readDone:
-		return fmt.Errorf("rpc: notify %s: %w", method, ErrConnClosed)
-	default:
+	if err := c.queue(b); err != nil {
+		if errors.Is(err, ErrConnClosed) {
+			return fmt.Errorf("rpc: notify %s: %w", method, err)
+		}
+		return err
 	}
-	select {
-	case c.notes <- b:
-		return nil
-	default:
-	}
-	c.srv.log.Warn("rpc: closing slow consumer", "transport", c.transport, "queue", cap(c.notes))
-	c.Close()
-	return Errorf(CodeLimitExceeded, "notification queue full (limit is %d): connection closed as a slow consumer", cap(c.notes))
+	return nil
 }
 
 // NotifyEncoded queues a notification already encoded as a whole JSON-RPC
 // message (see EncodeNotification), as Notify does. The slice may be shared
 // by many connections and must not be modified afterwards.
 func (c *Conn) NotifyEncoded(msg []byte) error {
+	if err := c.queue(msg); err != nil {
+		if errors.Is(err, ErrConnClosed) {
+			return fmt.Errorf("rpc: notify: %w", err)
+		}
+		return err
+	}
+	return nil
+}
+
+// queue adds an encoded notification to the connection's queue and lets
+// the corker wake the writer (see cork.go). A full queue closes the
+// connection as a slow consumer.
+func (c *Conn) queue(msg []byte) error {
 	select {
 	case <-c.dead:
-		return fmt.Errorf("rpc: notify: %w", ErrConnClosed)
+		return ErrConnClosed
 	case <-c.readDone:
-		return fmt.Errorf("rpc: notify: %w", ErrConnClosed)
+		return ErrConnClosed
 	default:
 	}
 	select {
 	case c.notes <- msg:
+		c.srv.cork.queued(c)
 		return nil
 	default:
 	}
@@ -811,7 +830,8 @@ func (c *Conn) reply(b []byte) {
 // writeLoop writes replies and notifications, whole and in order. What is
 // queued when it wakes goes out together (see takeNotes): under load, when
 // a notification fans out to many connections faster than their writers
-// run, each writer catches up with one write instead of one per message.
+// run, or while the corker holds a stream's notifications for its tick,
+// each writer catches up with one write instead of one per message.
 func (c *Conn) writeLoop() {
 	defer c.wg.Done()
 	var batch [][]byte
@@ -846,10 +866,11 @@ func (c *Conn) writeLoop() {
 			if !ok {
 				return
 			}
-		case b := <-c.notes:
-			batch, _ = c.takeNotes(append(batch, b), len(c.notes))
-			if !write() {
-				return
+		case <-c.wake:
+			for n := len(c.notes); n > 0; {
+				if batch, n = c.takeNotes(batch, n); !write() {
+					return
+				}
 			}
 		case <-c.readDone:
 			// Flush the notifications already queued.
