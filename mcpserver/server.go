@@ -107,12 +107,18 @@ type Server struct {
 
 	waitMu sync.Mutex // held by the one active wait_for_message
 
+	// armedOn is the connection whose standing claim the wait armed, nil
+	// when none is armed (claimed.go).
+	armMu   sync.Mutex
+	armedOn *rpc.Client
+
 	// held keeps what a wait claimed but could not return because it was
 	// stopped (cancelled, its POST closed, shutdown) while the claim was
 	// on its way: the next consuming call of this server returns it first.
 	heldMu  sync.Mutex
 	held    []MessageInfo
-	ending  chan struct{} // closed by EndWaits
+	claimed []rpc.ClaimedNotification // taken by the standing claim, not yet in held (claimed.go)
+	ending  chan struct{}             // closed by EndWaits
 	endOnce sync.Once
 
 	// posts maps the key given to each HTTP POST (postKeyHeader) to the
@@ -514,6 +520,10 @@ func (s *Server) conn(ctx context.Context) (*rpc.Client, error) {
 // onNotification queues notification.message pushes for the waiter. It
 // runs on the client's read goroutine and never blocks.
 func (s *Server) onNotification(method string, params json.RawMessage) {
+	if method == rpc.NotificationClaimed {
+		s.onClaimed(params)
+		return
+	}
 	if method != rpc.NotificationMessage {
 		return
 	}
