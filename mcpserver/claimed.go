@@ -52,10 +52,11 @@ func (s *Server) arm(ctx context.Context, floor int) bool {
 	return true
 }
 
-// disarm cancels the standing claim, if one is armed. The daemon finishes
-// a claim in flight first and pushes it before its reply, so once disarm
-// returns, whatever the claim took is held here.
-func (s *Server) disarm() {
+// disarm cancels the standing claim, if one is armed, waiting at most
+// within for the daemon. The daemon finishes a claim in flight first and
+// pushes it before its reply, so once disarm returns in time, whatever the
+// claim took is held here.
+func (s *Server) disarm(within time.Duration) {
 	s.armMu.Lock()
 	c := s.armedOn
 	s.armedOn = nil
@@ -63,7 +64,7 @@ func (s *Server) disarm() {
 	if c == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), DefaultCallTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), within)
 	defer cancel()
 	if _, err := c.ClaimNext(ctx, &rpc.ClaimNextParams{Cancel: true}); err != nil && !errors.Is(err, rpc.ErrConnClosed) {
 		s.log.Warn("mcpserver: cancelling a standing claim", "err", err)

@@ -12,10 +12,12 @@
 // and queues the messages sent to it meanwhile.
 //
 // Reading a message consumes it. Every consuming call (check_messages,
-// wait_for_message) claims what it returns with message.markRead, and the
-// daemon gives each message to exactly one claim of the agent, so across
-// all of an agent's servers and sessions each message is returned at most
-// once, and what no call claimed stays unread. A claim whose reply is lost
+// wait_for_message) claims what it returns with message.markRead — or, for
+// a waiting wait_for_message, with a standing claim the daemon fills in
+// the message's own commit (message.claimNext) — and the daemon gives each
+// message to exactly one claim of the agent, so across all of an agent's
+// servers and sessions each message is returned at most once, and what no
+// call claimed stays unread. A claim whose reply is lost
 // on the way back from the daemon (the connection drops after the read is
 // written) is gone with it: such a message is read but was returned to
 // nobody (DESIGN.md, "Delivery to agents").

@@ -593,7 +593,7 @@ func (s *Server) wait(ctx context.Context, timeout time.Duration, floor int, tic
 	// message at or above the floor is claimed in its own commit and
 	// pushed whole (claimed.go). Whatever way the wait ends, the claim is
 	// cancelled; what it took meanwhile is held for the next call.
-	defer s.disarm()
+	defer s.disarm(DefaultCallTimeout)
 	for {
 		m, err := s.takeQueued(ctx, floor)
 		if err != nil || m != nil {
@@ -607,19 +607,23 @@ func (s *Server) wait(ctx context.Context, timeout time.Duration, floor int, tic
 		case <-ticks:
 			tick()
 		case <-timer.C:
-			return s.lastLook(ctx, floor, "timeout")
+			return s.lastLook(ctx, floor, "timeout", DefaultCallTimeout)
 		case <-ctx.Done():
 			return nil, "", ctx.Err()
 		case <-s.ending:
-			return s.lastLook(ctx, floor, "shutdown")
+			// Bounded: the server ends within a second even if the daemon
+			// does not answer (a claim it makes later is then lost, as a
+			// lost reply is).
+			return s.lastLook(ctx, floor, "shutdown", shutdownGrace/2)
 		}
 	}
 }
 
 // lastLook ends a wait that is not cancelled: the standing claim is
-// cancelled, and a message it took meanwhile is the answer.
-func (s *Server) lastLook(ctx context.Context, floor int, status string) (*MessageInfo, string, error) {
-	s.disarm()
+// cancelled (waiting at most within), and a message it took meanwhile is
+// the answer.
+func (s *Server) lastLook(ctx context.Context, floor int, status string, within time.Duration) (*MessageInfo, string, error) {
+	s.disarm(within)
 	if m := s.unhold(ctx, 1, floor); len(m) > 0 {
 		return &m[0], "message_received", nil
 	}
