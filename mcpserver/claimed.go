@@ -30,6 +30,10 @@ func (s *Server) arm(ctx context.Context, floor int) bool {
 	if err != nil {
 		return false
 	}
+	// After the cancel of the last wait's claim, so that it cannot cancel
+	// this one.
+	s.armCalls.Lock()
+	defer s.armCalls.Unlock()
 	s.armMu.Lock()
 	if s.armedOn == c {
 		s.armMu.Unlock()
@@ -57,6 +61,31 @@ func (s *Server) arm(ctx context.Context, floor int) bool {
 // pushes it before its reply, so once disarm returns in time, whatever the
 // claim took is held here.
 func (s *Server) disarm(within time.Duration) {
+	s.armCalls.Lock()
+	defer s.armCalls.Unlock()
+	s.disarmLocked(within)
+}
+
+// disarmLater cancels the standing claim without waiting for the daemon:
+// a wait that ends with something else to say (its message, or its
+// cancellation) frees the single-waiter slot at once, and what the claim
+// took meanwhile is held for the next call. The next wait arms only after
+// the cancel.
+func (s *Server) disarmLater() {
+	s.armMu.Lock()
+	armed := s.armedOn != nil
+	s.armMu.Unlock()
+	if !armed {
+		return
+	}
+	s.armCalls.Lock() // taken here, so that the next arm comes after
+	go func() {
+		defer s.armCalls.Unlock()
+		s.disarmLocked(DefaultCallTimeout)
+	}()
+}
+
+func (s *Server) disarmLocked(within time.Duration) {
 	s.armMu.Lock()
 	c := s.armedOn
 	s.armedOn = nil

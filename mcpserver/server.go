@@ -110,9 +110,11 @@ type Server struct {
 	waitMu sync.Mutex // held by the one active wait_for_message
 
 	// armedOn is the connection whose standing claim the wait armed, nil
-	// when none is armed (claimed.go).
-	armMu   sync.Mutex
-	armedOn *rpc.Client
+	// when none is armed (claimed.go). armCalls orders the calls that arm
+	// and cancel it.
+	armMu    sync.Mutex
+	armedOn  *rpc.Client
+	armCalls sync.Mutex
 
 	// held keeps what a wait claimed but could not return because it was
 	// stopped (cancelled, its POST closed, shutdown) while the claim was

@@ -593,7 +593,7 @@ func (s *Server) wait(ctx context.Context, timeout time.Duration, floor int, tic
 	// message at or above the floor is claimed in its own commit and
 	// pushed whole (claimed.go). Whatever way the wait ends, the claim is
 	// cancelled; what it took meanwhile is held for the next call.
-	defer s.disarm(DefaultCallTimeout)
+	defer s.disarmLater()
 	for {
 		m, err := s.takeQueued(ctx, floor)
 		if err != nil || m != nil {
