@@ -35,7 +35,7 @@ func (s *Server) arm(ctx context.Context, floor int) bool {
 	s.armCalls.Lock()
 	defer s.armCalls.Unlock()
 	s.armMu.Lock()
-	if s.armedOn == c {
+	if s.armedOn == c || s.noClaimNext == c {
 		s.armMu.Unlock()
 		return false
 	}
@@ -48,6 +48,10 @@ func (s *Server) arm(ctx context.Context, floor int) bool {
 		s.armMu.Lock()
 		if s.armedOn == c {
 			s.armedOn = nil
+		}
+		var re *rpc.Error
+		if errors.As(err, &re) && re.Code == rpc.CodeMethodNotFound {
+			s.noClaimNext = c // an older daemon: wait as before, woken by notification.message
 		}
 		s.armMu.Unlock()
 		s.log.Debug("mcpserver: arming a standing claim", "err", err)

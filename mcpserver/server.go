@@ -112,9 +112,10 @@ type Server struct {
 	// armedOn is the connection whose standing claim the wait armed, nil
 	// when none is armed (claimed.go). armCalls orders the calls that arm
 	// and cancel it.
-	armMu    sync.Mutex
-	armedOn  *rpc.Client
-	armCalls sync.Mutex
+	armMu       sync.Mutex
+	armedOn     *rpc.Client
+	noClaimNext *rpc.Client // a connection whose daemon has no message.claimNext
+	armCalls    sync.Mutex
 
 	// held keeps what a wait claimed but could not return because it was
 	// stopped (cancelled, its POST closed, shutdown) while the claim was
