@@ -2,6 +2,7 @@ package thrum
 
 import (
 	"context"
+	"encoding/json"
 	"slices"
 	"strings"
 	"sync"
@@ -300,19 +301,21 @@ func (c *standingClaims) claimedFor(id string, conn any) bool {
 	return false
 }
 
-// settle ends the claims a send of message id made: pushed if the send
-// was committed (err nil), armed again if not and still wanted.
-func (n *Node) settleClaims(ctx context.Context, taken []*standingClaim, id string, err error) {
+// settleClaims ends the claims a send made of message id, which e
+// creates: pushed if the send was committed (err nil), armed again if not
+// and still wanted.
+func (n *Node) settleClaims(taken []*standingClaim, id string, e *eventlog.Event, err error) {
 	if len(taken) == 0 {
 		return
 	}
-	ctx = context.WithoutCancel(ctx) // the sender may be gone: the waiter is not
 	if err == nil {
+		// One message for every claim — read, as each reader's message.get
+		// now returns it — from the payload as committed and applied.
+		nt := &rpc.ClaimedNotification{MessageID: id}
+		if p, perr := eventlog.PayloadAs[eventlog.MessageCreate](e); perr == nil {
+			nt.Message = claimedDetail(p, e.Timestamp())
+		}
 		for _, sc := range taken {
-			nt := &rpc.ClaimedNotification{MessageID: id}
-			if d, derr := n.messageDetail(ctx, id, sc.agent); derr == nil {
-				nt.Message = d
-			}
 			sc.push(nt) // before it is settled: a cancel's reply follows it
 		}
 	}
@@ -331,6 +334,52 @@ func (n *Node) settleClaims(ctx context.Context, taken []*standingClaim, id stri
 			c.armed[sc.agent] = append(c.armed[sc.agent], sc)
 		}
 	}
+}
+
+// claimedDetail is the message p creates, committed at at, as message.get
+// returns it to a reader who has read it — built from the event rather
+// than read back from the projection, which holds the same (scopes and
+// refs in order, once each; the structured payload trimmed; no edits
+// yet). TestClaimNextPushIsMessageGet holds the two equal.
+func claimedDetail(p eventlog.MessageCreate, at string) *rpc.MessageDetail {
+	d := &rpc.MessageDetail{
+		MessageID: p.MessageID, ThreadID: p.ThreadID,
+		Author: rpc.Author{AgentID: p.AgentID, SessionID: p.SessionID},
+		Body:   rpc.Body{Format: p.Format, Content: p.Content, Structured: nullJSON(p.Structured)},
+		Scopes: pairsAsStored(p.Scopes), Refs: pairsAsStored(p.Refs),
+		CreatedAt: at, Priority: p.Priority, Tags: slices.Clone(p.Tags), IsRead: true,
+	}
+	if d.Tags == nil {
+		d.Tags = []string{}
+	}
+	if p.Disclose {
+		d.DisclosedVia = p.ActingAs
+	}
+	return d
+}
+
+// pairsAsStored orders pairs and drops repeats, as the projection does.
+func pairsAsStored(ps []eventlog.Pair) []rpc.Pair {
+	out := make([]rpc.Pair, 0, len(ps))
+	for _, p := range ps {
+		out = append(out, rpc.Pair(p))
+	}
+	slices.SortFunc(out, func(a, b rpc.Pair) int {
+		if c := strings.Compare(a.Type, b.Type); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Value, b.Value)
+	})
+	return slices.Compact(out)
+}
+
+// nullJSON is a structured payload as the projection keeps it: trimmed,
+// "" for none.
+func nullJSON(raw json.RawMessage) string {
+	if s := strings.TrimSpace(string(raw)); s != "null" {
+		return s
+	}
+	return ""
 }
 
 // standingKey keys a connection's standing claim (jsonrpc.Conn.Value).

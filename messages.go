@@ -146,7 +146,7 @@ func (n *Node) SendMessage(ctx context.Context, p *rpc.SendMessageParams) (*rpc.
 	// A waiter's standing claim is filled in the message's own commit.
 	taken, reads := n.standing.reserve(pm.id, pm.author, pm.priority, pm.recipients)
 	err = n.append(ctx, append([]*eventlog.Event{pm.event}, reads...)...)
-	n.settleClaims(ctx, taken, pm.id, err)
+	n.settleClaims(taken, pm.id, pm.event, err)
 	if err != nil {
 		return nil, err
 	}

@@ -283,3 +283,48 @@ func TestClaimNextNeedsACaller(t *testing.T) {
 	}
 	t.Logf("no identity: %v", err)
 }
+
+// The message a standing claim pushes is built from the committed event,
+// not read back: it must be what message.get returns to the reader, field
+// for field, whatever the message holds.
+func TestClaimNextPushIsMessageGet(t *testing.T) {
+	f := newFixture(t, nil)
+	u, err := f.n.RegisterUser(f.ctx, &rpc.RegisterUserParams{Username: "Leon-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bob, got := f.dialAs("bob")
+	first := f.send("alice", rpc.SendMessageParams{Content: "root", Mentions: []string{"@carol"}}).MessageID
+	sends := []struct {
+		as string
+		p  rpc.SendMessageParams
+	}{
+		{"alice", rpc.SendMessageParams{Content: "plain", Mentions: []string{"@bob"}}},
+		{"alice", rpc.SendMessageParams{Content: "everything — ünïcode", Format: rpc.FormatPlain, Priority: rpc.PriorityHigh,
+			Mentions:   []string{"@reviewer", "bob", "@everyone"},
+			Scopes:     []rpc.Pair{{Type: "module", Value: "ui"}, {Type: "file", Value: "b.go"}, {Type: "module", Value: "ui"}, {Type: "file", Value: "a.go"}},
+			Refs:       []rpc.Pair{{Type: "issue", Value: "9"}, {Type: rpc.RefReplyTo, Value: first}, {Type: "issue", Value: "10"}, {Type: "issue", Value: "9"}},
+			Tags:       []string{"z", "a", "z"},
+			Structured: json.RawMessage(" { \"b\" : [1, 2],\n \"a\" : {\"x\": null} } ")}},
+		{"alice", rpc.SendMessageParams{Content: "{\"k\":1}", Format: rpc.FormatJSON, Structured: json.RawMessage("null"), Mentions: []string{"@bob"}, Tags: []string{}}},
+		{u.UserID, rpc.SendMessageParams{Content: "as alice, disclosed", ActingAs: "alice", Disclose: true, Mentions: []string{"@bob"}}},
+		{u.UserID, rpc.SendMessageParams{Content: "as alice, undisclosed", ActingAs: "alice", Mentions: []string{"@bob"}}},
+	}
+	for i, s := range sends {
+		if _, err := bob.ClaimNext(f.ctx, &rpc.ClaimNextParams{}); err != nil {
+			t.Fatal(err)
+		}
+		id := f.send(s.as, s.p).MessageID
+		got.await(t, "the claimed message", func(c []rpc.ClaimedNotification, _ []string) bool { return len(c) == i+1 })
+		pushed := got.claimed[i]
+		g, err := f.n.GetMessage(f.as("bob"), &rpc.GetMessageParams{MessageID: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, _ := json.Marshal(g.Message)
+		have, _ := json.Marshal(pushed.Message)
+		if pushed.MessageID != id || string(have) != string(want) {
+			t.Errorf("send %d: pushed\n%s\nmessage.get\n%s", i, have, want)
+		}
+	}
+}
