@@ -2,9 +2,14 @@ package thrum
 
 import (
 	"context"
+	"encoding/json"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
+	"github.com/thrumhq/thrum/eventlog"
+	"github.com/thrumhq/thrum/internal/jsonrpc"
 	"github.com/thrumhq/thrum/rpc"
 	"github.com/thrumhq/thrum/store"
 )
@@ -135,4 +140,287 @@ func (a *agentClaims) decide(ctx context.Context, st claimReader, agent string, 
 		}
 	}
 	return claimed, nil
+}
+
+// ---- standing claims (message.claimNext) ----
+
+// A standing claim lets a waiting consumer have its next message claimed
+// for it in the message's own commit (DESIGN.md, "Delivery to agents"):
+// a send addressed to the claim's agent, at or above its floor, appends
+// the agent's message.read in the same Append as the message.create, so
+// the message and its claim become durable — and visible — together, and
+// the waiter needs neither a round trip nor a second fsync. Once the
+// append returns, the message is pushed to the claim's connection
+// whole (NotificationClaimed). A standing claim fires once; the consumer
+// arms it again for its next wait.
+//
+// Exactly once holds as for markRead: the claim's record is the read
+// event, durable with the message, and no other call can claim a
+// message that, from the instant it exists, is read. A cancel finishes a
+// claim a send is making first, so that its caller learns of it (the
+// push goes out before the cancel's reply); a push that cannot be made
+// (the connection is gone) loses the message as a lost markRead reply
+// does.
+type standingClaim struct {
+	agent, session string
+	conn           any // the connection it pushes to, compared only
+	push           func(*rpc.ClaimedNotification) bool
+
+	// Guarded by standingClaims.mu.
+	floor   int
+	wanted  bool          // armed by its consumer, not cancelled, not fired
+	taking  string        // the message a send in flight claims for it
+	settled chan struct{} // closed when that send is settled
+	took    string        // the message claimed for it since it was armed
+}
+
+// standingClaims are the node's standing claims.
+type standingClaims struct {
+	mu      sync.Mutex
+	armed   map[string][]*standingClaim // per agent, wanted and free, oldest first
+	taking  map[string][]*standingClaim // per message being sent, the claims it takes
+	inSends atomic.Int32                // len(taking), read without mu
+}
+
+// priorityRank orders the priorities, lowest first.
+var priorityRank = map[string]int{rpc.PriorityLow: 0, rpc.PriorityNormal: 1, rpc.PriorityHigh: 2, rpc.PriorityCritical: 3}
+
+// arm makes sc wanted at floor.
+func (c *standingClaims) arm(sc *standingClaim, floor int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	sc.floor, sc.took = floor, ""
+	if sc.wanted {
+		return
+	}
+	sc.wanted = true
+	if sc.taking == "" {
+		if c.armed == nil {
+			c.armed = map[string][]*standingClaim{}
+		}
+		c.armed[sc.agent] = append(c.armed[sc.agent], sc)
+	}
+}
+
+// unarmLocked takes sc out of the armed list.
+func (c *standingClaims) unarmLocked(sc *standingClaim) {
+	list := slices.DeleteFunc(c.armed[sc.agent], func(x *standingClaim) bool { return x == sc })
+	if len(list) == 0 {
+		delete(c.armed, sc.agent)
+	} else {
+		c.armed[sc.agent] = list
+	}
+}
+
+// cancel disarms sc, first waiting (while ctx lasts) for a send that is
+// claiming a message for it, and returns the message claimed for it since
+// it was armed, "" if none.
+func (c *standingClaims) cancel(ctx context.Context, sc *standingClaim) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	sc.wanted = false
+	c.unarmLocked(sc)
+	for sc.taking != "" {
+		ch := sc.settled
+		c.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			c.mu.Lock()
+			return ""
+		}
+		c.mu.Lock()
+	}
+	return sc.took
+}
+
+// drop disarms sc without waiting: its connection is gone.
+func (c *standingClaims) drop(sc *standingClaim) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	sc.wanted = false
+	c.unarmLocked(sc)
+}
+
+// reserve takes, for message id (by author, at priority), the oldest armed
+// claim at or below its priority of each recipient agent but the author,
+// and returns them with the read events that claim the message for them.
+func (c *standingClaims) reserve(id, author, priority string, recipients []rpc.Recipient) ([]*standingClaim, []*eventlog.Event) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.armed) == 0 {
+		return nil, nil
+	}
+	rank := priorityRank[priority]
+	var taken []*standingClaim
+	var reads []*eventlog.Event
+	seen := map[string]bool{author: true}
+	for _, r := range recipients {
+		for _, agent := range r.Agents {
+			if seen[agent] {
+				continue
+			}
+			seen[agent] = true
+			for _, sc := range c.armed[agent] {
+				if sc.floor > rank {
+					continue
+				}
+				c.unarmLocked(sc)
+				sc.taking, sc.settled = id, make(chan struct{})
+				taken = append(taken, sc)
+				reads = append(reads, &eventlog.Event{Type: eventlog.TypeMessageRead, Shard: shardOf(agent), Payload: eventlog.MessageRead{
+					AgentID: agent, SessionID: sc.session, MessageIDs: []string{id}}})
+				break
+			}
+		}
+	}
+	if len(taken) > 0 {
+		if c.taking == nil {
+			c.taking = map[string][]*standingClaim{}
+		}
+		c.taking[id] = taken
+		c.inSends.Store(int32(len(c.taking)))
+	}
+	return taken, reads
+}
+
+// claimedFor reports whether a send in flight claims message id for the
+// standing claim of conn: that connection is sent the message whole, not
+// its notification.message.
+func (c *standingClaims) claimedFor(id string, conn any) bool {
+	if c.inSends.Load() == 0 {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, sc := range c.taking[id] {
+		if sc.conn == conn {
+			return true
+		}
+	}
+	return false
+}
+
+// settleClaims ends the claims a send made of message id, which e
+// creates: pushed if the send was committed (err nil), armed again if not
+// and still wanted.
+func (n *Node) settleClaims(taken []*standingClaim, id string, e *eventlog.Event, err error) {
+	if len(taken) == 0 {
+		return
+	}
+	if err == nil {
+		// One message for every claim — read, as each reader's message.get
+		// now returns it — from the payload as committed and applied.
+		nt := &rpc.ClaimedNotification{MessageID: id}
+		if p, perr := eventlog.PayloadAs[eventlog.MessageCreate](e); perr == nil {
+			nt.Message = claimedDetail(p, e.Timestamp())
+		}
+		for _, sc := range taken {
+			sc.push(nt) // before it is settled: a cancel's reply follows it
+		}
+	}
+	c := &n.standing
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.taking, id)
+	c.inSends.Store(int32(len(c.taking)))
+	for _, sc := range taken {
+		sc.taking = ""
+		close(sc.settled)
+		switch {
+		case err == nil:
+			sc.took, sc.wanted = id, false
+		case sc.wanted:
+			c.armed[sc.agent] = append(c.armed[sc.agent], sc)
+		}
+	}
+}
+
+// claimedDetail is the message p creates, committed at at, as message.get
+// returns it to a reader who has read it — built from the event rather
+// than read back from the projection, which holds the same (scopes and
+// refs in order, once each; the structured payload trimmed; no edits
+// yet). TestClaimNextPushIsMessageGet holds the two equal.
+func claimedDetail(p eventlog.MessageCreate, at string) *rpc.MessageDetail {
+	d := &rpc.MessageDetail{
+		MessageID: p.MessageID, ThreadID: p.ThreadID,
+		Author: rpc.Author{AgentID: p.AgentID, SessionID: p.SessionID},
+		Body:   rpc.Body{Format: p.Format, Content: p.Content, Structured: nullJSON(p.Structured)},
+		Scopes: pairsAsStored(p.Scopes), Refs: pairsAsStored(p.Refs),
+		CreatedAt: at, Priority: p.Priority, Tags: slices.Clone(p.Tags), IsRead: true,
+	}
+	if d.Tags == nil {
+		d.Tags = []string{}
+	}
+	if p.Disclose {
+		d.DisclosedVia = p.ActingAs
+	}
+	return d
+}
+
+// pairsAsStored orders pairs and drops repeats, as the projection does.
+func pairsAsStored(ps []eventlog.Pair) []rpc.Pair {
+	out := make([]rpc.Pair, 0, len(ps))
+	for _, p := range ps {
+		out = append(out, rpc.Pair(p))
+	}
+	slices.SortFunc(out, func(a, b rpc.Pair) int {
+		if c := strings.Compare(a.Type, b.Type); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Value, b.Value)
+	})
+	return slices.Compact(out)
+}
+
+// nullJSON is a structured payload as the projection keeps it: trimmed,
+// "" for none.
+func nullJSON(raw json.RawMessage) string {
+	if s := strings.TrimSpace(string(raw)); s != "null" {
+		return s
+	}
+	return ""
+}
+
+// standingKey keys a connection's standing claim (jsonrpc.Conn.Value).
+type standingKey struct{}
+
+// claimNext is message.claimNext: arm or cancel this connection's
+// standing claim.
+func (s *RPCServer) claimNext(ctx context.Context, p *rpc.ClaimNextParams) (*rpc.ClaimNextResult, error) {
+	c := jsonrpc.ConnFromContext(ctx)
+	if c == nil {
+		return nil, rpc.Errorf(rpc.CodeInvalidRequest, "message.claimNext needs a connection to push to")
+	}
+	sc, _ := c.Value(standingKey{}).(*standingClaim)
+	if p.Cancel {
+		if sc == nil {
+			return &rpc.ClaimNextResult{}, nil
+		}
+		return &rpc.ClaimNextResult{ClaimedID: s.n.standing.cancel(ctx, sc)}, nil
+	}
+	floor := 0
+	if p.MinPriority != "" {
+		f, ok := priorityRank[p.MinPriority]
+		if !ok {
+			return nil, invalid("invalid min_priority %q: use low, normal, high or critical", p.MinPriority)
+		}
+		floor = f
+	}
+	me, sid, err := s.n.readerSession(ctx, "claiming messages")
+	if err != nil {
+		return nil, err
+	}
+	if sc != nil && (sc.agent != me || sc.session != sid) {
+		s.n.standing.cancel(ctx, sc) // the connection acts as someone else now
+		sc = nil
+	}
+	if sc == nil {
+		sc = &standingClaim{agent: me, session: sid, conn: c,
+			push: func(nt *rpc.ClaimedNotification) bool { return c.Notify(rpc.NotificationClaimed, nt) == nil }}
+		c.SetValue(standingKey{}, sc)
+		c.OnClose(func() { s.n.standing.drop(sc) })
+	}
+	s.n.standing.arm(sc, floor)
+	return &rpc.ClaimNextResult{Armed: true}, nil
 }

@@ -143,7 +143,11 @@ func (n *Node) SendMessage(ctx context.Context, p *rpc.SendMessageParams) (*rpc.
 			return n.replaySend(ctx, k, p.IdempotencyKey)
 		}
 	}
-	if err := n.append(ctx, pm.event); err != nil {
+	// A waiter's standing claim is filled in the message's own commit.
+	taken, reads := n.standing.reserve(pm.id, pm.author, pm.priority, pm.recipients)
+	err = n.append(ctx, append([]*eventlog.Event{pm.event}, reads...)...)
+	n.settleClaims(taken, pm.id, pm.event, err)
+	if err != nil {
 		return nil, err
 	}
 	return &rpc.SendMessageResult{MessageID: pm.id, ThreadID: p.ThreadID, CreatedAt: pm.event.Timestamp(), Recipients: pm.recipients}, nil
@@ -151,9 +155,10 @@ func (n *Node) SendMessage(ctx context.Context, p *rpc.SendMessageParams) (*rpc.
 
 // preparedMessage is a validated message.create, ready to append.
 type preparedMessage struct {
-	id         string
-	event      *eventlog.Event
-	recipients []rpc.Recipient
+	id               string
+	author, priority string
+	event            *eventlog.Event
+	recipients       []rpc.Recipient
 }
 
 // prepareMessage validates a send and builds its event, in threadID.
@@ -244,7 +249,7 @@ func (n *Node) prepareMessage(ctx context.Context, p *rpc.SendMessageParams, thr
 	}
 	n.markActive(ctx, res.recipients)
 
-	res.id = "msg_" + eventlog.NewID()
+	res.id, res.author, res.priority = "msg_"+eventlog.NewID(), au.agentID, priority
 	res.event = &eventlog.Event{Type: eventlog.TypeMessageCreate, Shard: shardOf(au.agentID), Payload: eventlog.MessageCreate{
 		MessageID: res.id, AgentID: au.agentID, SessionID: au.sessionID, ThreadID: threadID,
 		Format: format, Content: p.Content, Structured: normalizeStructured(p.Structured),
@@ -655,19 +660,9 @@ func (n *Node) MarkRead(ctx context.Context, p *rpc.MarkReadParams) (*rpc.MarkRe
 	if len(p.MessageIDs) > maxMarkRead {
 		return nil, tooLarge("too many message_ids: at most %d per call", maxMarkRead)
 	}
-	me, err := n.registeredCaller(ctx, "marking messages read")
+	me, sid, err := n.readerSession(ctx, "marking messages read")
 	if err != nil {
 		return nil, err
-	}
-	// Reads are keyed by (message, session). Users have no sessions: their
-	// ID stands in, so that two users' reads never collide.
-	sid := me
-	if a, _ := n.dirc.Agent(me); a.Kind != KindUser {
-		_, s, err := n.callerSession(ctx)
-		if err != nil {
-			return nil, err
-		}
-		sid = s.SessionID
 	}
 	ids := dedupe(p.MessageIDs)
 	claimed, release, err := n.claims.claim(ctx, n.store, me, ids)
@@ -722,6 +717,26 @@ func (n *Node) MarkRead(ctx context.Context, p *rpc.MarkReadParams) (*rpc.MarkRe
 	}
 	res.Messages = msgs
 	return res, nil
+}
+
+// readerSession returns the caller, who must be registered, and the
+// session its reads are recorded in. Reads are keyed by (message,
+// session). Users have no sessions: their ID stands in, so that two
+// users' reads never collide.
+func (n *Node) readerSession(ctx context.Context, what string) (me, sid string, err error) {
+	me, err = n.registeredCaller(ctx, what)
+	if err != nil {
+		return "", "", err
+	}
+	sid = me
+	if a, _ := n.dirc.Agent(me); a.Kind != KindUser {
+		_, s, err := n.callerSession(ctx)
+		if err != nil {
+			return "", "", err
+		}
+		sid = s.SessionID
+	}
+	return me, sid, nil
 }
 
 // messageDetails returns the messages ids as message.get does, leaving

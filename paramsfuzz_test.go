@@ -23,7 +23,7 @@ var fuzzMethods = []string{
 	rpc.MethodThreadList, rpc.MethodThreadGet, rpc.MethodSubscribe, rpc.MethodUnsubscribe,
 	rpc.MethodSubscriptionsList, rpc.MethodUserRegister, rpc.MethodUserIdentify, rpc.MethodGroupCreate,
 	rpc.MethodGroupDelete, rpc.MethodGroupMemberAdd, rpc.MethodGroupMemberRemove, rpc.MethodGroupList,
-	rpc.MethodGroupInfo, rpc.MethodGroupMembers, rpc.MethodWebLogin,
+	rpc.MethodGroupInfo, rpc.MethodGroupMembers, rpc.MethodWebLogin, rpc.MethodMessageClaimNext,
 }
 
 // FuzzMethodParams sends fuzzed params to every method, as the owner over

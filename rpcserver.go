@@ -401,6 +401,7 @@ func (s *RPCServer) bindAll(sy Syncer) {
 	bind(s, rpc.MethodMessageEdit, write, n.EditMessage)
 	bind(s, rpc.MethodMessageDelete, write, n.DeleteMessage)
 	bind(s, rpc.MethodMessageMarkRead, write, n.MarkRead)
+	bind(s, rpc.MethodMessageClaimNext, write, s.claimNext)
 	bind(s, rpc.MethodThreadCreate, write, s.createThread)
 	bind(s, rpc.MethodThreadList, read, n.ListThreads)
 	bind(s, rpc.MethodThreadGet, read, n.GetThread)
@@ -635,6 +636,9 @@ func (s *RPCServer) subscribe(ctx context.Context, p *rpc.SubscribeParams) (*rpc
 		// never blocks: a full one closes the connection as a slow
 		// consumer, and the client catches up with message.list).
 		l = s.n.ListenFunc(func(nt *rpc.MessageNotification) bool {
+			if s.n.standing.claimedFor(nt.MessageID, c) {
+				return true // claimed for this connection: pushed whole (claims.go)
+			}
 			if nt.Frame != nil {
 				return c.NotifyEncoded(nt.Frame) == nil // encoded once by the notifier
 			}

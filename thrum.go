@@ -140,6 +140,8 @@ type Node struct {
 	stopBg    context.CancelFunc // cancels it
 
 	claims readClaims // arbitrates message.markRead (claims.go)
+	// standing claims a send fills in its own commit (message.claimNext)
+	standing standingClaims
 
 	// sessCache maps an agent to its active session; sessGen counts
 	// invalidations, so a read that raced one is not cached.

@@ -18,8 +18,9 @@ import (
 // return: p50 < 1 ms, p99 < 5 ms" end to end through MCP: bob's
 // wait_for_message is already blocked, alice calls send_message, and the
 // time is from just before alice's call to bob's call returning the
-// message — which includes bob's server fetching and claiming it
-// (message.get, message.markRead: a durable write). Both agents use
+// message — which includes claiming it: bob's wait has a standing claim
+// armed, so the daemon marks the message read for bob in the send's own
+// commit and pushes it to bob's server whole. Both agents use
 // go-sdk clients over in-memory MCP transports, or over stdio (the
 // newline-delimited stream on OS pipes that thrum mcp serve reads, with
 // its screen); their servers reach the node in process (Node.MCPServer)

@@ -42,3 +42,18 @@ func Held(s *Server) int {
 	defer s.heldMu.Unlock()
 	return len(s.held)
 }
+
+// Armed reports whether a wait has a standing claim armed in the daemon.
+func Armed(s *Server) bool {
+	s.armMu.Lock()
+	defer s.armMu.Unlock()
+	return s.armedOn != nil
+}
+
+// Claimed reports how many messages a standing claim took that wait for
+// the next consuming call.
+func Claimed(s *Server) int {
+	s.heldMu.Lock()
+	defer s.heldMu.Unlock()
+	return len(s.claimed)
+}

@@ -12,10 +12,12 @@
 // and queues the messages sent to it meanwhile.
 //
 // Reading a message consumes it. Every consuming call (check_messages,
-// wait_for_message) claims what it returns with message.markRead, and the
-// daemon gives each message to exactly one claim of the agent, so across
-// all of an agent's servers and sessions each message is returned at most
-// once, and what no call claimed stays unread. A claim whose reply is lost
+// wait_for_message) claims what it returns with message.markRead — or, for
+// a waiting wait_for_message, with a standing claim the daemon fills in
+// the message's own commit (message.claimNext) — and the daemon gives each
+// message to exactly one claim of the agent, so across all of an agent's
+// servers and sessions each message is returned at most once, and what no
+// call claimed stays unread. A claim whose reply is lost
 // on the way back from the daemon (the connection drops after the read is
 // written) is gone with it: such a message is read but was returned to
 // nobody (DESIGN.md, "Delivery to agents").
@@ -107,12 +109,21 @@ type Server struct {
 
 	waitMu sync.Mutex // held by the one active wait_for_message
 
+	// armedOn is the connection whose standing claim the wait armed, nil
+	// when none is armed (claimed.go). armCalls orders the calls that arm
+	// and cancel it.
+	armMu       sync.Mutex
+	armedOn     *rpc.Client
+	noClaimNext *rpc.Client // a connection whose daemon has no message.claimNext
+	armCalls    sync.Mutex
+
 	// held keeps what a wait claimed but could not return because it was
 	// stopped (cancelled, its POST closed, shutdown) while the claim was
 	// on its way: the next consuming call of this server returns it first.
 	heldMu  sync.Mutex
 	held    []MessageInfo
-	ending  chan struct{} // closed by EndWaits
+	claimed []rpc.ClaimedNotification // taken by the standing claim, not yet in held (claimed.go)
+	ending  chan struct{}             // closed by EndWaits
 	endOnce sync.Once
 
 	// posts maps the key given to each HTTP POST (postKeyHeader) to the
@@ -514,6 +525,10 @@ func (s *Server) conn(ctx context.Context) (*rpc.Client, error) {
 // onNotification queues notification.message pushes for the waiter. It
 // runs on the client's read goroutine and never blocks.
 func (s *Server) onNotification(method string, params json.RawMessage) {
+	if method == rpc.NotificationClaimed {
+		s.onClaimed(params)
+		return
+	}
 	if method != rpc.NotificationMessage {
 		return
 	}

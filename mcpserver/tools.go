@@ -453,7 +453,7 @@ func (s *Server) checkMessages(ctx context.Context, req *mcp.CallToolRequest, in
 		return out, invalidArg("check_messages", "limit %d is out of range: use 1 to 100", limit)
 	}
 	// What a stopped wait claimed comes first.
-	out.Messages = append(out.Messages, s.unhold(limit, 0)...)
+	out.Messages = append(out.Messages, s.unhold(ctx, limit, 0)...)
 	if len(out.Messages) == limit {
 		out.Status = "messages"
 		return out, nil
@@ -589,23 +589,45 @@ func (s *Server) wait(ctx context.Context, timeout time.Duration, floor int, tic
 		defer t.Stop()
 		ticks = t.C
 	}
+	// While it waits, the daemon holds a standing claim for it: the next
+	// message at or above the floor is claimed in its own commit and
+	// pushed whole (claimed.go). Whatever way the wait ends, the claim is
+	// cancelled; what it took meanwhile is held for the next call.
+	defer s.disarmLater()
 	for {
 		m, err := s.takeQueued(ctx, floor)
 		if err != nil || m != nil {
 			return m, "message_received", err
+		}
+		if s.arm(ctx, floor) {
+			continue // a message may have been queued just before
 		}
 		select {
 		case <-s.queue.signal:
 		case <-ticks:
 			tick()
 		case <-timer.C:
-			return nil, "timeout", nil
+			return s.lastLook(ctx, floor, "timeout", DefaultCallTimeout)
 		case <-ctx.Done():
 			return nil, "", ctx.Err()
 		case <-s.ending:
-			return nil, "shutdown", nil
+			// Bounded: the server ends within a second even if the daemon
+			// does not answer (a claim it makes later is then lost, as a
+			// lost reply is).
+			return s.lastLook(ctx, floor, "shutdown", shutdownGrace/2)
 		}
 	}
+}
+
+// lastLook ends a wait that is not cancelled: the standing claim is
+// cancelled (waiting at most within), and a message it took meanwhile is
+// the answer.
+func (s *Server) lastLook(ctx context.Context, floor int, status string, within time.Duration) (*MessageInfo, string, error) {
+	s.disarm(within)
+	if m := s.unhold(ctx, 1, floor); len(m) > 0 {
+		return &m[0], "message_received", nil
+	}
+	return nil, status, nil
 }
 
 // stopped reports whether the wait should give up without claiming.
@@ -622,7 +644,7 @@ func (s *Server) stopped(ctx context.Context) bool {
 // returns it; nil if there is none (or the wait was stopped). Messages
 // below the filter stay queued, in order; read or deleted ones leave.
 func (s *Server) takeQueued(ctx context.Context, floor int) (*MessageInfo, error) {
-	if m := s.unhold(1, floor); len(m) > 0 {
+	if m := s.unhold(ctx, 1, floor); len(m) > 0 {
 		return &m[0], nil
 	}
 	for _, it := range s.queue.snapshot() {
@@ -719,7 +741,8 @@ func (s *Server) hold(m MessageInfo) {
 }
 
 // unhold takes up to n held messages at or above floor, oldest first.
-func (s *Server) unhold(n, floor int) []MessageInfo {
+func (s *Server) unhold(ctx context.Context, n, floor int) []MessageInfo {
+	s.adoptClaimed(ctx)
 	s.heldMu.Lock()
 	defer s.heldMu.Unlock()
 	var out []MessageInfo

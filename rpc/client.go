@@ -24,8 +24,10 @@ type ClientOptions struct {
 	// method and no id), in the order they arrived, from the client's read
 	// goroutine. No reply is read while it runs, so it must return quickly
 	// and must not wait for a Call of this client: hand work to another
-	// goroutine. Nil drops notifications. The one notification thrum sends
-	// is NotificationMessage, whose params are a MessageNotification.
+	// goroutine. Nil drops notifications. thrum sends NotificationMessage,
+	// whose params are a MessageNotification, and, to a connection with a
+	// standing claim (ClaimNext), NotificationClaimed, whose params are a
+	// ClaimedNotification.
 	OnNotification func(method string, params json.RawMessage)
 
 	// MaxLineBytes caps one incoming line or WebSocket message; a longer one

@@ -118,6 +118,11 @@ func (c *Client) MarkRead(ctx context.Context, p *MarkReadParams) (*MarkReadResu
 	return call[MarkReadResult](ctx, c, MethodMessageMarkRead, p)
 }
 
+// ClaimNext calls the "message.claimNext" method.
+func (c *Client) ClaimNext(ctx context.Context, p *ClaimNextParams) (*ClaimNextResult, error) {
+	return call[ClaimNextResult](ctx, c, MethodMessageClaimNext, p)
+}
+
 // CreateThread calls the "thread.create" method.
 func (c *Client) CreateThread(ctx context.Context, p *CreateThreadParams) (*CreateThreadResult, error) {
 	return call[CreateThreadResult](ctx, c, MethodThreadCreate, p)

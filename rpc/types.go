@@ -3,10 +3,11 @@ package rpc
 import "encoding/json"
 
 // Method names of thrum's JSON-RPC API (spec/rpc-api.md, and the group.*
-// shapes of DESIGN.md), and NotificationMessage, the one notification the
-// server pushes. Auth is thrum's own: it binds a connection to an
-// identity. Method X takes XParams and returns XResult, as the Client
-// method of the same name shows.
+// shapes of DESIGN.md), and the notifications the server pushes:
+// NotificationMessage, and NotificationClaimed for a standing claim. Auth
+// is thrum's own: it binds a connection to an identity. Method X takes
+// XParams and returns XResult, as the Client method of the same name
+// shows.
 const (
 	MethodHealth            = "health"
 	MethodAuth              = "auth"
@@ -48,6 +49,12 @@ const (
 	MethodSyncForce         = "sync.force"
 	MethodWebLogin          = "web.login"
 	NotificationMessage     = "notification.message"
+
+	// MethodMessageClaimNext arms (or cancels) a standing claim: the next
+	// message sent to the caller is claimed for it in the message's own
+	// commit and pushed whole as NotificationClaimed (ClaimNextParams).
+	MethodMessageClaimNext = "message.claimNext"
+	NotificationClaimed    = "notification.claimed"
 )
 
 // Message body formats.
@@ -652,6 +659,39 @@ type MarkReadResult struct {
 	MarkedIDs   []string            `json:"marked_ids"`
 	AlsoReadBy  map[string][]string `json:"also_read_by,omitempty"`
 	Messages    []MessageDetail     `json:"messages,omitempty"`
+}
+
+// ClaimNextParams are the params of message.claimNext. Without Cancel
+// it arms the connection's standing claim (one per connection; arming
+// again replaces its floor): the next message sent to the caller at or
+// above MinPriority (default low: any) is marked read for it in the same
+// commit as the message itself, and pushed to the connection as
+// NotificationClaimed, once. A message is claimed for one standing claim
+// of its recipient (the one armed first). A connection that holds a
+// standing claim is not sent NotificationMessage for the message claimed
+// for it. With Cancel it disarms the standing claim; a claim being made
+// for it at that moment is finished first.
+type ClaimNextParams struct {
+	MinPriority string `json:"min_priority,omitempty"`
+	Cancel      bool   `json:"cancel,omitempty"`
+}
+
+// ClaimNextResult is the result of message.claimNext. Armed says whether
+// the standing claim is armed now. ClaimedID, on a cancel, is the message
+// the standing claim took since it was last armed ("" if none): its
+// NotificationClaimed was pushed before this result.
+type ClaimNextResult struct {
+	Armed     bool   `json:"armed"`
+	ClaimedID string `json:"claimed_id,omitempty"`
+}
+
+// ClaimedNotification is the params of a NotificationClaimed push: the
+// message a standing claim took, read now, as message.get returns it.
+// Message is nil only if it could not be fetched with the claim (the
+// claim stands: fetch it with message.get).
+type ClaimedNotification struct {
+	MessageID string         `json:"message_id"`
+	Message   *MessageDetail `json:"message,omitempty"`
 }
 
 // ---- threads ----

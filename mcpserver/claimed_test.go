@@ -1,0 +1,209 @@
+package mcpserver_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/thrumhq/thrum/internal/fault"
+	"github.com/thrumhq/thrum/internal/thrumtest"
+	"github.com/thrumhq/thrum/mcpserver"
+	"github.com/thrumhq/thrum/rpc"
+)
+
+// armedUntil polls until a wait of srv has its standing claim armed.
+func armedUntil(t *testing.T, srv *mcpserver.Server) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !mcpserver.Armed(srv); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the wait never armed its standing claim")
+		}
+	}
+}
+
+// A waiting wait_for_message gets its message claimed in the message's
+// own commit: the daemon pushes it whole, and the wait returns it without
+// a claim of its own (the notification never reaches the queue).
+func TestWaitGetsMessageClaimedInItsCommit(t *testing.T) {
+	n := newNode(t, nil)
+	addAgent(t, n, "alice", "implementer", "auth")
+	bob := connect(t, n, addAgent(t, n, "bob", "reviewer", "auth"), nil)
+	ch := startWait(bob, args{"timeout": 30})
+	armedUntil(t, bob.srv)
+	id := send(t, n, "alice", "@bob", "in one commit", "high")
+	m := received(t, await(t, ch), id)
+	if m.Content != "in one commit" || m.Priority != "high" || m.From != "alice" || m.AddressedAs == nil || m.AddressedAs.Kind != "agent" {
+		t.Fatalf("message = %+v", m)
+	}
+	if !getMessage(t, n, "bob", id).IsRead {
+		t.Fatal("the returned message is not read")
+	}
+	if q := mcpserver.QueueIDs(bob.srv); len(q) != 0 || mcpserver.Armed(bob.srv) {
+		t.Fatalf("queue %v, armed %v: the claimed message must not be queued, nor the claim left armed", q, mcpserver.Armed(bob.srv))
+	}
+	// The next wait arms again; a filtered one lets what is below its
+	// floor through to the queue, unclaimed.
+	ch = startWait(bob, args{"timeout": 30, "priority_filter": "critical"})
+	armedUntil(t, bob.srv)
+	low := send(t, n, "alice", "@bob", "below the floor", "normal")
+	queuedUntil(t, bob.srv, low)
+	crit := send(t, n, "alice", "@bob", "at the floor", "critical")
+	received(t, await(t, ch), crit)
+	if u := unread(t, n, "bob"); len(u) != 1 || u[0] != low {
+		t.Fatalf("unread = %v, want only the message below the floor", u)
+	}
+}
+
+// A wait cancelled while its standing claim is being filled — the send
+// that claims the message for it is in its fsync — claims nothing for
+// itself, but the message its claim took is not lost: the next consuming
+// call returns it, exactly once.
+func TestCancelledWaitHandsOnWhatItsClaimTook(t *testing.T) {
+	n := newNode(t, nil)
+	addAgent(t, n, "alice", "implementer", "auth")
+	bob := connect(t, n, addAgent(t, n, "bob", "reviewer", "auth"), nil)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		_, err := bob.rawCall(ctx, "wait_for_message", args{"timeout": 600})
+		errc <- err
+	}()
+	armedUntil(t, bob.srv)
+
+	// Hold the next fsync of the log until the wait is cancelled.
+	var once sync.Once
+	gate, inSync := make(chan struct{}), make(chan struct{})
+	defer fault.Set(func(op, path string) error {
+		if op == fault.LogSync && strings.HasPrefix(path, n.Dir()) {
+			once.Do(func() { close(inSync) })
+			<-gate
+		}
+		return nil
+	})()
+	sent := make(chan string, 1)
+	go func() { sent <- send(t, n, "alice", "@bob", "claimed while the wait was cancelled", "normal") }()
+	<-inSync
+	cancel()
+	if err := <-errc; err == nil {
+		t.Fatal("the cancelled wait returned no error")
+	}
+	// The server saw the cancel: the wait is cancelling its claim, which
+	// the daemon answers once the send is settled.
+	for deadline := time.Now().Add(10 * time.Second); mcpserver.Armed(bob.srv); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the server never saw the cancel")
+		}
+	}
+	close(gate)
+	id := <-sent
+
+	// The claim went through; the message is held for the next call.
+	for deadline := time.Now().Add(10 * time.Second); mcpserver.Claimed(bob.srv)+mcpserver.Held(bob.srv) == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("what the cancelled wait's claim took never reached the server")
+		}
+	}
+	if !getMessage(t, n, "bob", id).IsRead {
+		t.Fatal("the message claimed for the cancelled wait is not read")
+	}
+	got := call[mcpserver.CheckMessagesOutput](t, bob, "check_messages", nil)
+	if len(got.Messages) != 1 || got.Messages[0].MessageID != id {
+		t.Fatalf("check_messages = %+v, want the message the cancelled wait's claim took", got.Messages)
+	}
+	if again := call[mcpserver.CheckMessagesOutput](t, bob, "check_messages", nil); len(again.Messages) != 0 {
+		t.Fatalf("second check_messages = %+v, want nothing: each message once", again.Messages)
+	}
+	out := decode[mcpserver.WaitForMessageOutput](t, "wait_for_message", await(t, startWait(bob, args{"timeout": 1})).res)
+	if out.Status != "timeout" {
+		t.Fatalf("wait after = %+v, want a timeout", out)
+	}
+}
+
+// olderDaemon dials d through a proxy that answers message.claimNext
+// with method-not-found, as a daemon from before the method would, and
+// counts how often it was asked.
+func olderDaemon(d *thrumtest.Daemon, asked *atomic.Int32) mcpserver.Dialer {
+	return func(ctx context.Context, onNote func(string, json.RawMessage)) (*rpc.Client, error) {
+		up, err := net.Dial("unix", d.Path)
+		if err != nil {
+			return nil, err
+		}
+		cli, proxy := net.Pipe()
+		var mu sync.Mutex // whole lines to the client
+		go func() {
+			defer proxy.Close()
+			r := bufio.NewReader(up)
+			for {
+				line, err := r.ReadBytes('\n')
+				mu.Lock()
+				_, werr := proxy.Write(line)
+				mu.Unlock()
+				if err != nil || werr != nil {
+					return
+				}
+			}
+		}()
+		go func() {
+			defer up.Close()
+			r := bufio.NewReader(proxy)
+			for {
+				line, err := r.ReadBytes('\n')
+				var req struct {
+					ID     json.RawMessage `json:"id"`
+					Method string          `json:"method"`
+				}
+				if json.Unmarshal(line, &req) == nil && req.Method == rpc.MethodMessageClaimNext {
+					asked.Add(1)
+					mu.Lock()
+					_, _ = fmt.Fprintf(proxy, `{"jsonrpc":"2.0","id":%s,"error":{"code":-32601,"message":"method not found"}}`+"\n", req.ID)
+					mu.Unlock()
+				} else if _, werr := up.Write(line); werr != nil {
+					return
+				}
+				if err != nil {
+					return
+				}
+			}
+		}()
+		return rpc.NewClient(cli, &rpc.ClientOptions{OnNotification: onNote}), nil
+	}
+}
+
+// Against a daemon without message.claimNext, a wait is woken by
+// notification.message and claims with message.markRead, as before; it
+// asks for the standing claim once per connection, not at every wake.
+func TestWaitWithAnOlderDaemon(t *testing.T) {
+	n := newNode(t, nil)
+	addAgent(t, n, "alice", "implementer", "auth")
+	bobID := addAgent(t, n, "bob", "reviewer", "auth")
+	var asked atomic.Int32
+	srv, err := mcpserver.New(context.Background(), olderDaemon(thrumtest.ServeUnix(t, n), &asked), bobID, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bob := serve(t, srv, bobID)
+	for i := range 3 {
+		ch := startWait(bob, args{"timeout": 30})
+		for deadline := time.Now().Add(10 * time.Second); !mcpserver.Waiting(srv) || asked.Load() == 0; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("the wait never asked for a standing claim")
+			}
+		}
+		id := send(t, n, "alice", "@bob", fmt.Sprintf("message %d", i), "normal")
+		received(t, await(t, ch), id)
+		if !getMessage(t, n, "bob", id).IsRead {
+			t.Fatalf("message %d returned but not read", i)
+		}
+	}
+	if a := asked.Load(); a != 1 {
+		t.Errorf("asked for message.claimNext %d times on one connection, want once", a)
+	}
+}
