@@ -70,12 +70,7 @@ func TestCancelledWaitHandsOnWhatItsClaimTook(t *testing.T) {
 	addAgent(t, n, "alice", "implementer", "auth")
 	bob := connect(t, n, addAgent(t, n, "bob", "reviewer", "auth"), nil)
 
-	ctx, cancel := context.WithCancel(context.Background())
-	errc := make(chan error, 1)
-	go func() {
-		_, err := bob.rawCall(ctx, "wait_for_message", args{"timeout": 600})
-		errc <- err
-	}()
+	cancel, errc := waitInBackground(bob)
 	armedUntil(t, bob.srv)
 
 	// Hold the next fsync of the log until the wait is cancelled.

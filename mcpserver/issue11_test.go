@@ -113,12 +113,7 @@ func TestCancelledWaitClaimsNothing(t *testing.T) {
 	n := newNode(t, nil)
 	addAgent(t, n, "alice", "implementer", "auth")
 	bob := connect(t, n, addAgent(t, n, "bob", "reviewer", "auth"), nil)
-	ctx, cancel := context.WithCancel(context.Background())
-	errc := make(chan error, 1)
-	go func() {
-		_, err := bob.rawCall(ctx, "wait_for_message", args{"timeout": 600})
-		errc <- err
-	}()
+	cancel, errc := waitInBackground(bob)
 	time.Sleep(50 * time.Millisecond)
 	cancel()
 	if err := <-errc; err == nil {

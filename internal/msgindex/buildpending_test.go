@@ -2,10 +2,8 @@ package msgindex_test
 
 import (
 	"context"
-	"math/rand/v2"
 	"testing"
 
-	"github.com/thrumhq/thrum/eventlog"
 	"github.com/thrumhq/thrum/internal/msgindex"
 )
 
@@ -17,54 +15,20 @@ import (
 func TestSnapshotAfterBuildWithPendingEvents(t *testing.T) {
 	ctx := context.Background()
 	st, lg, _, filters := listingFixture(t, 300)
-	r := rand.New(rand.NewPCG(7, 8))
 	x := msgindex.New()
-	built0 := built(st)
-	old := ids(t, built0)
-	commit := func(storeToo bool) []*eventlog.Event {
-		evs := tailEvents(r, old, 5)
-		if err := lg.Append(ctx, evs...); err != nil {
-			t.Fatal(err)
-		}
-		if storeToo {
-			if err := st.Apply(ctx, evs); err != nil {
-				t.Fatal(err)
-			}
-		}
-		x.Apply(evs)
-		for _, e := range evs {
-			if e.Type == eventlog.TypeMessageCreate {
-				p, _ := eventlog.PayloadAs[eventlog.MessageCreate](e)
-				old = append(old, p.MessageID)
-			}
-		}
-		return evs
-	}
+	tl := newTail(t, 7, lg, built(st))
 	// Before the build starts: some events the build will read too, and
 	// some it will not (their store apply comes after its read): both
 	// wait in pending, positions taken.
-	commit(true)
-	late := commit(false)
+	tl.commit(5, st, x)
+	late := tl.commit(5, nil, x)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		x.Build(ctx, st)
 	}()
 	for range 30 {
-		evs := tailEvents(r, old, 5)
-		if err := lg.Append(ctx, evs...); err != nil {
-			t.Fatal(err)
-		}
-		if err := st.Apply(ctx, evs); err != nil { // as the projector does: the store, then the index
-			t.Fatal(err)
-		}
-		x.Apply(evs)
-		for _, e := range evs {
-			if e.Type == eventlog.TypeMessageCreate {
-				p, _ := eventlog.PayloadAs[eventlog.MessageCreate](e)
-				old = append(old, p.MessageID)
-			}
-		}
+		tl.commit(5, st, x)
 	}
 	<-done
 	if err := st.Apply(ctx, late); err != nil {
@@ -75,13 +39,7 @@ func TestSnapshotAfterBuildWithPendingEvents(t *testing.T) {
 	path := saved(t, x)
 	// More events past the snapshot, then a load that replays them.
 	for range 10 {
-		evs := tailEvents(r, old, 5)
-		if err := lg.Append(ctx, evs...); err != nil {
-			t.Fatal(err)
-		}
-		if err := st.Apply(ctx, evs); err != nil {
-			t.Fatal(err)
-		}
+		tl.commit(5, st, nil)
 	}
 	y := msgindex.New()
 	if err := y.Load(ctx, path, lg); err != nil {

@@ -128,14 +128,7 @@ func TestSnapshotReplaysLogTail(t *testing.T) {
 	ctx := context.Background()
 	st, lg, x, filters := listingFixture(t, 300)
 	path := saved(t, x)
-	old := ids(t, x)
-	r := rand.New(rand.NewPCG(3, 4))
-	if err := lg.Append(ctx, tailEvents(r, old, 100)...); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := st.CatchUp(ctx, lg); err != nil {
-		t.Fatal(err)
-	}
+	newTail(t, 3, lg, x).commit(100, st, nil)
 	y := msgindex.New()
 	if err := y.Load(ctx, path, lg); err != nil {
 		t.Fatalf("Load: %v", err)
@@ -171,9 +164,8 @@ func TestSaveWhileApplying(t *testing.T) {
 	defer msgindex.SetSnapshotChunk(7)()
 	ctx := context.Background()
 	st, lg, x, filters := listingFixture(t, 300)
-	old := ids(t, x)
+	tl := newTail(t, 5, lg, x)
 	dir := t.TempDir()
-	r := rand.New(rand.NewPCG(5, 6))
 	var wg sync.WaitGroup
 	done := make(chan struct{})
 	var saved []string
@@ -195,17 +187,7 @@ func TestSaveWhileApplying(t *testing.T) {
 		}
 	}()
 	for range 40 {
-		evs := tailEvents(r, old, 5)
-		if err := lg.Append(ctx, evs...); err != nil {
-			t.Fatal(err)
-		}
-		x.Apply(evs) // as the projector does, after the commit
-		for _, e := range evs {
-			if e.Type == eventlog.TypeMessageCreate {
-				p, _ := eventlog.PayloadAs[eventlog.MessageCreate](e)
-				old = append(old, p.MessageID)
-			}
-		}
+		tl.commit(5, nil, x) // the store catches up at the end
 	}
 	close(done)
 	wg.Wait()
@@ -244,6 +226,46 @@ func ids(t *testing.T, x *msgindex.Index) []string {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// A tail commits random events (tailEvents) to a log, and to a store and
+// an index when given, in the projector's order: the store, then the
+// index.
+type tail struct {
+	t   *testing.T
+	r   *rand.Rand
+	lg  *eventlog.Log
+	old []string // every message ID so far: edits, deletes and reads pick from them
+}
+
+func newTail(t *testing.T, seed uint64, lg *eventlog.Log, x *msgindex.Index) *tail {
+	return &tail{t: t, r: rand.New(rand.NewPCG(seed, seed+1)), lg: lg, old: ids(t, x)}
+}
+
+// commit commits n new messages, each with an edit, delete or read, and
+// returns the events.
+func (tl *tail) commit(n int, st *store.Store, x *msgindex.Index) []*eventlog.Event {
+	tl.t.Helper()
+	ctx := context.Background()
+	evs := tailEvents(tl.r, tl.old, n)
+	if err := tl.lg.Append(ctx, evs...); err != nil {
+		tl.t.Fatal(err)
+	}
+	if st != nil {
+		if err := st.Apply(ctx, evs); err != nil {
+			tl.t.Fatal(err)
+		}
+	}
+	if x != nil {
+		x.Apply(evs)
+	}
+	for _, e := range evs {
+		if e.Type == eventlog.TypeMessageCreate {
+			p, _ := eventlog.PayloadAs[eventlog.MessageCreate](e)
+			tl.old = append(tl.old, p.MessageID)
+		}
+	}
+	return evs
 }
 
 // tailEvents makes n events of every kind the index keeps: new messages
