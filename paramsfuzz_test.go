@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"regexp"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/thrumhq/thrum"
 	"github.com/thrumhq/thrum/internal/gitwork"
@@ -25,6 +27,10 @@ var fuzzMethods = []string{
 	rpc.MethodGroupDelete, rpc.MethodGroupMemberAdd, rpc.MethodGroupMemberRemove, rpc.MethodGroupList,
 	rpc.MethodGroupInfo, rpc.MethodGroupMembers, rpc.MethodWebLogin, rpc.MethodMessageClaimNext,
 }
+
+// surrogateEscape matches a \u escape of a UTF-16 surrogate, which the
+// server refuses (when not itself escaped; close enough for the fuzzer).
+var surrogateEscape = regexp.MustCompile(`\\u[dD][89a-fA-F]`)
 
 // FuzzMethodParams sends fuzzed params to every method, as the owner over
 // an in-process connection. Whatever the params, the answer is a result or
@@ -62,6 +68,9 @@ func FuzzMethodParams(f *testing.F) {
 		var e *rpc.Error
 		if !errors.As(err, &e) {
 			t.Fatalf("%s %s: not an RPC error: %v", method, params, err)
+		}
+		if e.Code == rpc.CodeParseError && (!utf8.Valid(params) || surrogateEscape.Match(params)) {
+			return // refused whole, as it must be (and answered: the call did not hang)
 		}
 		if e.Code == rpc.CodeInternal || e.Code == rpc.CodeParseError || e.Code == rpc.CodeInvalidRequest && params[0] == '{' {
 			t.Fatalf("%s %s: %d %s", method, params, e.Code, e.Message)

@@ -232,6 +232,26 @@ func hex4(b []byte) rune {
 	return r
 }
 
+// idOf returns the id of msg, a request object refused as a whole, if
+// the id can be echoed exactly (it is valid UTF-8 and has no lone
+// surrogate escape), else nil. The refusal then reaches its caller, whose
+// client would otherwise never see an answer to its call (an error with
+// a null id belongs to no call).
+func idOf(msg []byte) json.RawMessage {
+	if msg[0] != '{' {
+		return nil // a batch: refused as a whole, with a null id
+	}
+	var m map[string]json.RawMessage
+	if json.Unmarshal(msg, &m) != nil {
+		return nil
+	}
+	id := m["id"]
+	if id == nil || !validID(id) || !utf8.Valid(id) || loneSurrogate(id) {
+		return nil
+	}
+	return id
+}
+
 // handleMessage decodes one message — a request, a notification or a batch —
 // runs it and returns the encoded reply, or nil when no reply is due (a
 // notification, or a batch of notifications). It never panics on any input.
@@ -243,10 +263,10 @@ func (s *Server) handleMessage(ctx context.Context, msg []byte) []byte {
 	// encoding/json would replace invalid UTF-8 and lone surrogate escapes
 	// with U+FFFD, silently changing what the caller sent: refuse them.
 	if !utf8.Valid(msg) {
-		return encodeError(nil, &Error{Code: CodeParseError, Message: "parse error: the request is not valid UTF-8"})
+		return encodeError(idOf(msg), &Error{Code: CodeParseError, Message: "parse error: the request is not valid UTF-8"})
 	}
 	if loneSurrogate(msg) {
-		return encodeError(nil, &Error{Code: CodeParseError, Message: `parse error: the request has a \u escape of a lone UTF-16 surrogate, which is not a character`})
+		return encodeError(idOf(msg), &Error{Code: CodeParseError, Message: `parse error: the request has a \u escape of a lone UTF-16 surrogate, which is not a character`})
 	}
 	if msg[0] != '[' {
 		return s.handleOne(ctx, nil, msg)

@@ -1,6 +1,7 @@
 package jsonrpc
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"strings"
@@ -130,7 +131,9 @@ func TestPartialFrameTimesOut(t *testing.T) {
 }
 
 // Invalid UTF-8 and lone surrogate escapes are refused whole, -32700: the
-// decoder would otherwise store U+FFFD in their place.
+// decoder would otherwise store U+FFFD in their place. The refusal of a
+// request carries its id when the id itself is clean, so the caller's
+// call gets its answer (a client waited for one until its deadline).
 func TestInvalidUnicodeRefused(t *testing.T) {
 	s, _ := testServer(t, nil)
 	ctx := context.Background()
@@ -149,6 +152,20 @@ func TestInvalidUnicodeRefused(t *testing.T) {
 		codes := checkReply(t, out)
 		if len(codes) != 1 || codes[0] != tc.code {
 			t.Errorf("%q: got %s, want code %d", tc.in, out, tc.code)
+		}
+		if !bytes.HasPrefix(out, []byte(`{"jsonrpc":"2.0","id":1,`)) {
+			t.Errorf("%q: got %s, want the request's id", tc.in, out)
+		}
+	}
+	for _, tc := range []struct{ in, id string }{
+		{"{\"jsonrpc\":\"2.0\",\"id\":\"a\",\"method\":\"echo\",\"params\":{\"\xc2\xc2k\":1}}", `"a"`}, // in a key
+		{"{\"jsonrpc\":\"2.0\",\"id\":\"\xff\",\"method\":\"echo\"}", "null"},                          // in the id: not echoed
+		{`{"jsonrpc":"2.0","id":"\ud800","method":"echo"}`, "null"},
+		{"[{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"echo\",\"params\":{\"s\":\"\xff\"}}]", "null"}, // a batch, refused whole
+	} {
+		out := s.handleMessage(ctx, []byte(tc.in))
+		if codes := checkReply(t, out); len(codes) != 1 || codes[0] != CodeParseError || !bytes.HasPrefix(out, []byte(`{"jsonrpc":"2.0","id":`+tc.id+`,`)) {
+			t.Errorf("%q: got %s, want -32700 with id %s", tc.in, out, tc.id)
 		}
 	}
 }
