@@ -376,16 +376,19 @@ func (g *floodGen) invalidUTF8() floodCase {
 	b := bad[g.pick(len(bad))]
 	// Wherever it is, the frame is refused whole: decoding would replace
 	// the bytes with U+FFFD and store something the caller did not send.
-	frame := []string{
-		b + `{"jsonrpc":"2.0","id":1,"method":"health"}`, // outside any string: not JSON
-		`{"jsonrpc":"2.0","id":1,"method":` + b + `}`,    // as a bare value
-		`{"jsonrpc":"2.0","id":1,"method":"he` + b + `alth"}`,
-		`{"jsonrpc":"2.0","id":1,"method":"message.list","params":{"sort_by":"` + b + `"}}`,
-		`{"jsonrpc":"2.0","id":1,"method":"health","x` + b + `":1}`,
-		`{"jsonrpc":"2.0","id":"` + b + `","method":"nope"}`,
-		`{"jsonrpc":"2.0","id":1,"method":"message.send","params":{"content":"\ud800 lone"}}`,
-	}[g.pick(7)]
-	return floodSingle(cat, frame, rpc.CodeParseError, "null")
+	// Inside a string of valid JSON, the refusal carries the request's id
+	// (unless the id is what is bad), so the caller's call gets it.
+	frames := []struct{ frame, id string }{
+		{b + `{"jsonrpc":"2.0","id":1,"method":"health"}`, "null"}, // outside any string: not JSON
+		{`{"jsonrpc":"2.0","id":1,"method":` + b + `}`, "null"},    // as a bare value
+		{`{"jsonrpc":"2.0","id":1,"method":"he` + b + `alth"}`, "1"},
+		{`{"jsonrpc":"2.0","id":1,"method":"message.list","params":{"sort_by":"` + b + `"}}`, "1"},
+		{`{"jsonrpc":"2.0","id":1,"method":"health","x` + b + `":1}`, "1"},
+		{`{"jsonrpc":"2.0","id":"` + b + `","method":"nope"}`, "null"},
+		{`{"jsonrpc":"2.0","id":1,"method":"message.send","params":{"content":"\ud800 lone"}}`, "1"},
+	}
+	f := frames[g.pick(len(frames))]
+	return floodSingle(cat, f.frame, rpc.CodeParseError, f.id)
 }
 
 // batch makes a batch: junk members, a batch over the size limit, or a
