@@ -440,9 +440,8 @@ func (n *Node) saveIndex() error {
 // When the message index is saved while the node runs: once the log
 // events (of any kind) taken since the last save reach a fiftieth of the
 // messages indexed (at least indexSaveMin), or, if anything changed,
-// indexSaveAge after
-// the last save. A start after a crash thus replays at most that much of
-// the log, and saving (about 12 ms at 100,000 messages, in the
+// indexSaveAge after the last save. A start after a crash thus replays
+// at most that much of the log, and saving (about 12 ms at 100,000 messages, in the
 // background) costs a few microseconds per event at any size.
 // (Variables so that a test can shorten them; a node reads them once, at
 // open.)
