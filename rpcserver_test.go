@@ -38,7 +38,13 @@ func startDaemon(t testing.TB) *daemon { return startDaemonIn(t, "") }
 // ("" for the current directory's).
 func startDaemonIn(t testing.TB, repoDir string) *daemon {
 	t.Helper()
-	n := thrumtest.OpenNode(t, &thrum.Options{WorkContext: gitwork.New(repoDir)})
+	return startDaemonWith(t, &thrum.Options{WorkContext: gitwork.New(repoDir)})
+}
+
+// startDaemonWith is startDaemon for a node opened with opts.
+func startDaemonWith(t testing.TB, opts *thrum.Options) *daemon {
+	t.Helper()
+	n := thrumtest.OpenNode(t, opts)
 	s := thrumtest.Serve(t, n, nil)
 	d := &daemon{secret: s.Secret, n: n, sock: s.Path, wsURL: s.WSURL, tokens: map[string]string{}}
 	d.tokens["alice"] = thrumtest.Register(t, n, "alice", "implementer", "auth").Token
