@@ -107,3 +107,36 @@ func TestIndexSnapshotAcrossRestarts(t *testing.T) {
 		t.Fatalf("a torn snapshot was not refused:\n%s", logged.String())
 	}
 }
+
+// Warm is closed once listings stop waiting for the node's start: on a
+// first open (the index builds from the projection) and on a reopen (it
+// loads the snapshot Close saved), after which a listing has what was
+// sent before.
+func TestNodeWarm(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	warm := func(n *thrum.Node) {
+		t.Helper()
+		select {
+		case <-n.Warm():
+		case <-time.After(10 * time.Second):
+			t.Fatal("the node is not warm 10 s after Open")
+		}
+	}
+	n := thrumtest.OpenNodeIn(t, dir, nil)
+	warm(n)
+	thrumtest.Register(t, n, "ann", "planner", "m")
+	thrumtest.Register(t, n, "bob", "reviewer", "m")
+	if _, err := n.SendMessage(thrum.AsAgent(ctx, "ann"), &rpc.SendMessageParams{Content: "hi", Mentions: []string{"@reviewer"}}); err != nil {
+		t.Fatal(err)
+	}
+	n.Close()
+	warm(n)
+
+	n = thrumtest.OpenNodeIn(t, dir, nil)
+	warm(n)
+	r, err := n.ListMessages(thrum.AsAgent(ctx, "bob"), &rpc.ListMessagesParams{MentionRole: "reviewer"})
+	if err != nil || r.Total != 1 {
+		t.Fatalf("listing after a warm reopen: %+v, %v; want the one message", r, err)
+	}
+}

@@ -404,6 +404,15 @@ func (n *Node) loadIndex(ctx context.Context, pre *indexRead) bool {
 	return false
 }
 
+// Warm is closed once listings no longer wait for the node's start: the
+// message index is loaded from its snapshot and made current with the
+// log, or (with no usable snapshot) it has begun to build from the
+// projection, which answers listings until it is built; or the node is
+// closed. A program embedding the node can hold back work that would
+// slow the start until then, as the reference daemon holds back garbage
+// collection.
+func (n *Node) Warm() <-chan struct{} { return n.idx.Settled() }
+
 // indexSnapshot is the file where the node saves the message index for the
 // next Open, beside the projection's database; "" if the database has no
 // file.

@@ -36,6 +36,8 @@ type Index struct {
 	ready    chan struct{} // closed once built
 	slow     chan struct{} // closed when Build starts reading the projection
 	slowOnce sync.Once
+	settled  chan struct{} // closed with ready or slow, whichever is first
+	settle   sync.Once
 	err      error // why the build failed, if it did
 
 	slots   []imsg           // by slot: append order
@@ -73,8 +75,20 @@ func (x *Index) Close() {
 	x.mu.Unlock()
 	// A listing waiting for a load or build that will now never come
 	// gets ErrClosed instead.
-	x.slowOnce.Do(func() { close(x.slow) })
+	x.markSlow()
 }
+
+// markSlow lets listings stop waiting for the index: Build has started,
+// or the index is closed.
+func (x *Index) markSlow() {
+	x.slowOnce.Do(func() { close(x.slow) })
+	x.settle.Do(func() { close(x.settled) })
+}
+
+// Settled is closed once listings no longer wait for the index: it is
+// loaded or built, or a Build has started (listings are then answered
+// elsewhere until it ends), or the index is closed.
+func (x *Index) Settled() <-chan struct{} { return x.settled }
 
 type imsg struct {
 	id      string
@@ -89,7 +103,7 @@ type imsg struct {
 
 // New returns an empty index; Build fills it.
 func New() *Index {
-	return &Index{ready: make(chan struct{}), slow: make(chan struct{}), byID: map[string]int32{}, strs: map[string]uint32{"": 0},
+	return &Index{ready: make(chan struct{}), slow: make(chan struct{}), settled: make(chan struct{}), byID: map[string]int32{}, strs: map[string]uint32{"": 0},
 		strList: []string{""}, reads: map[uint32][]uint64{}, pos: map[string]Position{}}
 }
 
@@ -195,7 +209,7 @@ func (x *Index) LoadSnapshot(ctx context.Context, snap *Snapshot, lg Log) error 
 // Listings meanwhile get ErrBuilding. Cancelling ctx abandons it;
 // listings then fail.
 func (x *Index) Build(ctx context.Context, st *store.Store) {
-	x.slowOnce.Do(func() { close(x.slow) })
+	x.markSlow()
 	b := New()
 	b.bulk = true
 	err := st.IndexSnapshot(ctx, func(rel string, off int64, eventID string) {
@@ -233,6 +247,7 @@ func (x *Index) install(b *Index, err error) {
 	defer func() {
 		close(x.ready)
 		x.mu.Unlock()
+		x.settle.Do(func() { close(x.settled) })
 	}()
 	if err != nil {
 		x.err = err
