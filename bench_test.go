@@ -144,7 +144,12 @@ var (
 
 // TestMain removes the benchmark fixtures when the run ends. With
 // THRUM_BENCH_CACHE=DIR they are kept there and reused by later runs.
+// With fanoutEnv set, the binary is BenchmarkRPCSendFanout's process of
+// subscribers instead.
 func TestMain(m *testing.M) {
+	if cfg := os.Getenv(fanoutEnv); cfg != "" {
+		os.Exit(fanoutChild(cfg)) // BenchmarkRPCSendFanout's subscribers
+	}
 	code := m.Run()
 	if os.Getenv("THRUM_BENCH_CACHE") == "" {
 		for _, d := range fixtureDirs {

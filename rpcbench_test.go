@@ -1,7 +1,6 @@
 package thrum_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -176,37 +175,53 @@ func benchPushLatency(b *testing.B, transport string) {
 // BenchmarkRPCSendFanout measures message.send (one client, Unix socket)
 // with no subscriber and with 100 WebSocket subscribers, each subscribed
 // to every message and reading its pushes: what fan-out costs the sender.
-// cpu-ms/send is the CPU time the whole process (daemon, sender and
-// subscribers' clients) spent per send, until every notification was
-// read: a figure that holds better than the rate on a busy machine.
-// reads/send and writes/send count the process's read and write system
-// calls (Linux), which fan-out multiplies: a notification costs the
-// daemon a write and its subscriber's client a read that takes it and
-// one that finds the socket empty, unless several share them (see
-// DESIGN.md, "Fan-out"). push-p50-ms and push-p99-ms are the time from
-// just before a send to its notification's arrival at the last
-// subscriber, the one the daemon queues it for last.
+// The subscribers run in a process of their own (subscribers=100), as
+// the programs that watch a daemon do, or as goroutines of this one
+// (subscribers=100-inprocess), where the daemon's scheduler queues their
+// reads with its own work. cpu-ms/send is the CPU time of the processes
+// (daemon, sender and subscribers) per send, until every notification
+// was read: a figure that holds better than the rate on a busy machine.
+// reads/send and writes/send count their read and write system calls
+// (Linux), which fan-out multiplies: a notification costs the daemon a
+// write and its subscriber's client a read that takes it and one that
+// finds the socket empty, unless several share them (see DESIGN.md,
+// "Fan-out"). push-p50-ms and push-p99-ms are the time from just before
+// a send to its notification's arrival at the last subscriber, the one
+// the daemon queues it for last.
 //
 //	go test -run '^$' -bench 'RPCSendFanout' -benchtime 2000x -count 3 .
 func BenchmarkRPCSendFanout(b *testing.B) {
-	for _, subs := range []int{0, 100} {
-		b.Run("subscribers="+strconv.Itoa(subs), func(b *testing.B) {
+	for _, run := range []struct {
+		subs      int
+		inProcess bool
+	}{{0, false}, {100, false}, {100, true}} {
+		name := "subscribers=" + strconv.Itoa(run.subs)
+		if run.inProcess {
+			name += "-inprocess"
+		}
+		b.Run(name, func(b *testing.B) {
 			d := startDaemon(b)
 			ctx := context.Background()
 			var got atomic.Int64
 			var pushes pushTimes
-			for i := range subs {
-				c := benchConn(b, d, "websocket", "bob", func(method string, params json.RawMessage) {
-					if method == rpc.NotificationMessage {
-						got.Add(1)
-						if i == subs-1 {
-							pushes.arrived(params)
+			var child *fanoutProcess
+			if run.inProcess {
+				for i := range run.subs {
+					c := benchConn(b, d, "websocket", "bob", func(method string, params json.RawMessage) {
+						if method == rpc.NotificationMessage {
+							got.Add(1)
+							if i == run.subs-1 {
+								pushes.arrived(params)
+							}
 						}
+					})
+					if _, err := c.Subscribe(ctx, &rpc.SubscribeParams{All: true}); err != nil {
+						b.Fatal(err)
 					}
-				})
-				if _, err := c.Subscribe(ctx, &rpc.SubscribeParams{All: true}); err != nil {
-					b.Fatal(err)
 				}
+			} else if run.subs > 0 {
+				child = startFanoutProcess(b, d, "bob", run.subs)
+				child.start(b)
 			}
 			snd := benchConn(b, d, "unix", "alice", nil)
 			var lat latencies
@@ -221,7 +236,7 @@ func BenchmarkRPCSendFanout(b *testing.B) {
 					b.Fatal(err)
 				}
 				lat.add(time.Since(t0))
-				if subs > 0 {
+				if run.subs > 0 {
 					pushes.sent(r.MessageID, t0)
 				}
 			}
@@ -230,7 +245,17 @@ func BenchmarkRPCSendFanout(b *testing.B) {
 			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "sends/s")
 			lat.report(b)
 			// Every subscriber got every message (none was dropped as slow).
-			want := int64(subs * b.N)
+			want := int64(run.subs * b.N)
+			var childCPU time.Duration
+			var childReads, childWrites int64
+			if child != nil {
+				rep := child.report(b, int(want))
+				got.Store(rep.Got)
+				for id, at := range rep.Arrivals {
+					pushes.arrivedAt(id, time.Unix(0, at))
+				}
+				childCPU, childReads, childWrites = rep.CPU, rep.Reads, rep.Writes
+			}
 			deadline := time.Now().Add(30 * time.Second)
 			for got.Load() < want && time.Now().Before(deadline) {
 				time.Sleep(10 * time.Millisecond)
@@ -240,11 +265,11 @@ func BenchmarkRPCSendFanout(b *testing.B) {
 			}
 			pushes.report(b)
 			if cpu1, ok := processCPU(); ok && cpuOK {
-				b.ReportMetric(float64(cpu1-cpu0)/float64(time.Millisecond)/float64(b.N), "cpu-ms/send")
+				b.ReportMetric(float64(cpu1-cpu0+childCPU)/float64(time.Millisecond)/float64(b.N), "cpu-ms/send")
 			}
 			if r1, w1, ok := processSyscalls(); ok && sysOK {
-				b.ReportMetric(float64(r1-r0)/float64(b.N), "reads/send")
-				b.ReportMetric(float64(w1-w0)/float64(b.N), "writes/send")
+				b.ReportMetric(float64(r1-r0+childReads)/float64(b.N), "reads/send")
+				b.ReportMetric(float64(w1-w0+childWrites)/float64(b.N), "writes/send")
 			}
 		})
 	}
@@ -266,22 +291,22 @@ func (p *pushTimes) sent(id string, at time.Time) {
 	p.sentAt[id] = at
 }
 
-// arrived records a notification's arrival. It finds the message ID
-// without decoding, so as to add little to the CPU measured.
+// arrived records a notification's arrival now.
 func (p *pushTimes) arrived(params []byte) {
 	at := time.Now()
-	const key = `"message_id":"`
-	i := bytes.Index(params, []byte(key))
-	if i < 0 {
-		return
+	if id, ok := noteMessageID(params); ok {
+		p.arrivedAt(id, at)
 	}
-	id, _, _ := bytes.Cut(params[i+len(key):], []byte(`"`))
+}
+
+// arrivedAt records the arrival of message id's notification at at.
+func (p *pushTimes) arrivedAt(id string, at time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.arrival == nil {
 		p.arrival = map[string]time.Time{}
 	}
-	p.arrival[string(id)] = at
+	p.arrival[id] = at
 }
 
 // report adds push-p50-ms and push-p99-ms to the benchmark's line.
