@@ -212,6 +212,18 @@ func TestAttackGitOutsideRepo(t *testing.T) {
 	evil := t.TempDir()
 	marker := filepath.Join(t.TempDir(), "pwned")
 	thrumtest.Git(t, evil, "init", "-q", "-b", "main")
+	// A commit and a changed file: every command of the daemon's work
+	// context (branch, commits, status) then has something to read, so
+	// the ones that run the hook are reached, if the daemon goes there.
+	thrumtest.GitUser(t, evil)
+	if err := os.WriteFile(filepath.Join(evil, "secret.txt"), []byte("x\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	thrumtest.Git(t, evil, "add", "secret.txt")
+	thrumtest.Git(t, evil, "commit", "-q", "-m", "first")
+	if err := os.WriteFile(filepath.Join(evil, "secret.txt"), []byte("changed\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	hook := filepath.Join(evil, "hook.sh")
 	if err := os.WriteFile(hook, []byte("#!/bin/sh\ntouch "+marker+"\n"), 0o755); err != nil {
 		t.Fatal(err)
@@ -236,18 +248,21 @@ func TestAttackGitOutsideRepo(t *testing.T) {
 	if _, err := w.Heartbeat(ctx, &rpc.HeartbeatParams{SessionID: sid, AddRefs: []rpc.Pair{{Type: "worktree", Value: evil}}}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(200 * time.Millisecond)
-	if _, err := os.Stat(marker); err == nil {
-		t.Fatal("the daemon ran git in a repository a caller named: its hook ran")
-	}
 	var lc rpc.ListContextResult
 	if err := w.Call(ctx, rpc.MethodAgentListContext, map[string]any{}, &lc); err != nil {
 		t.Fatal(err)
 	}
+	time.Sleep(200 * time.Millisecond)
+	if _, err := os.Stat(marker); err == nil {
+		t.Error("the daemon ran git in a repository a caller named: its hook ran")
+	}
 	for _, c := range lc.Contexts {
 		if c.WorktreePath == evil {
-			t.Fatalf("a context of the foreign repository was recorded: %+v", c)
+			t.Errorf("a context of the foreign repository was recorded: %+v", c)
 		}
+	}
+	if t.Failed() {
+		return
 	}
 	// The daemon's own repository is still read.
 	if _, err := w.Heartbeat(ctx, &rpc.HeartbeatParams{SessionID: sid, RemoveRefs: []rpc.Pair{{Type: "worktree", Value: evil}}, AddRefs: []rpc.Pair{{Type: "worktree", Value: a.c.repo}}}); err != nil {
