@@ -194,11 +194,35 @@ func TestAttackTokenHolder(t *testing.T) {
 	if r, err := o.Auth(ctx, &rpc.AuthParams{OwnerSecret: a.secret}); err != nil || !r.Owner {
 		t.Fatalf("auth with the owner's secret: %+v %v", r, err)
 	}
-	if _, err := o.RegisterUser(ctx, &rpc.RegisterUserParams{Username: "ada"}); err != nil {
+	ada, err := o.RegisterUser(ctx, &rpc.RegisterUserParams{Username: "ada"})
+	if err != nil {
 		t.Fatalf("the owner registers a user: %v", err)
 	}
 	if _, err := o.SendMessage(ctx, &rpc.SendMessageParams{Content: "via ada", ActingAs: "bob", Disclose: true, Mentions: []string{"alice"}}); err != nil {
 		t.Fatalf("the owner's user acts as bob: %v", err)
+	}
+
+	// A user's token alone (the owner registered the user, but whoever
+	// holds the token is not the owner) speaks for that user only: no
+	// acting as an agent, no ending or deleting another's.
+	u := a.ws(t)
+	if r, err := u.Auth(ctx, &rpc.AuthParams{Token: ada.Token}); err != nil || r.Owner {
+		t.Fatalf("auth with ada's token: %+v %v", r, err)
+	}
+	_, err = u.SendMessage(ctx, &rpc.SendMessageParams{Content: "from bob?", ActingAs: "bob", Disclose: true, Mentions: []string{"alice"}})
+	wantRPCCode(t, "acting_as bob with a user's token", err, rpc.CodeForbidden)
+	_, err = u.EndSession(ctx, &rpc.EndSessionParams{SessionID: bobSession})
+	wantRPCCode(t, "ending bob's session with a user's token", err, rpc.CodeForbidden)
+	_, err = u.DeleteAgent(ctx, &rpc.DeleteAgentParams{Name: "bob"})
+	wantRPCCode(t, "deleting bob with a user's token", err, rpc.CodeForbidden)
+	if err := a.unix(t).Call(ctx, rpc.MethodSessionList, map[string]any{"agent_id": "bob", "active_only": true}, &st); err != nil || len(st.Sessions) == 0 || st.Sessions[0].SessionID != bobSession {
+		t.Errorf("bob's session after the user's attempt: %+v %v", st, err)
+	}
+	if n := a.messageCount(t); n != 1 {
+		t.Errorf("%d messages stored, want only the owner's one", n)
+	}
+	if _, err := u.SendMessage(ctx, &rpc.SendMessageParams{Content: "as myself", Mentions: []string{"alice"}}); err != nil {
+		t.Errorf("ada sends as herself: %v", err)
 	}
 }
 
