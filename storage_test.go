@@ -356,3 +356,51 @@ func TestFsyncFailureWhileStagedAppliesNothing(t *testing.T) {
 		t.Fatalf("live projection differs from a rebuild of the log:\n%s", d)
 	}
 }
+
+// A storage error other than a full disk reaches the caller with its
+// cause: over the daemon's socket the message names what failed and why
+// (an I/O error on the log's shard, then on the projection's commit), and
+// in Go errors.Is still finds the cause. Writes resume when it clears.
+func TestStorageErrorsCarryTheirCause(t *testing.T) {
+	ctx := context.Background()
+	d := startDaemon(t)
+	dir := d.n.EventLog().Dir()
+	var op atomic.Value // the fault.* operation to fail, or ""
+	op.Store("")
+	defer fault.Set(func(o, path string) error {
+		if o == op.Load().(string) && strings.HasPrefix(path, dir) {
+			return &fs.PathError{Op: "write", Path: path, Err: syscall.EIO}
+		}
+		return nil
+	})()
+	u := d.unix(t, nil)
+	if _, err := u.Auth(ctx, &rpc.AuthParams{AgentID: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	send := func() error {
+		_, err := u.SendMessage(ctx, &rpc.SendMessageParams{Content: "x", Mentions: []string{"@bob"}})
+		return err
+	}
+
+	op.Store(fault.LogWrite)
+	err := send()
+	wantCode(t, err, rpc.CodeInternal, "the event log could not be written (")
+	wantCode(t, err, rpc.CodeInternal, "input/output error")
+	wantCode(t, err, rpc.CodeInternal, filepath.Join(dir, "messages", "alice"))
+	_, err = d.n.SendMessage(thrum.AsAgent(ctx, "alice"), &rpc.SendMessageParams{Content: "x", Mentions: []string{"@bob"}})
+	if !errors.Is(err, syscall.EIO) || !errors.Is(err, thrum.ErrInternal) {
+		t.Fatalf("in Go: %v; want errors.Is EIO and ErrInternal", err)
+	}
+
+	op.Store(fault.StoreApply)
+	waitHealthy(t, d.n) // the log's disk probe clears the failed write
+	err = send()
+	wantCode(t, err, rpc.CodeUnavailable, "the projection cannot apply committed writes (")
+	wantCode(t, err, rpc.CodeUnavailable, "input/output error")
+
+	op.Store("")
+	waitHealthy(t, d.n)
+	if err := send(); err != nil {
+		t.Fatalf("a send once the fault cleared: %v", err)
+	}
+}
