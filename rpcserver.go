@@ -107,8 +107,9 @@ type RPCOptions struct {
 	// MaxUnauthConns caps WebSockets that have not authenticated yet: a
 	// small pool of their own, so that connections which present no
 	// credential never crowd out those that did, nor the Unix socket. Over
-	// it a WebSocket handshake is answered with HTTP 503. Default
-	// DefaultMaxUnauthConns.
+	// it a WebSocket handshake is answered with HTTP 503, unless it
+	// carries a credential (rpc.ClientOptions.Credential), which puts it in
+	// the authenticated pool at once. Default DefaultMaxUnauthConns.
 	MaxUnauthConns int
 
 	// AuthTimeout is how long a WebSocket may stay unauthenticated before
@@ -160,10 +161,13 @@ func (n *Node) RPCServer(opts *RPCOptions) *RPCServer {
 	if opts != nil {
 		o = *opts
 	}
-	s := &RPCServer{eng: jsonrpc.NewServer(o.engineOptions()), n: n, anyPeer: o.AllowAnyPeer, uid: os.Getuid(), web: newWebLogins()}
+	s := &RPCServer{n: n, anyPeer: o.AllowAnyPeer, uid: os.Getuid(), web: newWebLogins()}
 	if o.OwnerSecret != "" {
 		s.secret = []byte(o.OwnerSecret)
 	}
+	eo := o.engineOptions()
+	eo.Authorize = s.handshake
+	s.eng = jsonrpc.NewServer(eo)
 	s.bindAll(o.Sync)
 	return s
 }
@@ -482,6 +486,34 @@ func (s *RPCServer) auth(ctx context.Context, p *rpc.AuthParams) (*rpc.AuthResul
 	st.owner = owner // a token binds the connection to that identity alone
 	st.mu.Unlock()
 	return res, nil
+}
+
+// handshake authorizes a WebSocket by the credential its handshake
+// carries (an Authorization: Bearer header; rpc.ClientOptions.Credential):
+// an agent's or user's token binds it to that identity, the owner's
+// secret or a web session makes it the owner's, as auth does. It then
+// starts authenticated, so strangers who fill the small pool of
+// connections waiting to authenticate cannot keep it out.
+func (s *RPCServer) handshake(r *http.Request, cred string) (func(*jsonrpc.Conn), error) {
+	if s.ownerSecret(cred) || s.webSession(cred) {
+		return func(c *jsonrpc.Conn) {
+			st := stateOf(c)
+			st.mu.Lock()
+			st.owner = true
+			st.mu.Unlock()
+		}, nil
+	}
+	id, err := s.n.Authenticate(r.Context(), cred)
+	if err != nil {
+		return nil, err
+	}
+	return func(c *jsonrpc.Conn) { s.bindConn(c, id, true) }, nil
+}
+
+// webSession reports whether cred is a live web session.
+func (s *RPCServer) webSession(cred string) bool {
+	_, _, err := s.webAuth(&rpc.AuthParams{WebSession: cred})
+	return err == nil
 }
 
 // ownerSecret reports whether secret is the owner's, in constant time.

@@ -33,13 +33,23 @@ type ClientOptions struct {
 	// MaxLineBytes caps one incoming line or WebSocket message; a longer one
 	// ends the connection. Default DefaultClientMaxLineBytes.
 	MaxLineBytes int
+
+	// Credential, for DialWebSocket, is presented in the handshake (an
+	// "Authorization: Bearer" header): an agent's or user's token, the
+	// owner's secret, or a web session. The connection is then
+	// authenticated from the start, as Auth would make it, and the
+	// daemon's small pool of connections that have not authenticated yet,
+	// which anyone on the machine can fill, cannot keep it out. A
+	// credential the daemon refuses fails the dial (HTTP 401). Other
+	// transports ignore it.
+	Credential string
 }
 
 func (o *ClientOptions) engine() *jsonrpc.ClientOptions {
 	if o == nil {
 		return nil
 	}
-	return &jsonrpc.ClientOptions{Logger: o.Logger, OnNotification: o.OnNotification, MaxLineBytes: o.MaxLineBytes}
+	return &jsonrpc.ClientOptions{Logger: o.Logger, OnNotification: o.OnNotification, MaxLineBytes: o.MaxLineBytes, Credential: o.Credential}
 }
 
 // Client is a client of a thrum daemon (or of a node in process, see

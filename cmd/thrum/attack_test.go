@@ -371,14 +371,47 @@ func TestAttackIdleConnections(t *testing.T) {
 	contains(t, "send during the attack", r.stdout, "Message sent")
 	r = a.c.ok("", "daemon", "status")
 	contains(t, "status during the attack", r.stdout, "Daemon running (pid "+strconv.Itoa(a.pid)+")")
-	// A token holder still gets in: authenticated connections have their own pool.
-	c, err := rpc.DialWebSocket(context.Background(), a.wsURL, nil)
-	if err == nil {
-		defer c.Close()
-		_, err = c.Auth(context.Background(), &rpc.AuthParams{Token: a.tokens["bob"]})
+	// The strangers hold the whole pool of connections that have not
+	// authenticated: one more, even a token holder's that would
+	// authenticate next, is refused at the handshake.
+	ctx := context.Background()
+	if len(upgraded) == thrum.DefaultMaxUnauthConns {
+		if c, err := rpc.DialWebSocket(ctx, a.wsURL, nil); err == nil {
+			c.Close()
+			t.Error("a WebSocket without a credential in its handshake was upgraded while strangers held the pool")
+		}
+	} else {
+		t.Logf("the strangers hold %d of the %d unauthenticated slots: the lockout they attempt is not complete", len(upgraded), thrum.DefaultMaxUnauthConns)
 	}
-	if err != nil && len(upgraded) < thrum.DefaultMaxUnauthConns {
-		t.Errorf("a token holder during the attack: %v", err)
+	// A token holder that presents its token in the handshake gets in: it
+	// starts in the authenticated pool. So does the owner's secret; a
+	// credential the daemon does not know is refused.
+	c, err := rpc.DialWebSocket(ctx, a.wsURL, &rpc.ClientOptions{Credential: a.tokens["bob"]})
+	if err != nil {
+		t.Fatalf("a token holder during the attack: %v", err)
+	}
+	defer c.Close()
+	if w, err := c.Whoami(ctx, &rpc.WhoamiParams{}); err != nil || w.AgentID != "bob" {
+		t.Errorf("whoami on bob's handshake-authenticated WebSocket: %+v %v", w, err)
+	}
+	if _, err := c.ListMessages(ctx, &rpc.ListMessagesParams{Mentions: true}); err != nil {
+		t.Errorf("bob lists his inbox during the attack: %v", err)
+	}
+	err = c.Call(ctx, rpc.MethodMessageList, map[string]any{"caller_agent_id": "alice", "mentions": true}, nil)
+	wantRPCCode(t, "bob's handshake token naming alice", err, rpc.CodeForbidden)
+	o, err := rpc.DialWebSocket(ctx, a.wsURL, &rpc.ClientOptions{Credential: a.secret})
+	if err != nil {
+		t.Fatalf("the owner's secret during the attack: %v", err)
+	}
+	defer o.Close()
+	if _, err := o.RegisterUser(ctx, &rpc.RegisterUserParams{Username: "ada"}); err != nil {
+		t.Errorf("the owner registers a user on a handshake-authenticated WebSocket: %v", err)
+	}
+	if c, err := rpc.DialWebSocket(ctx, a.wsURL, &rpc.ClientOptions{Credential: "not-a-token"}); err == nil {
+		c.Close()
+		t.Error("a made-up credential was accepted in the handshake")
+	} else if !strings.Contains(err.Error(), "401") {
+		t.Errorf("a made-up credential: %v, want HTTP 401", err)
 	}
 	// The idle ones are closed by the server within its auth timeout.
 	deadline := time.Now().Add(thrum.DefaultAuthTimeout + 5*time.Second)

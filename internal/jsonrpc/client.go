@@ -35,6 +35,10 @@ type ClientOptions struct {
 	// MaxLineBytes caps one incoming line or WebSocket message; a longer one
 	// ends the connection. Default DefaultClientMaxLineBytes.
 	MaxLineBytes int
+
+	// Credential, for DialWebSocket, is sent in the handshake as an
+	// "Authorization: Bearer" header (see ServerOptions.Authorize).
+	Credential string
 }
 
 // Client is a JSON-RPC 2.0 client on one connection (a Unix socket, a
@@ -92,7 +96,7 @@ func Dial(ctx context.Context, socketPath string, opts *ClientOptions) (*Client,
 // "ws://127.0.0.1:9999/". ctx bounds the handshake only.
 func DialWebSocket(ctx context.Context, url string, opts *ClientOptions) (*Client, error) {
 	o := clientDefaults(opts)
-	t, err := dialWebSocket(ctx, url, o.MaxLineBytes)
+	t, err := dialWebSocket(ctx, url, o.MaxLineBytes, o.Credential)
 	if err != nil {
 		return nil, fmt.Errorf("rpc: dial %s: %w", url, err)
 	}

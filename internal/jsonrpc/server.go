@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"sync"
 	"time"
@@ -59,9 +60,9 @@ type ServerOptions struct {
 
 	// MaxUnauthConns caps WebSockets that have not authenticated yet: a
 	// small pool of their own, so that connections which present no
-	// credential never crowd out those that did, nor the Unix socket. Over
-	// it a WebSocket handshake is answered with HTTP 503. Default
-	// DefaultMaxUnauthConns.
+	// credential never crowd out those that did (see Authorize), nor the
+	// Unix socket. Over it a WebSocket handshake is answered with HTTP
+	// 503. Default DefaultMaxUnauthConns.
 	MaxUnauthConns int
 
 	// AuthTimeout is how long a WebSocket may stay unauthenticated before
@@ -97,6 +98,16 @@ type ServerOptions struct {
 	// OnConnClose, if set, is called once for each connection after it ended
 	// and after its own OnClose functions ran.
 	OnConnClose func(*Conn)
+
+	// Authorize, if set, checks the credential a WebSocket handshake
+	// carries in an "Authorization: Bearer" header, before the upgrade. It
+	// returns a function that binds the new connection to what the
+	// credential proves (called once the connection exists, before its
+	// first request is read), or an error, which refuses the handshake
+	// with HTTP 401. A connection so authorized starts authenticated: in
+	// the MaxConns pool, never timed out, so connections that present no
+	// credential cannot keep it out by filling theirs.
+	Authorize func(r *http.Request, credential string) (bind func(*Conn), err error)
 }
 
 // Server is a JSON-RPC 2.0 server. It knows no methods of its own: the

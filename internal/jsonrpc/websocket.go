@@ -38,7 +38,21 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "forbidden: Origin not allowed", http.StatusForbidden)
 		return
 	}
-	if e := s.reserve(classUnauth); e != nil {
+	// A credential in the handshake puts the connection in the
+	// authenticated pool from the start.
+	class := classUnauth
+	var bind func(*Conn)
+	if cred, ok := bearer(r); ok && s.opts.Authorize != nil {
+		var err error
+		if bind, err = s.opts.Authorize(r, cred); err != nil {
+			s.log.Info("rpc: websocket refused: credential not accepted", "remote", r.RemoteAddr, "err", err)
+			w.Header().Set("WWW-Authenticate", "Bearer")
+			http.Error(w, "unauthorized: "+errorMessage(err), http.StatusUnauthorized)
+			return
+		}
+		class = classWS
+	}
+	if e := s.reserve(class); e != nil {
 		s.log.Warn("rpc: websocket refused", "remote", r.RemoteAddr, "reason", e.Message)
 		http.Error(w, e.Message, http.StatusServiceUnavailable)
 		return
@@ -48,7 +62,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hw := &corkHijacker{ResponseWriter: w}
 	ws, err := websocket.Accept(hw, r, &websocket.AcceptOptions{InsecureSkipVerify: true})
 	if err != nil { // Accept has written the HTTP error
-		s.release(classUnauth)
+		s.release(class)
 		s.log.Debug("rpc: websocket handshake failed", "remote", r.RemoteAddr, "err", err)
 		return
 	}
@@ -56,9 +70,30 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ws.SetReadLimit(int64(s.opts.MaxLineBytes))
 	// The request's context ends with ServeHTTP; keep its values only.
 	t := &wsTransport{ws: ws, cork: hw.conn, max: s.opts.MaxLineBytes, timeout: s.opts.LineTimeout}
-	c := s.newConn(context.WithoutCancel(r.Context()), TransportWebSocket, classUnauth, t)
-	c.authTimer = time.AfterFunc(s.opts.AuthTimeout, c.expireAuth)
+	c := s.newConn(context.WithoutCancel(r.Context()), TransportWebSocket, class, t)
+	if bind != nil {
+		bind(c)
+	} else {
+		c.authTimer = time.AfterFunc(s.opts.AuthTimeout, c.expireAuth)
+	}
 	c.serve()
+}
+
+// bearer returns the credential of an "Authorization: Bearer" header.
+func bearer(r *http.Request) (string, bool) {
+	scheme, cred, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	cred = strings.TrimSpace(cred)
+	return cred, ok && strings.EqualFold(scheme, "Bearer") && cred != ""
+}
+
+// errorMessage is err's message for a peer: an *Error's own message,
+// nothing more of the chain.
+func errorMessage(err error) string {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Message
+	}
+	return "credential refused"
 }
 
 // loopbackHost reports whether a Host header names this machine's loopback
@@ -274,8 +309,12 @@ type wsClient struct {
 // handshake must not leave an idle keep-alive connection behind.
 var wsHTTPClient = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 
-func dialWebSocket(ctx context.Context, u string, maxMsg int) (*wsClient, error) {
-	ws, resp, err := websocket.Dial(ctx, u, &websocket.DialOptions{HTTPClient: wsHTTPClient})
+func dialWebSocket(ctx context.Context, u string, maxMsg int, credential string) (*wsClient, error) {
+	opts := &websocket.DialOptions{HTTPClient: wsHTTPClient}
+	if credential != "" {
+		opts.HTTPHeader = http.Header{"Authorization": {"Bearer " + credential}}
+	}
+	ws, resp, err := websocket.Dial(ctx, u, opts)
 	if err != nil {
 		if resp != nil && resp.StatusCode != http.StatusSwitchingProtocols {
 			return nil, &httpStatusError{status: resp.Status, err: err}
