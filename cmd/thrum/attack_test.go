@@ -324,9 +324,59 @@ func TestAttackCodes(t *testing.T) {
 			t.Errorf("invalid Unicode: %s", reply)
 		}
 	}
+	// The same frames on a WebSocket, as a token holder sends them.
+	nc, code := rawHandshake(t, a.wsURL)
+	if code != http.StatusSwitchingProtocols {
+		t.Fatalf("handshake: HTTP %d", code)
+	}
+	defer nc.Close()
+	ws := bufio.NewReader(nc)
+	writeMaskedFrame(nc, []byte(`{"jsonrpc":"2.0","id":1,"method":"auth","params":{"token":"`+a.tokens["alice"]+`"}}`))
+	if reply := readTextFrame(t, nc, ws); !strings.Contains(reply, `"agent_id":"alice"`) {
+		t.Fatalf("auth on the raw WebSocket: %s", reply)
+	}
+	for _, frame := range []string{
+		"{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"message.send\",\"params\":{\"content\":\"bad \xff byte\"}}",
+		`{"jsonrpc":"2.0","id":4,"method":"message.send","params":{"content":"lone \ud800 surrogate"}}`,
+	} {
+		writeMaskedFrame(nc, []byte(frame))
+		if reply := readTextFrame(t, nc, ws); !strings.Contains(reply, `"code":-32700`) {
+			t.Errorf("invalid Unicode over the WebSocket: %s", reply)
+		}
+	}
 	if n := a.messageCount(t); n != 0 {
 		t.Errorf("%d messages stored from invalid requests", n)
 	}
+}
+
+// readTextFrame reads the server's next frame on nc (through br), which
+// must be an unmasked, final text frame, and returns its payload.
+func readTextFrame(t *testing.T, nc net.Conn, br *bufio.Reader) string {
+	t.Helper()
+	nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	h := make([]byte, 2)
+	if _, err := io.ReadFull(br, h); err != nil {
+		t.Fatalf("reading a frame: %v", err)
+	}
+	if h[0] != 0x81 || h[1]&0x80 != 0 {
+		t.Fatalf("frame header %#x %#x, want a final unmasked text frame", h[0], h[1])
+	}
+	n := uint64(h[1] & 0x7f)
+	if ext := map[uint64]int{126: 2, 127: 8}[n]; ext > 0 {
+		b := make([]byte, ext)
+		if _, err := io.ReadFull(br, b); err != nil {
+			t.Fatal(err)
+		}
+		n = 0
+		for _, c := range b {
+			n = n<<8 | uint64(c)
+		}
+	}
+	payload := make([]byte, n)
+	if _, err := io.ReadFull(br, payload); err != nil {
+		t.Fatal(err)
+	}
+	return string(payload)
 }
 
 // Attack 4: idle, never-authenticated WebSockets fill only their own
