@@ -100,7 +100,9 @@ type ServerOptions struct {
 	OnConnClose func(*Conn)
 
 	// Authorize, if set, checks the credential a WebSocket handshake
-	// carries in an "Authorization: Bearer" header, before the upgrade. It
+	// carries, before the upgrade: in an "Authorization: Bearer" header,
+	// or, from a browser, as a subprotocol "bearer.<credential>" offered
+	// beside Subprotocol. It
 	// returns a function that binds the new connection to what the
 	// credential proves (called once the connection exists, before its
 	// first request is read), or an error, which refuses the handshake

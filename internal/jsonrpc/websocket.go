@@ -60,7 +60,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// The origin check is done above, with rules coder/websocket does not
 	// know (loopback origins on any port), hence InsecureSkipVerify.
 	hw := &corkHijacker{ResponseWriter: w}
-	ws, err := websocket.Accept(hw, r, &websocket.AcceptOptions{InsecureSkipVerify: true})
+	ws, err := websocket.Accept(hw, r, &websocket.AcceptOptions{InsecureSkipVerify: true, Subprotocols: []string{Subprotocol}})
 	if err != nil { // Accept has written the HTTP error
 		s.release(class)
 		s.log.Debug("rpc: websocket handshake failed", "remote", r.RemoteAddr, "err", err)
@@ -79,11 +79,32 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	c.serve()
 }
 
-// bearer returns the credential of an "Authorization: Bearer" header.
+// Subprotocol is the WebSocket subprotocol the server selects when a
+// client offers it. A browser, which cannot set an Authorization header,
+// offers it beside "bearer.<credential>" to present a credential in the
+// handshake: it must offer a subprotocol the server selects, or the
+// connection fails.
+const Subprotocol = "jsonrpc"
+
+// bearerProtocol prefixes a credential offered as a subprotocol.
+const bearerProtocol = "bearer."
+
+// bearer returns the credential a handshake carries: an
+// "Authorization: Bearer" header, or a subprotocol "bearer.<credential>".
 func bearer(r *http.Request) (string, bool) {
-	scheme, cred, ok := strings.Cut(r.Header.Get("Authorization"), " ")
-	cred = strings.TrimSpace(cred)
-	return cred, ok && strings.EqualFold(scheme, "Bearer") && cred != ""
+	if scheme, cred, ok := strings.Cut(r.Header.Get("Authorization"), " "); ok && strings.EqualFold(scheme, "Bearer") {
+		if cred = strings.TrimSpace(cred); cred != "" {
+			return cred, true
+		}
+	}
+	for _, h := range r.Header.Values("Sec-WebSocket-Protocol") {
+		for _, p := range strings.Split(h, ",") {
+			if cred, ok := strings.CutPrefix(strings.TrimSpace(p), bearerProtocol); ok && cred != "" {
+				return cred, true
+			}
+		}
+	}
+	return "", false
 }
 
 // errorMessage is err's message for a peer: an *Error's own message,

@@ -1,16 +1,21 @@
 package webui_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -84,6 +89,55 @@ func (c *console) loginURL() string {
 		c.t.Fatalf("thrum web printed %q, want http://127.0.0.1:PORT/#login=CODE", u)
 	}
 	return u
+}
+
+// holdUnauthPool keeps the daemon's pool of unauthenticated WebSockets
+// full, as a local user can: more raw handshakes than the pool holds,
+// each kept open until the daemon closes it and then made again at once.
+// The returned function stops them.
+func (c *console) holdUnauthPool(t *testing.T) (stop func()) {
+	t.Helper()
+	host := strings.TrimSuffix(strings.TrimPrefix(c.base, "http://"), "/")
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	var held atomic.Int32
+	for range 24 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				nc, err := net.DialTimeout("tcp", host, time.Second)
+				if err != nil {
+					time.Sleep(5 * time.Millisecond)
+					continue
+				}
+				fmt.Fprintf(nc, "GET /ws HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: MDEyMzQ1Njc4OWFiY2RlZg==\r\n\r\n", host)
+				br := bufio.NewReader(nc)
+				status, _ := br.ReadString('\n')
+				if strings.Contains(status, " 101 ") {
+					held.Add(1)
+					go func() { <-done; nc.Close() }()
+					io.Copy(io.Discard, br) // until the daemon closes it
+					held.Add(-1)
+				} else {
+					time.Sleep(5 * time.Millisecond)
+				}
+				nc.Close()
+			}
+		}()
+	}
+	for deadline := time.Now().Add(5 * time.Second); held.Load() < 16; {
+		if time.Now().After(deadline) {
+			t.Fatalf("strangers hold %d unauthenticated WebSockets, want the whole pool of 16", held.Load())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return func() { close(done); wg.Wait() }
 }
 
 // tab opens a new browser tab (its own sessionStorage) and closes it when
@@ -214,9 +268,21 @@ func TestConsoleInBrowser(t *testing.T) {
 		other := c.tab()
 		do(t, other, "reuse the login URL", chromedp.Navigate(url))
 		waitFor(t, other, "the refusal of a used code", `document.querySelector('#conn').dataset.state === 'signed-out'`)
-		// A reload signs in again with the tab's web session.
+		// A reload signs in again with the tab's web session, even while
+		// strangers hold every slot for connections that have not
+		// authenticated: the page presents its session in the handshake.
+		stop := c.holdUnauthPool(t)
 		do(t, tab, "reload", chromedp.Reload())
-		waitFor(t, tab, "the console after a reload", `document.querySelector('#conn').dataset.state === 'live'`)
+		waitFor(t, tab, "the console after a reload, strangers holding the pool", `document.querySelector('#conn').dataset.state === 'live'`)
+		stop()
+		// A session the daemon does not know (it restarted, or the
+		// session expired) is refused at the handshake; the page then
+		// connects without it and says why.
+		stale := c.tab()
+		do(t, stale, "open the console", chromedp.Navigate(c.base))
+		eval[bool](t, stale, `(sessionStorage.setItem('thrum.web_session', 'AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA'), true)`)
+		do(t, stale, "reload with a stale session", chromedp.Reload())
+		waitFor(t, stale, "the stale session's refusal", `document.querySelector('#conn').dataset.state === 'signed-out' && document.querySelector('#signin-error').textContent.includes('web session')`)
 	})
 
 	if !ok {

@@ -65,9 +65,21 @@ function signedOut(message) {
 
 async function connect(code) {
   const url = `${location.protocol === 'https:' ? 'wss' : 'ws'}://${location.host}/ws`;
-  const rpc = new Rpc(url, { onNotify, onClose: () => reconnect() });
+  // A saved web session goes in the handshake: the connection is the
+  // owner's from the start, so strangers filling the daemon's small pool
+  // of connections that have not authenticated cannot keep the console
+  // out. If the daemon refuses it (expired, or the daemon restarted),
+  // connect without it and let auth say why.
+  const session = code ? '' : sessionStorage.getItem(SESSION_KEY) || '';
+  let rpc = new Rpc(url, { onNotify, onClose: () => reconnect(), credential: session });
   setConn('connecting', 'connecting');
-  await rpc.open();
+  try {
+    await rpc.open();
+  } catch (e) {
+    if (!session) throw e;
+    rpc = new Rpc(url, { onNotify, onClose: () => reconnect() });
+    await rpc.open();
+  }
   state.rpc = rpc;
   try {
     if (code) {

@@ -10,8 +10,13 @@ export class RpcError extends Error {
 }
 
 export class Rpc {
-  constructor(url, { onNotify, onClose } = {}) {
+  // credential, if given, is presented in the handshake (a browser cannot
+  // set an Authorization header: it offers the subprotocol
+  // "bearer.<credential>" beside "jsonrpc", which the daemon selects), so
+  // the connection is authenticated from the start.
+  constructor(url, { onNotify, onClose, credential } = {}) {
     this.url = url;
+    this.credential = credential || '';
     this.onNotify = onNotify || (() => {});
     this.onClose = onClose || (() => {});
     this.pending = new Map();
@@ -22,7 +27,9 @@ export class Rpc {
   // open resolves once the socket is open, and rejects if it fails first.
   open() {
     return new Promise((resolve, reject) => {
-      const ws = new WebSocket(this.url);
+      const ws = this.credential
+        ? new WebSocket(this.url, ['jsonrpc', 'bearer.' + this.credential])
+        : new WebSocket(this.url);
       this.ws = ws;
       let opened = false;
       ws.addEventListener('open', () => { opened = true; resolve(); });
