@@ -507,6 +507,9 @@ func (s *RPCServer) handshake(r *http.Request, cred string) (func(*jsonrpc.Conn)
 	if err != nil {
 		return nil, err
 	}
+	if _, ok := s.n.dirc.Agent(id); !ok { // as auth: the identity must still be registered
+		return nil, rpc.Errorf(rpc.CodeNotFound, "agent not found: %s is not registered", id)
+	}
 	return func(c *jsonrpc.Conn) { s.bindConn(c, id, true) }, nil
 }
 
