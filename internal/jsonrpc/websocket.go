@@ -45,7 +45,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if cred, ok := bearer(r); ok && s.opts.Authorize != nil {
 		var err error
 		if bind, err = s.opts.Authorize(r, cred); err != nil {
-			s.log.Info("rpc: websocket refused: credential not accepted", "remote", r.RemoteAddr, "err", err)
+			s.log.Debug("rpc: websocket refused: credential not accepted", "remote", r.RemoteAddr, "err", err)
 			w.Header().Set("WWW-Authenticate", "Bearer")
 			http.Error(w, "unauthorized: "+errorMessage(err), http.StatusUnauthorized)
 			return
