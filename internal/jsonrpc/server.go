@@ -126,8 +126,9 @@ type Server struct {
 	hmu      sync.RWMutex
 	handlers map[string]HandlerFunc
 
-	budget budget
-	cork   *corker
+	budget   budget
+	cork     *corker
+	refusals refusalLog // refused WebSocket handshakes
 
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
@@ -29,12 +30,12 @@ import (
 // to the server's budget, and must complete within LineTimeout.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !loopbackHost(r.Host) {
-		s.log.Warn("rpc: websocket refused: Host is not loopback", "host", r.Host, "remote", r.RemoteAddr)
+		s.refusals.log(s.log, "rpc: websocket refused: Host is not loopback", "host", r.Host, "remote", r.RemoteAddr)
 		http.Error(w, "forbidden: Host must be localhost, 127.0.0.1 or [::1]", http.StatusForbidden)
 		return
 	}
 	if origin := r.Header.Get("Origin"); origin != "" && !s.allowedOrigin(origin) {
-		s.log.Warn("rpc: websocket refused: Origin not allowed", "origin", origin, "remote", r.RemoteAddr)
+		s.refusals.log(s.log, "rpc: websocket refused: Origin not allowed", "origin", origin, "remote", r.RemoteAddr)
 		http.Error(w, "forbidden: Origin not allowed", http.StatusForbidden)
 		return
 	}
@@ -53,7 +54,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		class = classWS
 	}
 	if e := s.reserve(class); e != nil {
-		s.log.Warn("rpc: websocket refused", "remote", r.RemoteAddr, "reason", e.Message)
+		s.refusals.log(s.log, "rpc: websocket refused", "remote", r.RemoteAddr, "reason", e.Message)
 		http.Error(w, e.Message, http.StatusServiceUnavailable)
 		return
 	}
@@ -77,6 +78,25 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		c.authTimer = time.AfterFunc(s.opts.AuthTimeout, c.expireAuth)
 	}
 	c.serve()
+}
+
+// refusalLog logs refused handshakes at most once a second, each line
+// with the number refused since the one before: anyone on the machine,
+// and any web page its owner opens, can make the daemon refuse
+// handshakes as fast as it answers them, and must not fill its log.
+type refusalLog struct {
+	count atomic.Int64
+	last  atomic.Int64 // unix nanoseconds of the last line
+}
+
+func (l *refusalLog) log(lg *slog.Logger, msg string, args ...any) {
+	n := l.count.Add(1)
+	now, last := time.Now().UnixNano(), l.last.Load()
+	if now-last < int64(time.Second) || !l.last.CompareAndSwap(last, now) {
+		return
+	}
+	l.count.Add(-n)
+	lg.Warn(msg, append(args, "refused_since_last_line", n)...)
 }
 
 // Subprotocol is the WebSocket subprotocol the server selects when a

@@ -1,12 +1,15 @@
 package jsonrpc
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -360,4 +363,49 @@ func TestNotificationBurstInOrder(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Refused handshakes are logged at most once a second, each line with
+// the count since the one before: a page or a local user hammering the
+// port does not fill the log.
+func TestRefusedHandshakesLogSparingly(t *testing.T) {
+	var buf lockedBuffer
+	s, _ := testServer(t, &ServerOptions{Logger: slog.New(slog.NewTextHandler(&buf, nil))})
+	url := serveWS(t, s)
+	refuse := func(n int) {
+		for range n {
+			if ws, err := tryDialWS(url, &websocket.DialOptions{HTTPHeader: http.Header{"Origin": {"https://evil.example"}}}); err == nil {
+				ws.CloseNow()
+				t.Fatal("a foreign origin was upgraded")
+			}
+		}
+	}
+	refuse(50)
+	time.Sleep(1100 * time.Millisecond)
+	refuse(1)
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("%d log lines for 51 refusals, want 2:\n%s", len(lines), buf.String())
+	}
+	if !strings.Contains(lines[0], "refused_since_last_line=1") || !strings.Contains(lines[1], "refused_since_last_line=50") {
+		t.Fatalf("lines do not count the refusals since the one before:\n%s", buf.String())
+	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for a logger and a test at once.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
