@@ -119,6 +119,11 @@ func TestAttackAnonymousWebSocket(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var sessions rpc.ListSessionsResult
+	if err := u.Call(ctx, rpc.MethodSessionList, map[string]any{"agent_id": "alice", "active_only": true}, &sessions); err != nil || len(sessions.Sessions) == 0 {
+		t.Fatalf("alice's session: %+v %v", sessions, err)
+	}
+	aliceSession := sessions.Sessions[0].SessionID
 	w := a.ws(t)
 	if _, err := w.Health(ctx, &rpc.HealthParams{}); err != nil {
 		t.Fatalf("health: %v", err)
@@ -138,6 +143,8 @@ func TestAttackAnonymousWebSocket(t *testing.T) {
 		{rpc.MethodSessionList, map[string]any{}},
 		{rpc.MethodGroupList, map[string]any{}},
 		{rpc.MethodMessageSend, map[string]any{"content": "x", "acting_as": "alice"}},
+		{rpc.MethodSessionEnd, map[string]any{"session_id": aliceSession}},
+		{rpc.MethodAgentDelete, map[string]any{"name": "bob"}},
 	} {
 		var out json.RawMessage
 		err := w.Call(ctx, call.method, call.params, &out)
@@ -150,6 +157,13 @@ func TestAttackAnonymousWebSocket(t *testing.T) {
 	wantRPCCode(t, "a guessed owner secret", err, rpc.CodeUnauthenticated)
 	if n := a.messageCount(t); n != 1 {
 		t.Errorf("%d messages after the attack, want 1", n)
+	}
+	if err := u.Call(ctx, rpc.MethodSessionList, map[string]any{"agent_id": "alice", "active_only": true}, &sessions); err != nil || len(sessions.Sessions) == 0 || sessions.Sessions[0].SessionID != aliceSession {
+		t.Errorf("alice's session after the attack: %+v %v", sessions, err)
+	}
+	var agents rpc.ListAgentsResult
+	if err := u.Call(ctx, rpc.MethodAgentList, map[string]any{}, &agents); err != nil || len(agents.Agents) < 2 {
+		t.Errorf("agents after the attack: %+v %v", agents, err)
 	}
 }
 
