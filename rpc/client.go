@@ -73,7 +73,8 @@ func Dial(ctx context.Context, socketPath string, opts *ClientOptions) (*Client,
 
 // DialWebSocket connects to a daemon's WebSocket endpoint, such as
 // "ws://127.0.0.1:9999/ws". ctx bounds the handshake only. A WebSocket may
-// call nothing but health and auth until it authenticates with Auth.
+// call nothing but health and auth until it authenticates: with Auth, or
+// at once by giving its credential in opts.Credential.
 func DialWebSocket(ctx context.Context, url string, opts *ClientOptions) (*Client, error) {
 	c, err := jsonrpc.DialWebSocket(ctx, url, opts.engine())
 	if err != nil {
