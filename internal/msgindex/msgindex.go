@@ -34,10 +34,8 @@ var ErrBuilding = errors.New("msgindex: building")
 type Index struct {
 	mu       sync.RWMutex
 	ready    chan struct{} // closed once built
-	slow     chan struct{} // closed when Build starts reading the projection
+	slow     chan struct{} // closed once listings stop waiting: Build started (ErrBuilding until ready), built, or closed
 	slowOnce sync.Once
-	settled  chan struct{} // closed with ready or slow, whichever is first
-	settle   sync.Once
 	err      error // why the build failed, if it did
 
 	slots   []imsg           // by slot: append order
@@ -78,17 +76,13 @@ func (x *Index) Close() {
 	x.markSlow()
 }
 
-// markSlow lets listings stop waiting for the index: Build has started,
-// or the index is closed.
-func (x *Index) markSlow() {
-	x.slowOnce.Do(func() { close(x.slow) })
-	x.settle.Do(func() { close(x.settled) })
-}
+// markSlow lets listings stop waiting for the index.
+func (x *Index) markSlow() { x.slowOnce.Do(func() { close(x.slow) }) }
 
 // Settled is closed once listings no longer wait for the index: it is
 // loaded or built, or a Build has started (listings are then answered
 // elsewhere until it ends), or the index is closed.
-func (x *Index) Settled() <-chan struct{} { return x.settled }
+func (x *Index) Settled() <-chan struct{} { return x.slow }
 
 type imsg struct {
 	id      string
@@ -103,7 +97,7 @@ type imsg struct {
 
 // New returns an empty index; Build fills it.
 func New() *Index {
-	return &Index{ready: make(chan struct{}), slow: make(chan struct{}), settled: make(chan struct{}), byID: map[string]int32{}, strs: map[string]uint32{"": 0},
+	return &Index{ready: make(chan struct{}), slow: make(chan struct{}), byID: map[string]int32{}, strs: map[string]uint32{"": 0},
 		strList: []string{""}, reads: map[uint32][]uint64{}, pos: map[string]Position{}}
 }
 
@@ -247,7 +241,7 @@ func (x *Index) install(b *Index, err error) {
 	defer func() {
 		close(x.ready)
 		x.mu.Unlock()
-		x.settle.Do(func() { close(x.settled) })
+		x.markSlow()
 	}()
 	if err != nil {
 		x.err = err
