@@ -161,9 +161,6 @@ func (c *DaemonRunCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	n, err := thrum.Open(ctx, l.LogDir, opts)
 	if err != nil {
-		if tuneGC {
-			debug.SetGCPercent(daemonGCPercent)
-		}
 		if errors.Is(err, thrum.ErrLocked) {
 			return withCode(exitError, "%w", err)
 		}
@@ -285,15 +282,10 @@ func followLiveHeap(ctx context.Context) {
 	live := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
-	limit := int64(daemonMemoryLimit)
 	for {
 		metrics.Read(live)
 		if live[0].Value.Kind() == metrics.KindUint64 {
-			want := max(daemonMemoryLimit, 2*int64(live[0].Value.Uint64())+thrum.DefaultMaxPendingBytes)
-			if want > limit+limit/16 || want < limit-limit/16 { // ignore small moves
-				limit = want
-				debug.SetMemoryLimit(limit)
-			}
+			debug.SetMemoryLimit(max(daemonMemoryLimit, 2*int64(live[0].Value.Uint64())+thrum.DefaultMaxPendingBytes))
 		}
 		select {
 		case <-ctx.Done():
