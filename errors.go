@@ -66,18 +66,20 @@ func internal(op string, err error) error {
 	if store.IsClosed(err) {
 		return rpcUnavailable()
 	}
-	return &internalError{op: op, err: err}
+	return &causedError{text: fmt.Sprintf("%s: %v", op, err), err: err,
+		wire: &rpc.Error{Code: rpc.CodeInternal, Message: "internal error in " + op}}
 }
 
-type internalError struct {
-	op  string
-	err error
+// causedError has two faces, both in its chain: the *rpc.Error a remote
+// caller gets (errors.As), and its Go cause (errors.Is).
+type causedError struct {
+	text string     // what Error says, to a Go caller and the log
+	err  error      // the cause
+	wire *rpc.Error // what a remote caller gets
 }
 
-func (e *internalError) Error() string { return fmt.Sprintf("%s: %v", e.op, e.err) }
-func (e *internalError) Unwrap() []error {
-	return []error{e.err, &rpc.Error{Code: rpc.CodeInternal, Message: "internal error in " + e.op}}
-}
+func (e *causedError) Error() string   { return e.text }
+func (e *causedError) Unwrap() []error { return []error{e.err, e.wire} }
 
 // isNotFound reports a store lookup that found nothing.
 func isNotFound(err error) bool { return errors.Is(err, store.ErrNotFound) }

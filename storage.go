@@ -73,8 +73,8 @@ func (n *Node) applyFailure(err error) error {
 			"disk full: no space left on the device holding %s; committed writes are safe in the log and are applied when space is freed; until then writes are refused (retry with the same idempotency_key)",
 			n.opts.DBPath)
 	}
-	return &storageError{err: err, rpcErr: rpc.Errorf(rpc.CodeUnavailable,
-		"the projection cannot apply committed writes (%v); they are safe in the log and are retried; until then writes are refused (retry with the same idempotency_key)", err)}
+	return storageFailure(err, rpc.CodeUnavailable,
+		"the projection cannot apply committed writes (%v); they are safe in the log and are retried; until then writes are refused (retry with the same idempotency_key)")
 }
 
 // writeFailure records a failed log write and returns its error for the
@@ -96,23 +96,20 @@ func (n *Node) writeFailure(err error) error {
 		return rpc.Errorf(rpc.CodeStorageFull, "disk full: no space left on the device holding %s; nothing was written: free space and retry", where)
 	}
 	if errors.Is(err, eventlog.ErrBroken) {
-		return &storageError{err: err, rpcErr: rpc.Errorf(rpc.CodeUnavailable,
-			"the event log could not undo a failed write and refuses writes until thrum is restarted (%v)", err)}
+		return storageFailure(err, rpc.CodeUnavailable,
+			"the event log could not undo a failed write and refuses writes until thrum is restarted (%v)")
 	}
-	return &storageError{err: err, rpcErr: rpc.Errorf(rpc.CodeInternal,
-		"storage error: the event log could not be written (%v); nothing was written: retry", err)}
+	return storageFailure(err, rpc.CodeInternal,
+		"storage error: the event log could not be written (%v); nothing was written: retry")
 }
 
-// storageError is a failure of the node's own storage: its message (the
-// rpc.Error a remote caller gets) carries the cause, as the owner needs
-// it to act, and errors.Is and errors.As still find the cause itself.
-type storageError struct {
-	err    error
-	rpcErr *rpc.Error
+// storageFailure is a failure of the node's own storage: unlike an
+// internal error, its message (format, with the cause for %v) reaches a
+// remote caller with the cause, as the owner needs it to act.
+func storageFailure(err error, code int, format string) error {
+	wire := rpc.Errorf(code, format, err)
+	return &causedError{text: wire.Message, err: err, wire: wire}
 }
-
-func (e *storageError) Error() string   { return e.rpcErr.Message }
-func (e *storageError) Unwrap() []error { return []error{e.err, e.rpcErr} }
 
 // probeWrite checks, after a failed log write, whether the log's directory
 // takes writes again (a small file written, fsynced and removed), and if so
