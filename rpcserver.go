@@ -16,6 +16,7 @@ import (
 	"github.com/thrumhq/thrum/identity"
 	"github.com/thrumhq/thrum/internal/jsonrpc"
 	"github.com/thrumhq/thrum/rpc"
+	"github.com/thrumhq/thrum/store"
 )
 
 // RPCServer serves a node's API as JSON-RPC 2.0: newline-delimited JSON
@@ -469,9 +470,9 @@ func (s *RPCServer) auth(ctx context.Context, p *rpc.AuthParams) (*rpc.AuthResul
 	}
 	res := &rpc.AuthResult{AgentID: id, Owner: owner, WebSession: web.WebSession, WebSessionExpiresAt: web.WebSessionExpiresAt}
 	if id != "" {
-		a, ok := s.n.dirc.Agent(id)
-		if !ok {
-			return nil, rpc.Errorf(rpc.CodeNotFound, "agent not found: %s is not registered", id)
+		a, err := s.registered(id)
+		if err != nil {
+			return nil, err
 		}
 		res.Kind = a.Kind
 	}
@@ -480,12 +481,28 @@ func (s *RPCServer) auth(ctx context.Context, p *rpc.AuthParams) (*rpc.AuthResul
 			return nil, err
 		}
 	}
+	s.bindAs(c, id, byToken, owner) // a token binds the connection to that identity alone
+	return res, nil
+}
+
+// registered returns the registered agent or user id.
+func (s *RPCServer) registered(id string) (store.Agent, error) {
+	a, ok := s.n.dirc.Agent(id)
+	if !ok {
+		return a, rpc.Errorf(rpc.CodeNotFound, "agent not found: %s is not registered", id)
+	}
+	return a, nil
+}
+
+// bindAs binds c to identity id (proved by a token or not) and sets
+// whether it has the owner's standing, as auth or a credential in the
+// handshake does.
+func (s *RPCServer) bindAs(c *jsonrpc.Conn, id string, byToken, owner bool) {
 	s.bindConn(c, id, byToken)
 	st := stateOf(c)
 	st.mu.Lock()
-	st.owner = owner // a token binds the connection to that identity alone
+	st.owner = owner
 	st.mu.Unlock()
-	return res, nil
 }
 
 // handshake authorizes a WebSocket by the credential its handshake
@@ -496,21 +513,16 @@ func (s *RPCServer) auth(ctx context.Context, p *rpc.AuthParams) (*rpc.AuthResul
 // connections waiting to authenticate cannot keep it out.
 func (s *RPCServer) handshake(r *http.Request, cred string) (func(*jsonrpc.Conn), error) {
 	if s.ownerSecret(cred) || s.webSession(cred) {
-		return func(c *jsonrpc.Conn) {
-			st := stateOf(c)
-			st.mu.Lock()
-			st.owner = true
-			st.mu.Unlock()
-		}, nil
+		return func(c *jsonrpc.Conn) { s.bindAs(c, "", false, true) }, nil
 	}
 	id, err := s.n.Authenticate(r.Context(), cred)
 	if err != nil {
 		return nil, err
 	}
-	if _, ok := s.n.dirc.Agent(id); !ok { // as auth: the identity must still be registered
-		return nil, rpc.Errorf(rpc.CodeNotFound, "agent not found: %s is not registered", id)
+	if _, err := s.registered(id); err != nil {
+		return nil, err
 	}
-	return func(c *jsonrpc.Conn) { s.bindConn(c, id, true) }, nil
+	return func(c *jsonrpc.Conn) { s.bindAs(c, id, true, false) }, nil
 }
 
 // webSession reports whether cred is a live web session.
