@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -339,7 +338,7 @@ func TestAttackCodes(t *testing.T) {
 		}
 	}
 	// The same frames on a WebSocket, as a token holder sends them.
-	nc, code := rawHandshake(t, a.wsURL)
+	nc, code := thrumtest.RawHandshake(a.wsURL)
 	if code != http.StatusSwitchingProtocols {
 		t.Fatalf("handshake: HTTP %d", code)
 	}
@@ -410,7 +409,7 @@ func TestAttackIdleConnections(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			nc, code := rawHandshake(t, a.wsURL)
+			nc, code := thrumtest.RawHandshake(a.wsURL)
 			mu.Lock()
 			defer mu.Unlock()
 			if code == http.StatusSwitchingProtocols {
@@ -517,7 +516,7 @@ func TestAttackAllAtOnce(t *testing.T) {
 		wg.Add(4)
 		go func() { // an idle WebSocket that never authenticates
 			defer wg.Done()
-			if nc, code := rawHandshake(t, a.wsURL); code == http.StatusSwitchingProtocols {
+			if nc, code := thrumtest.RawHandshake(a.wsURL); code == http.StatusSwitchingProtocols {
 				hold(nc)
 			}
 		}()
@@ -546,7 +545,7 @@ func TestAttackAllAtOnce(t *testing.T) {
 		}()
 		go func() { // 1 MB frame on an unauthenticated WebSocket
 			defer wg.Done()
-			nc, code := rawHandshake(t, a.wsURL)
+			nc, code := thrumtest.RawHandshake(a.wsURL)
 			if code != http.StatusSwitchingProtocols {
 				return
 			}
@@ -598,38 +597,6 @@ func vmHWM(t *testing.T, pid int) int64 {
 	}
 	t.Fatal("no VmHWM in /proc status")
 	return 0
-}
-
-// rawHandshake opens a TCP connection to the loopback port and upgrades
-// it, as a web page's WebSocket would (no Origin: a local process). It
-// returns the connection (nil unless upgraded) and the HTTP status.
-func rawHandshake(t *testing.T, wsURL string) (net.Conn, int) {
-	host := strings.TrimSuffix(strings.TrimPrefix(wsURL, "ws://"), "/ws")
-	nc, err := net.DialTimeout("tcp", host, 10*time.Second)
-	if err != nil {
-		return nil, 0
-	}
-	nc.SetDeadline(time.Now().Add(10 * time.Second))
-	req, _ := http.NewRequest(http.MethodGet, "http://"+host+"/ws", nil)
-	req.Header.Set("Upgrade", "websocket")
-	req.Header.Set("Connection", "Upgrade")
-	req.Header.Set("Sec-WebSocket-Version", "13")
-	req.Header.Set("Sec-WebSocket-Key", base64.StdEncoding.EncodeToString([]byte("0123456789abcdef")))
-	if err := req.Write(nc); err != nil {
-		nc.Close()
-		return nil, 0
-	}
-	resp, err := http.ReadResponse(bufio.NewReader(nc), req)
-	if err != nil {
-		nc.Close()
-		return nil, 0
-	}
-	nc.SetDeadline(time.Time{})
-	if resp.StatusCode != http.StatusSwitchingProtocols {
-		nc.Close()
-		return nil, resp.StatusCode
-	}
-	return nc, resp.StatusCode
 }
 
 // writeMaskedFrame writes one final text frame with a zero mask.

@@ -1,13 +1,11 @@
 package webui_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -97,7 +95,7 @@ func (c *console) loginURL() string {
 // The returned function stops them.
 func (c *console) holdUnauthPool(t *testing.T) (stop func()) {
 	t.Helper()
-	host := strings.TrimSuffix(strings.TrimPrefix(c.base, "http://"), "/")
+	wsURL := "ws://" + strings.TrimSuffix(strings.TrimPrefix(c.base, "http://"), "/") + "/ws"
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	var held atomic.Int32
@@ -111,22 +109,15 @@ func (c *console) holdUnauthPool(t *testing.T) (stop func()) {
 					return
 				default:
 				}
-				nc, err := net.DialTimeout("tcp", host, time.Second)
-				if err != nil {
+				nc, _ := thrumtest.RawHandshake(wsURL)
+				if nc == nil {
 					time.Sleep(5 * time.Millisecond)
 					continue
 				}
-				fmt.Fprintf(nc, "GET /ws HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: MDEyMzQ1Njc4OWFiY2RlZg==\r\n\r\n", host)
-				br := bufio.NewReader(nc)
-				status, _ := br.ReadString('\n')
-				if strings.Contains(status, " 101 ") {
-					held.Add(1)
-					go func() { <-done; nc.Close() }()
-					io.Copy(io.Discard, br) // until the daemon closes it
-					held.Add(-1)
-				} else {
-					time.Sleep(5 * time.Millisecond)
-				}
+				held.Add(1)
+				go func() { <-done; nc.Close() }()
+				io.Copy(io.Discard, nc) // until the daemon closes it
+				held.Add(-1)
 				nc.Close()
 			}
 		}()
