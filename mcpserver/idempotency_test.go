@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/thrumhq/thrum/internal/thrumtest"
@@ -16,11 +17,23 @@ import (
 // dropAfterSend is a client connection that lets the first message.send
 // request through and then closes: the daemon runs the send, but its
 // reply never comes back — the case a retry must not turn into two sends.
+// Once that request is written, nothing more is read from the connection,
+// so a reply that races the close is lost too rather than delivered.
 type dropAfterSend struct {
 	net.Conn
+	cut   atomic.Bool // this connection carried the dropped send
 	once  *sync.Once
 	mu    *sync.Mutex
 	sends *[]string // the idempotency keys of the message.send requests written
+}
+
+func (c *dropAfterSend) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if c.cut.Load() {
+		c.Conn.Close()
+		return 0, net.ErrClosed
+	}
+	return n, err
 }
 
 func (c *dropAfterSend) Write(p []byte) (int, error) {
@@ -36,10 +49,9 @@ func (c *dropAfterSend) Write(p []byte) (int, error) {
 	c.mu.Lock()
 	*c.sends = append(*c.sends, req.Params.Key)
 	c.mu.Unlock()
+	c.once.Do(func() { c.cut.Store(true) })
 	n, err := c.Conn.Write(p)
-	drop := false
-	c.once.Do(func() { drop = true })
-	if drop {
+	if c.cut.Load() {
 		c.Conn.Close()
 	}
 	return n, err
