@@ -18,10 +18,11 @@ import (
 	"github.com/thrumhq/thrum/rpc"
 )
 
-// armedUntil polls until a wait of srv has its standing claim armed.
+// armedUntil polls until a wait of srv has its standing claim armed in
+// the daemon, so that the next send fills it.
 func armedUntil(t *testing.T, srv *mcpserver.Server) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !mcpserver.Armed(srv); time.Sleep(time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); !mcpserver.ArmedInDaemon(srv); time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the wait never armed its standing claim")
 		}

@@ -43,11 +43,20 @@ func Held(s *Server) int {
 	return len(s.held)
 }
 
-// Armed reports whether a wait has a standing claim armed in the daemon.
+// Armed reports whether a wait has a standing claim armed: asked for, and
+// not yet fired or cancelled.
 func Armed(s *Server) bool {
 	s.armMu.Lock()
 	defer s.armMu.Unlock()
 	return s.armedOn != nil
+}
+
+// ArmedInDaemon reports whether a wait has a standing claim armed that the
+// daemon has answered: a send from then on fills it.
+func ArmedInDaemon(s *Server) bool {
+	s.armMu.Lock()
+	defer s.armMu.Unlock()
+	return s.armedOn != nil && s.armAnswered
 }
 
 // Claimed reports how many messages a standing claim took that wait for
