@@ -3,6 +3,7 @@ package thrum
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
@@ -222,10 +223,11 @@ const (
 // connState is the identity bound to one connection.
 type connState struct {
 	mu        sync.Mutex
-	agentID   string // bound identity, "" if none
-	token     bool   // bound by a token
-	owner     bool   // a WebSocket that presented the owner's secret
-	sessionID string // pinned by session.start on this connection
+	agentID   string     // bound identity, "" if none
+	token     bool       // bound by a token
+	owner     bool       // a WebSocket that presented the owner's secret
+	exchanged *exchanged // the login code its handshake traded, until auth takes it
+	sessionID string     // pinned by session.start on this connection
 	listener  *Subscription
 }
 
@@ -442,7 +444,7 @@ func (s *RPCServer) auth(ctx context.Context, p *rpc.AuthParams) (*rpc.AuthResul
 	switch {
 	case p.LoginCode != "" || p.WebSession != "":
 		var err error
-		if web.WebSession, web.WebSessionExpiresAt, err = s.webAuth(p); err != nil {
+		if web.WebSession, web.WebSessionExpiresAt, err = s.webAuth(c, p); err != nil {
 			return nil, err
 		}
 		owner = true
@@ -508,12 +510,24 @@ func (s *RPCServer) bindAs(c *jsonrpc.Conn, id string, byToken, owner bool) {
 // handshake authorizes a WebSocket by the credential its handshake
 // carries (an Authorization: Bearer header; rpc.ClientOptions.Credential):
 // an agent's or user's token binds it to that identity, the owner's
-// secret or a web session makes it the owner's, as auth does. It then
-// starts authenticated, so strangers who fill the small pool of
-// connections waiting to authenticate cannot keep it out.
+// secret or a web session makes it the owner's, as auth does, and so does
+// a login code, traded here for a web session that the connection's auth
+// with the code returns. It then starts authenticated, so strangers who
+// fill the small pool of connections waiting to authenticate cannot keep
+// it out, not even from its first sign-in.
 func (s *RPCServer) handshake(r *http.Request, cred string) (func(*jsonrpc.Conn), error) {
 	if s.ownerSecret(cred) || s.webSession(cred) {
 		return func(c *jsonrpc.Conn) { s.bindAs(c, "", false, true) }, nil
+	}
+	if session, expires, ok := s.exchangeCode(cred); ok {
+		x := &exchanged{code: sha256.Sum256([]byte(cred)), session: session, expires: expires}
+		return func(c *jsonrpc.Conn) {
+			s.bindAs(c, "", false, true)
+			st := stateOf(c)
+			st.mu.Lock()
+			st.exchanged = x
+			st.mu.Unlock()
+		}, nil
 	}
 	id, err := s.n.Authenticate(r.Context(), cred)
 	if err != nil {
@@ -523,12 +537,6 @@ func (s *RPCServer) handshake(r *http.Request, cred string) (func(*jsonrpc.Conn)
 		return nil, err
 	}
 	return func(c *jsonrpc.Conn) { s.bindAs(c, id, true, false) }, nil
-}
-
-// webSession reports whether cred is a live web session.
-func (s *RPCServer) webSession(cred string) bool {
-	_, _, err := s.webAuth(&rpc.AuthParams{WebSession: cred})
-	return err == nil
 }
 
 // ownerSecret reports whether secret is the owner's, in constant time.

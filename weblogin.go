@@ -88,30 +88,70 @@ func (s *RPCServer) webLogin(ctx context.Context, _ *rpc.WebLoginParams) (*rpc.W
 
 // webAuth checks a login code (consuming it, and returning the new web
 // session and its expiry) or a web session (returning neither). Either
-// makes the connection the owner's.
-func (s *RPCServer) webAuth(p *rpc.AuthParams) (session, expires string, err error) {
+// makes the connection the owner's. A code that c's handshake already
+// exchanged returns the session it was exchanged for, once.
+func (s *RPCServer) webAuth(c *jsonrpc.Conn, p *rpc.AuthParams) (session, expires string, err error) {
 	if p.Token != "" || p.OwnerSecret != "" || (p.LoginCode != "" && p.WebSession != "") {
 		return "", "", invalid("give one credential: a token, the owner's secret, a login code or a web session")
 	}
-	now := s.n.now()
-	s.web.mu.Lock()
-	defer s.web.mu.Unlock()
 	if p.WebSession != "" {
-		h := sha256.Sum256([]byte(p.WebSession))
-		exp, ok := s.web.sessions[h]
-		if !ok || !now.Before(exp) {
-			delete(s.web.sessions, h)
+		if !s.webSession(p.WebSession) {
 			return "", "", rpc.Errorf(rpc.CodeUnauthenticated, "web session expired or unknown: sign in again with a new login code")
 		}
 		return "", "", nil
 	}
-	h := sha256.Sum256([]byte(p.LoginCode))
+	if c != nil {
+		st := stateOf(c)
+		st.mu.Lock()
+		x := st.exchanged
+		if x != nil && x.code == sha256.Sum256([]byte(p.LoginCode)) {
+			st.exchanged = nil
+			st.mu.Unlock()
+			return x.session, x.expires, nil
+		}
+		st.mu.Unlock()
+	}
+	session, expires, ok := s.exchangeCode(p.LoginCode)
+	if !ok {
+		return "", "", rpc.Errorf(rpc.CodeUnauthenticated, "login code expired, already used or unknown: ask for a new one")
+	}
+	return session, expires, nil
+}
+
+// webSession reports whether cred is a live web session.
+func (s *RPCServer) webSession(cred string) bool {
+	now := s.n.now()
+	h := sha256.Sum256([]byte(cred))
+	s.web.mu.Lock()
+	defer s.web.mu.Unlock()
+	exp, ok := s.web.sessions[h]
+	if ok && !now.Before(exp) {
+		delete(s.web.sessions, h)
+	}
+	return ok && now.Before(exp)
+}
+
+// exchangeCode consumes code, used or not, late or not, and if it was a
+// live login code returns a new web session and its expiry.
+func (s *RPCServer) exchangeCode(code string) (session, expires string, ok bool) {
+	now := s.n.now()
+	h := sha256.Sum256([]byte(code))
+	s.web.mu.Lock()
+	defer s.web.mu.Unlock()
 	exp, ok := s.web.codes[h]
 	delete(s.web.codes, h) // one use, even a late one
 	if !ok || !now.Before(exp) {
-		return "", "", rpc.Errorf(rpc.CodeUnauthenticated, "login code expired, already used or unknown: ask for a new one")
+		return "", "", false
 	}
 	session, sexp := newCredential(), now.Add(WebSessionTTL)
 	put(s.web.sessions, session, sexp, now, maxWebSessions)
-	return session, ts(sexp), nil
+	return session, ts(sexp), true
+}
+
+// exchanged is a login code a WebSocket's handshake traded for a web
+// session: the connection's first auth with that code returns it, since
+// a browser cannot read what the handshake's response carries.
+type exchanged struct {
+	code             [32]byte // its hash
+	session, expires string
 }

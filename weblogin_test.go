@@ -103,14 +103,54 @@ func TestWebLoginOnceThenSession(t *testing.T) {
 		t.Fatalf("auth with the web session: %+v, %v", r, err)
 	}
 
+	// A code can ride in the handshake instead (a browser's first sign-in
+	// while strangers fill the pool of connections yet to authenticate):
+	// the connection is the owner's from the start, and its auth with the
+	// code returns the web session the handshake traded it for, once.
+	hs, err := sock.WebLogin(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := d.DialWebSocket(ctx, &rpc.ClientOptions{Credential: hs.Code})
+	if err != nil {
+		t.Fatalf("handshake with a login code: %v", err)
+	}
+	defer first.Close()
+	if _, err := first.ListAgents(ctx, nil); err != nil {
+		t.Fatalf("agent.list on a connection whose handshake carried the code: %v", err)
+	}
+	if _, err := d.DialWebSocket(ctx, &rpc.ClientOptions{Credential: hs.Code}); err == nil {
+		t.Fatal("a second handshake with the same code was let in")
+	}
+	if _, err := ws().Auth(ctx, &rpc.AuthParams{LoginCode: hs.Code}); codeOf(err) != rpc.CodeUnauthenticated {
+		t.Fatalf("auth elsewhere with the code a handshake used: %v, want -32002", err)
+	}
+	traded, err := first.Auth(ctx, &rpc.AuthParams{LoginCode: hs.Code})
+	if err != nil || !traded.Owner || traded.WebSession == "" || traded.WebSession == res.WebSession {
+		t.Fatalf("auth with the handshake's code: %+v, %v; want the owner, with a new web session", traded, err)
+	}
+	if _, err := first.Auth(ctx, &rpc.AuthParams{LoginCode: hs.Code}); codeOf(err) != rpc.CodeUnauthenticated {
+		t.Fatalf("second auth with the handshake's code: %v, want -32002", err)
+	}
+	if r, err := ws().Auth(ctx, &rpc.AuthParams{WebSession: traded.WebSession}); err != nil || !r.Owner {
+		t.Fatalf("auth with the session the handshake traded: %+v, %v", r, err)
+	}
+
 	// A code not used within WebLoginTTL is dead.
 	late, err := sock.WebLogin(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lateHS, err := sock.WebLogin(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	clk.add(thrum.WebLoginTTL)
 	if _, err := ws().Auth(ctx, &rpc.AuthParams{LoginCode: late.Code}); codeOf(err) != rpc.CodeUnauthenticated {
 		t.Fatalf("expired code: %v, want -32002", err)
+	}
+	if _, err := d.DialWebSocket(ctx, &rpc.ClientOptions{Credential: lateHS.Code}); err == nil {
+		t.Fatal("a handshake with an expired code was let in")
 	}
 	if _, err := ws().Auth(ctx, &rpc.AuthParams{LoginCode: "not-a-code"}); codeOf(err) != rpc.CodeUnauthenticated {
 		t.Fatalf("made-up code: %v, want -32002", err)

@@ -247,25 +247,27 @@ func TestConsoleInBrowser(t *testing.T) {
 	tab := c.tab()
 	url := c.loginURL()
 	ok = ok && t.Run("login through the printed URL", func(t *testing.T) {
+		// Strangers hold every slot for connections that have not
+		// authenticated, from before the first sign-in to after a reload:
+		// the page presents its login code, then its web session, in the
+		// handshake.
+		stop := c.holdUnauthPool(t)
 		do(t, tab, "open the login URL", chromedp.Navigate(url))
-		waitFor(t, tab, "the live console", `document.querySelector('#conn').dataset.state === 'live' && !document.querySelector('#app').hidden`)
+		waitFor(t, tab, "the live console, strangers holding the pool", `document.querySelector('#conn').dataset.state === 'live' && !document.querySelector('#app').hidden`)
 		if href := eval[string](t, tab, `location.href`); strings.Contains(href, "login=") {
 			t.Fatalf("the used code stays in the address bar: %s", href)
 		}
 		if me := eval[string](t, tab, `document.querySelector('#me').textContent`); !strings.Contains(me, "user:test-user") {
 			t.Fatalf("signed in as %q, want user:test-user (git's user.name)", me)
 		}
-		// The code worked once: another tab with the same URL is refused.
-		other := c.tab()
-		do(t, other, "reuse the login URL", chromedp.Navigate(url))
-		waitFor(t, other, "the refusal of a used code", `document.querySelector('#conn').dataset.state === 'signed-out'`)
-		// A reload signs in again with the tab's web session, even while
-		// strangers hold every slot for connections that have not
-		// authenticated: the page presents its session in the handshake.
-		stop := c.holdUnauthPool(t)
 		do(t, tab, "reload", chromedp.Reload())
 		waitFor(t, tab, "the console after a reload, strangers holding the pool", `document.querySelector('#conn').dataset.state === 'live'`)
 		stop()
+		// The code worked once: another tab with the same URL is refused,
+		// and says why.
+		other := c.tab()
+		do(t, other, "reuse the login URL", chromedp.Navigate(url))
+		waitFor(t, other, "the refusal of a used code", `document.querySelector('#conn').dataset.state === 'signed-out' && document.querySelector('#signin-error').textContent.includes('login code')`)
 		// A session the daemon does not know (it restarted, or the
 		// session expired) is refused at the handshake; the page then
 		// connects without it and says why.

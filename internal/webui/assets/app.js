@@ -65,18 +65,20 @@ function signedOut(message) {
 
 async function connect(code) {
   const url = `${location.protocol === 'https:' ? 'wss' : 'ws'}://${location.host}/ws`;
-  // A saved web session goes in the handshake: the connection is the
-  // owner's from the start, so strangers filling the daemon's small pool
-  // of connections that have not authenticated cannot keep the console
-  // out. If the daemon refuses it (expired, or the daemon restarted),
-  // connect without it and let auth say why.
-  const session = code ? '' : sessionStorage.getItem(SESSION_KEY) || '';
-  let rpc = new Rpc(url, { onNotify, onClose: () => reconnect(), credential: session });
+  // The login code, or else the saved web session, goes in the
+  // handshake: the connection is the owner's from the start, so strangers
+  // filling the daemon's small pool of connections that have not
+  // authenticated cannot keep the console out. If the daemon refuses it
+  // (a used or expired code or session, or a restarted daemon), connect
+  // without it and let auth say why. auth with the code then returns the
+  // web session the handshake traded it for.
+  const credential = code || sessionStorage.getItem(SESSION_KEY) || '';
+  let rpc = new Rpc(url, { onNotify, onClose: () => reconnect(), credential });
   setConn('connecting', 'connecting');
   try {
     await rpc.open();
   } catch (e) {
-    if (!session) throw e;
+    if (!credential) throw e;
     rpc = new Rpc(url, { onNotify, onClose: () => reconnect() });
     await rpc.open();
   }
