@@ -530,6 +530,10 @@ func (s *RPCServer) handshake(r *http.Request, cred string) (func(*jsonrpc.Conn)
 		}, nil
 	}
 	id, err := s.n.Authenticate(r.Context(), cred)
+	if rpc.Reason(err) == rpc.ReasonInvalidToken {
+		// Not only no token: none of the four it could have been.
+		return nil, rpc.Errorf(rpc.CodeUnauthenticated, "credential not accepted: it is no agent's or user's token, nor the owner's secret, nor a live web session or login code (a login code works once)")
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -107,6 +107,9 @@ func (s *RPCServer) webAuth(c *jsonrpc.Conn, p *rpc.AuthParams) (session, expire
 		if x != nil && x.code == sha256.Sum256([]byte(p.LoginCode)) {
 			st.exchanged = nil
 			st.mu.Unlock()
+			if !s.webSession(x.session) { // expired, or pushed out, since
+				return "", "", rpc.Errorf(rpc.CodeUnauthenticated, "the web session this connection's login code was traded for has expired: sign in again with a new login code")
+			}
 			return x.session, x.expires, nil
 		}
 		st.mu.Unlock()

@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/thrumhq/thrum"
+	"github.com/thrumhq/thrum/eventlog"
 	"github.com/thrumhq/thrum/internal/thrumtest"
 	"github.com/thrumhq/thrum/rpc"
 )
@@ -111,23 +113,31 @@ func TestWebLoginOnceThenSession(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	tradedExpiry := eventlog.FormatTime(clk.now().Add(thrum.WebSessionTTL))
 	first, err := d.DialWebSocket(ctx, &rpc.ClientOptions{Credential: hs.Code})
 	if err != nil {
 		t.Fatalf("handshake with a login code: %v", err)
 	}
 	defer first.Close()
+	clk.add(time.Second) // a session made by auth now would expire later
 	if _, err := first.ListAgents(ctx, nil); err != nil {
 		t.Fatalf("agent.list on a connection whose handshake carried the code: %v", err)
 	}
-	if _, err := d.DialWebSocket(ctx, &rpc.ClientOptions{Credential: hs.Code}); err == nil {
-		t.Fatal("a second handshake with the same code was let in")
+	if _, err := d.DialWebSocket(ctx, &rpc.ClientOptions{Credential: hs.Code}); err == nil || !strings.Contains(err.Error(), "login code works once") {
+		t.Fatalf("a second handshake with the same code: %v, want it refused as a spent code", err)
 	}
 	if _, err := ws().Auth(ctx, &rpc.AuthParams{LoginCode: hs.Code}); codeOf(err) != rpc.CodeUnauthenticated {
 		t.Fatalf("auth elsewhere with the code a handshake used: %v, want -32002", err)
 	}
+	if _, err := first.Auth(ctx, &rpc.AuthParams{LoginCode: "not-a-code"}); codeOf(err) != rpc.CodeUnauthenticated {
+		t.Fatalf("auth with another code on the connection whose handshake traded one: %v, want -32002", err)
+	}
 	traded, err := first.Auth(ctx, &rpc.AuthParams{LoginCode: hs.Code})
 	if err != nil || !traded.Owner || traded.WebSession == "" || traded.WebSession == res.WebSession {
 		t.Fatalf("auth with the handshake's code: %+v, %v; want the owner, with a new web session", traded, err)
+	}
+	if traded.WebSessionExpiresAt != tradedExpiry {
+		t.Fatalf("the session returned expires at %s, want %s: the one the handshake made, not a second", traded.WebSessionExpiresAt, tradedExpiry)
 	}
 	if _, err := first.Auth(ctx, &rpc.AuthParams{LoginCode: hs.Code}); codeOf(err) != rpc.CodeUnauthenticated {
 		t.Fatalf("second auth with the handshake's code: %v, want -32002", err)
@@ -170,6 +180,44 @@ func TestWebLoginOnceThenSession(t *testing.T) {
 	defer pc.Close()
 	if _, err := pc.WebLogin(ctx, nil); codeOf(err) != rpc.CodeUnavailable {
 		t.Fatalf("web.login without an owner's secret: %v, want -32007", err)
+	}
+}
+
+// TestWebLoginCodeKeptWhenNoSlot: a handshake refused for want of a
+// slot does not spend the login code it carried.
+func TestWebLoginCodeKeptWhenNoSlot(t *testing.T) {
+	ctx := context.Background()
+	n := thrumtest.OpenNode(t, nil)
+	d := thrumtest.Serve(t, n, &thrum.RPCOptions{MaxConns: 1})
+	sock, err := d.Dial(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sock.Close()
+	login, err := sock.WebLogin(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner, err := d.DialWebSocket(ctx, &rpc.ClientOptions{Credential: d.Secret}) // the one authenticated slot
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.DialWebSocket(ctx, &rpc.ClientOptions{Credential: login.Code}); err == nil || !strings.Contains(err.Error(), "503") {
+		t.Fatalf("handshake with a code and no slot: %v, want HTTP 503", err)
+	}
+	owner.Close()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		page, err := d.DialWebSocket(ctx, &rpc.ClientOptions{Credential: login.Code})
+		if err == nil {
+			defer page.Close()
+			if r, err := page.Auth(ctx, &rpc.AuthParams{LoginCode: login.Code}); err != nil || !r.Owner || r.WebSession == "" {
+				t.Fatalf("auth after the handshake: %+v, %v", r, err)
+			}
+			return
+		}
+		if strings.Contains(err.Error(), "401") || time.Now().After(deadline) {
+			t.Fatalf("handshake with the code once a slot is free: %v, want it let in (the refusal must not spend it)", err)
+		}
 	}
 }
 

@@ -40,23 +40,31 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// A credential in the handshake puts the connection in the
-	// authenticated pool from the start.
+	// authenticated pool from the start. Its slot is taken before the
+	// credential is checked, so that a credential the check spends (a
+	// one-time login code) is never spent on a connection then refused
+	// for want of a slot.
 	class := classUnauth
-	var bind func(*Conn)
-	if cred, ok := bearer(r); ok && s.opts.Authorize != nil {
-		var err error
-		if bind, err = s.opts.Authorize(r, cred); err != nil {
-			s.log.Debug("rpc: websocket refused: credential not accepted", "remote", r.RemoteAddr, "err", err)
-			w.Header().Set("WWW-Authenticate", "Bearer")
-			http.Error(w, "unauthorized: "+errorMessage(err), http.StatusUnauthorized)
-			return
-		}
+	cred, withCred := bearer(r)
+	withCred = withCred && s.opts.Authorize != nil
+	if withCred {
 		class = classWS
 	}
 	if e := s.reserve(class); e != nil {
 		s.refusals.log(s.log, "rpc: websocket refused", "remote", r.RemoteAddr, "reason", e.Message)
 		http.Error(w, e.Message, http.StatusServiceUnavailable)
 		return
+	}
+	var bind func(*Conn)
+	if withCred {
+		var err error
+		if bind, err = s.opts.Authorize(r, cred); err != nil {
+			s.release(class)
+			s.log.Debug("rpc: websocket refused: credential not accepted", "remote", r.RemoteAddr, "err", err)
+			w.Header().Set("WWW-Authenticate", "Bearer")
+			http.Error(w, "unauthorized: "+errorMessage(err), http.StatusUnauthorized)
+			return
+		}
 	}
 	// The origin check is done above, with rules coder/websocket does not
 	// know (loopback origins on any port), hence InsecureSkipVerify.
@@ -358,7 +366,7 @@ func dialWebSocket(ctx context.Context, u string, maxMsg int, credential string)
 	ws, resp, err := websocket.Dial(ctx, u, opts)
 	if err != nil {
 		if resp != nil && resp.StatusCode != http.StatusSwitchingProtocols {
-			return nil, &httpStatusError{status: resp.Status, err: err}
+			return nil, &httpStatusError{status: resp.Status, reason: refusalReason(resp.Body), err: err}
 		}
 		return nil, err
 	}
@@ -369,10 +377,36 @@ func dialWebSocket(ctx context.Context, u string, maxMsg int, credential string)
 // httpStatusError is a refused WebSocket handshake.
 type httpStatusError struct {
 	status string
+	reason string // the first line of the response's body, if any
 	err    error
 }
 
-func (e *httpStatusError) Error() string { return "handshake refused: " + e.status }
+func (e *httpStatusError) Error() string {
+	if e.reason == "" {
+		return "handshake refused: " + e.status
+	}
+	return "handshake refused: " + e.status + ": " + e.reason
+}
+
+// refusalReason returns the first line of a refused handshake's body (the
+// library keeps its first KiB): at most 300 bytes of valid UTF-8, without
+// control characters.
+func refusalReason(body io.Reader) string {
+	if body == nil {
+		return ""
+	}
+	b, _ := io.ReadAll(io.LimitReader(body, 1024))
+	line, _, _ := strings.Cut(strings.TrimSpace(string(b)), "\n")
+	if len(line) > 300 {
+		line = line[:300]
+	}
+	return strings.Map(func(r rune) rune {
+		if r < ' ' || r == 0x7f {
+			return -1 // no terminal control from a server's body
+		}
+		return r
+	}, strings.ToValidUTF8(strings.TrimSpace(line), ""))
+}
 func (e *httpStatusError) Unwrap() error { return e.err }
 
 // read returns the next message, in a buffer it reuses: the slice is

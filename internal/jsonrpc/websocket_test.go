@@ -421,3 +421,24 @@ func (l *lockedBuffer) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
+
+// TestRefusalReason: a refused handshake's error carries the first line
+// of the body, bounded and without control characters, so a Go caller
+// learns why without a server being able to write to its terminal.
+func TestRefusalReason(t *testing.T) {
+	for _, tc := range []struct{ body, want string }{
+		{"", ""},
+		{"unauthorized: credential not accepted\n", "unauthorized: credential not accepted"},
+		{"first\nsecond", "first"},
+		{"bell\a and \x1b[31mred\x1b[0m", "bell and [31mred[0m"},
+		{"bad \xff utf-8", "bad  utf-8"},
+		{strings.Repeat("x", 2000), strings.Repeat("x", 300)},
+	} {
+		if got := refusalReason(strings.NewReader(tc.body)); got != tc.want {
+			t.Errorf("refusalReason(%q) = %q, want %q", tc.body, got, tc.want)
+		}
+	}
+	if got := refusalReason(nil); got != "" {
+		t.Errorf("refusalReason(nil) = %q", got)
+	}
+}
