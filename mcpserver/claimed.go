@@ -40,7 +40,7 @@ func (s *Server) arm(ctx context.Context, floor int) bool {
 		return false
 	}
 	// Armed before the call: the claim may fire before its reply comes.
-	s.armedOn, s.armAnswered = c, false
+	s.armedOn = c
 	s.armMu.Unlock()
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultCallTimeout)
 	defer cancel()
@@ -57,9 +57,6 @@ func (s *Server) arm(ctx context.Context, floor int) bool {
 		s.log.Debug("mcpserver: arming a standing claim", "err", err)
 		return false
 	}
-	s.armMu.Lock()
-	s.armAnswered = s.armedOn == c
-	s.armMu.Unlock()
 	return true
 }
 

@@ -52,11 +52,12 @@ func Armed(s *Server) bool {
 }
 
 // ArmedInDaemon reports whether a wait has a standing claim armed that the
-// daemon has answered: a send from then on fills it.
+// daemon has answered: a send from then on fills it. arm holds armCalls
+// until the daemon answers, so this waits for any arm in flight.
 func ArmedInDaemon(s *Server) bool {
-	s.armMu.Lock()
-	defer s.armMu.Unlock()
-	return s.armedOn != nil && s.armAnswered
+	s.armCalls.Lock()
+	defer s.armCalls.Unlock()
+	return Armed(s)
 }
 
 // Claimed reports how many messages a standing claim took that wait for

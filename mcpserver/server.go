@@ -110,12 +110,10 @@ type Server struct {
 	waitMu sync.Mutex // held by the one active wait_for_message
 
 	// armedOn is the connection whose standing claim the wait armed, nil
-	// when none is armed (claimed.go); armAnswered, whether the daemon has
-	// answered the arm (it may fire before). armCalls orders the calls that
-	// arm and cancel it.
+	// when none is armed (claimed.go). armCalls orders the calls that arm
+	// and cancel it.
 	armMu       sync.Mutex
 	armedOn     *rpc.Client
-	armAnswered bool
 	noClaimNext *rpc.Client // a connection whose daemon has no message.claimNext
 	armCalls    sync.Mutex
 
