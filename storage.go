@@ -69,12 +69,12 @@ func (n *Node) refuseWrites() error {
 // failed to apply.
 func (n *Node) applyFailure(err error) error {
 	if isDiskFull(err) {
-		return rpc.Errorf(rpc.CodeStorageFull,
+		return storageFailure(err, rpc.Errorf(rpc.CodeStorageFull,
 			"disk full: no space left on the device holding %s; committed writes are safe in the log and are applied when space is freed; until then writes are refused (retry with the same idempotency_key)",
-			n.opts.DBPath)
+			n.opts.DBPath))
 	}
-	return storageFailure(err, rpc.CodeUnavailable,
-		"the projection cannot apply committed writes (%v); they are safe in the log and are retried; until then writes are refused (retry with the same idempotency_key)")
+	return storageFailure(err, rpc.Errorf(rpc.CodeUnavailable,
+		"the projection cannot apply committed writes (%v); they are safe in the log and are retried; until then writes are refused (retry with the same idempotency_key)", err))
 }
 
 // writeFailure records a failed log write and returns its error for the
@@ -93,21 +93,21 @@ func (n *Node) writeFailure(err error) error {
 		if errors.As(err, &pe) {
 			where = pe.Path
 		}
-		return rpc.Errorf(rpc.CodeStorageFull, "disk full: no space left on the device holding %s; nothing was written: free space and retry", where)
+		return storageFailure(err, rpc.Errorf(rpc.CodeStorageFull, "disk full: no space left on the device holding %s; nothing was written: free space and retry", where))
 	}
 	if errors.Is(err, eventlog.ErrBroken) {
-		return storageFailure(err, rpc.CodeUnavailable,
-			"the event log could not undo a failed write and refuses writes until thrum is restarted (%v)")
+		return storageFailure(err, rpc.Errorf(rpc.CodeUnavailable,
+			"the event log could not undo a failed write and refuses writes until thrum is restarted (%v)", err))
 	}
-	return storageFailure(err, rpc.CodeInternal,
-		"storage error: the event log could not be written (%v); nothing was written: retry")
+	return storageFailure(err, rpc.Errorf(rpc.CodeInternal,
+		"storage error: the event log could not be written (%v); nothing was written: retry", err))
 }
 
-// storageFailure is a failure of the node's own storage: unlike an
-// internal error, its message (format, with the cause for %v) reaches a
-// remote caller with the cause, as the owner needs it to act.
-func storageFailure(err error, code int, format string) error {
-	wire := rpc.Errorf(code, format, err)
+// storageFailure is a failure, err, of the node's own storage: unlike an
+// internal error, the whole of wire's message (which names the cause)
+// reaches a remote caller, as the owner needs it to act, and in Go
+// errors.Is finds err as well as wire's code.
+func storageFailure(err error, wire *rpc.Error) error {
 	return &causedError{text: wire.Message, err: err, wire: wire}
 }
 

@@ -237,6 +237,9 @@ func TestDiskFullIsReportedAndResolvesItself(t *testing.T) {
 	})()
 	_, err := n.SendMessage(alice, &rpc.SendMessageParams{Content: "first", IdempotencyKey: "k"})
 	wantCode(t, err, rpc.CodeStorageFull, "disk full: no space left on the device holding "+filepath.Join(dir, thrum.DefaultDBName))
+	if !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("disk full in Go: %v, want errors.Is ENOSPC", err)
+	}
 	h, _ := n.Health(ctx, &rpc.HealthParams{})
 	if h.Status != "degraded" || len(h.Problems) != 1 || !strings.Contains(h.Problems[0], "disk full") {
 		t.Fatalf("health while the disk is full: %+v", h)
