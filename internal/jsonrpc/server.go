@@ -100,13 +100,15 @@ type ServerOptions struct {
 	OnConnClose func(*Conn)
 
 	// Authorize, if set, checks the credential a WebSocket handshake
-	// carries, before the upgrade: in an "Authorization: Bearer" header,
-	// or, from a browser, as a subprotocol "bearer.<credential>" offered
-	// beside Subprotocol. It
-	// returns a function that binds the new connection to what the
-	// credential proves (called once the connection exists, before its
-	// first request is read), or an error, which refuses the handshake
-	// with HTTP 401. A connection so authorized starts authenticated: in
+	// carries, before the upgrade and once a slot in the MaxConns pool is
+	// held for it: in an "Authorization: Bearer" header, or, from a
+	// browser, as a subprotocol "bearer.<credential>" offered beside
+	// Subprotocol (without it the handshake gets 400). It returns a
+	// function that binds the new connection to what the credential
+	// proves (called once the connection exists, before its first request
+	// is read), or an error: HTTP 401 with the *Error's message, or 503
+	// for CodeUnavailable and 500 (logged) for CodeInternal or an error
+	// with no *Error. A connection so authorized starts authenticated: in
 	// the MaxConns pool, never timed out, so connections that present no
 	// credential cannot keep it out by filling theirs.
 	Authorize func(r *http.Request, credential string) (bind func(*Conn), err error)

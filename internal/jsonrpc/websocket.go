@@ -45,8 +45,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// one-time login code) is never spent on a connection then refused
 	// for want of a slot.
 	class := classUnauth
-	cred, withCred := bearer(r)
-	withCred = withCred && s.opts.Authorize != nil
+	cred, err := bearer(r)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	withCred := cred != "" && s.opts.Authorize != nil
 	if withCred {
 		class = classWS
 	}
@@ -57,12 +61,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	var bind func(*Conn)
 	if withCred {
-		var err error
 		if bind, err = s.opts.Authorize(r, cred); err != nil {
 			s.release(class)
-			s.log.Debug("rpc: websocket refused: credential not accepted", "remote", r.RemoteAddr, "err", err)
-			w.Header().Set("WWW-Authenticate", "Bearer")
-			http.Error(w, "unauthorized: "+errorMessage(err), http.StatusUnauthorized)
+			s.refuseCredential(w, r, err)
 			return
 		}
 	}
@@ -117,32 +118,54 @@ const Subprotocol = "jsonrpc"
 // bearerProtocol prefixes a credential offered as a subprotocol.
 const bearerProtocol = "bearer."
 
-// bearer returns the credential a handshake carries: an
-// "Authorization: Bearer" header, or a subprotocol "bearer.<credential>".
-func bearer(r *http.Request) (string, bool) {
+// bearer returns the credential a handshake carries, "" if none: an
+// "Authorization: Bearer" header, or a subprotocol "bearer.<credential>",
+// which must come with Subprotocol: without it the server would select
+// no subprotocol, a browser would drop the connection, and a one-time
+// credential would be spent for nothing.
+func bearer(r *http.Request) (string, error) {
 	if scheme, cred, ok := strings.Cut(r.Header.Get("Authorization"), " "); ok && strings.EqualFold(scheme, "Bearer") {
 		if cred = strings.TrimSpace(cred); cred != "" {
-			return cred, true
+			return cred, nil
 		}
 	}
+	var cred string
+	jsonrpc := false
 	for _, h := range r.Header.Values("Sec-WebSocket-Protocol") {
 		for _, p := range strings.Split(h, ",") {
-			if cred, ok := strings.CutPrefix(strings.TrimSpace(p), bearerProtocol); ok && cred != "" {
-				return cred, true
+			p = strings.TrimSpace(p)
+			if c, ok := strings.CutPrefix(p, bearerProtocol); ok && c != "" {
+				cred = c
 			}
+			jsonrpc = jsonrpc || p == Subprotocol
 		}
 	}
-	return "", false
+	if cred != "" && !jsonrpc {
+		return "", errors.New("bad request: offer the subprotocol " + Subprotocol + " beside " + bearerProtocol + "<credential>")
+	}
+	return cred, nil
 }
 
-// errorMessage is err's message for a peer: an *Error's own message,
-// nothing more of the chain.
-func errorMessage(err error) string {
+// refuseCredential answers a handshake whose credential Authorize did
+// not accept: 401 if it was refused, 503 or 500 if it could not be
+// checked (the server is shutting down, or failed: logged, as a
+// handler's failure is).
+func (s *Server) refuseCredential(w http.ResponseWriter, r *http.Request, err error) {
 	var e *Error
-	if errors.As(err, &e) {
-		return e.Message
+	if !errors.As(err, &e) || e == nil {
+		e = &Error{Code: CodeInternal, Message: "internal error"}
 	}
-	return "credential refused"
+	switch e.Code {
+	case CodeUnavailable:
+		http.Error(w, e.Message, http.StatusServiceUnavailable)
+	case CodeInternal:
+		s.log.Error("rpc: websocket credential could not be checked", "remote", r.RemoteAddr, "err", err)
+		http.Error(w, e.Message, http.StatusInternalServerError)
+	default:
+		s.log.Debug("rpc: websocket refused: credential not accepted", "remote", r.RemoteAddr, "err", err)
+		w.Header().Set("WWW-Authenticate", "Bearer")
+		http.Error(w, "unauthorized: "+e.Message, http.StatusUnauthorized)
+	}
 }
 
 // loopbackHost reports whether a Host header names this machine's loopback

@@ -5,12 +5,15 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -440,5 +443,88 @@ func TestRefusalReason(t *testing.T) {
 	}
 	if got := refusalReason(nil); got != "" {
 		t.Errorf("refusalReason(nil) = %q", got)
+	}
+}
+
+// TestHandshakeCredential: a credential in the handshake, as a header or
+// (from a browser) a subprotocol offered beside "jsonrpc", is checked
+// before the upgrade; accepted, it binds the connection, which is never
+// timed out for want of auth; refused, it gets 401, and a server that
+// cannot check it says so (503, 500). A subprotocol credential without
+// "jsonrpc", and one over the authenticated pool, never reach the check,
+// so a one-time credential is not spent on a connection that fails.
+func TestHandshakeCredential(t *testing.T) {
+	type who struct{}
+	var checked atomic.Int32
+	s, _ := testServer(t, &ServerOptions{MaxConns: 2, AuthTimeout: 100 * time.Millisecond,
+		Authorize: func(r *http.Request, cred string) (func(*Conn), error) {
+			checked.Add(1)
+			switch cred {
+			case "good":
+				return func(c *Conn) { c.SetValue(who{}, cred) }, nil
+			case "down":
+				return nil, &Error{Code: CodeUnavailable, Message: "shutting down"}
+			case "boom":
+				return nil, errors.New("lookup: disk on fire")
+			}
+			return nil, fmt.Errorf("check: %w", &Error{Code: -32002, Message: "unknown credential"})
+		}})
+	s.Handle("who", func(ctx context.Context, _ json.RawMessage) (any, error) {
+		return ConnFromContext(ctx).Value(who{}), nil
+	})
+	url := serveWS(t, s)
+	status := func(opts *websocket.DialOptions) (int, string) {
+		t.Helper()
+		o := *opts
+		o.HTTPClient = testHTTPClient
+		ws, resp, err := websocket.Dial(context.Background(), url, &o)
+		if err == nil {
+			ws.CloseNow()
+			return http.StatusSwitchingProtocols, ""
+		}
+		if resp == nil {
+			t.Fatalf("dial: %v", err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	header := func(cred string) *websocket.DialOptions {
+		return &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + cred}}}
+	}
+
+	for _, opts := range []*websocket.DialOptions{header("good"), {Subprotocols: []string{Subprotocol, "bearer.good"}}} {
+		ws := dialWS(t, url, opts)
+		if opts.Subprotocols != nil && ws.Subprotocol() != Subprotocol {
+			t.Errorf("selected subprotocol %q, want %q", ws.Subprotocol(), Subprotocol)
+		}
+		time.Sleep(300 * time.Millisecond) // past AuthTimeout
+		wsWrite(t, ws, `{"jsonrpc":"2.0","id":1,"method":"who"}`)
+		if got, err := wsRead(ws); err != nil || !strings.Contains(got, `"result":"good"`) {
+			t.Errorf("a connection bound in its handshake, after the auth timeout: %s %v", got, err)
+		}
+		ws.CloseNow()
+	}
+	for cred, want := range map[string]int{"bad": http.StatusUnauthorized, "down": http.StatusServiceUnavailable, "boom": http.StatusInternalServerError} {
+		if code, body := status(header(cred)); code != want || strings.Contains(body, "disk on fire") {
+			t.Errorf("credential %q: HTTP %d %q, want %d, and no cause of a server fault", cred, code, body, want)
+		}
+	}
+	if _, body := status(header("bad")); !strings.Contains(body, "unknown credential") {
+		t.Errorf("a refused credential's body %q does not say why", body)
+	}
+
+	checked.Store(0)
+	if code, _ := status(&websocket.DialOptions{Subprotocols: []string{"bearer.good"}}); code != http.StatusBadRequest {
+		t.Errorf("a subprotocol credential without %q: HTTP %d, want 400", Subprotocol, code)
+	}
+	held := []*websocket.Conn{dialWS(t, url, header("good")), dialWS(t, url, header("good"))} // the pool of 2
+	if code, _ := status(header("good")); code != http.StatusServiceUnavailable {
+		t.Errorf("a credential over the authenticated pool: HTTP %d, want 503", code)
+	}
+	if n := checked.Load(); n != 2 {
+		t.Errorf("Authorize ran %d times, want 2 (the held connections' only)", n)
+	}
+	for _, ws := range held {
+		ws.CloseNow()
 	}
 }
