@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/thrumhq/thrum"
+	"github.com/thrumhq/thrum/internal/thrumtest"
 	"github.com/thrumhq/thrum/rpc"
 )
 
@@ -435,8 +436,8 @@ func (g *floodGen) batch() floodCase {
 
 // floodConn is one side of the flood: a raw Unix connection or WebSocket.
 type floodConn interface {
-	send([]byte) error
-	readReply() ([]byte, error)
+	Send([]byte) error
+	ReadReply() ([]byte, error)
 }
 
 // TestFloodMalformedFrames sends floodFrames junk frames, the same seeded
@@ -467,21 +468,21 @@ func TestFloodMalformedFrames(t *testing.T) {
 		closed func(t *testing.T, c floodConn)
 	}{
 		{"unix", func(t *testing.T) floodConn { return dialRawUnix(t, d.sock) }, func(t *testing.T, c floodConn) {
-			b, err := c.readReply()
+			b, err := c.ReadReply()
 			if err != nil {
 				t.Fatalf("no reply to an oversize line: %v", err)
 			}
 			wantErrorReply(t, b, rpc.CodeInvalidRequest, "request too large")
-			wantClosed(t, c.readReply)
+			wantClosed(t, c.ReadReply)
 			c.(*rawUnix).nc.Close()
 		}},
 		{"websocket", func(t *testing.T) floodConn { return dialOwnerWS(t, d) }, func(t *testing.T, c floodConn) {
-			_, err := c.readReply()
-			var closed *wsClosed
-			if !errors.As(err, &closed) || closed.code != wsStatusMessageBig {
-				t.Fatalf("after an oversize frame: %v, want close %d", err, wsStatusMessageBig)
+			_, err := c.ReadReply()
+			var closed *thrumtest.WSClosed
+			if !errors.As(err, &closed) || closed.Code != thrumtest.WSStatusMessageBig {
+				t.Fatalf("after an oversize frame: %v, want close %d", err, thrumtest.WSStatusMessageBig)
 			}
-			c.(*rawWS).closeAck()
+			c.(*thrumtest.RawWS).CloseAck()
 		}},
 	}
 	// Both transports at once, as a busy daemon would see them; the
@@ -526,13 +527,13 @@ func TestFloodMalformedFrames(t *testing.T) {
 
 // dialOwnerWS opens a raw WebSocket authenticated with the owner's
 // secret: it may then do what the Unix socket may.
-func dialOwnerWS(t testing.TB, d *daemon) *rawWS {
+func dialOwnerWS(t testing.TB, d *daemon) *thrumtest.RawWS {
 	t.Helper()
 	ws := dialRawWS(t, d.wsURL)
-	if err := ws.send([]byte(`{"jsonrpc":"2.0","id":0,"method":"auth","params":{"owner_secret":"` + d.secret + `"}}`)); err != nil {
+	if err := ws.Send([]byte(`{"jsonrpc":"2.0","id":0,"method":"auth","params":{"owner_secret":"` + d.secret + `"}}`)); err != nil {
 		t.Fatal(err)
 	}
-	b, err := ws.readReply()
+	b, err := ws.ReadReply()
 	if err != nil || !bytes.Contains(b, []byte(`"owner":true`)) {
 		t.Fatalf("auth with the owner's secret: %s, %v", b, err)
 	}
@@ -551,25 +552,25 @@ func floodOne(t *testing.T, seed int, dial func(*testing.T) floodConn, closed fu
 		seen[fc.cat]++
 		if fc.want.oversize {
 			done := make(chan error, 1)
-			go func() { done <- c.send(fc.frame) }()
+			go func() { done <- c.Send(fc.frame) }()
 			closed(t, c)
 			<-done // the write fails once the server hung up; that is expected
 			c = dial(t)
 			reconnects++
 			continue
 		}
-		if err := c.send(fc.frame); err != nil {
+		if err := c.Send(fc.frame); err != nil {
 			t.Fatalf("frame %d (%s): send: %v (the daemon closed the connection?)", i, fc.cat, err)
 		}
 		if fc.want.none {
 			// Nothing may come back: the next reply must be this probe's.
 			probe := `{"jsonrpc":"2.0","id":"probe` + strconv.Itoa(i) + `","method":"health"}`
-			if err := c.send([]byte(probe)); err != nil {
+			if err := c.Send([]byte(probe)); err != nil {
 				t.Fatalf("frame %d (%s): send probe: %v", i, fc.cat, err)
 			}
 			fc = floodCase{cat: fc.cat, frame: fc.frame, want: floodWant{codes: []int{floodResult}, id: `"probe` + strconv.Itoa(i) + `"`}}
 		}
-		b, err := c.readReply()
+		b, err := c.ReadReply()
 		if err != nil {
 			t.Fatalf("frame %d (%s) %.200q: no reply: %v", i, fc.cat, fc.frame, err)
 		}

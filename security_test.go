@@ -4,8 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/base64"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -27,236 +25,37 @@ import (
 )
 
 // Security tests: what the daemon refuses, over its real sockets. The
-// WebSocket side uses a hand-rolled client (rawWS) so that a test controls
-// every header and byte of a frame, which a well-behaved client library
-// would never send.
+// WebSocket side uses a hand-rolled client (thrumtest.RawWS) so that a
+// test controls every header and byte of a frame, which a well-behaved
+// client library would never send.
 
 // rawIOTimeout bounds every raw read and write, so that a daemon that
 // stops answering fails the test instead of hanging it.
 const rawIOTimeout = 10 * time.Second
 
-// wsClose status codes (RFC 6455 §7.4.1).
-const (
-	wsStatusNormal     = 1000
-	wsStatusMessageBig = 1009
-)
-
-// WebSocket opcodes.
-const (
-	wsOpCont  = 0x0
-	wsOpText  = 0x1
-	wsOpClose = 0x8
-	wsOpPing  = 0x9
-	wsOpPong  = 0xA
-)
-
-// rawWS is the client end of a WebSocket, spoken by hand.
-type rawWS struct {
-	nc net.Conn
-	br *bufio.Reader
-}
-
-// wsHandshake connects to the daemon's WebSocket endpoint at wsURL and
-// sends an opening handshake with the given Host header ("" for the
-// address dialled) and extra headers, which may replace the handshake's
-// own. It returns the response (its body
-// read into body) and, when the server switched protocols, the upgraded
-// connection; otherwise the connection is closed.
-func wsHandshake(t testing.TB, wsURL, host string, hdr http.Header) (resp *http.Response, body string, ws *rawWS) {
+// wsHandshake is thrumtest.Handshake, failing the test if no response
+// came; an upgraded connection is closed when the test ends.
+func wsHandshake(t testing.TB, wsURL, host string, hdr http.Header) (resp *http.Response, body string, ws *thrumtest.RawWS) {
 	t.Helper()
-	u, err := url.Parse(wsURL)
+	resp, body, ws, err := thrumtest.Handshake(wsURL, host, hdr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	nc, err := net.DialTimeout("tcp", u.Host, rawIOTimeout)
-	if err != nil {
-		t.Fatal(err)
+	if ws != nil {
+		t.Cleanup(func() { ws.Close() })
 	}
-	nc.SetDeadline(time.Now().Add(rawIOTimeout))
-	key := make([]byte, 16)
-	for i := range key {
-		key[i] = byte(i * 7)
-	}
-	req := &http.Request{
-		Method:     http.MethodGet,
-		URL:        &url.URL{Scheme: "http", Host: u.Host, Path: u.Path},
-		Host:       host,
-		Proto:      "HTTP/1.1",
-		ProtoMajor: 1,
-		ProtoMinor: 1,
-		Header:     http.Header{},
-	}
-	for k, vs := range hdr {
-		req.Header[k] = append([]string(nil), vs...)
-	}
-	for k, v := range map[string]string{
-		"Upgrade":               "websocket",
-		"Connection":            "Upgrade",
-		"Sec-WebSocket-Version": "13",
-		"Sec-WebSocket-Key":     base64.StdEncoding.EncodeToString(key),
-	} {
-		if req.Header.Get(k) == "" { // hdr may override them, to send a broken handshake
-			req.Header.Set(k, v)
-		}
-	}
-	if err := req.Write(nc); err != nil {
-		nc.Close()
-		t.Fatal(err)
-	}
-	br := bufio.NewReader(nc)
-	resp, err = http.ReadResponse(br, req)
-	if err != nil {
-		nc.Close()
-		t.Fatalf("handshake (Host %q, %v): %v", host, hdr, err)
-	}
-	if resp.StatusCode != http.StatusSwitchingProtocols {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		resp.Body.Close()
-		nc.Close()
-		return resp, string(b), nil
-	}
-	nc.SetDeadline(time.Time{})
-	ws = &rawWS{nc: nc, br: br}
-	t.Cleanup(func() { nc.Close() })
-	return resp, "", ws
+	return resp, body, ws
 }
 
 // dialRawWS opens a WebSocket to the daemon with no Origin header and
 // fails the test unless the upgrade succeeds.
-func dialRawWS(t testing.TB, wsURL string) *rawWS {
+func dialRawWS(t testing.TB, wsURL string) *thrumtest.RawWS {
 	t.Helper()
 	resp, body, ws := wsHandshake(t, wsURL, "", nil)
 	if ws == nil {
 		t.Fatalf("websocket handshake refused: %s %q", resp.Status, body)
 	}
 	return ws
-}
-
-// writeFrame writes one final, masked frame.
-func (c *rawWS) writeFrame(op byte, payload []byte) error {
-	buf := make([]byte, 0, 14+len(payload))
-	buf = append(buf, 0x80|op)
-	switch n := len(payload); {
-	case n < 126:
-		buf = append(buf, 0x80|byte(n))
-	case n <= 0xFFFF:
-		buf = append(buf, 0x80|126)
-		buf = binary.BigEndian.AppendUint16(buf, uint16(n))
-	default:
-		buf = append(buf, 0x80|127)
-		buf = binary.BigEndian.AppendUint64(buf, uint64(n))
-	}
-	mask := [4]byte{0x5a, 0x13, 0xc7, 0x2e}
-	buf = append(buf, mask[:]...)
-	start := len(buf)
-	buf = append(buf, payload...)
-	// Mask 8 bytes at a time: frames of several MiB are sent under -race.
-	p := buf[start:]
-	m8 := binary.LittleEndian.Uint64(append(mask[:], mask[:]...))
-	for len(p) >= 8 {
-		binary.LittleEndian.PutUint64(p, binary.LittleEndian.Uint64(p)^m8)
-		p = p[8:]
-	}
-	for i := range p {
-		p[i] ^= mask[i%4]
-	}
-	c.nc.SetWriteDeadline(time.Now().Add(rawIOTimeout))
-	_, err := c.nc.Write(buf)
-	return err
-}
-
-// send writes one text message.
-func (c *rawWS) send(msg []byte) error { return c.writeFrame(wsOpText, msg) }
-
-// read returns the next data message, or for a close frame its opcode and
-// payload; it answers pings on the way.
-func (c *rawWS) read() (op byte, msg []byte, err error) {
-	c.nc.SetReadDeadline(time.Now().Add(rawIOTimeout))
-	var out []byte
-	var first byte
-	for {
-		var h [2]byte
-		if _, err := io.ReadFull(c.br, h[:]); err != nil {
-			return 0, nil, err
-		}
-		fin, fop := h[0]&0x80 != 0, h[0]&0x0F
-		if h[1]&0x80 != 0 {
-			return 0, nil, errors.New("server sent a masked frame")
-		}
-		n := uint64(h[1] & 0x7F)
-		switch n {
-		case 126:
-			var b [2]byte
-			if _, err := io.ReadFull(c.br, b[:]); err != nil {
-				return 0, nil, err
-			}
-			n = uint64(binary.BigEndian.Uint16(b[:]))
-		case 127:
-			var b [8]byte
-			if _, err := io.ReadFull(c.br, b[:]); err != nil {
-				return 0, nil, err
-			}
-			n = binary.BigEndian.Uint64(b[:])
-		}
-		if n > 64<<20 {
-			return 0, nil, fmt.Errorf("server frame of %d bytes", n)
-		}
-		p := make([]byte, n)
-		if _, err := io.ReadFull(c.br, p); err != nil {
-			return 0, nil, err
-		}
-		switch fop {
-		case wsOpPing:
-			if err := c.writeFrame(wsOpPong, p); err != nil {
-				return 0, nil, err
-			}
-			continue
-		case wsOpPong:
-			continue
-		case wsOpClose:
-			return wsOpClose, p, nil
-		case wsOpCont:
-		default:
-			first = fop
-		}
-		out = append(out, p...)
-		if fin {
-			return first, out, nil
-		}
-	}
-}
-
-// readReply returns the next data message; a close frame is an error
-// carrying its status.
-func (c *rawWS) readReply() ([]byte, error) {
-	op, msg, err := c.read()
-	if err != nil {
-		return nil, err
-	}
-	if op == wsOpClose {
-		return nil, &wsClosed{code: closeCode(msg), reason: string(msg[min(2, len(msg)):])}
-	}
-	return msg, nil
-}
-
-// closeAck answers the server's close frame and ends the connection.
-func (c *rawWS) closeAck() {
-	_ = c.writeFrame(wsOpClose, binary.BigEndian.AppendUint16(nil, wsStatusNormal))
-	c.nc.Close()
-}
-
-type wsClosed struct {
-	code   int
-	reason string
-}
-
-func (e *wsClosed) Error() string { return fmt.Sprintf("websocket closed: %d %s", e.code, e.reason) }
-
-func closeCode(p []byte) int {
-	if len(p) < 2 {
-		return 1005 // no status
-	}
-	return int(binary.BigEndian.Uint16(p))
 }
 
 // rawUnix is a newline-delimited JSON connection spoken by hand.
@@ -276,14 +75,14 @@ func dialRawUnix(t testing.TB, path string) *rawUnix {
 }
 
 // send writes msg and a newline.
-func (c *rawUnix) send(msg []byte) error {
+func (c *rawUnix) Send(msg []byte) error {
 	c.nc.SetWriteDeadline(time.Now().Add(rawIOTimeout))
 	_, err := c.nc.Write(append(msg[:len(msg):len(msg)], '\n'))
 	return err
 }
 
 // readReply returns the next line without its newline.
-func (c *rawUnix) readReply() ([]byte, error) {
+func (c *rawUnix) ReadReply() ([]byte, error) {
 	c.nc.SetReadDeadline(time.Now().Add(rawIOTimeout))
 	line, err := c.br.ReadBytes('\n')
 	if err != nil {
@@ -430,7 +229,7 @@ func TestSecurityWebSocketHost(t *testing.T) {
 
 // checkHandshake checks a handshake was refused with 403 and no upgrade,
 // or accepted, in which case the connection answers health.
-func checkHandshake(t *testing.T, resp *http.Response, body string, ws *rawWS, allow bool, what string) {
+func checkHandshake(t *testing.T, resp *http.Response, body string, ws *thrumtest.RawWS, allow bool, what string) {
 	t.Helper()
 	if !allow {
 		if resp.StatusCode != http.StatusForbidden || ws != nil {
@@ -447,17 +246,17 @@ func checkHandshake(t *testing.T, resp *http.Response, body string, ws *rawWS, a
 	if ws == nil {
 		t.Fatalf("status %s %q, want 101 Switching Protocols", resp.Status, body)
 	}
-	if err := ws.send([]byte(healthReq)); err != nil {
+	if err := ws.Send([]byte(healthReq)); err != nil {
 		t.Fatal(err)
 	}
-	b, err := ws.readReply()
+	b, err := ws.ReadReply()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if r := decodeReply(t, b); r.Error != nil || string(r.ID) != `"h"` {
 		t.Fatalf("health over an accepted websocket: %s", b)
 	}
-	ws.closeAck()
+	ws.CloseAck()
 }
 
 // paddedHealth returns a request of exactly n bytes: a health call padded with
@@ -476,10 +275,10 @@ func TestSecurityOversizeWebSocketFrame(t *testing.T) {
 
 	// Exactly at the limit: still served.
 	ws := dialRawWS(t, d.wsURL)
-	if err := ws.send(paddedHealth(thrum.DefaultMaxRequestBytes)); err != nil {
+	if err := ws.Send(paddedHealth(thrum.DefaultMaxRequestBytes)); err != nil {
 		t.Fatal(err)
 	}
-	b, err := ws.readReply()
+	b, err := ws.ReadReply()
 	if err != nil {
 		t.Fatalf("a frame of exactly the limit: %v", err)
 	}
@@ -489,13 +288,13 @@ func TestSecurityOversizeWebSocketFrame(t *testing.T) {
 
 	// One byte over: closed with 1009, no reply.
 	errc := make(chan error, 1)
-	go func() { errc <- ws.send(paddedHealth(thrum.DefaultMaxRequestBytes + 1)) }()
-	_, err = ws.readReply()
-	var closed *wsClosed
-	if !errors.As(err, &closed) || closed.code != wsStatusMessageBig {
-		t.Fatalf("after an oversize frame: %v, want close %d (message too big)", err, wsStatusMessageBig)
+	go func() { errc <- ws.Send(paddedHealth(thrum.DefaultMaxRequestBytes + 1)) }()
+	_, err = ws.ReadReply()
+	var closed *thrumtest.WSClosed
+	if !errors.As(err, &closed) || closed.Code != thrumtest.WSStatusMessageBig {
+		t.Fatalf("after an oversize frame: %v, want close %d (message too big)", err, thrumtest.WSStatusMessageBig)
 	}
-	ws.closeAck()
+	ws.CloseAck()
 	<-errc // the write may fail once the server stopped reading; either is fine
 
 	// A much larger frame, announced but only partly sent: refused as soon
@@ -503,13 +302,13 @@ func TestSecurityOversizeWebSocketFrame(t *testing.T) {
 	ws = dialRawWS(t, d.wsURL)
 	go func() {
 		big := make([]byte, 8*thrum.DefaultMaxRequestBytes)
-		errc <- ws.send(big)
+		errc <- ws.Send(big)
 	}()
-	_, err = ws.readReply()
-	if !errors.As(err, &closed) || closed.code != wsStatusMessageBig {
-		t.Fatalf("after an 8 MiB frame: %v, want close %d", err, wsStatusMessageBig)
+	_, err = ws.ReadReply()
+	if !errors.As(err, &closed) || closed.Code != thrumtest.WSStatusMessageBig {
+		t.Fatalf("after an 8 MiB frame: %v, want close %d", err, thrumtest.WSStatusMessageBig)
 	}
-	ws.nc.Close() // the writer may be stuck mid-frame: no close frame can follow it
+	ws.Conn.Close() // the writer may be stuck mid-frame: no close frame can follow it
 	<-errc
 
 	wantHealthy(t, d)
@@ -520,10 +319,10 @@ func TestSecurityOversizeUnixLine(t *testing.T) {
 
 	// Exactly at the limit: still served.
 	c := dialRawUnix(t, d.sock)
-	if err := c.send(paddedHealth(thrum.DefaultMaxRequestBytes)); err != nil {
+	if err := c.Send(paddedHealth(thrum.DefaultMaxRequestBytes)); err != nil {
 		t.Fatal(err)
 	}
-	b, err := c.readReply()
+	b, err := c.ReadReply()
 	if err != nil {
 		t.Fatalf("a line of exactly the limit: %v", err)
 	}
@@ -533,8 +332,8 @@ func TestSecurityOversizeUnixLine(t *testing.T) {
 
 	// One byte over: an error reply naming the limit, then close.
 	errc := make(chan error, 1)
-	go func() { errc <- c.send(paddedHealth(thrum.DefaultMaxRequestBytes + 1)) }()
-	b, err = c.readReply()
+	go func() { errc <- c.Send(paddedHealth(thrum.DefaultMaxRequestBytes + 1)) }()
+	b, err = c.ReadReply()
 	if err != nil {
 		t.Fatalf("no reply to an oversize line: %v", err)
 	}
@@ -542,7 +341,7 @@ func TestSecurityOversizeUnixLine(t *testing.T) {
 	if string(r.ID) != "null" {
 		t.Fatalf("oversize reply id %s, want null", r.ID)
 	}
-	wantClosed(t, c.readReply)
+	wantClosed(t, c.ReadReply)
 	<-errc
 
 	// Through the typed client: the call fails with the server's reason.
@@ -857,7 +656,7 @@ func TestSecurityConnCap(t *testing.T) {
 
 	// The 4th stream connection gets one -32006 line and is closed.
 	c := dialRawUnix(t, sock)
-	b, err := c.readReply()
+	b, err := c.ReadReply()
 	if err != nil {
 		t.Fatalf("4th unix connection: %v, want an error line", err)
 	}
@@ -865,7 +664,7 @@ func TestSecurityConnCap(t *testing.T) {
 	if string(r.ID) != "null" {
 		t.Fatalf("refusal id %s, want null", r.ID)
 	}
-	wantClosed(t, c.readReply)
+	wantClosed(t, c.ReadReply)
 
 	// The typed client reports the server's reason.
 	cl, err := rpc.Dial(ctx, sock, nil)

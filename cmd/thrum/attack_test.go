@@ -338,58 +338,31 @@ func TestAttackCodes(t *testing.T) {
 		}
 	}
 	// The same frames on a WebSocket, as a token holder sends them.
-	nc, code := thrumtest.RawHandshake(a.wsURL)
+	ws, code := thrumtest.RawHandshake(a.wsURL)
 	if code != http.StatusSwitchingProtocols {
 		t.Fatalf("handshake: HTTP %d", code)
 	}
-	defer nc.Close()
-	ws := bufio.NewReader(nc)
-	writeMaskedFrame(nc, []byte(`{"jsonrpc":"2.0","id":1,"method":"auth","params":{"token":"`+a.tokens["alice"]+`"}}`))
-	if reply := readTextFrame(t, nc, ws); !strings.Contains(reply, `"agent_id":"alice"`) {
-		t.Fatalf("auth on the raw WebSocket: %s", reply)
+	defer ws.Close()
+	if err := ws.Send([]byte(`{"jsonrpc":"2.0","id":1,"method":"auth","params":{"token":"` + a.tokens["alice"] + `"}}`)); err != nil {
+		t.Fatal(err)
+	}
+	if reply, err := ws.ReadReply(); err != nil || !strings.Contains(string(reply), `"agent_id":"alice"`) {
+		t.Fatalf("auth on the raw WebSocket: %s %v", reply, err)
 	}
 	for _, frame := range []string{
 		"{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"message.send\",\"params\":{\"content\":\"bad \xff byte\"}}",
 		`{"jsonrpc":"2.0","id":4,"method":"message.send","params":{"content":"lone \ud800 surrogate"}}`,
 	} {
-		writeMaskedFrame(nc, []byte(frame))
-		if reply := readTextFrame(t, nc, ws); !strings.Contains(reply, `"code":-32700`) {
-			t.Errorf("invalid Unicode over the WebSocket: %s", reply)
+		if err := ws.Send([]byte(frame)); err != nil {
+			t.Fatal(err)
+		}
+		if reply, err := ws.ReadReply(); err != nil || !strings.Contains(string(reply), `"code":-32700`) {
+			t.Errorf("invalid Unicode over the WebSocket: %s %v", reply, err)
 		}
 	}
 	if n := a.messageCount(t); n != 0 {
 		t.Errorf("%d messages stored from invalid requests", n)
 	}
-}
-
-// readTextFrame reads the server's next frame on nc (through br), which
-// must be an unmasked, final text frame, and returns its payload.
-func readTextFrame(t *testing.T, nc net.Conn, br *bufio.Reader) string {
-	t.Helper()
-	nc.SetReadDeadline(time.Now().Add(10 * time.Second))
-	h := make([]byte, 2)
-	if _, err := io.ReadFull(br, h); err != nil {
-		t.Fatalf("reading a frame: %v", err)
-	}
-	if h[0] != 0x81 || h[1]&0x80 != 0 {
-		t.Fatalf("frame header %#x %#x, want a final unmasked text frame", h[0], h[1])
-	}
-	n := uint64(h[1] & 0x7f)
-	if ext := map[uint64]int{126: 2, 127: 8}[n]; ext > 0 {
-		b := make([]byte, ext)
-		if _, err := io.ReadFull(br, b); err != nil {
-			t.Fatal(err)
-		}
-		n = 0
-		for _, c := range b {
-			n = n<<8 | uint64(c)
-		}
-	}
-	payload := make([]byte, n)
-	if _, err := io.ReadFull(br, payload); err != nil {
-		t.Fatal(err)
-	}
-	return string(payload)
 }
 
 // Attack 4: idle, never-authenticated WebSockets fill only their own
@@ -409,11 +382,11 @@ func TestAttackIdleConnections(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			nc, code := thrumtest.RawHandshake(a.wsURL)
+			ws, code := thrumtest.RawHandshake(a.wsURL)
 			mu.Lock()
 			defer mu.Unlock()
 			if code == http.StatusSwitchingProtocols {
-				upgraded = append(upgraded, nc)
+				upgraded = append(upgraded, ws.Conn)
 			} else {
 				refused++
 			}
@@ -516,8 +489,8 @@ func TestAttackAllAtOnce(t *testing.T) {
 		wg.Add(4)
 		go func() { // an idle WebSocket that never authenticates
 			defer wg.Done()
-			if nc, code := thrumtest.RawHandshake(a.wsURL); code == http.StatusSwitchingProtocols {
-				hold(nc)
+			if ws, code := thrumtest.RawHandshake(a.wsURL); code == http.StatusSwitchingProtocols {
+				hold(ws.Conn)
 			}
 		}()
 		go func() { // 1 MB message.send on the socket, all at once
@@ -545,12 +518,12 @@ func TestAttackAllAtOnce(t *testing.T) {
 		}()
 		go func() { // 1 MB frame on an unauthenticated WebSocket
 			defer wg.Done()
-			nc, code := thrumtest.RawHandshake(a.wsURL)
+			ws, code := thrumtest.RawHandshake(a.wsURL)
 			if code != http.StatusSwitchingProtocols {
 				return
 			}
-			hold(nc)
-			writeMaskedFrame(nc, frame)
+			hold(ws.Conn)
+			ws.Send(frame)
 		}()
 		go func() { // 960 KB of a line that never ends
 			defer wg.Done()
@@ -597,16 +570,6 @@ func vmHWM(t *testing.T, pid int) int64 {
 	}
 	t.Fatal("no VmHWM in /proc status")
 	return 0
-}
-
-// writeMaskedFrame writes one final text frame with a zero mask.
-func writeMaskedFrame(nc net.Conn, payload []byte) {
-	h := []byte{0x81, 0x80 | 127, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
-	for i := 0; i < 8; i++ {
-		h[2+i] = byte(uint64(len(payload)) >> (56 - 8*i))
-	}
-	nc.SetWriteDeadline(time.Now().Add(30 * time.Second))
-	nc.Write(append(h, payload...))
 }
 
 // attackUnix is a raw line connection to the socket.

@@ -22,6 +22,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/thrumhq/thrum"
 	"github.com/thrumhq/thrum/internal/thrumtest"
 )
 
@@ -109,11 +110,12 @@ func (c *console) holdUnauthPool(t *testing.T) (stop func()) {
 					return
 				default:
 				}
-				nc, _ := thrumtest.RawHandshake(wsURL)
-				if nc == nil {
+				ws, _ := thrumtest.RawHandshake(wsURL)
+				if ws == nil {
 					time.Sleep(5 * time.Millisecond)
 					continue
 				}
+				nc := ws.Conn
 				held.Add(1)
 				go func() { <-done; nc.Close() }()
 				io.Copy(io.Discard, nc) // until the daemon closes it
@@ -122,9 +124,9 @@ func (c *console) holdUnauthPool(t *testing.T) (stop func()) {
 			}
 		}()
 	}
-	for deadline := time.Now().Add(5 * time.Second); held.Load() < 16; {
+	for deadline := time.Now().Add(5 * time.Second); held.Load() < thrum.DefaultMaxUnauthConns; {
 		if time.Now().After(deadline) {
-			t.Fatalf("strangers hold %d unauthenticated WebSockets, want the whole pool of 16", held.Load())
+			t.Fatalf("strangers hold %d unauthenticated WebSockets, want the whole pool of %d", held.Load(), thrum.DefaultMaxUnauthConns)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
