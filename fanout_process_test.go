@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -43,7 +42,7 @@ type fanoutConfig struct {
 // fanoutReport is what the child measured between start and the end.
 type fanoutReport struct {
 	Got      int64            // notifications of new messages received
-	Arrivals map[string]int64 // message ID → arrival at the last subscriber, Unix ns
+	Arrivals map[string]time.Time // message ID → arrival at the last subscriber
 	CPU      time.Duration    // the child's CPU time
 	Reads    int64            // read and write system calls (Linux)
 	Writes   int64
@@ -58,8 +57,7 @@ func fanoutChild(config string) int {
 	}
 	ctx := context.Background()
 	var got atomic.Int64
-	var mu sync.Mutex
-	arrivals := map[string]int64{}
+	var pushes pushTimes // arrivals at the last subscriber
 	for i := range cfg.Count {
 		last := i == cfg.Count-1
 		c, err := rpc.DialWebSocket(ctx, cfg.URL, &rpc.ClientOptions{OnNotification: func(method string, params json.RawMessage) {
@@ -68,12 +66,7 @@ func fanoutChild(config string) int {
 			}
 			got.Add(1)
 			if last {
-				at := time.Now().UnixNano()
-				if id, ok := noteMessageID(params); ok {
-					mu.Lock()
-					arrivals[id] = at
-					mu.Unlock()
-				}
+				pushes.arrived(params)
 			}
 		}})
 		if err == nil {
@@ -108,9 +101,9 @@ func fanoutChild(config string) int {
 	}
 	cpu1, _ := processCPU()
 	r1, w1, _ := processSyscalls()
-	mu.Lock()
-	defer mu.Unlock()
-	rep := fanoutReport{Got: got.Load(), Arrivals: arrivals, CPU: cpu1 - cpu0, Reads: r1 - r0, Writes: w1 - w0}
+	pushes.mu.Lock()
+	defer pushes.mu.Unlock()
+	rep := fanoutReport{Got: got.Load(), Arrivals: pushes.arrival, CPU: cpu1 - cpu0, Reads: r1 - r0, Writes: w1 - w0}
 	if err := json.NewEncoder(os.Stdout).Encode(rep); err != nil {
 		return 1
 	}

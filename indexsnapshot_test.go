@@ -131,7 +131,6 @@ func TestNodeWarm(t *testing.T) {
 		t.Fatal(err)
 	}
 	n.Close()
-	warm(n)
 
 	n = thrumtest.OpenNodeIn(t, dir, nil)
 	warm(n)
