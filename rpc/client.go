@@ -36,12 +36,13 @@ type ClientOptions struct {
 
 	// Credential, for DialWebSocket, is presented in the handshake (an
 	// "Authorization: Bearer" header): an agent's or user's token, the
-	// owner's secret, or a web session. The connection is then
-	// authenticated from the start, as Auth would make it, and the
+	// owner's secret, a web session, or a login code (Auth with the code
+	// then returns the web session it was traded for). The connection is
+	// then authenticated from the start, as Auth would make it, and the
 	// daemon's small pool of connections that have not authenticated yet,
 	// which anyone on the machine can fill, cannot keep it out. A
-	// credential the daemon refuses fails the dial (HTTP 401). Other
-	// transports ignore it.
+	// credential the daemon refuses fails the dial (HTTP 401, the error
+	// carrying the daemon's reason). Other transports ignore it.
 	Credential string
 }
 

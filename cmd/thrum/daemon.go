@@ -284,9 +284,7 @@ func followLiveHeap(ctx context.Context) {
 	defer t.Stop()
 	for {
 		metrics.Read(live)
-		if live[0].Value.Kind() == metrics.KindUint64 {
-			debug.SetMemoryLimit(max(daemonMemoryLimit, 2*int64(live[0].Value.Uint64())+thrum.DefaultMaxPendingBytes))
-		}
+		debug.SetMemoryLimit(max(daemonMemoryLimit, 2*int64(live[0].Value.Uint64())+thrum.DefaultMaxPendingBytes))
 		select {
 		case <-ctx.Done():
 			return
@@ -295,8 +293,10 @@ func followLiveHeap(ctx context.Context) {
 	}
 }
 
-// daemonMemoryLimit is the daemon's soft memory limit (runtime/debug):
-// requests in flight hold at most thrum.DefaultMaxPendingBytes.
+// daemonMemoryLimit is the floor of the daemon's soft memory limit
+// (runtime/debug), and the limit itself until the node is warm
+// (followLiveHeap raises it as the live heap grows): requests in flight
+// hold at most thrum.DefaultMaxPendingBytes.
 const daemonMemoryLimit = 64 << 20
 
 // daemonGCPercent is the daemon's GOGC (see DESIGN.md, "Sync").

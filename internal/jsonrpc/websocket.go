@@ -90,8 +90,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // refusalLog logs refused handshakes at most once a second, each line
-// with the number refused since the one before: anyone on the machine,
-// and any web page its owner opens, can make the daemon refuse
+// with the number refused since the one before, for any reason (the line
+// names the reason of the refusal that printed it): anyone on the
+// machine, and any web page its owner opens, can make the daemon refuse
 // handshakes as fast as it answers them, and must not fill its log.
 type refusalLog struct {
 	count atomic.Int64
