@@ -62,8 +62,8 @@ func TestEndToEndBinary(t *testing.T) {
 
 	r = c.ok("bob", "inbox", "--unread")
 	contains(t, "bob inbox --unread", r.stdout, "│ ● "+m1+"  @alice  just now", "│   Auth module complete, all tests passing", "Showing 1-1 of 1 message (1 unread)\n")
-	r = c.ok("bob", "inbox")
-	contains(t, "bob inbox", r.stdout, "│ ● "+m1, "(1 unread)")
+	r = c.ok("bob", "inbox", "--mark-read")
+	contains(t, "bob inbox --mark-read", r.stdout, "│ ● "+m1, "(1 unread)", "> Marked 1 message as read\n")
 	r = c.ok("bob", "inbox")
 	contains(t, "bob inbox again", r.stdout, "│ ○ "+m1, "(0 unread)")
 
@@ -91,7 +91,7 @@ func TestEndToEndBinary(t *testing.T) {
 		t.Fatalf("inbox from %s: %v\n%s", sub, err, errb.String())
 	}
 	var inbox map[string]any
-	if err := json.Unmarshal(out.Bytes(), &inbox); err != nil || num(inbox, "total") != 2 || num(inbox, "unread") != 0 {
+	if err := json.Unmarshal(out.Bytes(), &inbox); err != nil || num(inbox, "total") != 2 || num(inbox, "unread") != 1 { // looking marked nothing
 		t.Errorf("inbox --json from a subdirectory = %s (%v)", out.String(), err)
 	}
 

@@ -164,15 +164,15 @@ func TestEndToEndRun(t *testing.T) {
 		t.Errorf("reply --json = %v", rep)
 	}
 
-	// Plain inbox marks what it shows read; then --unread is empty.
+	// inbox --mark-read marks what it shows read; then --unread is empty.
 	c.okJSON(&inbox, "bob", "inbox", "--unread")
 	if num(inbox, "total") != 0 {
 		// bob's own replies count as read for bob.
 		t.Errorf("bob has unread after replying to both: %v", inbox)
 	}
 	c.ok("alice", "send", "Third", "--to", "@bob")
-	r = c.ok("bob", "inbox")
-	contains(t, "inbox", r.stdout, "● ", "(1 unread)")
+	r = c.ok("bob", "inbox", "--mark-read")
+	contains(t, "inbox", r.stdout, "● ", "(1 unread)", "> Marked 1 message as read\n")
 	r = c.ok("bob", "inbox", "--unread")
 	contains(t, "inbox --unread (empty)", r.stdout, "No messages matching filter --unread\n", "Showing 0 of 5 total messages (filter: unread)\n")
 	r = c.ok("bob", "inbox")
@@ -184,7 +184,7 @@ func TestEndToEndRun(t *testing.T) {
 	checkGrouped(t, r.stdout, m1, reply)
 	contains(t, "alice inbox", r.stdout, "│   ↳ ● "+reply+"  @bob  just now", "Looks good, merging now")
 
-	// message get shows the details and marks read.
+	// message get shows the details and marks nothing read.
 	c.ok("bob", "send", "ping", "--to", "@alice")
 	r = c.ok("alice", "inbox", "--unread")
 	ping := idAfter(t, r.stdout, "● ")
@@ -200,7 +200,7 @@ func TestEndToEndRun(t *testing.T) {
 	if str(got, "message.author.agent_id") != "bob" || str(got, "message.body.content") != "ping" {
 		t.Errorf("message get --json = %v", got)
 	}
-	contains(t, "inbox --unread after get", c.ok("alice", "inbox", "--unread").stdout, "No messages matching filter --unread")
+	contains(t, "inbox --unread after get", c.ok("alice", "inbox", "--unread").stdout, "● "+ping)
 
 	// edit.
 	r = c.ok("alice", "message", "edit", m1, "Auth module complete with rate limiting")

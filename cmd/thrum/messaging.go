@@ -240,7 +240,8 @@ func (c *ReplyCmd) Run(ctx context.Context, g *Globals) error {
 type InboxCmd struct {
 	Scope    string `help:"Only messages with this scope (type:value)."`
 	Mentions bool   `help:"Only messages addressed to you: by name, role, group or @everyone."`
-	Unread   bool   `help:"Only unread messages (and do not mark them read)."`
+	Unread   bool   `help:"Only unread messages."`
+	MarkRead bool   `name:"mark-read" help:"Mark the unread messages shown read for you, as an agent's MCP tools do, and say how many."`
 	PageSize int    `default:"10" help:"Messages per page (1-100)."`
 	Page     int    `default:"1" help:"Page number."`
 }
@@ -248,13 +249,19 @@ type InboxCmd struct {
 func (c *InboxCmd) Help() string {
 	return `Shows ● for unread and ○ for read messages, replies grouped under their
 original with ↳ (an original that is not in the list, e.g. with
---mentions, is shown above them for context), (edited) on edited
-messages, and marks what it shows as read — except with --unread, so
-checking does not clear them.
+--mentions, is shown above them for context), and (edited) on edited
+messages.
+
+Looking marks nothing read: an agent's messages are consumed by its own
+delivery (the MCP tools check_messages and wait_for_message take each
+message once), so a look at its inbox never takes a message from it.
+--mark-read marks the unread messages shown read for you, by the same
+claim those tools make, and says how many it marked.
 
 Examples:
   thrum inbox
   thrum inbox --mentions --unread
+  thrum inbox --unread --mark-read
   thrum inbox --scope module:auth --page 2`
 }
 
@@ -296,24 +303,36 @@ func (c *InboxCmd) Run(ctx context.Context, g *Globals) error {
 			all = t.Total
 		}
 	}
-	err = g.out(r, func(w io.Writer) {
-		renderInbox(w, r, inboxView{Originals: originals(ctx, s, r.Messages), Quiet: g.Quiet, Filter: filter, FilterFlags: c.flags(), AllTotal: all, Now: time.Now(), Me: s.id.AgentID,
-			NextCmd: strings.TrimSpace("thrum inbox "+c.flags()) + pageSizeFlag(c.PageSize)})
-	})
-	if err == nil && !c.Unread {
-		var ids []string
-		for _, m := range r.Messages {
-			if !m.IsRead {
-				ids = append(ids, m.MessageID)
-			}
-		}
-		if len(ids) > 0 {
-			if _, merr := s.c.MarkRead(ctx, &rpc.MarkReadParams{MessageIDs: ids}); merr != nil {
-				g.debugf("mark read: %v", merr) // best effort
-			}
+	view := inboxView{Originals: originals(ctx, s, r.Messages), Quiet: g.Quiet, Filter: filter, FilterFlags: c.flags(), AllTotal: all, Now: time.Now(), Me: s.id.AgentID,
+		NextCmd: strings.TrimSpace("thrum inbox "+c.flags()) + pageSizeFlag(c.PageSize)}
+	if !c.MarkRead {
+		return g.out(r, func(w io.Writer) { renderInbox(w, r, view) })
+	}
+	var ids []string
+	for _, m := range r.Messages {
+		if !m.IsRead {
+			ids = append(ids, m.MessageID)
 		}
 	}
-	return err
+	marked := &rpc.MarkReadResult{MarkedIDs: []string{}}
+	if len(ids) > 0 {
+		if marked, err = s.c.MarkRead(ctx, &rpc.MarkReadParams{MessageIDs: ids}); err != nil {
+			return err
+		}
+	}
+	out := struct {
+		*rpc.ListMessagesResult
+		MarkedIDs   []string `json:"marked_ids"`
+		MarkedCount int      `json:"marked_count"`
+	}{r, marked.MarkedIDs, marked.MarkedCount}
+	return g.out(out, func(w io.Writer) {
+		renderInbox(w, r, view)
+		fmt.Fprintf(w, "> Marked %d %s as read", marked.MarkedCount, plural(marked.MarkedCount, "message", "messages"))
+		if taken := len(ids) - marked.MarkedCount; taken > 0 {
+			fmt.Fprintf(w, " (%d taken meanwhile by another of your readers)", taken)
+		}
+		fmt.Fprintln(w)
+	})
 }
 
 // originals fetches the messages that replies in ms answer but that ms
@@ -370,7 +389,7 @@ func (c *InboxCmd) flags() string {
 
 // MessageCmd groups single-message operations.
 type MessageCmd struct {
-	Get    MessageGetCmd    `cmd:"" help:"Show one message in full (and mark it read)."`
+	Get    MessageGetCmd    `cmd:"" help:"Show one message in full (marks nothing read)."`
 	Edit   MessageEditCmd   `cmd:"" help:"Replace a message's content (author only)."`
 	Delete MessageDeleteCmd `cmd:"" help:"Soft-delete a message (author only; needs --force)."`
 	Read   MessageReadCmd   `cmd:"" help:"Mark messages read."`
@@ -381,7 +400,9 @@ type MessageGetCmd struct {
 }
 
 func (c *MessageGetCmd) Help() string {
-	return "Examples:\n  thrum message get msg_01HXE...\n  thrum message get msg_01HXE... --json"
+	return "Shows the message and whether you have read it, and marks nothing read:\n" +
+		"mark it with thrum message read.\n\n" +
+		"Examples:\n  thrum message get msg_01HXE...\n  thrum message get msg_01HXE... --json"
 }
 
 func (c *MessageGetCmd) Run(ctx context.Context, g *Globals) error {
@@ -394,7 +415,6 @@ func (c *MessageGetCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	_, _ = s.c.MarkRead(ctx, &rpc.MarkReadParams{MessageIDs: []string{c.MessageID}}) // best effort
 	return g.out(r, func(w io.Writer) { renderMessage(w, &r.Message, time.Now()) })
 }
 

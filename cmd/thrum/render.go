@@ -279,6 +279,11 @@ func renderMessage(w io.Writer, m *rpc.MessageDetail, now time.Time) {
 	}
 	fmt.Fprintf(w, "  From:    %s\n", from)
 	fmt.Fprintf(w, "  Time:    %s\n", ago(m.CreatedAt, now))
+	if m.IsRead {
+		fmt.Fprintln(w, "  Read:    yes")
+	} else {
+		fmt.Fprintln(w, "  Read:    no (unread)")
+	}
 	if m.ThreadID != "" {
 		fmt.Fprintf(w, "  Thread:  %s\n", m.ThreadID)
 	}

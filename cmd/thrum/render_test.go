@@ -185,6 +185,7 @@ func TestMessageGolden(t *testing.T) {
 		Priority:  rpc.PriorityHigh,
 		Tags:      []string{"release", "auth"},
 		Version:   2,
+		IsRead:    true,
 	}
 	deleted := &rpc.MessageDetail{
 		MessageID: "msg_01HXE000000000000000DELTD",
