@@ -11,6 +11,7 @@ import (
 
 	"github.com/alecthomas/kong"
 
+	"github.com/thrumhq/thrum"
 	"github.com/thrumhq/thrum/identity"
 	"github.com/thrumhq/thrum/rpc"
 )
@@ -45,6 +46,7 @@ type Globals struct {
 // CLI is the command tree.
 type CLI struct {
 	Globals
+	VersionFlag kong.VersionFlag `name:"version" help:"Print thrum's version and exit."`
 
 	Init       InitCmd       `cmd:"" help:"Prepare thrum in this repository or directory."`
 	Daemon     DaemonCmd     `cmd:"" help:"Start, stop and inspect the daemon."`
@@ -102,6 +104,7 @@ func runEnv(ctx context.Context, args []string, stdout, stderr io.Writer, env fu
 	parser, err := kong.New(&cli,
 		kong.Name("thrum"),
 		kong.Description("Persistent messaging for AI coding agents."),
+		kong.Vars{"version": "thrum " + thrum.Version},
 		kong.Writers(stdout, stderr),
 		kong.Exit(func(c int) { panic(kongExit(c)) }),
 		kong.ConfigureHelp(kong.HelpOptions{Compact: true}),
@@ -177,10 +180,10 @@ func report(g *Globals, err error) int {
 	}
 	var re *rpc.Error
 	if g.JSON {
-		out := map[string]any{"code": code, "message": withHint(g, err, err.Error())}
+		out := map[string]any{"code": code, "message": withHint(g, err, unprefixed(err.Error()))}
 		if errors.As(err, &re) {
 			out["rpc_code"] = re.Code
-			out["message"] = withHint(g, err, re.Message)
+			out["message"] = withHint(g, err, unprefixed(re.Message))
 		}
 		b, _ := json.Marshal(map[string]any{"error": out})
 		fmt.Fprintln(g.stderr, string(b))
@@ -190,9 +193,15 @@ func report(g *Globals, err error) int {
 	if errors.As(err, &re) {
 		msg = re.Message
 	}
-	msg = withHint(g, err, msg)
-	fmt.Fprintf(g.stderr, "thrum: %s\n", strings.TrimPrefix(msg, "thrum: "))
+	fmt.Fprintf(g.stderr, "thrum: %s\n", withHint(g, err, unprefixed(msg)))
 	return code
+}
+
+// unprefixed drops the library's "thrum: " from an error message, at its
+// start and where one error wraps another, since report prints the prefix
+// once itself.
+func unprefixed(msg string) string {
+	return strings.ReplaceAll(strings.TrimPrefix(msg, "thrum: "), ": thrum: ", ": ")
 }
 
 // out prints v as JSON when --json is set, else calls human.

@@ -33,7 +33,7 @@ func connect(ctx context.Context, g *Globals) (*session, error) {
 		return nil, err
 	}
 	if !l.initialized() {
-		return nil, withCode(exitNoDaemon, "thrum is not set up in %s: run `thrum init`, then `thrum daemon start`", l.Root)
+		return nil, withCode(exitNoDaemon, "%s is not set up for thrum: run `thrum init`, then `thrum daemon start`", l.Root)
 	}
 	c, err := rpc.Dial(ctx, l.Socket, nil)
 	if err != nil {

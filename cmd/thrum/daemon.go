@@ -62,7 +62,14 @@ func (c *InitCmd) Run(ctx context.Context, g *Globals) error {
 				fmt.Fprintf(w, "  created %s\n", c)
 			}
 		}
-		g.hint("Next: thrum daemon start, then thrum quickstart --name NAME --role ROLE --module MODULE")
+		next := "thrum quickstart --name NAME --role ROLE --module MODULE"
+		if _, err := health(ctx, l); err == nil {
+			g.hint("The daemon is running (pid %d). Next: %s", readPID(l.PIDFile), next)
+		} else if pid, ok := lockedBy(l); ok {
+			g.hint("This repository's daemon is already running (pid %d) but not answering here: %s", pid, notAnswering(l, pid, err))
+		} else {
+			g.hint("Next: thrum daemon start, then %s", next)
+		}
 	})
 }
 
@@ -360,8 +367,8 @@ func (c *DaemonStartCmd) Run(ctx context.Context, g *Globals) error {
 	if herr == nil {
 		return alreadyRunning(g, l, readPID(l.PIDFile), h)
 	}
-	if pid, ok := lockedBy(l); ok { // busy, not gone: never start a second one
-		return fmt.Errorf("daemon already running (pid %d) but not answering: %v", pid, herr)
+	if pid, ok := lockedBy(l); ok { // busy or elsewhere, not gone: never start a second one
+		return fmt.Errorf("this repository's daemon is already running (pid %d) but not answering here: %s", pid, notAnswering(l, pid, herr))
 	}
 	exe, err := os.Executable()
 	if err != nil {
@@ -521,6 +528,26 @@ func statusJSON(l *layout, pid int, h *rpc.HealthResult) map[string]any {
 	return out
 }
 
+// notAnswering says why a daemon (pid) that holds this repository's log
+// did not answer health on l.Socket (herr): it runs with other runtime
+// state (another THRUM_HOME or --home), whose socket is not this one, or
+// it is busy.
+func notAnswering(l *layout, pid int, herr error) string {
+	if readPID(l.PIDFile) == pid {
+		return fmt.Sprintf("no answer on %s (%v): it may be busy; see its log, %s", l.Socket, herr, l.LogFile)
+	}
+	// The repository's own .thrum is where a daemon started without
+	// THRUM_HOME keeps its state.
+	main := l.Root
+	if l.Git && filepath.Base(l.GitDir) == ".git" {
+		main = filepath.Dir(l.GitDir)
+	}
+	if home := filepath.Join(main, ".thrum"); home != l.Home && readPID(filepath.Join(home, "var", "thrum.pid")) == pid {
+		return fmt.Sprintf("its runtime state is in %s, not in %s: run thrum without THRUM_HOME or --home to use it, or stop it first (thrum daemon stop)", home, l.Home)
+	}
+	return fmt.Sprintf("it was started with another THRUM_HOME than %s: use that one, or stop it first (thrum daemon stop)", l.Home)
+}
+
 // lockedBy returns the live process holding the data directory's lock:
 // the daemon, answering or not.
 func lockedBy(l *layout) (pid int, ok bool) {
@@ -610,10 +637,11 @@ func (c *DaemonStatusCmd) Run(ctx context.Context, g *Globals) error {
 	if herr != nil {
 		// A daemon that holds the lock is running, however busy it is.
 		if holder, held := lockedBy(l); held {
+			why := notAnswering(l, holder, herr)
 			st := statusJSON(l, holder, nil)
-			st["running"], st["answering"], st["error"] = true, false, herr.Error()
+			st["running"], st["answering"], st["error"] = true, false, why
 			return g.out(st, func(w io.Writer) {
-				fmt.Fprintf(w, "Daemon running (pid %d) but not answering: %v\n", holder, herr)
+				fmt.Fprintf(w, "Daemon running (pid %d) but not answering here: %s\n", holder, why)
 			})
 		}
 		if err := g.out(statusJSON(l, pid, nil), func(w io.Writer) {

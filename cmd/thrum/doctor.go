@@ -44,7 +44,7 @@ func (c *DoctorCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	if !l.initialized() {
-		return withCode(exitError, "thrum is not set up in %s: run `thrum init`", l.Root)
+		return withCode(exitError, "%s is not set up for thrum: run `thrum init`", l.Root)
 	}
 	if _, err := health(ctx, l); err == nil {
 		return withCode(exitError, "the daemon is running (pid %d): stop it with `thrum daemon stop`, run doctor, then `thrum daemon start`", readPID(l.PIDFile))

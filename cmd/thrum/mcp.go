@@ -59,7 +59,7 @@ func (c *McpServeCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	if _, err := health(ctx, l); err != nil {
-		return withCode(exitNoDaemon, "thrum daemon is not running for %s: start it with `thrum daemon start`", l.Root)
+		return withCode(exitNoDaemon, "no daemon is running for %s: start it with `thrum daemon start`", l.Root)
 	}
 	sel := identity.Selector{Name: g.AgentID, NameFromEnv: g.AgentID != "" && g.env("THRUM_NAME") == g.AgentID}
 	f, _, err := identity.Resolve(l.IDs, sel)

@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -21,7 +23,7 @@ type QuickstartCmd struct {
 	Name    string `required:"" help:"Agent name (a-z, 0-9, _). Give the role and module with --role and --module."`
 	Display string `help:"Human-readable display name."`
 	Intent  string `help:"What the agent is about to do."`
-	Force   bool   `help:"Take over the name from a different agent."`
+	Force   bool   `help:"Take over the name from a different agent, or move the agent here from another worktree."`
 }
 
 func (c *QuickstartCmd) Help() string {
@@ -29,6 +31,11 @@ func (c *QuickstartCmd) Help() string {
 agent left open), and writes .thrum/identities/NAME.json (mode 0600) with
 the agent's token. Later commands find the identity through THRUM_NAME,
 --agent-id, or the single file in .thrum/identities.
+
+An agent whose identity file is in another worktree of the repository
+works there: quickstart refuses to take it over (which would end its
+session there) unless given --force, which moves it here and removes its
+identity file there.
 
 Examples:
   thrum quickstart --name alice --role implementer --module auth --intent "Refactor login"
@@ -45,6 +52,14 @@ func (c *QuickstartCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	defer s.close()
+	elsewhere, err := identityElsewhere(ctx, s.l, c.Name)
+	if err != nil {
+		return err
+	}
+	if len(elsewhere) > 0 && !c.Force {
+		return fmt.Errorf("%s works in another worktree (its identity file is %s): a quickstart here would end its session there; give this worktree's agent another name, or pass --force to move %s here",
+			c.Name, elsewhere[0], c.Name)
+	}
 	reg, err := s.c.RegisterAgent(ctx, &rpc.RegisterAgentParams{Name: c.Name, Role: role, Module: module, Display: c.Display, Force: c.Force})
 	if err != nil {
 		return err
@@ -70,15 +85,44 @@ func (c *QuickstartCmd) Run(ctx context.Context, g *Globals) error {
 	if err := identity.Save(s.l.IDs, f); err != nil {
 		return fmt.Errorf("write identity file: %w", err)
 	}
+	// Moved here: the agent no longer works in the other worktrees.
+	for _, p := range elsewhere {
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("moved %s here, but its identity file in another worktree remains: %w", c.Name, err)
+		}
+	}
 	res := map[string]any{"agent_id": reg.AgentID, "status": reg.Status, "session_id": ses.SessionID,
-		"identity_file": identity.Path(s.l.IDs, c.Name)}
+		"identity_file": identity.Path(s.l.IDs, c.Name), "moved_from": elsewhere}
 	return g.out(res, func(w io.Writer) {
 		fmt.Fprintf(w, "> Agent %s %s (role %s, module %s)\n", reg.AgentID, reg.Status, role, module)
 		fmt.Fprintf(w, "  Session: %s\n  Identity: %s\n", ses.SessionID, identity.Path(s.l.IDs, c.Name))
+		for _, p := range elsewhere {
+			fmt.Fprintf(w, "  Moved here: removed %s\n", p)
+		}
 		if files, err := identity.List(s.l.IDs); err == nil && len(files) > 1 {
 			g.hint("Tip: %d agents live here: select this one with THRUM_NAME=%s", len(files), c.Name)
 		}
 	})
+}
+
+// identityElsewhere returns the identity files of the agent name in the
+// repository's other worktrees than l's.
+func identityElsewhere(ctx context.Context, l *layout, name string) ([]string, error) {
+	dirs, err := worktreeIdentityDirs(l)(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, d := range dirs {
+		if filepath.Clean(d) == filepath.Clean(l.IDs) {
+			continue
+		}
+		p := identity.Path(d, name)
+		if _, err := os.Stat(p); err == nil {
+			out = append(out, p)
+		}
+	}
+	return out, nil
 }
 
 // parsePair parses "type:value" for --scope and --ref.
@@ -126,7 +170,13 @@ type SendCmd struct {
 }
 
 func (c *SendCmd) Help() string {
-	return `Examples:
+	return `--to (or --mention) addresses the message: to an agent by name, a role, a
+group, or @everyone; send says whom each address reaches. Without one the
+message is addressed to no one: it is listed in every plain thrum inbox and
+in the web console, but no agent is notified or gets it from its MCP tools
+(check_messages, wait_for_message). Use --to @everyone to reach every agent.
+
+Examples:
   thrum send "Test suite is green, ready for review" --to @reviewer
   thrum send "Auth module complete" --to @reviewer --scope module:auth --ref issue:beads-42
   thrum send "Deploy complete" --to @everyone --priority high
@@ -169,6 +219,9 @@ func (c *SendCmd) Run(ctx context.Context, g *Globals) error {
 			return
 		}
 		fmt.Fprintf(w, "> Message sent: %s\n", r.MessageID)
+		if len(r.Recipients) == 0 {
+			fmt.Fprintln(w, "  To no one: no agent is notified; it is listed in every plain thrum inbox (--to @everyone reaches every agent)")
+		}
 		for _, rc := range r.Recipients {
 			fmt.Fprintf(w, "  To @%s (%s): %s\n", rc.Address, rc.Kind, reach(rc))
 		}
