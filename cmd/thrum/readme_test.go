@@ -3,11 +3,14 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"go/format"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -16,33 +19,48 @@ import (
 	"github.com/thrumhq/thrum/internal/thrumtest"
 )
 
-// quickstartBlock returns the lines of the README's Quickstart ```sh
-// block: the first shell block after the "## Quickstart" heading, with
-// backslash continuations joined and blank lines dropped.
-func quickstartBlock(t testing.TB) []string {
+// readmeBlock is one fenced code block of README.md.
+type readmeBlock struct {
+	section string // the "## " heading it is under
+	lang    string // what follows the opening fence: sh, go, json, …
+	text    string // its content, with a final newline
+}
+
+// readmeBlocks returns README.md's fenced code blocks, in order.
+func readmeBlocks(t testing.TB) []readmeBlock {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := string(b)
-	i := strings.Index(s, "\n## Quickstart")
-	if i < 0 {
-		t.Fatal("README.md has no ## Quickstart section")
+	var blocks []readmeBlock
+	var cur *readmeBlock
+	section := ""
+	for _, l := range strings.SplitAfter(string(b), "\n") {
+		switch {
+		case cur != nil && strings.TrimSpace(l) == "```":
+			blocks = append(blocks, *cur)
+			cur = nil
+		case cur != nil:
+			cur.text += l
+		case strings.HasPrefix(l, "```"):
+			cur = &readmeBlock{section: section, lang: strings.TrimSpace(strings.TrimPrefix(l, "```"))}
+		case strings.HasPrefix(l, "## "):
+			section = strings.TrimSpace(strings.TrimPrefix(l, "## "))
+		}
 	}
-	s = s[i:]
-	start := strings.Index(s, "\n```sh\n")
-	if start < 0 {
-		t.Fatal("the Quickstart section has no ```sh block")
+	if cur != nil {
+		t.Fatalf("README.md: the %s block under %q is not closed", cur.lang, cur.section)
 	}
-	s = s[start+len("\n```sh\n"):]
-	end := strings.Index(s, "\n```")
-	if end < 0 {
-		t.Fatal("the Quickstart's ```sh block is not closed")
-	}
+	return blocks
+}
+
+// shellLines are a shell block's lines, with backslash continuations
+// joined and blank lines dropped.
+func shellLines(text string) []string {
 	var lines []string
 	cont := ""
-	for _, l := range strings.Split(s[:end], "\n") {
+	for _, l := range strings.Split(text, "\n") {
 		if strings.HasSuffix(l, "\\") {
 			cont += strings.TrimSuffix(l, "\\")
 			continue
@@ -54,6 +72,19 @@ func quickstartBlock(t testing.TB) []string {
 		}
 	}
 	return lines
+}
+
+// quickstartBlock returns the lines of the README's Quickstart block: the
+// first shell block of the section whose heading begins "Quickstart".
+func quickstartBlock(t testing.TB) []string {
+	t.Helper()
+	for _, b := range readmeBlocks(t) {
+		if strings.HasPrefix(b.section, "Quickstart") && b.lang == "sh" {
+			return shellLines(b.text)
+		}
+	}
+	t.Fatal("README.md has no ```sh block under a ## Quickstart heading")
+	return nil
 }
 
 // TestReadmeQuickstart runs the README's Quickstart block as written, line
@@ -113,8 +144,9 @@ func lineOf(t testing.TB, lines []string, s string) int {
 
 // runQuickstart runs lines in one bash in dir, stopping at the first that
 // exits non-zero, and returns each line's output (stdout and stderr). A
-// daemon left running by a failure is stopped.
-func runQuickstart(t *testing.T, dir string, lines []string) []string {
+// daemon left running by a failure is stopped. PATH is path, then the
+// built binary's directory, then the test's PATH.
+func runQuickstart(t *testing.T, dir string, lines []string, path ...string) []string {
 	t.Helper()
 	thrumBin := thrumtest.Binary(t)
 	home := t.TempDir()
@@ -138,7 +170,8 @@ func runQuickstart(t *testing.T, dir string, lines []string) []string {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "bash", "--noprofile", "--norc", "-c", script.String())
 	cmd.Dir = dir
-	cmd.Env = append(cleanEnv(), "PATH="+filepath.Dir(thrumBin)+string(os.PathListSeparator)+os.Getenv("PATH"),
+	path = append(path, filepath.Dir(thrumBin), os.Getenv("PATH"))
+	cmd.Env = append(cleanEnv(), "PATH="+strings.Join(path, string(os.PathListSeparator)),
 		"HOME="+home, "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL="+os.DevNull)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
@@ -166,4 +199,142 @@ func runQuickstart(t *testing.T, dir string, lines []string) []string {
 		t.Fatalf("the Quickstart stopped (%v) at line %d:\n  %s\noutput:\n%s", err, last+1, lines[last], outs[last])
 	}
 	return outs
+}
+
+// TestReadmeGoProgram builds and runs the README's Go block, read from
+// README.md, as a program of this module, and compares what it prints
+// with the text block that follows it. The block must be gofmt'd.
+func TestReadmeGoProgram(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs a program")
+	}
+	t.Parallel()
+	blocks := readmeBlocks(t)
+	var ran int
+	for i, b := range blocks {
+		if b.lang != "go" {
+			continue
+		}
+		ran++
+		if formatted, err := format.Source([]byte(b.text)); err != nil {
+			t.Fatalf("the Go block under %q does not parse: %v", b.section, err)
+		} else if string(formatted) != b.text {
+			t.Errorf("the Go block under %q is not gofmt'd; gofmt makes it:\n%s", b.section, formatted)
+		}
+		if i+1 >= len(blocks) || blocks[i+1].lang != "text" || blocks[i+1].section != b.section {
+			t.Fatalf("the Go block under %q is not followed by a text block of what it prints", b.section)
+		}
+		want := blocks[i+1].text
+		src := filepath.Join(t.TempDir(), "main.go")
+		if err := os.WriteFile(src, []byte(b.text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		goCmd, err := exec.LookPath("go")
+		if err != nil {
+			t.Fatal("no go command to build the README's program with")
+		}
+		root, err := filepath.Abs(filepath.Join("..", ".."))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		// Run from the module's root, so the program's imports are this
+		// module's packages, as they are for a module that requires it.
+		cmd := exec.CommandContext(ctx, goCmd, "run", src)
+		cmd.Dir, cmd.Env = root, append(cleanEnv(), "CGO_ENABLED=0")
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("go run of the README's Go block under %q: %v\nstdout:\n%s\nstderr:\n%s", b.section, err, out.String(), errb.String())
+		}
+		if out.String() != want {
+			t.Errorf("the README's Go block printed:\n%s\nthe README says it prints:\n%s", out.String(), want)
+		}
+		t.Logf("the README's Go program printed:\n%s", out.String())
+	}
+	if ran == 0 {
+		t.Fatal("README.md has no Go block")
+	}
+}
+
+// TestReadmeJSONBlocks: every JSON example in the README is valid JSON.
+func TestReadmeJSONBlocks(t *testing.T) {
+	n := 0
+	for _, b := range readmeBlocks(t) {
+		if b.lang != "json" {
+			continue
+		}
+		n++
+		if !json.Valid([]byte(b.text)) {
+			t.Errorf("the JSON block under %q is not valid JSON:\n%s", b.section, b.text)
+		}
+	}
+	if n == 0 {
+		t.Fatal("README.md has no JSON block")
+	}
+}
+
+// TestReadmeCommandBlocks runs every later README shell block made of
+// thrum commands (sync, search, sends, the web console, doctor) the way a
+// reader would after the Quickstart: in a clone with a git remote, after
+// the Quickstart's lines up to its `thrum daemon stop`, in one shell.
+// Every line must exit 0. `thrum web --open` runs an xdg-open first on
+// PATH that records the URL it was given.
+func TestReadmeCommandBlocks(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	t.Parallel()
+	quick := quickstartBlock(t)
+	lines := quick[:len(quick)-1] // up to its daemon stop
+	isThrum := regexp.MustCompile(`^(THRUM_[A-Z]+=\S+\s+)*thrum\s`)
+	var blocks []string
+	seenQuickstart := false
+	for _, b := range readmeBlocks(t) {
+		if b.lang != "sh" {
+			continue
+		}
+		if strings.HasPrefix(b.section, "Quickstart") {
+			seenQuickstart = true
+			continue
+		}
+		ls := shellLines(b.text)
+		if !seenQuickstart || len(ls) == 0 || !slices.ContainsFunc(ls, func(l string) bool { return isThrum.MatchString(l) }) {
+			continue
+		}
+		for _, l := range ls {
+			if !isThrum.MatchString(l) {
+				t.Fatalf("the shell block under %q mixes thrum commands with others: %q", b.section, l)
+			}
+		}
+		blocks = append(blocks, b.section)
+		lines = append(lines, ls...)
+	}
+	for _, want := range []string{"Sync across machines", "Search", "Watch and join in a browser: `thrum web`", "Check the log: `thrum doctor`"} {
+		if !slices.Contains(blocks, want) {
+			t.Errorf("no thrum command block under %q (blocks run: %q)", want, blocks)
+		}
+	}
+	lines = append(lines, "thrum daemon stop")
+
+	remote := thrumtest.GitRemote(t)
+	dir := remote.Clone("work")
+	bin := t.TempDir()
+	opened := filepath.Join(t.TempDir(), "opened")
+	if err := os.WriteFile(filepath.Join(bin, "xdg-open"), []byte("#!/bin/sh\necho \"$@\" >> '"+opened+"'\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	outs := runQuickstart(t, dir, lines, bin)
+	contains(t, "sync status", outs[lineOf(t, lines, "thrum sync status")], "synced")
+	contains(t, "search for a phrase by bob", outs[lineOf(t, lines, `--author bob`)], "No messages match")
+	contains(t, "the keyed send", outs[lineOf(t, lines, "--idempotency-key")], "> Message sent: msg_", "To @everyone (everyone): 2 agents")
+	matches(t, "thrum web", outs[lineOf(t, lines, "thrum web  ")], `http://127\.0\.0\.1:\d+/#login=\S+`)
+	if b, err := os.ReadFile(opened); err != nil || !regexp.MustCompile(`^http://127\.0\.0\.1:\d+/#login=\S+\n$`).Match(b) {
+		t.Errorf("thrum web --open gave xdg-open %q (%v), want the login URL", b, err)
+	}
+	contains(t, "doctor", outs[lineOf(t, lines, "thrum doctor  ")], "No problems found.")
+	if out := thrumtest.Git(t, remote.Path, "branch", "--list", "a-sync"); !strings.Contains(out, "a-sync") {
+		t.Errorf("the remote has no a-sync branch after sync force: %q", out)
+	}
 }
