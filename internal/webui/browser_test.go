@@ -427,6 +427,8 @@ func TestConsoleInBrowser(t *testing.T) {
 			{"```\n<script>alert(1)</script>\n```", `<script>alert(1)</script>`},
 			{"> quoted <iframe src=x>\n- item `<i>`\n1. one", `<iframe src=x>`},
 			{`see https://example.com/x?a=1 and [docs](https://example.com/d)`, `docs`},
+			{"| <img src=x onerror=alert(1)> | [x](javascript:alert(1)) |\n|---|---|\n| <script>alert(1)</script> | ok |", `<script>alert(1)</script>`},
+			{"- <b>\n  - [x](javascript:alert(1))\n    - <i>", `javascript:alert(1)`},
 		}
 		for _, tc := range cases {
 			in, _ := json.Marshal(tc.in)
@@ -438,7 +440,8 @@ func TestConsoleInBrowser(t *testing.T) {
 				const attrs = [...d.querySelectorAll('*')].flatMap(e => [...e.attributes].map(a => a.name));
 				return {tags, hrefs, attrs, text: d.textContent};
 			})`)
-			allowed := map[string]bool{"p": true, "br": true, "strong": true, "em": true, "code": true, "pre": true, "a": true, "ul": true, "ol": true, "li": true, "blockquote": true}
+			allowed := map[string]bool{"p": true, "br": true, "strong": true, "em": true, "code": true, "pre": true, "a": true, "ul": true, "ol": true, "li": true, "blockquote": true,
+				"div": true, "table": true, "thead": true, "tbody": true, "tr": true, "th": true, "td": true}
 			for _, tag := range got["tags"].([]any) {
 				if !allowed[tag.(string)] {
 					t.Errorf("render(%q) made <%s>", tc.in, tag)
@@ -562,6 +565,115 @@ func TestConsoleInBrowser(t *testing.T) {
 		}
 		if strings.Join(parts, ",") != strings.Join(want, ",") {
 			t.Errorf("splitHighlights gave %q, want %q", parts, want)
+		}
+		do(t, tab, "feed", chromedp.Click(chromedp.CSS(`.tabs button[data-view="feed"]`)))
+	})
+
+	t.Run("tables and nested lists", func(t *testing.T) {
+		// The page's own renderer: a table becomes a table, not lines of
+		// |, and indented items nest.
+		shape := func(md string) map[string]any {
+			t.Helper()
+			in, _ := json.Marshal(md)
+			return eval[map[string]any](t, tab, `import('/assets/markdown.js').then(({render}) => {
+				const d = document.createElement('div');
+				d.append(render(`+string(in)+`));
+				const texts = (sel) => [...d.querySelectorAll(sel)].map(e => e.firstChild ? e.firstChild.textContent : '');
+				return {
+					th: texts('table thead th'), td: texts('table tbody td'),
+					align: [...d.querySelectorAll('table thead th')].map(e => e.className),
+					pipes: [...d.querySelectorAll('p')].some(p => p.textContent.includes('|')),
+					top: texts(':scope > ul > li, :scope > ol > li'),
+					nested: texts(':scope > ul > li > ul > li, :scope > ol > li > ul > li, :scope > ol > li > ol > li'),
+					deeper: texts(':scope > ul > li > ul > li > ul > li'),
+					lists: d.querySelectorAll('ul, ol').length,
+				};
+			})`)
+		}
+		strs := func(v any) string {
+			var out []string
+			for _, x := range v.([]any) {
+				out = append(out, fmt.Sprint(x))
+			}
+			return strings.Join(out, ",")
+		}
+		got := shape("Results:\n\n| suite | passed | failed |\n|:------|:------:|-------:|\n| auth | 45 | 2 |\n| api \\| v2 | 12 | 0 |")
+		if strs(got["th"]) != "suite,passed,failed" || strs(got["td"]) != "auth,45,2,api | v2,12,0" || got["pipes"] == true {
+			t.Errorf("a table rendered as %v", got)
+		}
+		if strs(got["align"]) != ",center,right" {
+			t.Errorf("the table's alignments are %v, want none, center, right", got["align"])
+		}
+		got = shape("- one\n  - one.a\n    - one.a.i\n  - one.b\n- two")
+		if strs(got["top"]) != "one,two" || strs(got["nested"]) != "one.a,one.b" || strs(got["deeper"]) != "one.a.i" || got["lists"] != float64(3) {
+			t.Errorf("a nested list rendered as %v", got)
+		}
+		got = shape("1. first\n   - detail\n2. second")
+		if strs(got["top"]) != "first,second" || strs(got["nested"]) != "detail" || got["lists"] != float64(2) {
+			t.Errorf("a list in an ordered list rendered as %v", got)
+		}
+
+		// In the feed, from the CLI.
+		id := c.thrum(t, "alice", "send", "--quiet", "--to", "@crew", "| step | state |\n|---|---|\n| build | green |\n\n- deploy\n  - canary\n  - everywhere")
+		item := fmt.Sprintf(`document.querySelector('#feed li[data-id=%q]')`, id)
+		waitFor(t, tab, "the table in the feed", item+` && `+item+`.querySelectorAll('.body table td').length === 2`)
+		if n := eval[int](t, tab, item+`.querySelectorAll('.body ul ul li').length`); n != 2 {
+			t.Errorf("the feed shows %d nested items, want 2", n)
+		}
+	})
+
+	t.Run("long bodies collapse", func(t *testing.T) {
+		long := strings.Repeat("The quick brown fox jumps over the lazy dog. ", 45) // 2,025 characters
+		id := c.thrum(t, "alice", "send", "--quiet", "--to", "@crew", long+"THE END")
+		item := fmt.Sprintf(`document.querySelector('#feed li[data-id=%q]')`, id)
+		waitFor(t, tab, "the long message", item)
+		body := item + `.querySelector('.body')`
+		collapsed := eval[float64](t, tab, body+`.getBoundingClientRect().height`)
+		view := eval[float64](t, tab, `window.innerHeight`)
+		if !eval[bool](t, tab, body+`.classList.contains('collapsed')`) || collapsed > view/3 {
+			t.Fatalf("a 2,000-character body is %.0f px high in a %.0f px window, want it collapsed", collapsed, view)
+		}
+		if b := eval[string](t, tab, item+`.querySelector('footer button.more').textContent`); b != "Show more" {
+			t.Fatalf("the collapsed body's button says %q", b)
+		}
+		do(t, tab, "show more", chromedp.Click(chromedp.CSS(fmt.Sprintf(`#feed li[data-id=%q] footer button.more`, id))))
+		full := eval[float64](t, tab, body+`.getBoundingClientRect().height`)
+		if eval[bool](t, tab, body+`.classList.contains('collapsed')`) || full <= collapsed ||
+			eval[float64](t, tab, body+`.scrollHeight`) > full+1 {
+			t.Errorf("after Show more the body is %.0f px (collapsed %.0f), want all of it", full, collapsed)
+		}
+		if b := eval[string](t, tab, item+`.querySelector('footer button.more').textContent`); b != "Show less" {
+			t.Errorf("the expanded body's button says %q", b)
+		}
+		// A short body has no button.
+		short := c.thrum(t, "alice", "send", "--quiet", "--to", "@crew", "short and sweet")
+		waitFor(t, tab, "the short message", fmt.Sprintf(`document.querySelector('#feed li[data-id=%q]')`, short))
+		if eval[bool](t, tab, fmt.Sprintf(`!!document.querySelector('#feed li[data-id=%q] button.more, #feed li[data-id=%q] .collapsed')`, short, short)) {
+			t.Error("a short body is collapsed")
+		}
+	})
+
+	t.Run("reply chains are threads", func(t *testing.T) {
+		// thrum reply to a message in no thread makes a reply chain, which
+		// the CLI's inbox shows grouped with ↳: the threads view lists it.
+		first := c.thrum(t, "alice", "send", "--quiet", "--to", "@bob", "Is the migration reversible?")
+		reply := c.thrum(t, "bob", "reply", first, "Yes, with the down script", "--quiet")
+		again := c.thrum(t, "alice", "reply", reply, "Thanks, merging", "--quiet")
+		waitFor(t, tab, "the replies in the feed", fmt.Sprintf(`document.querySelector('#feed li[data-id=%q]')`, again))
+		do(t, tab, "threads", chromedp.Click(chromedp.CSS(`.tabs button[data-view="threads"]`)))
+		entry := fmt.Sprintf(`document.querySelector('#threads li[data-chain=%q]')`, first)
+		waitFor(t, tab, "the reply chain in the list", entry)
+		if text := eval[string](t, tab, entry+`.textContent`); !strings.Contains(text, "Is the migration reversible?") || !strings.Contains(text, "replies to alice") {
+			t.Errorf("the chain's entry says %q", text)
+		}
+		eval[bool](t, tab, `(`+entry+`.querySelector('button').click(), true)`)
+		waitFor(t, tab, "the chain's messages", `document.querySelectorAll('#thread .msg').length === 3`)
+		ids := eval[[]string](t, tab, `[...document.querySelectorAll('#thread .msg')].map(m => m.dataset.id + (m.classList.contains('reply') ? ' reply' : ''))`)
+		if strings.Join(ids, ",") != first+","+reply+" reply,"+again+" reply" {
+			t.Errorf("the chain shows %q, want %s then its two replies, in order", ids, first)
+		}
+		if note := eval[string](t, tab, `document.querySelector('#thread .note').textContent`); !strings.Contains(note, "3 messages") {
+			t.Errorf("the chain's note says %q", note)
 		}
 		do(t, tab, "feed", chromedp.Click(chromedp.CSS(`.tabs button[data-view="feed"]`)))
 	})

@@ -25,6 +25,8 @@ const state = {
   view: 'feed',
   replyTo: null,
   thread: '',        // open thread
+  chain: '',         // open reply chain: its first message's ID
+  originals: new Map(), // message_id → message fetched as the start of a reply chain
   inbox: '',         // open inbox
   search: { query: '', page: 1 }, // the search shown
   retry: 0,
@@ -221,6 +223,12 @@ function addressKind(addr) {
   return 'role';
 }
 
+// replyTo is the message m answers, or ''.
+function replyTo(m) {
+  const r = (m.refs || []).find((x) => x.type === 'reply_to');
+  return r ? r.value : '';
+}
+
 function mentionsOf(m) {
   return (m.refs || []).filter((r) => r.type === 'mention').map((r) => r.value);
 }
@@ -259,6 +267,28 @@ function when(ts) {
   return d.toLocaleString();
 }
 
+// A body longer than this (characters or lines) shows its first lines,
+// with a button for the rest: one long message must not fill the view.
+const LONG_CHARS = 800;
+const LONG_LINES = 12;
+
+function isLong(text) {
+  return text.length > LONG_CHARS || text.split('\n').length > LONG_LINES;
+}
+
+function collapse(body) {
+  body.classList.add('collapsed');
+  const b = el('button', 'more', 'Show more');
+  b.type = 'button';
+  b.setAttribute('aria-expanded', 'false');
+  b.addEventListener('click', () => {
+    const open = body.classList.toggle('collapsed') === false;
+    b.textContent = open ? 'Show less' : 'Show more';
+    b.setAttribute('aria-expanded', String(open));
+  });
+  return b;
+}
+
 function messageItem(m, opts = {}) {
   const li = el('li', 'msg');
   li.dataset.id = m.message_id;
@@ -276,7 +306,7 @@ function messageItem(m, opts = {}) {
   if (m.thread_id) {
     const b = el('button', 'linkish', `thread: ${state.threads.get(m.thread_id) || m.thread_id}`);
     b.type = 'button';
-    b.addEventListener('click', () => { state.thread = m.thread_id; showView('threads'); });
+    b.addEventListener('click', () => { state.thread = m.thread_id; state.chain = ''; showView('threads'); });
     head.append(b);
   }
   const t = el('time', '', when(m.created_at));
@@ -284,12 +314,16 @@ function messageItem(m, opts = {}) {
   head.append(t);
   li.append(head);
   const body = el('div', 'body');
+  const foot = el('footer');
   if (m.deleted) body.append(el('em', '', 'deleted'));
   else if (opts.snippet) body.append(renderSnippet(m.snippet, m.highlights));
-  else body.append(render(m.body ? m.body.content : ''));
+  else {
+    const content = m.body ? m.body.content : '';
+    body.append(render(content));
+    if (isLong(content)) foot.append(collapse(body));
+  }
   li.append(body);
 
-  const foot = el('footer');
   if (opts.snippet) foot.append(openButton(m, body));
   const reply = el('button', '', 'Reply');
   reply.type = 'button';
@@ -402,36 +436,116 @@ function renderAgents() {
   if (!agents.length) ul.append(el('li', 'empty', 'No agents registered.'));
 }
 
+// A reply chain — a message outside any thread and the replies to it
+// (reply_to refs), as thrum reply makes — is a conversation to a person as
+// much as a thread is, so the threads view lists both. Chains are found
+// among the messages the feed holds (following each reply up to the
+// message that started it); opening one fetches every reply to it.
+async function replyChains() {
+  const known = (id) => state.feed.get(id) || state.originals.get(id);
+  const startOf = async (m) => {
+    const seen = new Set([m.message_id]);
+    for (let p = replyTo(m); p && !seen.has(p) && seen.size < 50; p = replyTo(m)) {
+      seen.add(p);
+      let o = known(p);
+      if (!o) {
+        try { o = await getMessage(p); } catch { break; } // deleted, or not visible
+        state.originals.set(p, o);
+      }
+      m = o;
+    }
+    return m;
+  };
+  const chains = new Map(); // first message's ID → {first, last}
+  for (const m of state.feed.values()) {
+    if (!replyTo(m) || m.thread_id) continue;
+    const first = await startOf(m);
+    if (first.thread_id || first.message_id === m.message_id) continue;
+    const c = chains.get(first.message_id) || { first, last: first.created_at };
+    if (m.created_at > c.last) c.last = m.created_at;
+    chains.set(first.message_id, c);
+  }
+  return [...chains.values()].sort((a, b) => (a.last < b.last ? 1 : a.last > b.last ? -1 : 0));
+}
+
+// chainOf returns the message id and every reply to it, to any depth (at
+// most 200), oldest first.
+async function chainOf(id) {
+  const msgs = [await getMessage(id)];
+  const seen = new Set([id]);
+  for (let i = 0; i < msgs.length && msgs.length < 200; i++) {
+    const res = await call('message.list', { ref: { type: 'reply_to', value: msgs[i].message_id }, page_size: 100, sort_order: 'asc' });
+    for (const r of res.messages) {
+      if (!seen.has(r.message_id)) { seen.add(r.message_id); msgs.push(r); }
+    }
+  }
+  return msgs.sort((a, b) => (a.created_at < b.created_at ? -1 : a.created_at > b.created_at ? 1 : 0));
+}
+
+// firstWords is a one-line title for a chain: its first message's start.
+function firstWords(m) {
+  const text = (m.body ? m.body.content : '').replace(/\s+/g, ' ').trim();
+  return text.length > 60 ? text.slice(0, 59) + '…' : text || m.message_id;
+}
+
 async function renderThreads() {
-  const threads = await call('thread.list', { page_size: 100 });
+  const [threads, chains] = await Promise.all([call('thread.list', { page_size: 100 }), replyChains()]);
   state.threads = new Map(threads.threads.map((t) => [t.thread_id, t.title]));
   const ul = $('threads');
   ul.replaceChildren();
-  for (const t of threads.threads) {
+  const entry = (title, sub, current, open) => {
     const li = el('li');
     const b = el('button');
     b.type = 'button';
-    if (t.thread_id === state.thread) b.setAttribute('aria-current', 'true');
-    const left = el('span', '', t.title || t.thread_id);
-    left.append(el('br'), el('span', 'sub', `${t.message_count} messages · ${when(t.last_activity)}`));
+    if (current) b.setAttribute('aria-current', 'true');
+    const left = el('span', '', title);
+    left.append(el('br'), el('span', 'sub', sub));
     b.append(left);
-    b.addEventListener('click', () => { state.thread = t.thread_id; renderThreads().catch(showError); });
+    b.addEventListener('click', () => { open(); renderThreads().catch(showError); });
     li.append(b);
     ul.append(li);
+    return li;
+  };
+  for (const t of threads.threads) {
+    entry(t.title || t.thread_id, `${t.message_count} messages · ${when(t.last_activity)}`, t.thread_id === state.thread,
+      () => { state.thread = t.thread_id; state.chain = ''; });
   }
-  if (!threads.threads.length) ul.append(el('li', 'empty', 'No threads yet.'));
+  for (const c of chains) {
+    const author = c.first.author ? c.first.author.agent_id : c.first.agent_id;
+    const li = entry(firstWords(c.first), `replies to ${agentName(author)} · ${when(c.last)}`, c.first.message_id === state.chain,
+      () => { state.chain = c.first.message_id; state.thread = ''; });
+    li.dataset.chain = c.first.message_id;
+  }
+  if (!threads.threads.length && !chains.length) ul.append(el('li', 'empty', 'No threads or replies yet.'));
   const box = $('thread');
-  if (!state.thread) return;
-  const res = await call('thread.get', { thread_id: state.thread, page_size: 100 });
-  const msgs = res.messages.slice().sort((a, b) => (a.created_at < b.created_at ? -1 : a.created_at > b.created_at ? 1 : 0));
-  const h = el('h2', '', res.thread.title || res.thread.thread_id);
-  const by = el('p', 'note', `started by ${agentName(res.thread.created_by)} · ${when(res.thread.created_at)} · ${res.total} messages`);
-  const ol = el('ol', 'messages');
-  for (const m of msgs) ol.append(messageItem(m));
-  const reply = el('button', '', 'Reply in this thread');
-  reply.type = 'button';
-  reply.addEventListener('click', () => startReply(msgs[msgs.length - 1] || { thread_id: state.thread }));
-  box.replaceChildren(h, by, ol, reply);
+  if (state.thread) {
+    const res = await call('thread.get', { thread_id: state.thread, page_size: 100 });
+    const msgs = res.messages.slice().sort((a, b) => (a.created_at < b.created_at ? -1 : a.created_at > b.created_at ? 1 : 0));
+    const h = el('h2', '', res.thread.title || res.thread.thread_id);
+    const by = el('p', 'note', `started by ${agentName(res.thread.created_by)} · ${when(res.thread.created_at)} · ${res.total} messages`);
+    const ol = el('ol', 'messages');
+    for (const m of msgs) ol.append(messageItem(m));
+    const reply = el('button', '', 'Reply in this thread');
+    reply.type = 'button';
+    reply.addEventListener('click', () => startReply(msgs[msgs.length - 1] || { thread_id: state.thread }));
+    box.replaceChildren(h, by, ol, reply);
+  } else if (state.chain) {
+    const msgs = await chainOf(state.chain);
+    const first = msgs[0];
+    const author = first.author ? first.author.agent_id : first.agent_id;
+    const h = el('h2', '', firstWords(first));
+    const by = el('p', 'note', `a reply chain started by ${agentName(author)} · ${when(first.created_at)} · ${msgs.length} messages`);
+    const ol = el('ol', 'messages');
+    for (const m of msgs) {
+      const li = messageItem(m);
+      if (m !== first) li.classList.add('reply');
+      ol.append(li);
+    }
+    const reply = el('button', '', 'Reply to the latest');
+    reply.type = 'button';
+    reply.addEventListener('click', () => startReply(msgs[msgs.length - 1]));
+    box.replaceChildren(h, by, ol, reply);
+  }
 }
 
 function renderGroups() {
@@ -515,6 +629,7 @@ function openButton(m, body) {
   b.addEventListener('click', async () => {
     if (m.thread_id) {
       state.thread = m.thread_id;
+      state.chain = '';
       showView('threads');
       return;
     }

@@ -54,14 +54,67 @@ export function inline(parent, text) {
   }
 }
 
+// Tables: a header row, a delimiter row (|---|:--:|) and body rows, each
+// cell split at a | that is not escaped.
+const TABLE_DELIM = /^\s*\|?\s*:?-+:?\s*(\|\s*:?-+:?\s*)*\|?\s*$/;
+
+function cells(line) {
+  const s = line.trim().replace(/^\|/, '').replace(/(^|[^\\])\|$/, '$1');
+  return s.split(/(?<!\\)\|/).map((c) => c.trim().replace(/\\\|/g, '|'));
+}
+
+function table(head, delim, rows) {
+  const align = cells(delim).map((d) => (d.endsWith(':') ? (d.startsWith(':') ? 'center' : 'right') : ''));
+  const t = el('table');
+  const row = (parent, texts, tag) => {
+    const tr = el('tr');
+    // Every row has the header's number of cells.
+    for (let i = 0; i < align.length; i++) {
+      const c = el(tag, align[i]);
+      inline(c, texts[i] ?? '');
+      tr.append(c);
+    }
+    parent.append(tr);
+  };
+  const thead = el('thead');
+  row(thead, cells(head), 'th');
+  t.append(thead);
+  if (rows.length) {
+    const tbody = el('tbody');
+    for (const r of rows) row(tbody, cells(r), 'td');
+    t.append(tbody);
+  }
+  // A wide table scrolls inside its box rather than widening the page.
+  const wrap = el('div', 'table');
+  wrap.append(t);
+  return wrap;
+}
+
+// indentOf counts leading whitespace, a tab as four spaces.
+function indentOf(line) {
+  let n = 0;
+  for (const ch of line) {
+    if (ch === ' ') n++;
+    else if (ch === '\t') n += 4 - (n % 4);
+    else break;
+  }
+  return n;
+}
+
+const LIST_ITEM = /^(\s*)([-*+]|\d{1,9}[.)])\s+(.*)$/;
+
 // render returns a DocumentFragment of text, a small Markdown subset:
-// paragraphs, headings, fenced code, block quotes, lists and inline spans.
+// paragraphs, headings, fenced code, block quotes, tables, lists (nested
+// by indentation) and inline spans.
 export function render(text) {
   const frag = document.createDocumentFragment();
   const lines = String(text ?? '').replace(/\r\n?/g, '\n').split('\n');
   let para = null;
-  let list = null;
-  const endBlocks = () => { para = null; list = null; };
+  // lists are the open lists, outermost first: {indent, el}; an item
+  // indented past the innermost one's marker opens a list inside its last
+  // item.
+  let lists = [];
+  const endBlocks = () => { para = null; lists = []; };
   for (let i = 0; i < lines.length; i++) {
     const line = lines[i];
     let m;
@@ -92,18 +145,40 @@ export function render(text) {
       const q = el('blockquote');
       q.append(render(quoted.join('\n')));
       frag.append(q);
-    } else if ((m = /^\s*([-*+]|\d{1,9}[.)])\s+(.*)$/.exec(line))) {
-      const tag = /\d/.test(m[1]) ? 'ol' : 'ul';
-      if (!list || list.tagName.toLowerCase() !== tag) {
-        para = null;
-        list = el(tag);
-        frag.append(list);
+    } else if (line.includes('|') && i + 1 < lines.length && lines[i + 1].includes('|') && TABLE_DELIM.test(lines[i + 1])) {
+      endBlocks();
+      const delim = lines[i + 1];
+      const rows = [];
+      for (i += 2; i < lines.length && lines[i].includes('|') && !/^\s*$/.test(lines[i]); i++) rows.push(lines[i]);
+      i--;
+      frag.append(table(line, delim, rows));
+    } else if ((m = LIST_ITEM.exec(line))) {
+      para = null;
+      const indent = indentOf(m[1]);
+      const tag = /\d/.test(m[2]) ? 'ol' : 'ul';
+      while (lists.length && lists[lists.length - 1].indent > indent) lists.pop();
+      let top = lists[lists.length - 1];
+      if (top && top.indent === indent && top.el.tagName.toLowerCase() !== tag) {
+        lists.pop(); // another kind of list at the same depth
+        top = lists[lists.length - 1];
+      }
+      if (!top || top.indent < indent) {
+        const list = el(tag);
+        const parentItem = top && top.el.lastElementChild;
+        (parentItem || frag).append(list);
+        top = { indent, el: list };
+        lists.push(top);
       }
       const li = el('li');
-      inline(li, m[2]);
-      list.append(li);
+      inline(li, m[3]);
+      top.el.append(li);
+    } else if (lists.length && indentOf(line) > 0) {
+      // An indented line under an item continues it.
+      const li = lists[lists.length - 1].el.lastElementChild;
+      li.append(el('br'));
+      inline(li, line.trim());
     } else {
-      list = null;
+      lists = [];
       if (!para) {
         para = el('p');
         frag.append(para);
