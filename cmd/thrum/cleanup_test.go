@@ -54,10 +54,8 @@ func TestCleanupKeepsFeatureWorktreeAgent(t *testing.T) {
 	main.ok("", "init")
 	startDaemon(t, main)
 	main.ok("", "quickstart", "--name", "alice", "--role", "implementer", "--module", "auth")
-	feat := filepath.Join(t.TempDir(), "feature")
-	thrumtest.Git(t, repo, "worktree", "add", "-q", "-b", "feature", feat)
-	fc := &thrumCLI{t: t, repo: feat, bin: thrumBin}
-	fc.ok("", "init")
+	fc := linkedWorktree(t, main)
+	feat := fc.repo
 	fc.ok("", "quickstart", "--name", "dan", "--role", "reviewer", "--module", "auth")
 
 	var res struct {

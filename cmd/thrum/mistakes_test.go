@@ -33,11 +33,7 @@ func TestVersionFlag(t *testing.T) {
 // it says whom the address reaches.
 func TestSendWithoutToSaysItReachesNoOne(t *testing.T) {
 	t.Parallel()
-	c := &thrumCLI{t: t, repo: thrumtest.GitRepo(t), bin: thrumtest.Binary(t)}
-	c.ok("", "init")
-	startDaemon(t, c)
-	c.ok("", "quickstart", "--name", "alice", "--role", "implementer", "--module", "auth")
-	c.ok("", "quickstart", "--name", "bob", "--role", "reviewer", "--module", "auth")
+	c := aliceAndBob(t)
 
 	r := c.ok("alice", "send", "hello, anyone")
 	contains(t, "send without --to", r.stdout, "> Message sent: msg_", "\n  To no one: no agent is notified", "--to @everyone")
@@ -60,11 +56,7 @@ func TestSendWithoutToSaysItReachesNoOne(t *testing.T) {
 // claims the unread messages shown and says how many.
 func TestInboxAndMessageGetMarkNothing(t *testing.T) {
 	t.Parallel()
-	c := &thrumCLI{t: t, repo: thrumtest.GitRepo(t), bin: thrumtest.Binary(t)}
-	c.ok("", "init")
-	startDaemon(t, c)
-	c.ok("", "quickstart", "--name", "alice", "--role", "implementer", "--module", "auth")
-	c.ok("", "quickstart", "--name", "bob", "--role", "reviewer", "--module", "auth")
+	c := aliceAndBob(t)
 	m1 := strings.TrimSpace(c.ok("alice", "send", "first", "--to", "@bob", "--quiet").stdout)
 	m2 := strings.TrimSpace(c.ok("alice", "send", "second", "--to", "@bob", "--quiet").stdout)
 
@@ -107,10 +99,7 @@ func TestPeekingLeavesAnAgentsMail(t *testing.T) {
 	e.thrum("", "quickstart", "--name", "alice", "--role", "implementer", "--module", "auth")
 	// bob works in a worktree of his own, so alice's is the single
 	// identity file in the main one.
-	feat := filepath.Join(t.TempDir(), "feature")
-	thrumtest.Git(t, e.repo, "worktree", "add", "-q", "-b", "feature", feat)
-	bob := &thrumCLI{t: t, repo: feat, bin: e.bin}
-	bob.ok("", "init")
+	bob := linkedWorktree(t, &thrumCLI{t: t, repo: e.repo, bin: e.bin})
 	bob.ok("", "quickstart", "--name", "bob", "--role", "reviewer", "--module", "auth")
 	m := strings.TrimSpace(bob.ok("", "send", "for alice", "--to", "@alice", "--quiet").stdout)
 
@@ -174,17 +163,14 @@ func TestDaemonOfAnotherHome(t *testing.T) {
 // while the daemon runs points to quickstart, not to daemon start.
 func TestInitAgainSaysTheDaemonRuns(t *testing.T) {
 	t.Parallel()
-	thrumBin := thrumtest.Binary(t)
-	repo := thrumtest.GitRepo(t)
-	c := &thrumCLI{t: t, repo: repo, bin: thrumBin}
+	c := &thrumCLI{t: t, repo: thrumtest.GitRepo(t), bin: thrumtest.Binary(t)}
 	contains(t, "the first init", c.ok("", "init").stderr, "Next: thrum daemon start")
 	pid := strconv.Itoa(int(num(startDaemon(t, c), "pid")))
-	feat := filepath.Join(t.TempDir(), "feature")
-	thrumtest.Git(t, repo, "worktree", "add", "-q", "-b", "feature", feat)
-	for _, dir := range []string{repo, feat} {
-		r := (&thrumCLI{t: t, repo: dir, bin: thrumBin}).ok("", "init")
-		contains(t, "init in "+dir, r.stderr, "The daemon is running (pid "+pid+"). Next: thrum quickstart")
-		lacks(t, "init in "+dir, r.stderr, "thrum daemon start")
+	feat := linkedWorktree(t, c)
+	for _, c := range []*thrumCLI{c, feat} {
+		r := c.ok("", "init")
+		contains(t, "init in "+c.repo, r.stderr, "The daemon is running (pid "+pid+"). Next: thrum quickstart")
+		lacks(t, "init in "+c.repo, r.stderr, "thrum daemon start")
 	}
 }
 
@@ -193,20 +179,14 @@ func TestInitAgainSaysTheDaemonRuns(t *testing.T) {
 // session there; --force moves the agent and removes the other file.
 func TestQuickstartInASecondWorktree(t *testing.T) {
 	t.Parallel()
-	thrumBin := thrumtest.Binary(t)
-	repo := thrumtest.GitRepo(t)
-	main := &thrumCLI{t: t, repo: repo, bin: thrumBin}
-	main.ok("", "init")
-	startDaemon(t, main)
-	main.ok("", "quickstart", "--name", "alice", "--role", "implementer", "--module", "auth")
+	main := aliceAndBob(t)
+	repo := main.repo
 	var before map[string]any
 	main.okJSON(&before, "alice", "agent", "whoami")
 	mainFile := filepath.Join(repo, ".thrum", "identities", "alice.json")
 
-	feat := filepath.Join(t.TempDir(), "feature")
-	thrumtest.Git(t, repo, "worktree", "add", "-q", "-b", "feature", feat)
-	fc := &thrumCLI{t: t, repo: feat, bin: thrumBin}
-	fc.ok("", "init")
+	fc := linkedWorktree(t, main)
+	feat := fc.repo
 	qs := []string{"quickstart", "--name", "alice", "--role", "implementer", "--module", "auth"}
 	fc.fails(exitError, "", qs, "alice works in another worktree", mainFile, "--force")
 	var after map[string]any
@@ -278,4 +258,27 @@ func TestUnprefixed(t *testing.T) {
 			t.Errorf("unprefixed(%q) = %q, want %q", in, got, want)
 		}
 	}
+}
+
+// aliceAndBob is a fresh git repository with its daemon running and two
+// agents: alice (implementer) and bob (reviewer), of module auth.
+func aliceAndBob(t *testing.T) *thrumCLI {
+	t.Helper()
+	c := &thrumCLI{t: t, repo: thrumtest.GitRepo(t), bin: thrumtest.Binary(t)}
+	c.ok("", "init")
+	startDaemon(t, c)
+	c.ok("", "quickstart", "--name", "alice", "--role", "implementer", "--module", "auth")
+	c.ok("", "quickstart", "--name", "bob", "--role", "reviewer", "--module", "auth")
+	return c
+}
+
+// linkedWorktree adds a worktree of c's repository, on a new branch
+// "feature", runs init there, and returns a CLI working in it.
+func linkedWorktree(t *testing.T, c *thrumCLI) *thrumCLI {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "feature")
+	thrumtest.Git(t, c.repo, "worktree", "add", "-q", "-b", "feature", dir)
+	fc := &thrumCLI{t: t, repo: dir, bin: c.bin}
+	fc.ok("", "init")
+	return fc
 }
