@@ -18,6 +18,9 @@ import (
 // over in-memory transports.
 func demo(ctx context.Context, root string, maxIt int, w io.Writer) error {
 	remote, wt := filepath.Join(root, "remote.git"), filepath.Join(root, "alice")
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		return err
+	}
 	for _, step := range [][]string{
 		{root, "init", "--quiet", "--bare", "-b", "main", remote},
 		{root, "clone", "--quiet", remote, wt},
@@ -32,17 +35,6 @@ func demo(ctx context.Context, root string, maxIt int, w io.Writer) error {
 			return err
 		}
 	}
-	edit := func(n int) error {
-		if err := os.WriteFile(filepath.Join(wt, "parser.go"), []byte(fmt.Sprintf("package parser\n\n// revision %d\n", n)), 0o644); err != nil {
-			return err
-		}
-		if _, err := git(ctx, wt, "add", "parser.go"); err != nil {
-			return err
-		}
-		_, err := git(ctx, wt, "commit", "--quiet", "-m", fmt.Sprintf("parser: revision %d", n))
-		return err
-	}
-
 	app, err := OpenApp(ctx, filepath.Join(root, "data"), Config{MaxIterations: maxIt})
 	if err != nil {
 		return err
@@ -50,35 +42,35 @@ func demo(ctx context.Context, root string, maxIt int, w io.Writer) error {
 	defer app.Close()
 	sessions := map[string]*mcp.ClientSession{}
 	for _, a := range []struct{ name, role, wt string }{{"alice", "coder", wt}, {"bob", "reviewer", ""}} {
-		if err := app.Join(ctx, a.name, a.role, a.wt); err != nil {
-			return err
-		}
-		s, err := app.Serve(ctx, a.name)
+		cs, stop, err := app.connect(ctx, a.name, a.role, a.wt)
 		if err != nil {
 			return err
 		}
-		defer s.Close()
-		st, ct := mcp.NewInMemoryTransports()
-		sctx, cancel := context.WithCancel(ctx)
-		done := make(chan struct{})
-		go func() { defer close(done); s.Run(sctx, st) }()
-		defer func() { cancel(); <-done }()
-		cs, err := mcp.NewClient(&mcp.Implementation{Name: a.name}, nil).Connect(ctx, ct, nil)
-		if err != nil {
-			return err
-		}
-		defer cs.Close()
+		defer stop()
 		sessions[a.name] = cs
 	}
-	call := func(agent, tool string, args map[string]any) (map[string]any, error) {
-		in, _ := json.Marshal(args)
-		if args == nil {
-			in = []byte("{}")
+	// Each step below does nothing once one has failed; err is checked
+	// after the script.
+	edit := func(n int) {
+		if err == nil {
+			err = os.WriteFile(filepath.Join(wt, "parser.go"), fmt.Appendf(nil, "package parser\n\n// revision %d\n", n), 0o644)
 		}
-		fmt.Fprintf(w, "\n%s -> %s %s\n", agent, tool, in)
-		r, err := sessions[agent].CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: args})
+		if err == nil {
+			_, err = git(ctx, wt, "add", "parser.go")
+		}
+		if err == nil {
+			_, err = git(ctx, wt, "commit", "--quiet", "-m", fmt.Sprintf("parser: revision %d", n))
+		}
+	}
+	call := func(agent, tool string, args map[string]any) {
 		if err != nil {
-			return nil, err
+			return
+		}
+		in, _ := json.Marshal(args)
+		fmt.Fprintf(w, "\n%s -> %s %s\n", agent, tool, in)
+		var r *mcp.CallToolResult
+		if r, err = sessions[agent].CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: args}); err != nil {
+			return
 		}
 		b, _ := json.Marshal(r.StructuredContent)
 		verdict := "ok"
@@ -86,48 +78,28 @@ func demo(ctx context.Context, root string, maxIt int, w io.Writer) error {
 			verdict = "REFUSED"
 		}
 		fmt.Fprintf(w, "  %s: %s\n", verdict, b)
-		var out map[string]any
-		json.Unmarshal(b, &out)
-		return out, nil
 	}
 
 	for it := 1; it <= maxIt+1; it++ {
-		if err := edit(it); err != nil {
-			return err
-		}
-		if _, err := call("alice", "request_review", map[string]any{"completion_message": fmt.Sprintf("Parser revision %d is ready.", it)}); err != nil {
-			return err
-		}
+		edit(it)
+		call("alice", "request_review", map[string]any{"completion_message": fmt.Sprintf("Parser revision %d is ready.", it)})
 		if it > maxIt {
 			break
 		}
 		if it == 1 {
-			if _, err := call("alice", "send_feedback", map[string]any{"coder": "alice", "feedback": "Looks fine to me.", "feedback_type": "approved"}); err != nil {
-				return err
-			}
+			call("alice", "send_feedback", map[string]any{"coder": "alice", "feedback": "Looks fine to me.", "feedback_type": "approved"})
 		}
-		kind, items := "needs_work", []string{"reject empty input", "add a fuzz test"}
+		fb := map[string]any{"feedback": fmt.Sprintf("Revision %d: the empty input still panics.", it), "feedback_type": "needs_work",
+			"priority": "high", "actionable_items": []string{"reject empty input", "add a fuzz test"}}
 		if it == maxIt {
-			kind, items = "approved", nil
+			fb = map[string]any{"feedback": fmt.Sprintf("Revision %d handles every case I tried. Approved.", it), "feedback_type": "approved"}
 		}
-		args := map[string]any{"feedback": fmt.Sprintf("Revision %d: the empty input still panics.", it), "feedback_type": kind, "priority": "high"}
-		if kind == "approved" {
-			args["feedback"] = fmt.Sprintf("Revision %d handles every case I tried. Approved.", it)
-		}
-		if items != nil {
-			args["actionable_items"] = items
-		}
-		if _, err := call("bob", "send_feedback", args); err != nil {
-			return err
-		}
-		if _, err := call("alice", "wait_for_message", map[string]any{"timeout": 5}); err != nil {
-			return err
-		}
+		call("bob", "send_feedback", fb)
+		call("alice", "wait_for_message", map[string]any{"timeout": 5})
 	}
-	if _, err := call("alice", "create_pull_request", map[string]any{"title": "Parser", "description": "Reviewed in " + fmt.Sprint(maxIt) + " iterations."}); err != nil {
-		return err
-	}
-	if _, err := call("alice", "review_status", nil); err != nil {
+	call("alice", "create_pull_request", map[string]any{"title": "Parser", "description": fmt.Sprintf("Reviewed in %d iterations.", maxIt)})
+	call("alice", "review_status", map[string]any{})
+	if err != nil {
 		return err
 	}
 
@@ -144,4 +116,28 @@ func demo(ctx context.Context, root string, maxIt int, w io.Writer) error {
 	fmt.Fprintf(w, "  %s\n", strings.ReplaceAll(strings.TrimSpace(string(b)), "\n", "\n  "))
 	fmt.Fprintf(w, "\naudit (%s events in the thrum log):\n", typeAudit)
 	return printAudit(w, app.state.auditRecords("", "", 0), false)
+}
+
+// connect joins an agent and connects an MCP client to its server over
+// in-memory transports, as the demo and the tests speak to the loop; stop
+// ends the session.
+func (a *App) connect(ctx context.Context, name, role, worktree string) (*mcp.ClientSession, func(), error) {
+	if err := a.Join(ctx, name, role, worktree); err != nil {
+		return nil, nil, err
+	}
+	s, err := a.Serve(ctx, name)
+	if err != nil {
+		return nil, nil, err
+	}
+	st, ct := mcp.NewInMemoryTransports()
+	sctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); s.Run(sctx, st) }()
+	stop := func() { cancel(); <-done; s.Close() }
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: name}, nil).Connect(ctx, ct, nil)
+	if err != nil {
+		stop()
+		return nil, nil, err
+	}
+	return cs, func() { cs.Close(); stop() }, nil
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -27,30 +28,18 @@ import (
 
 // Config configures the review loop.
 type Config struct {
-	MaxIterations int           // review iterations per coder; default 3
-	CodingRoles   []string      // roles that may request reviews; default coder, implementer
-	ReviewRoles   []string      // roles that may send feedback; default reviewer
-	PR            PullRequester // default GitPush{}
-	Module        string        // the thrum module agents register with; default "review"
+	MaxIterations int    // review iterations per coder; default 3
+	Remote        string // the git remote create_pull_request pushes to; default "origin"
 }
 
-func (c *Config) fill() {
-	if c.MaxIterations <= 0 {
-		c.MaxIterations = 3
-	}
-	if len(c.CodingRoles) == 0 {
-		c.CodingRoles = []string{"coder", "implementer"}
-	}
-	if len(c.ReviewRoles) == 0 {
-		c.ReviewRoles = []string{"reviewer"}
-	}
-	if c.PR == nil {
-		c.PR = GitPush{}
-	}
-	if c.Module == "" {
-		c.Module = "review"
-	}
-}
+// The roles the loop knows: coding agents request reviews and propose
+// their branches; reviewers answer (review requests go to @reviewer).
+var codingRoles = []string{"coder", "implementer"}
+
+const reviewRole = "reviewer"
+
+// module is the thrum module the agents register with.
+const module = "review"
 
 // App is the review loop: an embedded thrum node, the example's read model
 // of its own events, and the MCP servers of the agents it serves.
@@ -66,7 +55,8 @@ type App struct {
 // its parts, so that the example's read model is one of its projections.
 // thrum.New takes no lock, so OpenApp takes the directory's own.
 func OpenApp(ctx context.Context, dir string, cfg Config) (*App, error) {
-	cfg.fill()
+	cfg.MaxIterations = cmp.Or(max(cfg.MaxIterations, 0), 3)
+	cfg.Remote = cmp.Or(cfg.Remote, "origin")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
@@ -106,20 +96,14 @@ func (a *App) Close() error {
 	return err
 }
 
-func (a *App) isCoder(role string) bool    { return slices.Contains(a.cfg.CodingRoles, role) }
-func (a *App) isReviewer(role string) bool { return slices.Contains(a.cfg.ReviewRoles, role) }
-
 // Join registers the agent with thrum (or finds it registered), starts
-// its session, and records its role and worktree for the review tools.
+// its session, and records its role and, for a coding agent, its worktree
+// (an absolute path), whose branch is the one reviewed.
 func (a *App) Join(ctx context.Context, name, role, worktree string) error {
-	if worktree != "" {
-		abs, err := filepath.Abs(worktree)
-		if err != nil {
-			return err
-		}
-		worktree = abs
+	if slices.Contains(codingRoles, role) && !filepath.IsAbs(worktree) {
+		return fmt.Errorf("coding agent %s needs its worktree, as an absolute path; got %q", name, worktree)
 	}
-	r, err := a.node.RegisterAgent(ctx, &rpc.RegisterAgentParams{Name: name, Role: role, Module: a.cfg.Module})
+	r, err := a.node.RegisterAgent(ctx, &rpc.RegisterAgentParams{Name: name, Role: role, Module: module})
 	if err != nil {
 		return err
 	}
@@ -143,23 +127,26 @@ type Refusal struct {
 	Message          string   `json:"message"`
 	Tool             string   `json:"tool_name"`
 	Agent            string   `json:"agent_id"`
-	CurrentIteration *int     `json:"current_iteration,omitempty"`
-	MaxIterations    *int     `json:"max_iterations,omitempty"`
+	CurrentIteration int      `json:"current_iteration,omitempty"`
+	MaxIterations    int      `json:"max_iterations,omitempty"`
 	Suggestions      []string `json:"suggestions,omitempty"`
+	failed           bool     // not declined but failed (git, the node): audited as an error
 }
 
 func (r *Refusal) Error() string { return r.Code + ": " + r.Message }
-
-// failure is an error that is not a refusal (git failed, the node is
-// unavailable): audited as an error rather than a refusal.
-type failure struct{ Refusal }
 
 func refuse(code, format string, args ...any) *Refusal {
 	return &Refusal{Code: code, Message: fmt.Sprintf(format, args...)}
 }
 
-func fail(code string, err error) *failure {
-	return &failure{Refusal{Code: code, Message: err.Error()}}
+func fail(code string, err error) *Refusal {
+	return &Refusal{Code: code, Message: err.Error(), failed: true}
+}
+
+// at adds the review's iteration and the limit to the refusal.
+func (r *Refusal) at(iteration, limit int, suggestions ...string) *Refusal {
+	r.CurrentIteration, r.MaxIterations, r.Suggestions = iteration, limit, suggestions
+	return r
 }
 
 // Serve builds the MCP server of one joined agent: thrum's messaging
@@ -170,67 +157,53 @@ func (a *App) Serve(ctx context.Context, name string) (*thrum.MCPServer, error) 
 	if !ok {
 		return nil, fmt.Errorf("agent %s has not joined", name)
 	}
-	s, err := a.node.MCPServer(ctx, mcpserver.Identity{AgentID: name, Role: j.Role, Module: a.cfg.Module}, nil)
+	s, err := a.node.MCPServer(ctx, mcpserver.Identity{AgentID: name, Role: j.Role, Module: module}, nil)
 	if err != nil {
 		return nil, err
 	}
 	srv := s.MCP()
-	caller := func() join { j, _ := a.state.agent(name); return j }
-	addTool(srv, &mcp.Tool{Name: "request_review", Description: "Ask for a review of your branch (coding agents only): " +
-		"opens or continues your review thread, addressed to @" + a.cfg.ReviewRoles[0] + ". At most " +
-		fmt.Sprint(a.cfg.MaxIterations) + " iterations; refused while a review is pending."},
-		nil, func(ctx context.Context, in RequestReviewIn) (*RequestReviewOut, error) {
-			return a.requestReview(ctx, caller(), in)
-		})
-	addTool(srv, &mcp.Tool{Name: "send_feedback", Description: "Send feedback on the review you hold (reviewers only): " +
-		"posts it to the review thread and commits it as " + FeedbackFile + " on the coder's branch."},
-		func(s *jsonschema.Schema) {
-			s.Properties["feedback_type"].Enum = []any{"needs_work", "suggestions", "clarification", "approved"}
-			s.Properties["priority"].Enum = []any{"critical", "high", "normal", "low"}
-		},
-		func(ctx context.Context, in SendFeedbackIn) (*SendFeedbackOut, error) {
-			return a.sendFeedback(ctx, caller(), in)
-		})
-	addTool(srv, &mcp.Tool{Name: "create_pull_request", Description: "Propose a branch for merging: a coding agent its own, " +
-		"a reviewer the branch it approved. Pushes it to the repository's remote and records the request."},
-		nil, func(ctx context.Context, in CreatePullRequestIn) (*PullRequest, error) {
-			return a.createPullRequest(ctx, caller(), in)
-		})
-	addTool(srv, &mcp.Tool{Name: "review_status", Description: "Your reviews (read-only): iterations, state, last feedback.",
-		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
-		nil, func(ctx context.Context, _ struct{}) (*ReviewStatusOut, error) { return a.reviewStatus(caller()), nil })
-	addTool(srv, &mcp.Tool{Name: "list_audit", Description: "The audit trail (read-only): every tool call of every agent, " +
-		"oldest first, with its outcome, refusals included.", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
-		nil, func(ctx context.Context, in ListAuditIn) (*ListAuditOut, error) {
+	me := func() join { j, _ := a.state.agent(name); return j }
+	addTool(srv, me, &mcp.Tool{Name: "request_review", Description: fmt.Sprintf("Ask for a review of your branch (coding agents only): "+
+		"opens or continues your review thread, addressed to @%s. At most %d iterations; refused while a review is pending.",
+		reviewRole, a.cfg.MaxIterations)}, a.requestReview)
+	fb, err := jsonschema.For[SendFeedbackIn](nil)
+	if err != nil {
+		return nil, err
+	}
+	fb.Properties["feedback_type"].Enum = []any{"needs_work", "suggestions", "clarification", "approved"}
+	fb.Properties["priority"].Enum = []any{"critical", "high", "normal", "low"}
+	addTool(srv, me, &mcp.Tool{Name: "send_feedback", InputSchema: fb, Description: "Send feedback on the review you hold (reviewers only): " +
+		"posts it to the review thread and commits it as " + FeedbackFile + " on the coder's branch."}, a.sendFeedback)
+	addTool(srv, me, &mcp.Tool{Name: "create_pull_request", Description: "Propose a branch for merging: a coding agent its own, " +
+		"a reviewer the branch it approved. Pushes it to the repository's remote and records the request."}, a.createPullRequest)
+	addTool(srv, me, &mcp.Tool{Name: "review_status", Description: "Your reviews (read-only): iterations, state, last feedback.",
+		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, a.reviewStatus)
+	addTool(srv, me, &mcp.Tool{Name: "list_audit", Description: "The audit trail (read-only): every tool call of every agent, " +
+		"oldest first, with its arguments and outcome, refusals included.", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
+		func(_ context.Context, _ join, in ListAuditIn) (*ListAuditOut, error) {
 			return &ListAuditOut{Records: a.state.auditRecords(in.Tool, in.Agent, in.Limit)}, nil
 		})
 	srv.AddReceivingMiddleware(a.audit(name))
 	return s, nil
 }
 
-// addTool registers a tool whose handler returns its output or an error.
-func addTool[In, Out any](srv *mcp.Server, t *mcp.Tool, edit func(*jsonschema.Schema), h func(context.Context, In) (*Out, error)) {
-	in, err := jsonschema.For[In](nil)
-	if err != nil {
-		panic(err)
-	}
-	if edit != nil {
-		edit(in)
-	}
-	t.InputSchema = in
-	mcp.AddTool(srv, t, func(ctx context.Context, _ *mcp.CallToolRequest, args In) (*mcp.CallToolResult, Out, error) {
-		out, err := h(ctx, args)
-		if err != nil {
-			var zero Out
-			return nil, zero, err
-		}
-		return nil, *out, nil
+// addTool registers a tool whose handler gets the calling agent as it is
+// now.
+func addTool[In, Out any](srv *mcp.Server, me func() join, t *mcp.Tool, h func(context.Context, join, In) (Out, error)) {
+	mcp.AddTool(srv, t, func(ctx context.Context, _ *mcp.CallToolRequest, in In) (*mcp.CallToolResult, Out, error) {
+		out, err := h(ctx, me(), in)
+		return nil, out, err
 	})
 }
 
+// maxAuditArgs bounds the arguments an audit record keeps; its hash
+// covers them whole.
+const maxAuditArgs = 2 << 10
+
 // audit is the outermost middleware of an agent's server: it records
-// every tools/call, review tools and thrum's alike, as an audit event,
-// and gives a refused call its Refusal as structured content.
+// every tools/call, review tools and thrum's alike, with its arguments,
+// as an audit event, and gives a refused call its Refusal as structured
+// content.
 func (a *App) audit(agent string) mcp.Middleware {
 	return func(next mcp.MethodHandler) mcp.MethodHandler {
 		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
@@ -240,47 +213,29 @@ func (a *App) audit(agent string) mcp.Middleware {
 			}
 			start := time.Now()
 			res, err := next(ctx, method, req)
-			sum := sha256.Sum256(p.Arguments)
 			j, _ := a.state.agent(agent)
-			rec := AuditRecord{Tool: p.Name, Agent: agent, Role: j.Role, ArgsSHA256: hex.EncodeToString(sum[:]),
+			sum := sha256.Sum256(p.Arguments)
+			rec := AuditRecord{Tool: p.Name, Agent: agent, Role: j.Role, Args: string(p.Arguments), ArgsSHA256: hex.EncodeToString(sum[:]),
 				Outcome: "ok", DurationMS: time.Since(start).Milliseconds()}
+			if len(rec.Args) > maxAuditArgs {
+				rec.Args = strings.ToValidUTF8(rec.Args[:maxAuditArgs], "") + "…"
+			}
 			r, _ := res.(*mcp.CallToolResult)
 			switch {
 			case err != nil:
 				rec.Outcome, rec.Code, rec.Message = "error", "PROTOCOL_ERROR", err.Error()
 			case r != nil && r.IsError:
-				var ref *Refusal
-				var fl *failure
-				switch e := r.GetError(); {
-				case errors.As(e, &fl):
-					ref, rec.Outcome = &fl.Refusal, "error"
-				case errors.As(e, &ref):
-					rec.Outcome = "refused"
-				default:
-					// Arguments that fail the schema, and thrum's own tools'
-					// errors: mcpserver's structured error, given the same
-					// shape as a refusal.
-					ref, rec.Outcome = &Refusal{Code: "INTERNAL", Message: "tool failed"}, "error"
-					if te, ok := r.StructuredContent.(*mcpserver.ToolError); ok {
-						ref.Code, ref.Message = strings.ToUpper(te.Code), te.Message
-						if te.Hint != "" {
-							ref.Suggestions = []string{te.Hint}
-						}
-						if te.Code != "internal" && te.Code != "unavailable" {
-							rec.Outcome = "refused" // declined (arguments, names, rights), not failed
-						}
-					}
+				ref := refusalOf(r)
+				ref.Tool, ref.Agent = p.Name, agent
+				rec.Outcome, rec.Code, rec.Message = "refused", ref.Code, ref.Message
+				if ref.failed {
+					rec.Outcome = "error"
 				}
-				if ref != nil {
-					ref.Tool, ref.Agent = p.Name, agent
-					rec.Code, rec.Message = ref.Code, ref.Message
-					b, _ := json.Marshal(ref)
-					r.StructuredContent = ref
-					r.Content = []mcp.Content{&mcp.TextContent{Text: string(b)}}
-				}
+				b, _ := json.Marshal(ref)
+				r.StructuredContent, r.Content = ref, []mcp.Content{&mcp.TextContent{Text: string(b)}}
 			}
 			// The audit is written even if the call's own context ended.
-			if _, aerr := a.node.AppendEvent(context.WithoutCancel(ctx), typeAudit, rec); aerr != nil && err == nil && r != nil && !r.IsError {
+			if _, aerr := a.node.AppendEvent(context.WithoutCancel(ctx), typeAudit, rec); aerr != nil && rec.Outcome == "ok" {
 				// The call's effect stands (a commit, a message) but its
 				// record is missing: the agent is told so, not told "ok".
 				return nil, fmt.Errorf("the call succeeded but its audit record was not written: %w", aerr)
@@ -288,6 +243,25 @@ func (a *App) audit(agent string) mcp.Middleware {
 			return res, err
 		}
 	}
+}
+
+// refusalOf is the Refusal of a failed call: a review tool's own, or the
+// structured error of thrum's tools (mcpserver.ToolError, which also
+// reports arguments that fail the input schema) in the same shape.
+func refusalOf(r *mcp.CallToolResult) *Refusal {
+	var ref *Refusal
+	if errors.As(r.GetError(), &ref) {
+		return ref
+	}
+	ref = &Refusal{Code: "INTERNAL", Message: "tool failed", failed: true}
+	if te, ok := r.StructuredContent.(*mcpserver.ToolError); ok {
+		ref.Code, ref.Message = strings.ToUpper(te.Code), te.Message
+		if te.Hint != "" {
+			ref.Suggestions = []string{te.Hint}
+		}
+		ref.failed = te.Code == "internal" || te.Code == "unavailable" // else declined: arguments, names, rights
+	}
+	return ref
 }
 
 // ---- tools ----
@@ -298,44 +272,23 @@ type RequestReviewIn struct {
 	ReviewerPrompt    string `json:"reviewer_prompt,omitempty" jsonschema:"what the reviewer should look at"`
 }
 
-// RequestReviewOut is request_review's result.
-type RequestReviewOut struct {
-	Iteration     int    `json:"iteration" jsonschema:"this review's iteration, from 1"`
-	MaxIterations int    `json:"max_iterations" jsonschema:"the most iterations a coder gets"`
-	Reviewer      string `json:"reviewer" jsonschema:"the reviewer holding your review"`
-	Branch        string `json:"branch_name" jsonschema:"the branch under review"`
-	Head          string `json:"head" jsonschema:"the commit under review"`
-	Worktree      string `json:"worktree_path" jsonschema:"your worktree"`
-	ThreadID      string `json:"thread_id" jsonschema:"the review thread; feedback arrives there (wait_for_message)"`
-	MessageID     string `json:"message_id" jsonschema:"the review request message"`
-}
-
-func (a *App) requestReview(ctx context.Context, me join, in RequestReviewIn) (*RequestReviewOut, error) {
-	if !a.isCoder(me.Role) {
+func (a *App) requestReview(ctx context.Context, me join, in RequestReviewIn) (*ReviewRequest, error) {
+	if !slices.Contains(codingRoles, me.Role) {
 		return nil, refuse("NOT_CODING_AGENT", "only coding agents (roles %s) may request reviews; you are %s (%s)",
-			strings.Join(a.cfg.CodingRoles, ", "), me.Agent, me.Role)
+			strings.Join(codingRoles, ", "), me.Agent, me.Role)
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	rv := a.state.review(me.Agent)
 	if rv != nil && rv.State == "waiting_review" {
-		r := refuse("REVIEW_IN_PROGRESS", "iteration %d of your review is waiting for %s's feedback", rv.Iteration, rv.Reviewer)
-		r.CurrentIteration, r.MaxIterations = &rv.Iteration, &a.cfg.MaxIterations
-		r.Suggestions = []string{"wait_for_message until the feedback arrives", "review_status shows the review's state"}
-		return nil, r
+		return nil, refuse("REVIEW_IN_PROGRESS", "iteration %d of your review is waiting for %s's feedback", rv.Iteration, rv.Reviewer).
+			at(rv.Iteration, a.cfg.MaxIterations, "wait_for_message until the feedback arrives", "review_status shows the review's state")
 	}
 	if rv != nil && rv.Iteration >= a.cfg.MaxIterations {
-		r := refuse("REVIEW_LIMIT_EXCEEDED", "Maximum review iterations (%d) reached for agent %s", a.cfg.MaxIterations, me.Agent)
-		r.CurrentIteration, r.MaxIterations = &rv.Iteration, &a.cfg.MaxIterations
-		r.Suggestions = []string{
-			"Create pull request with current work (create_pull_request)",
-			"Abandon this approach and try different solution",
-			"Manually review and fix issues before requesting review",
-		}
-		return nil, r
-	}
-	if me.Worktree == "" {
-		return nil, refuse("NO_WORKTREE", "you joined without a worktree, so there is no branch to review")
+		return nil, refuse("REVIEW_LIMIT_EXCEEDED", "Maximum review iterations (%d) reached for agent %s", a.cfg.MaxIterations, me.Agent).
+			at(rv.Iteration, a.cfg.MaxIterations, "Create pull request with current work (create_pull_request)",
+				"Abandon this approach and try different solution",
+				"Manually review and fix issues before requesting review")
 	}
 	branch, err := currentBranch(ctx, me.Worktree)
 	if err != nil {
@@ -345,50 +298,67 @@ func (a *App) requestReview(ctx context.Context, me join, in RequestReviewIn) (*
 	if err != nil {
 		return nil, fail("GIT_FAILED", err)
 	}
-	reviewer := ""
+	req := ReviewRequest{Coder: me.Agent, Iteration: 1, MaxIterations: a.cfg.MaxIterations, Branch: branch, Head: head,
+		Worktree: me.Worktree, CompletionMessage: in.CompletionMessage, ReviewerPrompt: in.ReviewerPrompt}
 	if rv != nil {
-		if j, ok := a.state.agent(rv.Reviewer); ok && a.isReviewer(j.Role) {
-			reviewer = rv.Reviewer // the same reviewer sees every iteration
+		req.Iteration, req.ThreadID = rv.Iteration+1, rv.ThreadID
+		if j, ok := a.state.agent(rv.Reviewer); ok && j.Role == reviewRole {
+			req.Reviewer = rv.Reviewer // the same reviewer sees every iteration
 		}
 	}
-	if reviewer == "" {
-		reviewer = a.state.pickReviewer(a.isReviewer)
+	if req.Reviewer == "" {
+		req.Reviewer = a.state.pickReviewer()
 	}
-	if reviewer == "" {
-		return nil, refuse("NO_REVIEWER", "no agent with role %s has joined", strings.Join(a.cfg.ReviewRoles, " or "))
-	}
-	it := 1
-	threadID := ""
-	if rv != nil {
-		it, threadID = rv.Iteration+1, rv.ThreadID
+	if req.Reviewer == "" {
+		return nil, refuse("NO_REVIEWER", "no agent with role %s has joined", reviewRole)
 	}
 	as := thrum.AsAgent(ctx, me.Agent)
-	if threadID == "" {
+	if req.ThreadID == "" {
 		t, err := a.node.CreateThread(as, &rpc.CreateThreadParams{Title: fmt.Sprintf("Review of %s (%s)", branch, me.Agent)})
 		if err != nil {
 			return nil, fail("UNAVAILABLE", err)
 		}
-		threadID = t.ThreadID
+		req.ThreadID = t.ThreadID
 	}
-	body := fmt.Sprintf("Review request %d/%d for branch %s at %s, held by @%s.", it, a.cfg.MaxIterations, branch, head[:min(12, len(head))], reviewer)
+	body := fmt.Sprintf("Review request %d/%d for branch %s at %.12s, held by @%s.", req.Iteration, req.MaxIterations, branch, head, req.Reviewer)
 	if in.CompletionMessage != "" {
 		body += "\n\n" + in.CompletionMessage
 	}
 	if in.ReviewerPrompt != "" {
 		body += "\n\nReviewer prompt: " + in.ReviewerPrompt
 	}
-	m, err := a.node.SendMessage(as, &rpc.SendMessageParams{Content: body, ThreadID: threadID,
-		Mentions: []string{"@" + a.cfg.ReviewRoles[0]}, Tags: []string{"review-request"}})
+	m, err := a.node.SendMessage(as, &rpc.SendMessageParams{Content: body, ThreadID: req.ThreadID,
+		Mentions: []string{"@" + reviewRole}, Tags: []string{"review-request"}})
 	if err != nil {
 		return nil, fail("UNAVAILABLE", err)
 	}
-	req := reviewRequest{Coder: me.Agent, Reviewer: reviewer, Iteration: it, Branch: branch, Head: head, ThreadID: threadID,
-		MessageID: m.MessageID, CompletionMessage: in.CompletionMessage, ReviewerPrompt: in.ReviewerPrompt}
+	req.MessageID = m.MessageID
 	if _, err := a.node.AppendEvent(ctx, typeReview, req); err != nil {
 		return nil, fail("UNAVAILABLE", err)
 	}
-	return &RequestReviewOut{Iteration: it, MaxIterations: a.cfg.MaxIterations, Reviewer: reviewer, Branch: branch, Head: head,
-		Worktree: me.Worktree, ThreadID: threadID, MessageID: m.MessageID}, nil
+	return &req, nil
+}
+
+// held is the review of coder that reviewer holds or, with coder "", the
+// one review it holds in state want.
+func (a *App) held(reviewer, coder, want string) (*Review, error) {
+	if coder == "" {
+		rs := a.state.reviewsHeldBy(reviewer, want)
+		if len(rs) != 1 {
+			var names []string
+			for _, rv := range rs {
+				names = append(names, rv.Coder)
+			}
+			return nil, refuse("INVALID_ARGUMENT", "name the coder: you hold %d reviews in state %s (%s)", len(rs), want, strings.Join(names, ", "))
+		}
+		return &rs[0], nil
+	}
+	if rv := a.state.review(coder); rv != nil && rv.Reviewer == reviewer {
+		return rv, nil
+	}
+	r := refuse("NOT_YOUR_REVIEW", "you hold no review of %q; a reviewer answers and proposes only the branches of the coders whose reviews it holds", coder)
+	r.Suggestions = []string{"review_status lists the reviews you hold"}
+	return nil, r
 }
 
 // SendFeedbackIn are send_feedback's arguments.
@@ -400,81 +370,39 @@ type SendFeedbackIn struct {
 	ActionableItems []string `json:"actionable_items,omitempty" jsonschema:"specific tasks for the coder"`
 }
 
-// SendFeedbackOut is send_feedback's result.
-type SendFeedbackOut struct {
-	FeedbackID    string `json:"feedback_id" jsonschema:"the feedback's event ID in the log"`
-	Commit        string `json:"git_commit_hash" jsonschema:"the commit of REVIEW_FEEDBACK.md on the coder's branch"`
-	Target        string `json:"target_agent_id" jsonschema:"the coding agent that received the feedback"`
-	Branch        string `json:"branch_name" jsonschema:"the coder's branch"`
-	Iteration     int    `json:"iteration" jsonschema:"the iteration answered"`
-	MaxIterations int    `json:"max_iterations" jsonschema:"the most iterations a coder gets"`
-	MessageID     string `json:"message_id" jsonschema:"the feedback message in the review thread"`
-}
-
-var feedbackTypes = []string{"needs_work", "suggestions", "clarification", "approved"}
-
-func (a *App) sendFeedback(ctx context.Context, me join, in SendFeedbackIn) (*SendFeedbackOut, error) {
-	if !a.isReviewer(me.Role) {
-		return nil, refuse("NOT_REVIEWER", "only reviewers (roles %s) may send feedback; you are %s (%s)",
-			strings.Join(a.cfg.ReviewRoles, ", "), me.Agent, me.Role)
-	}
-	if !slices.Contains(feedbackTypes, in.FeedbackType) {
-		return nil, refuse("INVALID_ARGUMENT", "feedback_type must be one of %s", strings.Join(feedbackTypes, ", "))
+func (a *App) sendFeedback(ctx context.Context, me join, in SendFeedbackIn) (*Feedback, error) {
+	if me.Role != reviewRole {
+		return nil, refuse("NOT_REVIEWER", "only reviewers (role %s) may send feedback; you are %s (%s)", reviewRole, me.Agent, me.Role)
 	}
 	if strings.TrimSpace(in.Feedback) == "" {
 		return nil, refuse("INVALID_ARGUMENT", "feedback is empty")
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	coder := in.Coder
-	if coder == "" {
-		var waiting []string
-		for _, rv := range a.state.reviewsHeldBy(me.Agent) {
-			if rv.State == "waiting_review" {
-				waiting = append(waiting, rv.Coder)
-			}
-		}
-		if len(waiting) != 1 {
-			return nil, refuse("INVALID_ARGUMENT", "name the coder: you hold %d reviews waiting for feedback (%s)", len(waiting), strings.Join(waiting, ", "))
-		}
-		coder = waiting[0]
-	}
-	rv := a.state.review(coder)
-	if rv == nil || rv.Reviewer != me.Agent {
-		holder := "nobody: it has requested no review"
-		if rv != nil {
-			holder = rv.Reviewer
-		}
-		r := refuse("NOT_YOUR_REVIEW", "you hold no review of %s (its review is held by %s); you may send feedback only to the coders whose reviews you hold", coder, holder)
-		r.Suggestions = []string{"review_status lists the reviews you hold"}
-		return nil, r
+	rv, err := a.held(me.Agent, in.Coder, "waiting_review")
+	if err != nil {
+		return nil, err
 	}
 	if rv.State != "waiting_review" {
-		r := refuse("NO_PENDING_REVIEW", "iteration %d of %s's review already has your feedback; wait for the next request_review", rv.Iteration, coder)
-		r.CurrentIteration, r.MaxIterations = &rv.Iteration, &a.cfg.MaxIterations
-		return nil, r
+		return nil, refuse("NO_PENDING_REVIEW", "iteration %d of %s's review already has your feedback; wait for the next request_review", rv.Iteration, rv.Coder).
+			at(rv.Iteration, a.cfg.MaxIterations)
 	}
-	cj, _ := a.state.agent(coder)
-	f := feedback{Coder: coder, Reviewer: me.Agent, Iteration: rv.Iteration, Type: in.FeedbackType, Priority: in.Priority,
-		Feedback: in.Feedback, ActionableItems: in.ActionableItems}
-	if cj.Worktree == "" {
-		return nil, fail("GIT_FAILED", fmt.Errorf("%s joined without a worktree", coder))
-	}
+	cj, _ := a.state.agent(rv.Coder)
 	if b, err := currentBranch(ctx, cj.Worktree); err != nil || b != rv.Branch {
 		if err == nil {
-			err = fmt.Errorf("%s's worktree is on %s now, not the reviewed branch %s", coder, b, rv.Branch)
+			err = fmt.Errorf("%s's worktree is on %s now, not the reviewed branch %s", rv.Coder, b, rv.Branch)
 		}
 		return nil, fail("GIT_FAILED", err)
 	}
-	commit, err := commitFeedback(ctx, cj.Worktree, &f)
-	if err != nil {
+	f := Feedback{Coder: rv.Coder, Reviewer: me.Agent, Branch: rv.Branch, Iteration: rv.Iteration, MaxIterations: a.cfg.MaxIterations,
+		Type: in.FeedbackType, Priority: in.Priority, Feedback: in.Feedback, ActionableItems: in.ActionableItems}
+	if f.Commit, err = commitFeedback(ctx, cj.Worktree, &f); err != nil {
 		return nil, fail("GIT_FAILED", err)
 	}
-	f.Commit = commit
-	body := fmt.Sprintf("Feedback on iteration %d/%d: %s (committed as %s %s on %s)\n\n%s",
-		rv.Iteration, a.cfg.MaxIterations, in.FeedbackType, FeedbackFile, commit[:min(12, len(commit))], rv.Branch, in.Feedback)
+	body := fmt.Sprintf("Feedback on iteration %d/%d: %s (committed as %s %.12s on %s)\n\n%s",
+		f.Iteration, f.MaxIterations, f.Type, FeedbackFile, f.Commit, f.Branch, f.Feedback)
 	m, err := a.node.SendMessage(thrum.AsAgent(ctx, me.Agent), &rpc.SendMessageParams{Content: body, ThreadID: rv.ThreadID,
-		Mentions: []string{"@" + coder}, Tags: []string{"review-feedback", in.FeedbackType}, Priority: in.Priority})
+		Mentions: []string{"@" + f.Coder}, Tags: []string{"review-feedback", f.Type}, Priority: f.Priority})
 	if err != nil {
 		return nil, fail("UNAVAILABLE", err)
 	}
@@ -483,8 +411,8 @@ func (a *App) sendFeedback(ctx context.Context, me join, in SendFeedbackIn) (*Se
 	if err != nil {
 		return nil, fail("UNAVAILABLE", err)
 	}
-	return &SendFeedbackOut{FeedbackID: e.ID, Commit: commit, Target: coder, Branch: rv.Branch, Iteration: rv.Iteration,
-		MaxIterations: a.cfg.MaxIterations, MessageID: m.MessageID}, nil
+	f.ID = e.ID
+	return &f, nil
 }
 
 // CreatePullRequestIn are create_pull_request's arguments.
@@ -500,53 +428,36 @@ type CreatePullRequestIn struct {
 func (a *App) createPullRequest(ctx context.Context, me join, in CreatePullRequestIn) (*PullRequest, error) {
 	coder := me
 	switch {
-	case a.isCoder(me.Role):
+	case slices.Contains(codingRoles, me.Role):
 		if in.Coder != "" && in.Coder != me.Agent {
-			return nil, refuse("NOT_YOUR_BRANCH", "a coding agent may propose only its own branch, not %s's", in.Coder)
+			return nil, refuse("NOT_YOUR_BRANCH", "a coding agent may propose only its own branch, not %q's", in.Coder)
 		}
-	case a.isReviewer(me.Role):
-		name := in.Coder
-		if name == "" {
-			var approved []string
-			for _, rv := range a.state.reviewsHeldBy(me.Agent) {
-				if rv.State == "approved" {
-					approved = append(approved, rv.Coder)
-				}
-			}
-			if len(approved) != 1 {
-				return nil, refuse("INVALID_ARGUMENT", "name the coder: you hold %d approved reviews (%s)", len(approved), strings.Join(approved, ", "))
-			}
-			name = approved[0]
-		}
-		rv := a.state.review(name)
-		if rv == nil || rv.Reviewer != me.Agent {
-			return nil, refuse("NOT_YOUR_REVIEW", "you hold no review of %s; a reviewer may propose only the branches it approved", name)
+	case me.Role == reviewRole:
+		rv, err := a.held(me.Agent, in.Coder, "approved")
+		if err != nil {
+			return nil, err
 		}
 		if rv.State != "approved" {
-			r := refuse("NOT_APPROVED", "%s's review is %s, not approved: send_feedback with feedback_type approved first, or leave the pull request to %s", name, rv.State, name)
-			r.CurrentIteration, r.MaxIterations = &rv.Iteration, &a.cfg.MaxIterations
-			return nil, r
+			return nil, refuse("NOT_APPROVED", "%s's review is %s, not approved: send_feedback with feedback_type approved first, or leave the pull request to %s",
+				rv.Coder, rv.State, rv.Coder).at(rv.Iteration, a.cfg.MaxIterations)
 		}
-		coder, _ = a.state.agent(name)
+		coder, _ = a.state.agent(rv.Coder)
 	default:
-		return nil, refuse("NOT_AUTHORIZED", "only coding agents (roles %s) and their reviewers (roles %s) may propose a branch; you are %s (%s)",
-			strings.Join(a.cfg.CodingRoles, ", "), strings.Join(a.cfg.ReviewRoles, ", "), me.Agent, me.Role)
+		return nil, refuse("NOT_AUTHORIZED", "only coding agents (roles %s) and reviewers (role %s) may propose a branch; you are %s (%s)",
+			strings.Join(codingRoles, ", "), reviewRole, me.Agent, me.Role)
 	}
 	if strings.TrimSpace(in.Title) == "" {
 		return nil, refuse("INVALID_ARGUMENT", "title is empty")
 	}
-	if coder.Worktree == "" {
-		return nil, refuse("NO_WORKTREE", "%s joined without a worktree, so there is no branch to propose", coder.Agent)
+	base := cmp.Or(in.BaseBranch, "main")
+	if err := checkBranch(ctx, coder.Worktree, base); err != nil {
+		return nil, refuse("INVALID_ARGUMENT", "base_branch: %v", err)
 	}
 	branch, err := currentBranch(ctx, coder.Worktree)
 	if err != nil {
 		return nil, fail("GIT_FAILED", err)
 	}
-	base := in.BaseBranch
-	if base == "" {
-		base = "main"
-	}
-	pr, err := a.cfg.PR.OpenPullRequest(ctx, PullRequestSpec{Worktree: coder.Worktree, Branch: branch, Base: base, Title: in.Title, Description: in.Description})
+	pr, err := push(ctx, coder.Worktree, a.cfg.Remote, branch, base)
 	if err != nil {
 		var r *Refusal
 		if errors.As(err, &r) {
@@ -554,61 +465,28 @@ func (a *App) createPullRequest(ctx context.Context, me join, in CreatePullReque
 		}
 		return nil, fail("PUSH_FAILED", err)
 	}
-	ev := pullRequestEvent{Agent: coder.Agent, By: me.Agent, Title: in.Title, Description: in.Description, PullRequest: *pr}
-	if _, err := a.node.AppendEvent(ctx, typePR, ev); err != nil {
+	pr.Coder, pr.By, pr.Title, pr.Description = coder.Agent, me.Agent, in.Title, in.Description
+	if _, err := a.node.AppendEvent(ctx, typePR, pr); err != nil {
 		return nil, fail("UNAVAILABLE", err)
 	}
 	return pr, nil
 }
 
-// ReviewStatusOut is review_status's result.
-type ReviewStatusOut struct {
-	Reviews []ReviewInfo `json:"reviews" jsonschema:"your review as a coder, or the reviews you hold as a reviewer"`
+// ReviewStatus is review_status's result.
+type ReviewStatus struct {
+	Reviews []Review `json:"reviews" jsonschema:"your review as a coder, then the reviews you hold as a reviewer"`
 }
 
-// ReviewInfo is one review loop.
-type ReviewInfo struct {
-	Coder         string        `json:"coder"`
-	Reviewer      string        `json:"reviewer"`
-	Branch        string        `json:"branch_name"`
-	ThreadID      string        `json:"thread_id"`
-	Iteration     int           `json:"iteration" jsonschema:"iterations requested so far"`
-	MaxIterations int           `json:"max_iterations"`
-	State         string        `json:"state" jsonschema:"waiting_review, or the last feedback's type"`
-	LastFeedback  *FeedbackInfo `json:"last_feedback,omitempty"`
-	PullRequests  []PullRequest `json:"pull_requests,omitempty"`
-}
-
-// FeedbackInfo is the last feedback of a review.
-type FeedbackInfo struct {
-	Type            string   `json:"feedback_type"`
-	Priority        string   `json:"priority,omitempty"`
-	Feedback        string   `json:"feedback"`
-	ActionableItems []string `json:"actionable_items,omitempty"`
-	Commit          string   `json:"git_commit_hash"`
-	At              string   `json:"at"`
-}
-
-func (a *App) reviewStatus(me join) *ReviewStatusOut {
-	var rs []review
+func (a *App) reviewStatus(_ context.Context, me join, _ struct{}) (*ReviewStatus, error) {
+	out := &ReviewStatus{Reviews: []Review{}}
 	if rv := a.state.review(me.Agent); rv != nil {
-		rs = append(rs, *rv)
+		out.Reviews = append(out.Reviews, *rv)
 	}
-	rs = append(rs, a.state.reviewsHeldBy(me.Agent)...)
-	out := &ReviewStatusOut{Reviews: []ReviewInfo{}}
-	for _, rv := range rs {
-		ri := ReviewInfo{Coder: rv.Coder, Reviewer: rv.Reviewer, Branch: rv.Branch, ThreadID: rv.ThreadID, Iteration: rv.Iteration,
-			MaxIterations: a.cfg.MaxIterations, State: rv.State}
-		if f := rv.LastFeedback; f != nil {
-			ri.LastFeedback = &FeedbackInfo{Type: f.Type, Priority: f.Priority, Feedback: f.Feedback, ActionableItems: f.ActionableItems,
-				Commit: f.Commit, At: eventlog.FormatTime(rv.LastFeedAt)}
-		}
-		for _, p := range rv.PullRequests {
-			ri.PullRequests = append(ri.PullRequests, p.PullRequest)
-		}
-		out.Reviews = append(out.Reviews, ri)
+	out.Reviews = append(out.Reviews, a.state.reviewsHeldBy(me.Agent, "")...)
+	for i := range out.Reviews {
+		out.Reviews[i].MaxIterations = a.cfg.MaxIterations
 	}
-	return out
+	return out, nil
 }
 
 // ListAuditIn are list_audit's arguments.

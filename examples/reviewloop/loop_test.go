@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -45,22 +46,11 @@ func newLoop(t *testing.T, cfg Config) *loop {
 // connect joins an agent and connects an MCP client to its server.
 func (l *loop) connect(agent, role, worktree string) {
 	l.t.Helper()
-	if err := l.app.Join(l.ctx, agent, role, worktree); err != nil {
-		l.t.Fatal(err)
-	}
-	s, err := l.app.Serve(l.ctx, agent)
+	cs, stop, err := l.app.connect(l.ctx, agent, role, worktree)
 	if err != nil {
 		l.t.Fatal(err)
 	}
-	st, ct := mcp.NewInMemoryTransports()
-	ctx, cancel := context.WithCancel(l.ctx)
-	done := make(chan struct{})
-	go func() { defer close(done); s.Run(ctx, st) }()
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: agent}, nil).Connect(l.ctx, ct, nil)
-	if err != nil {
-		l.t.Fatal(err)
-	}
-	l.t.Cleanup(func() { cs.Close(); cancel(); <-done; s.Close() })
+	l.t.Cleanup(stop)
 	l.cs[agent] = cs
 }
 
@@ -81,9 +71,13 @@ func (l *loop) call(agent, tool string, args map[string]any, want string) map[st
 	if got != want {
 		l.t.Fatalf("%s %s(%v) = %s %s, want %s", agent, tool, args, got, b, want)
 	}
-	rec := AuditRecord{Agent: agent, Tool: tool, Outcome: "ok"}
+	sent, _ := json.Marshal(args)
+	rec := AuditRecord{Agent: agent, Tool: tool, Args: string(sent), Outcome: "ok"}
 	if r.IsError {
-		rec.Outcome, rec.Code = "refused", got
+		rec.Outcome, rec.Code, rec.Message = "refused", got, fmt.Sprint(out["message"])
+		if strings.HasSuffix(got, "_FAILED") { // git failed rather than the call being declined
+			rec.Outcome = "error"
+		}
 		if out["tool_name"] != tool || out["agent_id"] != agent || out["message"] == "" {
 			l.t.Errorf("%s %s: refusal lacks its tool, agent or message: %s", agent, tool, b)
 		}
@@ -225,7 +219,7 @@ func TestReviewLoop(t *testing.T) {
 
 	// The audit has every call above, in order, with its outcome.
 	out := l.call("dave", "list_audit", nil, "ok")
-	checkAudit(t, out["records"], l.calls[:len(l.calls)-1])
+	checkAudit(t, out["records"], l.calls[:len(l.calls)-1], 10)
 
 	// It is in thrum's log: a fresh start rebuilds it, and `reviewloop
 	// audit` (no hub running) prints it, refusals included.
@@ -242,11 +236,11 @@ func TestReviewLoop(t *testing.T) {
 		}
 		recs = append(recs, r)
 	}
-	checkAudit(t, recs, l.calls)
+	checkAudit(t, recs, l.calls, 10)
 }
 
 // checkAudit compares audit records with the calls made.
-func checkAudit(t *testing.T, got any, want []AuditRecord) {
+func checkAudit(t *testing.T, got any, want []AuditRecord, minRefusals int) {
 	t.Helper()
 	b, _ := json.Marshal(got)
 	var recs []AuditRecord
@@ -259,14 +253,18 @@ func checkAudit(t *testing.T, got any, want []AuditRecord) {
 	refusals := 0
 	for i, w := range want {
 		r := recs[i]
-		if r.Agent != w.Agent || r.Tool != w.Tool || r.Outcome != w.Outcome || r.Code != w.Code || len(r.ArgsSHA256) != 64 || r.EventID == "" {
+		var args, sent any
+		json.Unmarshal([]byte(r.Args), &args)
+		json.Unmarshal([]byte(w.Args), &sent)
+		if r.Agent != w.Agent || r.Tool != w.Tool || r.Outcome != w.Outcome || r.Code != w.Code || r.Message != w.Message ||
+			!reflect.DeepEqual(args, sent) || len(r.ArgsSHA256) != 64 || r.EventID == "" {
 			t.Errorf("audit record %d = %+v, want %+v", i, r, w)
 		}
 		if r.Outcome == "refused" {
 			refusals++
 		}
 	}
-	if refusals < 10 {
+	if refusals < minRefusals {
 		t.Errorf("audit has %d refusals", refusals)
 	}
 }

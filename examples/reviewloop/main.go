@@ -7,6 +7,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -21,6 +22,7 @@ import (
 	"syscall"
 	"text/tabwriter"
 	"time"
+	"unicode"
 
 	"github.com/thrumhq/thrum"
 )
@@ -32,48 +34,23 @@ One hub process holds the node; each agent's MCP host starts the stdio
 bridge, which connects the agent to the hub.
 
 Usage:
-  reviewloop serve [flags]                   run the hub (holds the node)
-  reviewloop mcp --agent NAME --role ROLE    serve one agent's MCP over stdio
-  reviewloop audit [flags]                   print the audit trail
-  reviewloop demo [--dir DIR]                run one whole loop in a scratch repository
-                                             and print every call, the git log and the audit
+  reviewloop serve [--dir DIR] [--socket PATH] [--max-iterations N] [--remote NAME]
+        run the hub: DIR holds the thrum log and projection [.reviewloop],
+        PATH is its Unix socket [DIR/hub.sock], N the review iterations per
+        coder [3], NAME the git remote create_pull_request pushes to [origin]
+  reviewloop mcp --agent NAME --role ROLE [--worktree DIR] [--dir DIR] [--socket PATH]
+        serve one agent's MCP over stdio; ROLE is coder or implementer (coding
+        agents) or reviewer; DIR is its git worktree [the current directory]
+  reviewloop audit [--json] [--dir DIR] [--socket PATH]
+        print the audit (from the hub if it runs, else from DIR)
+  reviewloop demo [--dir DIR] [--max-iterations N]
+        run one whole loop in a scratch repository (kept in DIR if given) and
+        print every call, the coder's git log and the audit
 
-serve flags:
-  --dir DIR              data directory (thrum log + projection) [.reviewloop]
-  --socket PATH          the hub's Unix socket [DIR/hub.sock]
-  --max-iterations N     review iterations per coder [3]
-  --coding-roles LIST    roles that may request_review and create_pull_request [coder,implementer]
-  --review-roles LIST    roles that may send_feedback; the first is the address
-                         of review requests (@reviewer) [reviewer]
-  --remote NAME          the git remote create_pull_request pushes to [origin]
-
-mcp flags:
-  --agent NAME           the agent's name (required)
-  --role ROLE            its role, e.g. coder or reviewer (required)
-  --worktree DIR         its git worktree (the branch under review) [the current directory]
-  --dir, --socket        as for serve
-
-audit flags:
-  --dir, --socket        as for serve (asks the hub if it runs, else reads DIR)
-  --json                 one JSON record per line
-
-demo flags:
-  --dir DIR              keep the repository and data here [a temporary directory, removed]
-  --max-iterations N     as for serve [3]
-
-Tools every agent gets (besides thrum's send_message, wait_for_message, ...):
-  request_review {completion_message?, reviewer_prompt?}      coding roles
-  send_feedback {coder?, feedback, feedback_type, priority?, actionable_items?}
-        feedback_type: needs_work|suggestions|clarification|approved;
-        reviewers, only for the coder whose review they hold; commits
-        REVIEW_FEEDBACK.md on the coder's branch in its worktree
-  create_pull_request {title, description, base_branch?, coder?}
-        a coding agent its own branch, a reviewer the branch it approved;
-        pushes it to the remote and records the request
-  review_status {}                                           read-only
-  list_audit {tool?, agent?, limit?}                         read-only
-Refusals are structured: {code, message, tool_name, agent_id, ...};
-REVIEW_LIMIT_EXCEEDED adds current_iteration, max_iterations, suggestions.
+Agents get thrum's messaging tools (send_message, wait_for_message, ...) and
+request_review, send_feedback, create_pull_request, review_status and
+list_audit; refusals are structured ({code, message, tool_name, agent_id}),
+REVIEW_LIMIT_EXCEEDED with current_iteration, max_iterations, suggestions.
 
 MCP configuration (e.g. .mcp.json in each agent's worktree), after
 "go build -o ~/bin/reviewloop ./examples/reviewloop" and, in the
@@ -110,47 +87,47 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	fs.Usage = func() { fmt.Fprint(stdout, usage) }
 	dir := fs.String("dir", ".reviewloop", "")
 	sock := fs.String("socket", "", "")
+	socket := func() string { return cmp.Or(*sock, filepath.Join(*dir, "hub.sock")) }
 	switch args[0] {
 	case "serve":
 		maxIt := fs.Int("max-iterations", 3, "")
-		coding := fs.String("coding-roles", "coder,implementer", "")
-		review := fs.String("review-roles", "reviewer", "")
 		remote := fs.String("remote", "origin", "")
 		if err := fs.Parse(args[1:]); err != nil {
 			return err
 		}
 		ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 		defer stop()
-		cfg := Config{MaxIterations: *maxIt, CodingRoles: list(*coding), ReviewRoles: list(*review), PR: GitPush{Remote: *remote}}
-		app, err := OpenApp(ctx, *dir, cfg)
+		app, err := OpenApp(ctx, *dir, Config{MaxIterations: *maxIt, Remote: *remote})
 		if err != nil {
 			return err
 		}
 		defer app.Close()
-		l, err := thrum.ListenUnix(socketPath(*dir, *sock))
+		l, err := thrum.ListenUnix(socket())
 		if err != nil {
 			return err
 		}
 		fmt.Fprintf(stderr, "reviewloop: serving %s on %s\n", *dir, l.Addr())
 		return app.ServeHub(ctx, l)
 	case "mcp":
-		agent := fs.String("agent", "", "")
-		role := fs.String("role", "", "")
-		wd, _ := os.Getwd()
-		worktree := fs.String("worktree", wd, "")
+		agent, role := fs.String("agent", "", ""), fs.String("role", "", "")
+		worktree := fs.String("worktree", ".", "")
 		if err := fs.Parse(args[1:]); err != nil {
 			return err
 		}
 		if *agent == "" || *role == "" {
 			return errors.New("mcp needs --agent and --role")
 		}
-		return bridge(ctx, socketPath(*dir, *sock), hello{Agent: *agent, Role: *role, Worktree: *worktree}, stdin, stdout)
+		wt, err := filepath.Abs(*worktree) // the hub runs elsewhere
+		if err != nil {
+			return err
+		}
+		return bridge(ctx, socket(), hello{Agent: *agent, Role: *role, Worktree: wt}, stdin, stdout)
 	case "audit":
 		asJSON := fs.Bool("json", false, "")
 		if err := fs.Parse(args[1:]); err != nil {
 			return err
 		}
-		recs, err := readAudit(ctx, *dir, socketPath(*dir, *sock))
+		recs, err := readAudit(ctx, *dir, socket())
 		if err != nil {
 			return err
 		}
@@ -168,30 +145,11 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			}
 			defer os.RemoveAll(tmp)
 			*dir = tmp
-		} else if err := os.MkdirAll(*dir, 0o755); err != nil {
-			return err
 		}
 		return demo(ctx, *dir, max(*maxIt, 1), stdout)
 	}
 	fmt.Fprint(stderr, usage)
 	return fmt.Errorf("unknown command %q: serve, mcp, audit or demo", args[0])
-}
-
-func list(s string) []string {
-	var out []string
-	for _, f := range strings.Split(s, ",") {
-		if f = strings.TrimSpace(f); f != "" {
-			out = append(out, f)
-		}
-	}
-	return out
-}
-
-func socketPath(dir, sock string) string {
-	if sock != "" {
-		return sock
-	}
-	return filepath.Join(dir, "hub.sock")
 }
 
 // hello is the first line a bridge sends the hub: who it serves, or that
@@ -264,9 +222,36 @@ func (a *App) serveConn(ctx context.Context, c net.Conn) {
 	}{br, c}, c)
 }
 
+// dialHub connects to the hub and says hello; it returns the connection,
+// read from after the hub's reply, and the reply.
+func dialHub(sock string, h hello) (net.Conn, *bufio.Reader, *helloReply, error) {
+	c, err := net.Dial("unix", sock)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("no reviewloop hub at %s (start one with: reviewloop serve): %w", sock, err)
+	}
+	b, _ := json.Marshal(h)
+	_, err = c.Write(append(b, '\n'))
+	br := bufio.NewReader(c)
+	var r helloReply
+	if err == nil {
+		b, err = br.ReadBytes('\n')
+	}
+	if err == nil {
+		err = json.Unmarshal(b, &r)
+	}
+	if err == nil && !r.OK {
+		err = errors.New(r.Error)
+	}
+	if err != nil {
+		c.Close()
+		return nil, nil, nil, fmt.Errorf("hub at %s: %w", sock, err)
+	}
+	return c, br, &r, nil
+}
+
 // bridge connects stdin and stdout to the hub as one agent.
 func bridge(ctx context.Context, sock string, h hello, stdin io.Reader, stdout io.Writer) error {
-	c, br, err := dialHub(sock, h)
+	c, br, _, err := dialHub(sock, h)
 	if err != nil {
 		return err
 	}
@@ -278,9 +263,7 @@ func bridge(ctx context.Context, sock string, h hello, stdin io.Reader, stdout i
 	}()
 	go func() {
 		io.Copy(c, stdin)
-		if uc, ok := c.(*net.UnixConn); ok {
-			uc.CloseWrite() // the hub ends the session; its last answers still come back
-		}
+		c.(*net.UnixConn).CloseWrite() // the hub ends the session; its last answers still come back
 	}()
 	select {
 	case err := <-done:
@@ -290,50 +273,14 @@ func bridge(ctx context.Context, sock string, h hello, stdin io.Reader, stdout i
 	}
 }
 
-func dialHub(sock string, h hello) (net.Conn, *bufio.Reader, error) {
-	c, err := net.Dial("unix", sock)
-	if err != nil {
-		return nil, nil, fmt.Errorf("no reviewloop hub at %s (start one with: reviewloop serve): %w", sock, err)
-	}
-	b, _ := json.Marshal(h)
-	if _, err := c.Write(append(b, '\n')); err != nil {
-		c.Close()
-		return nil, nil, err
-	}
-	br := bufio.NewReader(c)
-	line, err := br.ReadBytes('\n')
-	var r helloReply
-	if err == nil {
-		err = json.Unmarshal(line, &r)
-	}
-	if err == nil && !r.OK {
-		err = errors.New(r.Error)
-	}
-	if err != nil {
-		c.Close()
-		return nil, nil, fmt.Errorf("hub at %s: %w", sock, err)
-	}
-	if h.Audit {
-		c.Close()
-		return nil, nil, &auditReply{r.Audit}
-	}
-	return c, br, nil
-}
-
-// auditReply carries the hub's audit out of dialHub.
-type auditReply struct{ recs []AuditRecord }
-
-func (*auditReply) Error() string { return "audit" }
-
 // readAudit asks the hub for the audit, or reads it from dir when no hub
 // runs.
 func readAudit(ctx context.Context, dir, sock string) ([]AuditRecord, error) {
-	_, _, err := dialHub(sock, hello{Audit: true})
-	var ar *auditReply
-	if errors.As(err, &ar) {
-		return ar.recs, nil
+	c, _, r, hubErr := dialHub(sock, hello{Audit: true})
+	if hubErr == nil {
+		c.Close()
+		return r.Audit, nil
 	}
-	hubErr := err
 	if _, err := os.Stat(filepath.Join(dir, thrum.DefaultDBName)); err != nil {
 		return nil, fmt.Errorf("no reviewloop data in %s: %w", dir, err)
 	}
@@ -345,6 +292,9 @@ func readAudit(ctx context.Context, dir, sock string) ([]AuditRecord, error) {
 	return app.state.auditRecords("", "", 0), nil
 }
 
+// printAudit prints the records as JSON lines or as a table. The table
+// shows what agents sent, so it replaces the characters a terminal would
+// act on, and cuts the arguments short.
 func printAudit(w io.Writer, recs []AuditRecord, asJSON bool) error {
 	if asJSON {
 		enc := json.NewEncoder(w)
@@ -355,10 +305,22 @@ func printAudit(w io.Writer, recs []AuditRecord, asJSON bool) error {
 		}
 		return nil
 	}
+	shown := func(s string, n int) string {
+		s = strings.Map(func(r rune) rune {
+			if unicode.IsGraphic(r) {
+				return r
+			}
+			return unicode.ReplacementChar
+		}, s)
+		if r := []rune(s); len(r) > n {
+			s = string(r[:n-1]) + "…"
+		}
+		return s
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "AT\tAGENT\tROLE\tTOOL\tOUTCOME\tCODE\tARGS")
 	for _, r := range recs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.At, r.Agent, r.Role, r.Tool, r.Outcome, r.Code, r.ArgsSHA256[:12])
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.At, r.Agent, r.Role, shown(r.Tool, 40), r.Outcome, r.Code, shown(r.Args, 60))
 	}
 	return tw.Flush()
 }

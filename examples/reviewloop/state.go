@@ -5,18 +5,18 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/thrumhq/thrum/eventlog"
 )
 
 // The example's own events, appended with Node.AppendEvent. The log is
 // their only home: the read model below is rebuilt from it at every start.
+// Each payload is also what the tool that made it returns.
 const (
 	typeJoin     = "app.reviewloop.join"         // join: an agent connected, with its role and worktree
-	typeReview   = "app.reviewloop.review"       // reviewRequest: a coder asked for iteration N
-	typeFeedback = "app.reviewloop.feedback"     // feedback: a reviewer answered it
-	typePR       = "app.reviewloop.pull_request" // pullRequestEvent: a branch was pushed for merging
+	typeReview   = "app.reviewloop.review"       // ReviewRequest: a coder asked for iteration N
+	typeFeedback = "app.reviewloop.feedback"     // Feedback: a reviewer answered it
+	typePR       = "app.reviewloop.pull_request" // PullRequest: a branch was pushed for merging
 	typeAudit    = "app.reviewloop.audit"        // AuditRecord: one tool call, whatever its outcome
 )
 
@@ -26,36 +26,49 @@ type join struct {
 	Worktree string `json:"worktree,omitempty"`
 }
 
-type reviewRequest struct {
+// ReviewRequest is one iteration a coder asked for.
+type ReviewRequest struct {
 	Coder             string `json:"coder"`
-	Reviewer          string `json:"reviewer"`
-	Iteration         int    `json:"iteration"`
-	Branch            string `json:"branch"`
-	Head              string `json:"head"`
-	ThreadID          string `json:"thread_id"`
-	MessageID         string `json:"message_id"`
+	Reviewer          string `json:"reviewer" jsonschema:"the reviewer holding the review"`
+	Iteration         int    `json:"iteration" jsonschema:"this review's iteration, from 1"`
+	MaxIterations     int    `json:"max_iterations" jsonschema:"the most iterations a coder gets"`
+	Branch            string `json:"branch_name" jsonschema:"the branch under review"`
+	Head              string `json:"head" jsonschema:"the commit under review"`
+	Worktree          string `json:"worktree_path"`
+	ThreadID          string `json:"thread_id" jsonschema:"the review thread; feedback arrives there (wait_for_message)"`
+	MessageID         string `json:"message_id" jsonschema:"the review request message"`
 	CompletionMessage string `json:"completion_message,omitempty"`
 	ReviewerPrompt    string `json:"reviewer_prompt,omitempty"`
 }
 
-type feedback struct {
-	Coder           string   `json:"coder"`
+// Feedback is a reviewer's answer to an iteration.
+type Feedback struct {
+	ID              string   `json:"feedback_id,omitempty" jsonschema:"the feedback's event ID in the log"`
+	At              string   `json:"at,omitempty"`
+	Coder           string   `json:"target_agent_id" jsonschema:"the coding agent that received the feedback"`
 	Reviewer        string   `json:"reviewer"`
-	Iteration       int      `json:"iteration"`
+	Branch          string   `json:"branch_name"`
+	Iteration       int      `json:"iteration" jsonschema:"the iteration answered"`
+	MaxIterations   int      `json:"max_iterations"`
 	Type            string   `json:"feedback_type"`
 	Priority        string   `json:"priority,omitempty"`
 	Feedback        string   `json:"feedback"`
 	ActionableItems []string `json:"actionable_items,omitempty"`
-	Commit          string   `json:"git_commit_hash"`
-	MessageID       string   `json:"message_id"`
+	Commit          string   `json:"git_commit_hash" jsonschema:"the commit of REVIEW_FEEDBACK.md on the coder's branch"`
+	MessageID       string   `json:"message_id" jsonschema:"the feedback message in the review thread"`
 }
 
-type pullRequestEvent struct {
-	Agent       string `json:"agent"` // the coder whose branch it is
-	By          string `json:"by"`    // who asked: the coder, or its reviewer`
+// PullRequest is a branch pushed to the remote for merging.
+type PullRequest struct {
+	Coder       string `json:"coder" jsonschema:"the coding agent whose branch it is"`
+	By          string `json:"by" jsonschema:"who proposed it: the coder, or the reviewer that approved it"`
 	Title       string `json:"title"`
 	Description string `json:"description"`
-	PullRequest
+	Branch      string `json:"branch_name" jsonschema:"the branch proposed for merging"`
+	Base        string `json:"base_branch" jsonschema:"the branch to merge into"`
+	Remote      string `json:"remote" jsonschema:"where the branch was pushed"`
+	Commit      string `json:"commit" jsonschema:"the commit pushed"`
+	Ahead       int    `json:"commits_ahead" jsonschema:"commits on the branch that the remote's base lacks"`
 }
 
 // AuditRecord is one tool call as the log keeps it.
@@ -65,24 +78,25 @@ type AuditRecord struct {
 	Tool       string `json:"tool" jsonschema:"the tool called"`
 	Agent      string `json:"agent" jsonschema:"the calling agent"`
 	Role       string `json:"role" jsonschema:"the calling agent's role"`
-	ArgsSHA256 string `json:"args_sha256" jsonschema:"SHA-256 of the call's arguments as sent"`
+	Args       string `json:"args" jsonschema:"the call's arguments as sent (JSON), cut after 2 KiB"`
+	ArgsSHA256 string `json:"args_sha256" jsonschema:"SHA-256 of the call's arguments as sent, whole"`
 	Outcome    string `json:"outcome" jsonschema:"ok; refused (declined: role, relationship, review state, arguments); or error (git, push or storage failed)"`
 	Code       string `json:"code,omitempty" jsonschema:"the error code of a refusal or error"`
-	Message    string `json:"message,omitempty" jsonschema:"the error message of a refusal or error"`
+	Message    string `json:"message,omitempty" jsonschema:"why it was refused or failed"`
 	DurationMS int64  `json:"duration_ms" jsonschema:"how long the call took"`
 }
 
-// review is one coder's review loop, as the events built it.
-type review struct {
-	Coder        string
-	Reviewer     string
-	Branch       string
-	ThreadID     string
-	Iteration    int    // iterations requested so far
-	State        string // waiting_review, then the last feedback's type
-	LastFeedback *feedback
-	LastFeedAt   time.Time
-	PullRequests []pullRequestEvent
+// Review is one coder's review loop, as the events built it.
+type Review struct {
+	Coder         string        `json:"coder"`
+	Reviewer      string        `json:"reviewer"`
+	Branch        string        `json:"branch_name"`
+	ThreadID      string        `json:"thread_id"`
+	Iteration     int           `json:"iteration" jsonschema:"iterations requested so far"`
+	MaxIterations int           `json:"max_iterations" jsonschema:"the most iterations a coder gets"`
+	State         string        `json:"state" jsonschema:"waiting_review, or the last feedback's type"`
+	LastFeedback  *Feedback     `json:"last_feedback,omitempty"`
+	PullRequests  []PullRequest `json:"pull_requests,omitempty"`
 }
 
 // state is the example's read model: a thrum Projection fed every
@@ -91,24 +105,19 @@ type state struct {
 	mu      sync.Mutex
 	seen    map[string]bool    // event IDs applied (Apply must be idempotent)
 	agents  map[string]join    // by agent name
-	reviews map[string]*review // by coder
+	reviews map[string]*Review // by coder
 	audit   []AuditRecord
 }
 
 func newState() *state {
-	return &state{seen: map[string]bool{}, agents: map[string]join{}, reviews: map[string]*review{}}
+	return &state{seen: map[string]bool{}, agents: map[string]join{}, reviews: map[string]*Review{}}
 }
 
 func (s *state) Apply(_ context.Context, batch []*eventlog.Event) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, e := range batch {
-		switch e.Type {
-		case typeJoin, typeReview, typeFeedback, typePR, typeAudit:
-		default:
-			continue
-		}
-		if s.seen[e.ID] {
+		if !strings.HasPrefix(e.Type, "app.reviewloop.") || s.seen[e.ID] {
 			continue
 		}
 		if err := s.apply(e); err != nil {
@@ -128,31 +137,32 @@ func (s *state) apply(e *eventlog.Event) error {
 		}
 		s.agents[j.Agent] = j
 	case typeReview:
-		r, err := eventlog.PayloadAs[reviewRequest](e)
+		r, err := eventlog.PayloadAs[ReviewRequest](e)
 		if err != nil {
 			return err
 		}
 		rv := s.reviews[r.Coder]
 		if rv == nil {
-			rv = &review{Coder: r.Coder}
+			rv = &Review{Coder: r.Coder}
 			s.reviews[r.Coder] = rv
 		}
 		rv.Reviewer, rv.Branch, rv.ThreadID = r.Reviewer, r.Branch, r.ThreadID
 		rv.Iteration, rv.State = r.Iteration, "waiting_review"
 	case typeFeedback:
-		f, err := eventlog.PayloadAs[feedback](e)
+		f, err := eventlog.PayloadAs[Feedback](e)
 		if err != nil {
 			return err
 		}
+		f.ID, f.At = e.ID, e.Timestamp()
 		if rv := s.reviews[f.Coder]; rv != nil {
-			rv.State, rv.LastFeedback, rv.LastFeedAt = f.Type, &f, e.Time
+			rv.State, rv.LastFeedback = f.Type, &f
 		}
 	case typePR:
-		p, err := eventlog.PayloadAs[pullRequestEvent](e)
+		p, err := eventlog.PayloadAs[PullRequest](e)
 		if err != nil {
 			return err
 		}
-		if rv := s.reviews[p.Agent]; rv != nil {
+		if rv := s.reviews[p.Coder]; rv != nil {
 			rv.PullRequests = append(rv.PullRequests, p)
 		}
 	case typeAudit:
@@ -174,7 +184,7 @@ func (s *state) agent(name string) (join, bool) {
 }
 
 // review returns a copy of coder's review, or nil.
-func (s *state) review(coder string) *review {
+func (s *state) review(coder string) *Review {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if rv := s.reviews[coder]; rv != nil {
@@ -184,23 +194,24 @@ func (s *state) review(coder string) *review {
 	return nil
 }
 
-// reviewsHeldBy returns copies of the reviews reviewer holds, by coder.
-func (s *state) reviewsHeldBy(reviewer string) []review {
+// reviewsHeldBy returns copies of the reviews reviewer holds in state
+// want (any state if ""), by coder.
+func (s *state) reviewsHeldBy(reviewer, want string) []Review {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var out []review
+	var out []Review
 	for _, rv := range s.reviews {
-		if rv.Reviewer == reviewer {
+		if rv.Reviewer == reviewer && (want == "" || rv.State == want) {
 			out = append(out, *rv)
 		}
 	}
-	slices.SortFunc(out, func(a, b review) int { return strings.Compare(a.Coder, b.Coder) })
+	slices.SortFunc(out, func(a, b Review) int { return strings.Compare(a.Coder, b.Coder) })
 	return out
 }
 
-// pickReviewer returns the joined agent with one of roles that holds the
-// fewest reviews (by name on a tie), or "".
-func (s *state) pickReviewer(isReviewer func(role string) bool) string {
+// pickReviewer returns the joined reviewer that holds the fewest reviews
+// (by name on a tie), or "".
+func (s *state) pickReviewer() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	held := map[string]int{}
@@ -209,10 +220,7 @@ func (s *state) pickReviewer(isReviewer func(role string) bool) string {
 	}
 	best := ""
 	for name, j := range s.agents {
-		if !isReviewer(j.Role) {
-			continue
-		}
-		if best == "" || held[name] < held[best] || held[name] == held[best] && name < best {
+		if j.Role == reviewRole && (best == "" || held[name] < held[best] || held[name] == held[best] && name < best) {
 			best = name
 		}
 	}
@@ -233,5 +241,5 @@ func (s *state) auditRecords(tool, agent string, limit int) []AuditRecord {
 	if limit > 0 && len(out) > limit {
 		out = out[len(out)-limit:]
 	}
-	return slices.Clone(out)
+	return out
 }
