@@ -335,15 +335,15 @@ func TestHub(t *testing.T) {
 	}
 }
 
-// TestHelp: --help documents the commands, the tools and both agents'
-// MCP configuration.
+// TestHelp: --help documents the commands, the tools and an agent's MCP
+// configuration.
 func TestHelp(t *testing.T) {
 	var buf bytes.Buffer
 	if err := run(context.Background(), []string{"--help"}, nil, &buf, io.Discard); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"reviewloop serve", "reviewloop mcp", "reviewloop audit", "--max-iterations", "REVIEW_LIMIT_EXCEEDED",
-		`"--role", "coder"`, `"--role", "reviewer"`, "send_feedback", "create_pull_request"} {
+	for _, want := range []string{"reviewloop serve", "reviewloop mcp", "reviewloop audit", "reviewloop demo", "--max-iterations", "--remote",
+		`"--role", "coder"`, "request_review", "send_feedback", "create_pull_request"} {
 		if !strings.Contains(buf.String(), want) {
 			t.Errorf("--help lacks %q", want)
 		}

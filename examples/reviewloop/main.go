@@ -47,21 +47,12 @@ Usage:
         run one whole loop in a scratch repository (kept in DIR if given) and
         print every call, the coder's git log and the audit
 
-Agents get thrum's messaging tools (send_message, wait_for_message, ...) and
-request_review, send_feedback, create_pull_request, review_status and
-list_audit; refusals are structured ({code, message, tool_name, agent_id}),
-REVIEW_LIMIT_EXCEEDED with current_iteration, max_iterations, suggestions.
+Agents get thrum's messaging tools and request_review, send_feedback,
+create_pull_request, review_status and list_audit. An agent's MCP host
+runs the bridge, e.g. in .mcp.json:
 
-MCP configuration (e.g. .mcp.json in each agent's worktree), after
-"go build -o ~/bin/reviewloop ./examples/reviewloop" and, in the
-repository, "reviewloop serve --dir /path/to/repo/.reviewloop &":
-
-  coding agent:
-    {"mcpServers": {"review": {"command": "reviewloop",
-      "args": ["mcp", "--dir", "/path/to/repo/.reviewloop", "--agent", "alice", "--role", "coder"]}}}
-  review agent:
-    {"mcpServers": {"review": {"command": "reviewloop",
-      "args": ["mcp", "--dir", "/path/to/repo/.reviewloop", "--agent", "bob", "--role", "reviewer"]}}}
+  {"mcpServers": {"review": {"command": "reviewloop",
+    "args": ["mcp", "--dir", "/path/to/repo/.reviewloop", "--agent", "alice", "--role", "coder"]}}}
 `
 
 func main() {
