@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -112,6 +113,13 @@ func TestArgumentsAreData(t *testing.T) {
 
 	// The audit has every call: what was asked, and why it was refused.
 	checkAudit(t, l.call("bob", "list_audit", nil, "ok")["records"], l.calls[:len(l.calls)-1], 8*len(bad))
+
+	// Long arguments are kept cut, still valid text, with the hash of the whole.
+	l.call("bob", "send_feedback", map[string]any{"coder": "nobody", "feedback": strings.Repeat("é", 5000), "feedback_type": "needs_work"}, "NOT_YOUR_REVIEW")
+	recs := l.app.state.auditRecords("send_feedback", "bob", 1)
+	if r := recs[0]; len(r.Args) > maxAuditArgs+len("…") || !strings.HasSuffix(r.Args, "é…") || !utf8.ValidString(r.Args) || r.Code != "NOT_YOUR_REVIEW" {
+		t.Errorf("the audit of a long call: %.80q… (%d bytes), code %s", r.Args, len(r.Args), r.Code)
+	}
 
 	// A tool name is the agent's too; printed, it moves no terminal.
 	if _, err := l.cs["bob"].CallTool(l.ctx, &mcp.CallToolParams{Name: "x\x1b[2J\x1b]0;pwned\a\u009b", Arguments: map[string]any{"a": "\u202e"}}); err == nil {
@@ -219,4 +227,24 @@ func TestFeedbackFileIsReplacedNotWrittenThrough(t *testing.T) {
 			t.Fatalf("committed as %q, want a regular file", entry)
 		}
 	}
+}
+
+// FuzzCheckBranch: a name checkBranch accepts is a plain branch name,
+// which git can read as nothing else: not an option, a refspec, a
+// revision expression or a path out of refs/heads.
+func FuzzCheckBranch(f *testing.F) {
+	for _, s := range append(trap{"/tmp/mark", "/tmp/script"}.injections(), "main", "feature/x", "é", "a.b/c", "@", "refs/heads/main") {
+		f.Add(s)
+	}
+	dir := thrumtest.GitRepo(f)
+	f.Fuzz(func(t *testing.T, name string) {
+		if checkBranch(t.Context(), dir, name) != nil {
+			return
+		}
+		if name == "" || name[0] == '-' || name[0] == '/' || name[len(name)-1] == '/' || name[len(name)-1] == '.' ||
+			strings.ContainsAny(name, ": ~^?*[\\\x7f") || strings.Contains(name, "..") || strings.Contains(name, "@{") ||
+			strings.IndexFunc(name, func(r rune) bool { return r < ' ' }) >= 0 {
+			t.Fatalf("checkBranch accepted %q", name)
+		}
+	})
 }
