@@ -17,13 +17,17 @@ import (
 // on a branch of a clone, bob (reviewer), both speaking MCP to the app
 // over in-memory transports.
 func demo(ctx context.Context, root string, maxIt int, w io.Writer) error {
-	remote, wt := filepath.Join(root, "remote.git"), filepath.Join(root, "alice")
+	root, err := filepath.Abs(root) // git runs in each directory (-C), so a relative path would not hold
+	if err != nil {
+		return err
+	}
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		return err
 	}
+	remote, wt := filepath.Join(root, "remote.git"), filepath.Join(root, "alice")
 	for _, step := range [][]string{
-		{root, "init", "--quiet", "--bare", "-b", "main", remote},
-		{root, "clone", "--quiet", remote, wt},
+		{root, "init", "--quiet", "--bare", "-b", "main", "--", remote},
+		{root, "clone", "--quiet", "--", remote, wt},
 		{wt, "config", "user.name", "Alice"},
 		{wt, "config", "user.email", "alice@example.com"},
 		{wt, "config", "commit.gpgsign", "false"},
@@ -56,7 +60,7 @@ func demo(ctx context.Context, root string, maxIt int, w io.Writer) error {
 			err = os.WriteFile(filepath.Join(wt, "parser.go"), fmt.Appendf(nil, "package parser\n\n// revision %d\n", n), 0o644)
 		}
 		if err == nil {
-			_, err = git(ctx, wt, "add", "parser.go")
+			_, err = git(ctx, wt, "add", "--", "parser.go")
 		}
 		if err == nil {
 			_, err = git(ctx, wt, "commit", "--quiet", "-m", fmt.Sprintf("parser: revision %d", n))

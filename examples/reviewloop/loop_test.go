@@ -350,12 +350,14 @@ func TestHelp(t *testing.T) {
 	}
 }
 
-// TestDemo runs `reviewloop demo`, the walk-through the README points to.
+// TestDemo runs `reviewloop demo`, the walk-through the README points to,
+// in a directory named relative to the current one (and like an option).
 func TestDemo(t *testing.T) {
 	t.Setenv("GIT_CONFIG_NOSYSTEM", "1")
 	t.Setenv("GIT_CONFIG_GLOBAL", os.DevNull)
+	t.Chdir(t.TempDir())
 	var buf bytes.Buffer
-	if err := run(t.Context(), []string{"demo", "--dir", t.TempDir()}, nil, &buf, io.Discard); err != nil {
+	if err := run(t.Context(), []string{"demo", "--dir", "-demo"}, nil, &buf, io.Discard); err != nil {
 		t.Fatalf("%v\n%s", err, buf.String())
 	}
 	out := buf.String()
