@@ -13,7 +13,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/google/jsonschema-go/jsonschema"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/thrumhq/thrum"
 	"github.com/thrumhq/thrum/eventlog"
+	"github.com/thrumhq/thrum/internal/dirlock"
 	"github.com/thrumhq/thrum/mcpserver"
 	"github.com/thrumhq/thrum/rpc"
 	"github.com/thrumhq/thrum/store"
@@ -53,20 +53,14 @@ type App struct {
 
 // OpenApp opens (creating) the data directory dir: a thrum node built from
 // its parts, so that the example's read model is one of its projections.
-// thrum.New takes no lock, so OpenApp takes the directory's own.
+// thrum.New takes no lock, so OpenApp takes the directory's own, as
+// thrum.Open would (a program outside this module flocks thrum.LockFile).
 func OpenApp(ctx context.Context, dir string, cfg Config) (*App, error) {
 	cfg.MaxIterations = cmp.Or(max(cfg.MaxIterations, 0), 3)
 	cfg.Remote = cmp.Or(cfg.Remote, "origin")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, err
-	}
-	lock, err := os.OpenFile(filepath.Join(dir, thrum.LockFile), os.O_CREATE|os.O_RDWR, 0o644)
+	lock, err := dirlock.Lock(dir)
 	if err != nil {
 		return nil, err
-	}
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		lock.Close()
-		return nil, fmt.Errorf("%s: %w", dir, thrum.ErrLocked)
 	}
 	st, err := store.Open(filepath.Join(dir, thrum.DefaultDBName), nil)
 	if err != nil {
@@ -300,13 +294,9 @@ func (a *App) requestReview(ctx context.Context, me join, in RequestReviewIn) (*
 	}
 	req := ReviewRequest{Coder: me.Agent, Iteration: 1, MaxIterations: a.cfg.MaxIterations, Branch: branch, Head: head,
 		Worktree: me.Worktree, CompletionMessage: in.CompletionMessage, ReviewerPrompt: in.ReviewerPrompt}
-	if rv != nil {
-		req.Iteration, req.ThreadID = rv.Iteration+1, rv.ThreadID
-		if j, ok := a.state.agent(rv.Reviewer); ok && j.Role == reviewRole {
-			req.Reviewer = rv.Reviewer // the same reviewer sees every iteration
-		}
-	}
-	if req.Reviewer == "" {
+	if rv != nil { // the same reviewer sees every iteration, in one thread
+		req.Iteration, req.Reviewer, req.ThreadID = rv.Iteration+1, rv.Reviewer, rv.ThreadID
+	} else {
 		req.Reviewer = a.state.pickReviewer()
 	}
 	if req.Reviewer == "" {
@@ -483,9 +473,6 @@ func (a *App) reviewStatus(_ context.Context, me join, _ struct{}) (*ReviewStatu
 		out.Reviews = append(out.Reviews, *rv)
 	}
 	out.Reviews = append(out.Reviews, a.state.reviewsHeldBy(me.Agent, "")...)
-	for i := range out.Reviews {
-		out.Reviews[i].MaxIterations = a.cfg.MaxIterations
-	}
 	return out, nil
 }
 

@@ -86,17 +86,13 @@ type AuditRecord struct {
 	DurationMS int64  `json:"duration_ms" jsonschema:"how long the call took"`
 }
 
-// Review is one coder's review loop, as the events built it.
+// Review is one coder's review loop, as the events built it: its last
+// request, and what came of it.
 type Review struct {
-	Coder         string        `json:"coder"`
-	Reviewer      string        `json:"reviewer"`
-	Branch        string        `json:"branch_name"`
-	ThreadID      string        `json:"thread_id"`
-	Iteration     int           `json:"iteration" jsonschema:"iterations requested so far"`
-	MaxIterations int           `json:"max_iterations" jsonschema:"the most iterations a coder gets"`
-	State         string        `json:"state" jsonschema:"waiting_review, or the last feedback's type"`
-	LastFeedback  *Feedback     `json:"last_feedback,omitempty"`
-	PullRequests  []PullRequest `json:"pull_requests,omitempty"`
+	ReviewRequest
+	State        string        `json:"state" jsonschema:"waiting_review, or the last feedback's type"`
+	LastFeedback *Feedback     `json:"last_feedback,omitempty"`
+	PullRequests []PullRequest `json:"pull_requests,omitempty"`
 }
 
 // state is the example's read model: a thrum Projection fed every
@@ -120,7 +116,37 @@ func (s *state) Apply(_ context.Context, batch []*eventlog.Event) error {
 		if !strings.HasPrefix(e.Type, "app.reviewloop.") || s.seen[e.ID] {
 			continue
 		}
-		if err := s.apply(e); err != nil {
+		var err error
+		switch e.Type {
+		case typeJoin:
+			err = applyAs(e, func(j join) { s.agents[j.Agent] = j })
+		case typeReview:
+			err = applyAs(e, func(r ReviewRequest) {
+				if s.reviews[r.Coder] == nil {
+					s.reviews[r.Coder] = &Review{}
+				}
+				s.reviews[r.Coder].ReviewRequest, s.reviews[r.Coder].State = r, "waiting_review"
+			})
+		case typeFeedback:
+			err = applyAs(e, func(f Feedback) {
+				f.ID, f.At = e.ID, e.Timestamp()
+				if rv := s.reviews[f.Coder]; rv != nil {
+					rv.State, rv.LastFeedback = f.Type, &f
+				}
+			})
+		case typePR:
+			err = applyAs(e, func(p PullRequest) {
+				if rv := s.reviews[p.Coder]; rv != nil {
+					rv.PullRequests = append(rv.PullRequests, p)
+				}
+			})
+		case typeAudit:
+			err = applyAs(e, func(a AuditRecord) {
+				a.EventID, a.At = e.ID, e.Timestamp()
+				s.audit = append(s.audit, a)
+			})
+		}
+		if err != nil {
 			return err
 		}
 		s.seen[e.ID] = true
@@ -128,52 +154,13 @@ func (s *state) Apply(_ context.Context, batch []*eventlog.Event) error {
 	return nil
 }
 
-func (s *state) apply(e *eventlog.Event) error {
-	switch e.Type {
-	case typeJoin:
-		j, err := eventlog.PayloadAs[join](e)
-		if err != nil {
-			return err
-		}
-		s.agents[j.Agent] = j
-	case typeReview:
-		r, err := eventlog.PayloadAs[ReviewRequest](e)
-		if err != nil {
-			return err
-		}
-		rv := s.reviews[r.Coder]
-		if rv == nil {
-			rv = &Review{Coder: r.Coder}
-			s.reviews[r.Coder] = rv
-		}
-		rv.Reviewer, rv.Branch, rv.ThreadID = r.Reviewer, r.Branch, r.ThreadID
-		rv.Iteration, rv.State = r.Iteration, "waiting_review"
-	case typeFeedback:
-		f, err := eventlog.PayloadAs[Feedback](e)
-		if err != nil {
-			return err
-		}
-		f.ID, f.At = e.ID, e.Timestamp()
-		if rv := s.reviews[f.Coder]; rv != nil {
-			rv.State, rv.LastFeedback = f.Type, &f
-		}
-	case typePR:
-		p, err := eventlog.PayloadAs[PullRequest](e)
-		if err != nil {
-			return err
-		}
-		if rv := s.reviews[p.Coder]; rv != nil {
-			rv.PullRequests = append(rv.PullRequests, p)
-		}
-	case typeAudit:
-		a, err := eventlog.PayloadAs[AuditRecord](e)
-		if err != nil {
-			return err
-		}
-		a.EventID, a.At = e.ID, e.Timestamp()
-		s.audit = append(s.audit, a)
+// applyAs gives f the event's payload as a T.
+func applyAs[T any](e *eventlog.Event, f func(T)) error {
+	v, err := eventlog.PayloadAs[T](e)
+	if err == nil {
+		f(v)
 	}
-	return nil
+	return err
 }
 
 func (s *state) agent(name string) (join, bool) {
