@@ -334,7 +334,10 @@ func (a *App) requestReview(ctx context.Context, me join, in RequestReviewIn) (*
 func (a *App) held(reviewer, coder, want string) (*Review, error) {
 	if coder == "" {
 		rs := a.state.reviewsHeldBy(reviewer, want)
-		if len(rs) != 1 {
+		if len(rs) == 0 {
+			return nil, refuse("INVALID_ARGUMENT", "you hold no review in state %s", want)
+		}
+		if len(rs) > 1 {
 			var names []string
 			for _, rv := range rs {
 				names = append(names, rv.Coder)
