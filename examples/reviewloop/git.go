@@ -78,7 +78,7 @@ func commitFeedback(ctx context.Context, worktree string, f *Feedback) (string, 
 	}
 	msg := fmt.Sprintf("Review feedback (iteration %d, %s) from %s", f.Iteration, f.Type, f.Reviewer)
 	author := fmt.Sprintf("%s <%s@reviewloop.invalid>", f.Reviewer, f.Reviewer)
-	if _, err := git(ctx, top, "add", "--", FeedbackFile); err != nil {
+	if _, err := git(ctx, top, "-c", "core.hooksPath=/dev/null", "add", "--", FeedbackFile); err != nil {
 		return "", err
 	}
 	if _, err := git(ctx, top, "-c", "core.hooksPath=/dev/null", "commit", "--quiet", "--author", author, "-m", msg, "--", FeedbackFile); err != nil {

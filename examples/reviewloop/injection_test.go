@@ -159,7 +159,8 @@ func TestBranchNamesAreChecked(t *testing.T) {
 // worktree, and may have put a symlink, a hard link or a directory where
 // the reviewer's REVIEW_FEEDBACK.md goes. The feedback never writes
 // outside the worktree: a link is replaced by a regular file, a directory
-// makes the call fail cleanly.
+// makes the call fail cleanly. None of the worktree's hooks run for the
+// reviewer's commit.
 func TestFeedbackFileIsReplacedNotWrittenThrough(t *testing.T) {
 	l := newLoop(t, Config{MaxIterations: 10})
 	remote := thrumtest.GitRemote(t)
@@ -170,6 +171,12 @@ func TestFeedbackFileIsReplacedNotWrittenThrough(t *testing.T) {
 	victim := filepath.Join(outside, "precious")
 	feedbackFile := filepath.Join(aliceWT, FeedbackFile)
 	const precious = "precious\n"
+	hookRan := filepath.Join(outside, "hook ran")
+	for _, hook := range []string{"pre-commit", "prepare-commit-msg", "commit-msg", "post-commit", "post-index-change", "reference-transaction"} {
+		if err := os.WriteFile(filepath.Join(aliceWT, ".git", "hooks", hook), []byte("#!/bin/sh\necho "+hook+" >> '"+hookRan+"'\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	for _, c := range []struct {
 		name string
@@ -207,7 +214,8 @@ func TestFeedbackFileIsReplacedNotWrittenThrough(t *testing.T) {
 			t.Fatalf("the file outside the worktree now holds %q (%v)", b, err)
 		}
 		if ents, _ := os.ReadDir(outside); len(ents) != 1 {
-			t.Fatalf("the directory outside holds %v", ents)
+			b, _ := os.ReadFile(hookRan)
+			t.Fatalf("the directory outside holds %v (hooks that ran: %q)", ents, b)
 		}
 		if leftovers, _ := filepath.Glob(filepath.Join(aliceWT, "."+FeedbackFile+"*")); len(leftovers) != 0 {
 			t.Fatalf("left behind: %v", leftovers)
