@@ -20,6 +20,7 @@ var homes = map[string][]string{
 	"github.com/modelcontextprotocol/go-sdk": {"mcpserver", "examples/reviewloop"},
 	"github.com/google/jsonschema-go":        {"mcpserver", "examples/reviewloop"},
 	"github.com/alecthomas/kong":             {"cmd/thrum"},
+	"github.com/BurntSushi/toml":             {"cmd/thrum"},
 }
 
 func TestEachDependencyHasOneHome(t *testing.T) {

@@ -62,6 +62,7 @@ type CLI struct {
 	Thread     ThreadCmd     `cmd:"" help:"Create, list and read threads."`
 	Sync       SyncCmd       `cmd:"" help:"Inspect and trigger git sync."`
 	Mcp        McpCmd        `cmd:"" help:"Run the MCP server for an agent."`
+	Setup      SetupCmd      `cmd:"" help:"Add thrum's MCP server and hooks to an agent host's configuration."`
 	Doctor     DoctorCmd     `cmd:"" help:"Check the event log against the projection; rebuild the projection."`
 	Web        WebCmd        `cmd:"" help:"Print a one-time login URL for the web console (--open opens it)."`
 	Version    VersionCmd    `cmd:"" help:"Print thrum's version."`

@@ -313,7 +313,9 @@ func (d *Doc) Set(v any, path ...any) (bool, error) {
 		if reflect.DeepEqual(d.decode(n), want) {
 			return false, nil
 		}
-		if err := d.splice(n.start, n.end, d.render(raw, d.indent(n.start), false)); err != nil {
+		// In the old value's layout: on one line if it was.
+		oneLine := !bytes.ContainsAny(d.src[n.start:n.end], "\n")
+		if err := d.splice(n.start, n.end, d.render(raw, d.indent(n.start), oneLine)); err != nil {
 			return false, err
 		}
 		return true, nil
@@ -443,12 +445,15 @@ func (d *Doc) replace(edits ...edit) error {
 // unit and line ending.
 func (d *Doc) render(raw []byte, indent string, oneLine bool) string {
 	var b bytes.Buffer
+	unit := d.unit
 	if oneLine {
-		_ = json.Compact(&b, raw)
-		return b.String()
+		indent, unit = "", ""
 	}
-	if err := json.Indent(&b, raw, indent, d.unit); err != nil {
+	if err := json.Indent(&b, raw, indent, unit); err != nil {
 		panic("jsonedit: rendering a value it encoded: " + err.Error())
+	}
+	if oneLine { // { "a": [ 1, 2 ] }: a string holds no raw newline
+		return strings.ReplaceAll(b.String(), "\n", " ")
 	}
 	return strings.ReplaceAll(b.String(), "\n", d.nl)
 }
