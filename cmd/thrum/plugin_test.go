@@ -124,8 +124,8 @@ func TestClaudePlugin(t *testing.T) {
 	var hooks pluginHooks
 	decodeStrict(t, filepath.Join(pluginDir, "hooks", "hooks.json"), &hooks)
 	for event, groups := range hooks.Hooks {
-		if !slices.Contains(hookEvents["claude"], event) {
-			t.Errorf("hook event %s: thrum setup claude hooks only %v", event, hookEvents["claude"])
+		if !slices.Contains(hostHookEvents["claude"], event) {
+			t.Errorf("hook event %s: thrum setup claude hooks only %v", event, hostHookEvents["claude"])
 		}
 		for _, g := range groups {
 			for _, h := range g.Hooks {
@@ -258,7 +258,7 @@ func checkCommands(t *testing.T, commands [][]string) {
 		t.Logf("skipped the hook pairs: this thrum has no hook command yet")
 		return
 	}
-	for host, events := range hookEvents {
+	for host, events := range hostHookEvents {
 		for _, ev := range events {
 			if !helpNames(hookHelp.stdout, host, kebab(ev)) {
 				t.Errorf("thrum hook --help names no %s %s, which setup %s writes:\n%s", host, kebab(ev), host, hookHelp.stdout)

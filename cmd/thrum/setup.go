@@ -38,6 +38,10 @@ servers, hooks, keys, their order, layout and comments stay as they were,
 and a second run changes nothing. A file it cannot parse stops it before
 anything is written. It needs no daemon.
 
+Without --agent the entries name no agent, so project files can be
+committed: in each worktree thrum acts as THRUM_NAME or the one identity
+file there. With --agent they are that agent's.
+
   claude    .mcp.json, .claude/settings.json  (--user: ~/.claude.json, ~/.claude/settings.json)
   codex     .codex/config.toml, .codex/hooks.json  (--user: ~/.codex/)
   cursor    .cursor/mcp.json, .cursor/hooks.json  (--user: ~/.cursor/)
@@ -105,12 +109,13 @@ var setupHosts = map[string]setupHost{
 	}},
 }
 
-// hookEvents are the events setup hooks, for each host, in the host's
-// own spelling; thrum hook takes them in kebab case.
-var hookEvents = map[string][]string{
+// hostHookEvents are the events setup hooks, for each host, in the host's
+// own spelling; thrum hook takes them in kebab case, and its help lists
+// the pairs it answers (a test holds the two together).
+var hostHookEvents = map[string][]string{
 	"claude": {"SessionStart", "UserPromptSubmit", "PostToolUse", "Stop"},
 	"codex":  {"SessionStart", "UserPromptSubmit", "Stop"},
-	"cursor": {"stop"},
+	"cursor": {"sessionStart", "stop"},
 	"gemini": {"SessionStart", "BeforeAgent", "AfterAgent"},
 }
 
@@ -200,7 +205,7 @@ func cursorFiles(s *setupSpec) []setupFile {
 					}
 				}
 				// Cursor lists commands under each event, with no groups.
-				for _, ev := range hookEvents[s.host] {
+				for _, ev := range hostHookEvents[s.host] {
 					if err := ensureHook(d, s, ev, []any{"hooks", ev}, nil, map[string]string{"command": s.hookCommand(ev)}); err != nil {
 						return err
 					}
@@ -247,7 +252,7 @@ func opencodeFiles(s *setupSpec) []setupFile {
 }
 
 func hooksWhat(host string) string {
-	return "hooks on " + strings.Join(hookEvents[host], ", ")
+	return "hooks on " + strings.Join(hostHookEvents[host], ", ")
 }
 
 // mergeObject sets each key, value pair of kv in the object at path,
@@ -274,7 +279,7 @@ type hookCommand struct {
 }
 
 func groupedHooks(d *jsonedit.Doc, s *setupSpec) error {
-	for _, ev := range hookEvents[s.host] {
+	for _, ev := range hostHookEvents[s.host] {
 		cmd := s.hookCommand(ev)
 		if err := ensureHook(d, s, ev, []any{"hooks", ev}, []any{"hooks"}, hookGroup{Hooks: []hookCommand{{Type: "command", Command: cmd}}}); err != nil {
 			return err
