@@ -155,7 +155,7 @@ func (s *setupSpec) hookCommand(event string) string {
 	return strings.Join(append([]string{"thrum", "hook", s.host, kebab(event)}, s.agentArgs()...), " ")
 }
 
-// projectOrUser is path in the project, or with --user in the home
+// path is project in the project, or with --user user in the home
 // directory.
 func (s *setupSpec) path(project, user string) string {
 	if s.user {
@@ -452,11 +452,7 @@ func editJSON(src []byte, f setupFile) ([]byte, error) {
 	if err := f.json(d); err != nil {
 		return nil, err
 	}
-	out := d.Bytes()
-	if len(src) == 0 || !bytes.HasSuffix(out, []byte("\n")) && bytes.HasSuffix(src, []byte("\n")) {
-		out = append(bytes.TrimRight(out, "\n"), '\n')
-	}
-	return out, nil
+	return d.Bytes(), nil
 }
 
 func isObject(v any) bool { _, ok := v.(map[string]any); return ok }

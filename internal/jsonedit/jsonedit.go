@@ -61,8 +61,8 @@ func (e *SyntaxError) Error() string {
 
 // Parse reads src, which must hold exactly one JSON value; with jsonc,
 // comments and trailing commas are allowed too. An empty (or blank)
-// document reads as an empty object, so a file can be created by editing
-// nothing.
+// document reads as an empty object: a file that does not exist yet is
+// made by editing that.
 func Parse(src []byte, jsonc bool) (*Doc, error) {
 	d := &Doc{src: src, jsonc: jsonc, unit: "  ", nl: "\n"}
 	if len(bytes.TrimSpace(src)) == 0 {
