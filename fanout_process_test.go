@@ -41,10 +41,10 @@ type fanoutConfig struct {
 
 // fanoutReport is what the child measured between start and the end.
 type fanoutReport struct {
-	Got      int64            // notifications of new messages received
+	Got      int64                // notifications of new messages received
 	Arrivals map[string]time.Time // message ID → arrival at the last subscriber
-	CPU      time.Duration    // the child's CPU time
-	Reads    int64            // read and write system calls (Linux)
+	CPU      time.Duration        // the child's CPU time
+	Reads    int64                // read and write system calls (Linux)
 	Writes   int64
 }
 
