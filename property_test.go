@@ -197,7 +197,7 @@ func compareSearches(t *testing.T, live, rebuilt *store.Store, terms []string) {
 	step := max(1, len(terms)/40)
 	for i := 0; i < len(terms); i += step {
 		term, _, _ := strings.Cut(strings.TrimPrefix(terms[i], `["`), `"`)
-		f := store.SearchFilter{Match: `"` + strings.ReplaceAll(term, `"`, `""`) + `"*`, IncludeDeleted: i%2 == 0, Limit: 20}
+		f := store.SearchFilter{Query: `"` + term + `"*`, IncludeDeleted: i%2 == 0, Limit: 20}
 		a, at, _, err := live.Search(ctx, f)
 		if err != nil {
 			t.Fatalf("search %q: %v", term, err)

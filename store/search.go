@@ -2,20 +2,26 @@ package store
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 
 	"github.com/thrumhq/thrum/eventlog"
 )
 
-// SearchFilter selects messages by their words (Match) and the listing's
-// filters. Zero fields do not filter.
+// SearchFilter selects messages by their words (Query) and the
+// listing's filters. Zero fields do not filter.
 type SearchFilter struct {
-	// Match is an FTS5 query expression over messages_fts. The caller
-	// builds it (the node parses a person's query into one whose every
-	// term is a quoted string), so it holds no column filter.
-	Match    string
+	// Query is a person's search query. Words separated by spaces must
+	// all appear, each also in its other forms ("tokens" finds
+	// "token"); "a phrase" must appear as written, word for word in any
+	// of their forms; a word or phrase followed by * is a prefix (auth*
+	// finds "authentication"). AND, OR and NOT (upper case) and parentheses
+	// combine them, NOT binding tightest and OR loosest: `token NOT
+	// jwt`, `(review OR reviewer) auth*`. NOT excludes from what stands
+	// before it, so a query cannot start with it. Punctuation inside a
+	// word splits it into a phrase ("user_id" is "user id"); a word of
+	// punctuation only is ignored.
+	Query    string
 	Scope    *eventlog.Pair
 	Ref      *eventlog.Pair
 	ThreadID string
@@ -52,9 +58,6 @@ const (
 	SnippetTokens   = 24
 )
 
-// ErrBadQuery wraps SQLite's refusal of a Match expression.
-var ErrBadQuery = errors.New("store: bad search query")
-
 // RelevanceLimit is how many matches a search ranks by relevance at
 // most: bm25 must score every match, which costs about 5-10 µs each, so
 // past this a search returns the newest matches first instead (and says
@@ -65,8 +68,14 @@ const RelevanceLimit = 2000
 // Search returns one page of the messages matching f, most relevant
 // first (ties to the newer message), or newest first with f.ByTime or
 // when more than RelevanceLimit match (byTime is then true); and how
-// many match in all.
+// many match in all. A query Search refuses is an error matching
+// ErrBadQuery.
 func (s *Store) Search(ctx context.Context, f SearchFilter) (hits []SearchHit, total int, byTime bool, err error) {
+	parsed, err := parseQuery(f.Query)
+	if err != nil {
+		return nil, 0, false, err
+	}
+	match := parsed.fts()
 	if f.Mentions != nil && len(f.Mentions) == 0 {
 		return nil, 0, f.ByTime, nil
 	}
@@ -111,7 +120,7 @@ func (s *Store) Search(ctx context.Context, f SearchFilter) (hits []SearchHit, t
 	for _, c := range conds {
 		where += ` AND ` + c
 	}
-	args = append([]any{f.Match}, args...)
+	args = append([]any{match}, args...)
 	join := ` FROM messages_fts JOIN messages m ON m.rowid = messages_fts.rowid` + where
 
 	// The total. With no filter but the deleted flag, the index counts
@@ -120,11 +129,11 @@ func (s *Store) Search(ctx context.Context, f SearchFilter) (hits []SearchHit, t
 	if filtered {
 		err = s.get(ctx, &total, `SELECT COUNT(*)`+join, args...)
 	} else {
-		err = s.get(ctx, &total, `SELECT COUNT(*) FROM messages_fts WHERE messages_fts MATCH ?`, f.Match)
+		err = s.get(ctx, &total, `SELECT COUNT(*) FROM messages_fts WHERE messages_fts MATCH ?`, match)
 		if err == nil && !f.IncludeDeleted {
 			var deleted int
 			err = s.get(ctx, &deleted, `SELECT COUNT(*) FROM messages_fts WHERE messages_fts MATCH ?
-				AND rowid IN (SELECT rowid FROM messages WHERE deleted = 1)`, f.Match)
+				AND rowid IN (SELECT rowid FROM messages WHERE deleted = 1)`, match)
 			total -= deleted
 		}
 	}
@@ -176,7 +185,7 @@ func (s *Store) Search(ctx context.Context, f SearchFilter) (hits []SearchHit, t
 	}
 	// Then the page's snippets.
 	q = `SELECT rowid, snippet(messages_fts, -1, ?, ?, ?, ?) FROM messages_fts WHERE messages_fts MATCH ? AND rowid IN (` + placeholders(len(rowids)) + `)`
-	sargs := append([]any{SnippetOpen, SnippetClose, SnippetEllipsis, SnippetTokens, f.Match}, rowids...)
+	sargs := append([]any{SnippetOpen, SnippetClose, SnippetEllipsis, SnippetTokens, match}, rowids...)
 	srows, err := s.query(ctx, q, sargs...)
 	if err != nil {
 		return nil, 0, false, searchErr(err)
@@ -215,13 +224,15 @@ func (s *Store) probeNewest(ctx context.Context, total, end int) bool {
 	return 100*int64(end)*n < int64(total)*int64(total)
 }
 
-// searchErr marks SQLite's errors about the query expression as
+// searchErr marks SQLite's errors about a match expression as
 // ErrBadQuery, keeping SQLite's words ("fts5: syntax error near …").
+// parseQuery's queries always parse (FuzzSearchQuery), so this is only
+// SQLite's word on anything it still refuses.
 func searchErr(err error) error {
 	msg := err.Error()
 	for _, s := range []string{"fts5:", "unterminated string", "no such column"} {
 		if i := strings.Index(msg, s); i >= 0 {
-			return fmt.Errorf("%w: %s", ErrBadQuery, strings.TrimSuffix(msg[i:], " (1)"))
+			return badQuery("query: the search index refused it: %s", strings.TrimSuffix(msg[i:], " (1)"))
 		}
 	}
 	return fmt.Errorf("store: search: %w", err)

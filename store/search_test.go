@@ -86,7 +86,7 @@ func TestSearchManyMatches(t *testing.T) {
 		offset, limit int
 	}{{"early page (probe)", 0, 10}, {"deep page (sort)", 1500, 10}, {"last page", len(newestFirst) - 5, 10}} {
 		t.Run(tc.name, func(t *testing.T) {
-			hits, total, byTime, err := st.Search(ctx, store.SearchFilter{Match: `"common"`, Offset: tc.offset, Limit: tc.limit})
+			hits, total, byTime, err := st.Search(ctx, store.SearchFilter{Query: "common", Offset: tc.offset, Limit: tc.limit})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -106,15 +106,15 @@ func TestSearchManyMatches(t *testing.T) {
 			}
 		})
 	}
-	_, total, _, err := st.Search(ctx, store.SearchFilter{Match: `"common"`, IncludeDeleted: true, Limit: 1})
+	_, total, _, err := st.Search(ctx, store.SearchFilter{Query: "common", IncludeDeleted: true, Limit: 1})
 	if err != nil || total != n {
 		t.Fatalf("with deleted: %d %v, want %d", total, err, n)
 	}
-	_, total, byTime, err := st.Search(ctx, store.SearchFilter{Match: `"common"`, AuthorID: "bob", Limit: 1})
+	_, total, byTime, err := st.Search(ctx, store.SearchFilter{Query: "common", AuthorID: "bob", Limit: 1})
 	if err != nil || total != byAuthor || byTime {
 		t.Fatalf("by bob: %d byTime %v %v, want %d ranked by relevance", total, byTime, err, byAuthor)
 	}
-	if _, _, _, err := st.Search(ctx, store.SearchFilter{Match: `"common" AND`}); !errors.Is(err, store.ErrBadQuery) {
+	if _, _, _, err := st.Search(ctx, store.SearchFilter{Query: "common AND"}); !errors.Is(err, store.ErrBadQuery) {
 		t.Fatalf("bad match: %v", err)
 	}
 	if err := st.CheckSearchIndex(ctx); err != nil {
@@ -145,7 +145,7 @@ func TestRebuildCutShortFinishesSearchIndex(t *testing.T) {
 	if err := st.CheckSearchIndex(ctx); err != nil {
 		t.Fatal(err)
 	}
-	hits, total, _, err := st.Search(ctx, store.SearchFilter{Match: `"edited"`, IncludeDeleted: true, Limit: 10})
+	hits, total, _, err := st.Search(ctx, store.SearchFilter{Query: "edited", IncludeDeleted: true, Limit: 10})
 	if err != nil || total != 1 || len(hits) != 1 || hits[0].MessageID != "msg_1" {
 		t.Fatalf("search after the cut-short rebuild: %+v %d %v", hits, total, err)
 	}
