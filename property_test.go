@@ -149,10 +149,10 @@ func TestRebuildEqualsLive(t *testing.T) {
 		t.Errorf("rebuilt projection differs from the live one (first = live, second = rebuilt):\n%s", d)
 	}
 
-	// The full-text index: each agrees with its messages, and searches
-	// for the index's own terms answer alike (the dumps compared the
+	// The full-text indexes: each agrees with its messages, and searches
+	// for the indexes' own terms answer alike (the dumps compared the
 	// terms' counts above).
-	compareSearches(t, w.n.Store(), rebuilt, live["messages_fts_terms"])
+	compareSearches(t, w.n.Store(), rebuilt, live["messages_fts_terms"], live["messages_fts_plain_terms"])
 
 	// Applying the whole log again, in batches that cut it at other
 	// places than the commits did, changes nothing.
@@ -179,11 +179,12 @@ func TestRebuildEqualsLive(t *testing.T) {
 	}
 }
 
-// compareSearches checks both stores' full-text index against their
-// messages, and that searching each of up to 40 of terms (rows of the
-// messages_fts_terms dump) finds the same page, in the same order, with
-// the same snippets, in both.
-func compareSearches(t *testing.T, live, rebuilt *store.Store, terms []string) {
+// compareSearches checks both stores' full-text indexes against their
+// messages, and that searching each of up to 40 of the stems (rows of
+// the messages_fts_terms dump) as words and of the words (rows of the
+// messages_fts_plain_terms dump) as prefixes finds the same page, in the
+// same order, with the same snippets, in both.
+func compareSearches(t *testing.T, live, rebuilt *store.Store, stems, words []string) {
 	t.Helper()
 	ctx := context.Background()
 	for name, s := range map[string]*store.Store{"live": live, "rebuilt": rebuilt} {
@@ -191,23 +192,32 @@ func compareSearches(t *testing.T, live, rebuilt *store.Store, terms []string) {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
-	if len(terms) == 0 {
-		t.Errorf("the search index has no terms: the generator's messages have words")
+	if len(stems) == 0 || len(words) == 0 {
+		t.Errorf("a search index has no terms (%d stems, %d words): the generator's messages have words", len(stems), len(words))
 	}
-	step := max(1, len(terms)/40)
-	for i := 0; i < len(terms); i += step {
-		term, _, _ := strings.Cut(strings.TrimPrefix(terms[i], `["`), `"`)
-		f := store.SearchFilter{Query: `"` + term + `"*`, IncludeDeleted: i%2 == 0, Limit: 20}
+	var queries []string
+	for _, terms := range []struct {
+		rows   []string
+		suffix string
+	}{{stems, ""}, {words, "*"}} {
+		step := max(1, len(terms.rows)/40)
+		for i := 0; i < len(terms.rows); i += step {
+			term, _, _ := strings.Cut(strings.TrimPrefix(terms.rows[i], `["`), `"`)
+			queries = append(queries, `"`+term+`"`+terms.suffix)
+		}
+	}
+	for i, q := range queries {
+		f := store.SearchFilter{Query: q, IncludeDeleted: i%2 == 0, Limit: 20}
 		a, at, _, err := live.Search(ctx, f)
 		if err != nil {
-			t.Fatalf("search %q: %v", term, err)
+			t.Fatalf("search %s: %v", q, err)
 		}
 		b, bt, _, err := rebuilt.Search(ctx, f)
 		if err != nil {
-			t.Fatalf("search %q in the rebuilt projection: %v", term, err)
+			t.Fatalf("search %s in the rebuilt projection: %v", q, err)
 		}
 		if at != bt || !slices.EqualFunc(a, b, func(x, y store.SearchHit) bool { return x.MessageID == y.MessageID && x.Snippet == y.Snippet }) {
-			t.Errorf("search %q: live found %d %+v, rebuilt %d %+v", term, at, a, bt, b)
+			t.Errorf("search %s: live found %d %+v, rebuilt %d %+v", q, at, a, bt, b)
 		}
 	}
 }

@@ -23,7 +23,7 @@ import (
 	"github.com/thrumhq/thrum/store"
 )
 
-// Search benchmarks (issue 15). Run them with
+// Search benchmarks. Run them with
 //
 //	go test -run '^$' -bench 'Search' -benchtime 200x .
 //	THRUM_BENCH_1M=1 go test -run '^$' -bench 'SearchLatency' -benchtime 200x .
@@ -34,7 +34,7 @@ import (
 // "zanzibar" in 1 message of 5,000 (selective), the vocabulary's most
 // frequent word (common), the phrase "token expired" in 1 message of 100,
 // and words starting "deplo" (deploy, deployed, deployment) in 1 of 50
-// (prefix).
+// (prefix; their stems are "deploi" and "deploy").
 //
 // How it is seeded, honestly: the messages are applied to the SQLite
 // store directly (store.Apply of message.create events, 5,000 a batch,
@@ -165,6 +165,10 @@ func BenchmarkSearchLatency(b *testing.B) {
 		{"phrase", `"token expired"`},
 		{"prefix", "deplo*"},
 		{"two-words", searchVocab[0] + " " + searchVocab[40]},
+		// Both kinds of term: a word drives and the prefix is a subquery
+		// of the plain index; with OR, nothing drives.
+		{"word-and-prefix", searchVocab[40] + " deplo*"},
+		{"prefix-or-word", "deplo* OR zanzibar"},
 	}
 	for _, size := range sizes {
 		for _, q := range queries {

@@ -318,3 +318,39 @@ func TestVerifyFindsSearchIndexDrift(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestSearchPrefixesInAnOlderProjection: a projection made before the
+// plain index (schema version 4, whose prefixes matched stems) is
+// rebuilt from the log at open, and its prefixes then match words'
+// beginnings.
+func TestSearchPrefixesInAnOlderProjection(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	n := thrumtest.OpenNodeIn(t, dir, &thrum.Options{NoSync: true})
+	thrumtest.Register(t, n, "alice", "dev", "m")
+	m, err := n.SendMessage(thrum.AsAgent(ctx, "alice"), &rpc.SendMessageParams{Content: "the deployment failed"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := n.Store().Path()
+	n.Close()
+	c, err := sql.Open("sqlite", "file:"+db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{`DROP TABLE messages_fts_plain_terms`, `DROP TABLE messages_fts_plain`,
+		`UPDATE meta SET value = '4' WHERE key = 'schema_version'`} {
+		if _, err := c.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.Close()
+	n = thrumtest.OpenNodeIn(t, dir, &thrum.Options{NoSync: true})
+	r, err := n.SearchMessages(ctx, &rpc.SearchMessagesParams{Query: "deploy*"})
+	if err != nil || r.Total != 1 || r.Results[0].MessageID != m.MessageID {
+		t.Fatalf("deploy* after reopening an older projection: %+v %v", r, err)
+	}
+	if got := highlighted(t, r.Results[0]); !slices.Equal(got, []string{"deployment"}) {
+		t.Fatalf("highlighted %q, want deployment", got)
+	}
+}

@@ -58,9 +58,11 @@ var applySQL = map[string]string{
 	"message.body": `SELECT rowid, body_content, body_structured FROM messages WHERE message_id = ?`,
 	// An edit of a message the search index holds: its old words out,
 	// the new in (an external content index is told the old text).
-	"search.mark":   `SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'search_indexed'`,
-	"search.delete": `INSERT INTO messages_fts(messages_fts, rowid, body_content, body_structured) VALUES('delete', ?, ?, ?)`,
-	"search.insert": `INSERT INTO messages_fts(rowid, body_content, body_structured) VALUES(?, ?, ?)`,
+	"search.mark":         `SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'search_indexed'`,
+	"search.delete":       `INSERT INTO messages_fts(messages_fts, rowid, body_content, body_structured) VALUES('delete', ?, ?, ?)`,
+	"search.insert":       `INSERT INTO messages_fts(rowid, body_content, body_structured) VALUES(?, ?, ?)`,
+	"search.plain.delete": `INSERT INTO messages_fts_plain(messages_fts_plain, rowid, body_content, body_structured) VALUES('delete', ?, ?, ?)`,
+	"search.plain.insert": `INSERT INTO messages_fts_plain(rowid, body_content, body_structured) VALUES(?, ?, ?)`,
 	"message.edit": `INSERT OR IGNORE INTO message_edits(event_id, message_id, edited_at, edited_by, session_id,
 		old_content, new_content, old_structured, new_structured) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 	"message.edited": `UPDATE messages SET body_content = ?, body_structured = ?, updated_at = ?, version = version + 1
@@ -466,11 +468,13 @@ func (t *txApplier) event(ctx context.Context, e *eventlog.Event) error {
 			return err
 		}
 		if old.RowID <= mark { // indexed: else it is indexed later as it then is
-			if err := t.exec(ctx, "search.delete", old.RowID, old.Content, old.Structured); err != nil {
-				return err
-			}
-			if err := t.exec(ctx, "search.insert", old.RowID, newContent, newStructured); err != nil {
-				return err
+			for _, ix := range []string{"search", "search.plain"} {
+				if err := t.exec(ctx, ix+".delete", old.RowID, old.Content, old.Structured); err != nil {
+					return err
+				}
+				if err := t.exec(ctx, ix+".insert", old.RowID, newContent, newStructured); err != nil {
+					return err
+				}
 			}
 		}
 		return t.exec(ctx, "message.edited", newContent, newStructured, ts, p.MessageID)

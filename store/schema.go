@@ -9,10 +9,11 @@ package store
 // read tables, indexes built after a rebuild's load. A projection with an
 // older version is dropped and rebuilt from the log (ErrOutdated). 3 =
 // idempotency_keys, checkpoints.event_id. 4 = messages_fts (search).
+// 5 = messages_fts_plain (prefix search).
 // Adding an index needs no new version: every open runs the index DDL
 // (IF NOT EXISTS), so a projection made before idx_messages_session gains
 // it in place, and an older thrum ignores an index it does not know.
-const schemaVersion = 4
+const schemaVersion = 5
 
 const schema = `
 CREATE TABLE IF NOT EXISTS meta (
@@ -161,23 +162,34 @@ CREATE TABLE IF NOT EXISTS thread_scopes (
   PRIMARY KEY (thread_id, scope_type, scope_value)
 ) WITHOUT ROWID;
 
--- The full-text index of every message's content and structured payload
--- (as JSON text, so its keys and values are words), deleted ones too
--- (include_deleted searches them). It stores no copy of the text: its
--- content is the messages table, joined by messages' rowid. New messages
--- are indexed in batches (Store.IndexPending) up to meta's search_indexed
--- mark; Apply keeps indexed rows in step with edits. (Rows never leave
--- messages: a delete is a flag.) Words are stemmed (porter: "tokens"
--- finds "token") after unicode61 splits them, with diacritics folded
--- ("cafe" finds "café").
+-- The full-text indexes of every message's content and structured
+-- payload (as JSON text, so its keys and values are words), deleted ones
+-- too (include_deleted searches them). They store no copy of the text:
+-- their content is the messages table, joined by messages' rowid. New
+-- messages are indexed in batches (Store.IndexPending) up to meta's
+-- search_indexed mark; Apply keeps indexed rows in step with edits. (Rows
+-- never leave messages: a delete is a flag.) Both split words with
+-- unicode61 and fold diacritics ("cafe" finds "café"). messages_fts
+-- stems them (porter: "tokens" finds "token") and answers whole words
+-- and phrases; messages_fts_plain keeps them as written and answers
+-- prefixes, which match the words' beginnings, not their stems: deploy*
+-- finds "deployment" (stemmed "deploy"), though "deploy" itself stems to
+-- "deploi".
 CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts USING fts5(
   body_content, body_structured,
   content = 'messages', content_rowid = 'rowid',
   tokenize = 'porter unicode61 remove_diacritics 2'
 );
--- The index's terms with their document and occurrence counts: what Dump
--- compares, so a rebuild and a live projection agree on the index itself.
+CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts_plain USING fts5(
+  body_content, body_structured,
+  content = 'messages', content_rowid = 'rowid',
+  tokenize = 'unicode61 remove_diacritics 2'
+);
+-- The indexes' terms with their document and occurrence counts: what Dump
+-- compares, so a rebuild and a live projection agree on the indexes
+-- themselves.
 CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts_terms USING fts5vocab(messages_fts, row);
+CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts_plain_terms USING fts5vocab(messages_fts_plain, row);
 
 CREATE TABLE IF NOT EXISTS groups (
   name TEXT PRIMARY KEY,
@@ -220,5 +232,5 @@ var Tables = []string{
 	"agents", "tokens", "sessions", "session_scopes", "session_refs", "work_contexts",
 	"messages", "message_scopes", "message_refs", "message_edits", "message_reads",
 	"threads", "thread_scopes", "groups", "group_members", "checkpoints",
-	"idempotency_keys", "messages_fts_terms",
+	"idempotency_keys", "messages_fts_terms", "messages_fts_plain_terms",
 }

@@ -14,8 +14,10 @@ type SearchFilter struct {
 	// Query is a person's search query. Words separated by spaces must
 	// all appear, each also in its other forms ("tokens" finds
 	// "token"); "a phrase" must appear as written, word for word in any
-	// of their forms; a word or phrase followed by * is a prefix (auth*
-	// finds "authentication"). AND, OR and NOT (upper case) and parentheses
+	// of their forms; a word or phrase followed by * is a prefix, which
+	// matches the beginnings of the words as written (deploy* finds
+	// "deployment"; "auth tok"* finds "auth token", its words before
+	// the last exactly). AND, OR and NOT (upper case) and parentheses
 	// combine them, NOT binding tightest and OR loosest: `token NOT
 	// jwt`, `(review OR reviewer) auth*`. NOT excludes from what stands
 	// before it, so a query cannot start with it. Punctuation inside a
@@ -62,28 +64,28 @@ const (
 // most: bm25 must score every match, which costs about 5-10 µs each, so
 // past this a search returns the newest matches first instead (and says
 // so). A query matching that many messages is a common word, whose
-// relevance ranking says little anyway.
+// relevance ranking says little.
 const RelevanceLimit = 2000
 
 // Search returns one page of the messages matching f, most relevant
-// first (ties to the newer message), or newest first with f.ByTime or
-// when more than RelevanceLimit match (byTime is then true); and how
+// first (ties to the newer message), or newest first with f.ByTime,
+// when more than RelevanceLimit match, or when the query has nothing to
+// rank by (see planSearch); byTime then is true. It also returns how
 // many match in all. A query Search refuses is an error matching
 // ErrBadQuery.
 func (s *Store) Search(ctx context.Context, f SearchFilter) (hits []SearchHit, total int, byTime bool, err error) {
-	parsed, err := parseQuery(f.Query)
+	q, err := parseQuery(f.Query)
 	if err != nil {
 		return nil, 0, false, err
 	}
-	match := parsed.fts()
 	if f.Mentions != nil && len(f.Mentions) == 0 {
 		return nil, 0, f.ByTime, nil
 	}
 	// Every message committed before the search is found: index what the
 	// last batch left. If that fails (a full disk), search what is indexed.
 	_ = s.IndexPending(ctx)
-	var conds []string
-	var args []any
+	plan := planSearch(q)
+	conds, args := plan.conds, plan.args
 	pairs := func(table, col, typ string, values ...string) {
 		conds = append(conds, `m.message_id IN (SELECT message_id FROM `+table+` WHERE `+col+`_type = ? AND `+col+`_value IN (`+placeholders(len(values))+`))`)
 		args = append(args, typ)
@@ -116,56 +118,61 @@ func (s *Store) Search(ctx context.Context, f SearchFilter) (hits []SearchHit, t
 	if !f.IncludeDeleted {
 		conds = append(conds, `COALESCE(m.deleted, 0) = 0`)
 	}
-	where := ` WHERE messages_fts MATCH ?`
-	for _, c := range conds {
-		where += ` AND ` + c
+	ix := plan.index
+	var where, join string
+	if ix != "" {
+		conds = append([]string{ix + ` MATCH ?`}, conds...)
+		args = append([]any{plan.match}, args...)
+		join = ` FROM ` + ix + ` JOIN messages m ON m.rowid = ` + ix + `.rowid`
+	} else {
+		join = ` FROM messages m`
 	}
-	args = append([]any{match}, args...)
-	join := ` FROM messages_fts JOIN messages m ON m.rowid = messages_fts.rowid` + where
+	where = ` WHERE ` + strings.Join(conds, ` AND `)
+	join += where
 
 	// The total. With no filter but the deleted flag, the index counts
 	// alone and the few deleted matches are taken off (the join would
 	// read a messages row per match).
-	if filtered {
+	if filtered || ix == "" {
 		err = s.get(ctx, &total, `SELECT COUNT(*)`+join, args...)
 	} else {
-		err = s.get(ctx, &total, `SELECT COUNT(*) FROM messages_fts WHERE messages_fts MATCH ?`, match)
+		err = s.get(ctx, &total, `SELECT COUNT(*) FROM `+ix+` WHERE `+ix+` MATCH ?`, plan.match)
 		if err == nil && !f.IncludeDeleted {
 			var deleted int
-			err = s.get(ctx, &deleted, `SELECT COUNT(*) FROM messages_fts WHERE messages_fts MATCH ?
-				AND rowid IN (SELECT rowid FROM messages WHERE deleted = 1)`, match)
+			err = s.get(ctx, &deleted, `SELECT COUNT(*) FROM `+ix+` WHERE `+ix+` MATCH ?
+				AND rowid IN (SELECT rowid FROM messages WHERE deleted = 1)`, plan.match)
 			total -= deleted
 		}
 	}
 	if err != nil {
 		return nil, 0, false, searchErr(err)
 	}
-	byTime = f.ByTime || total > RelevanceLimit
+	byTime = f.ByTime || total > RelevanceLimit || ix == ""
 	offset, limit := max(f.Offset, 0), max(f.Limit, 0)
 	if limit == 0 || offset >= total {
 		return nil, total, byTime, nil
 	}
 	const newest = ` ORDER BY m.created_at DESC, m.message_id DESC LIMIT ? OFFSET ?`
-	var q string
+	var sq string
 	switch {
 	case !byTime:
 		// The page first, with no snippet: SQLite would compute the
 		// result columns of every match before sorting them.
-		q = `SELECT m.message_id, messages_fts.rowid, bm25(messages_fts) AS score` + join +
+		sq = `SELECT m.message_id, m.rowid, bm25(` + ix + `) AS score` + join +
 			` ORDER BY score, m.created_at DESC, m.message_id DESC LIMIT ? OFFSET ?`
-	case s.probeNewest(ctx, total, offset+limit):
+	case ix != "" && s.probeNewest(ctx, total, offset+limit):
 		// Many matches and an early page: walk messages newest first and
 		// ask the index about each, stopping at the page's end.
-		q = `SELECT m.message_id, messages_fts.rowid, 0 FROM messages m CROSS JOIN messages_fts ON messages_fts.rowid = m.rowid` +
+		sq = `SELECT m.message_id, m.rowid, 0 FROM messages m CROSS JOIN ` + ix + ` ON ` + ix + `.rowid = m.rowid` +
 			where + newest
 	default:
-		q = `SELECT m.message_id, messages_fts.rowid, 0` + join + newest
+		sq = `SELECT m.message_id, m.rowid, 0` + join + newest
 	}
-	rows, err := s.query(ctx, q, append(args, limit, offset)...)
+	rows, err := s.query(ctx, sq, append(args, limit, offset)...)
 	if err != nil {
 		return nil, 0, false, searchErr(err)
 	}
-	var rowids []any
+	var rowids []int64
 	for rows.Next() {
 		var h SearchHit
 		var rowid int64
@@ -184,31 +191,47 @@ func (s *Store) Search(ctx context.Context, f SearchFilter) (hits []SearchHit, t
 		return nil, total, byTime, nil
 	}
 	// Then the page's snippets.
-	q = `SELECT rowid, snippet(messages_fts, -1, ?, ?, ?, ?) FROM messages_fts WHERE messages_fts MATCH ? AND rowid IN (` + placeholders(len(rowids)) + `)`
-	sargs := append([]any{SnippetOpen, SnippetClose, SnippetEllipsis, SnippetTokens, match}, rowids...)
-	srows, err := s.query(ctx, q, sargs...)
-	if err != nil {
-		return nil, 0, false, searchErr(err)
-	}
-	defer srows.Close()
 	snippets := make(map[int64]string, len(hits))
-	for srows.Next() {
-		var rowid int64
-		var snip *string
-		if err := srows.Scan(&rowid, &snip); err != nil {
-			return nil, 0, false, err
+	for _, src := range plan.snippets {
+		var missing []any
+		for _, r := range rowids {
+			if _, ok := snippets[r]; !ok {
+				missing = append(missing, r)
+			}
 		}
-		if snip != nil {
-			snippets[rowid] = *snip
+		if len(missing) == 0 {
+			break
 		}
-	}
-	if err := srows.Err(); err != nil {
-		return nil, 0, false, searchErr(err)
+		if err := s.snippets(ctx, src, missing, snippets); err != nil {
+			return nil, 0, false, searchErr(err)
+		}
 	}
 	for i := range hits {
-		hits[i].Snippet = snippets[rowids[i].(int64)]
+		hits[i].Snippet = snippets[rowids[i]]
 	}
 	return hits, total, byTime, nil
+}
+
+// snippets adds to out the snippets src gives of the messages rowids.
+func (s *Store) snippets(ctx context.Context, src snippetSource, rowids []any, out map[int64]string) error {
+	q := `SELECT rowid, snippet(` + src.index + `, -1, ?, ?, ?, ?) FROM ` + src.index + ` WHERE ` + src.index + ` MATCH ? AND rowid IN (` + placeholders(len(rowids)) + `)`
+	args := append([]any{SnippetOpen, SnippetClose, SnippetEllipsis, SnippetTokens, src.match}, rowids...)
+	rows, err := s.query(ctx, q, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var rowid int64
+		var snip *string
+		if err := rows.Scan(&rowid, &snip); err != nil {
+			return err
+		}
+		if snip != nil {
+			out[rowid] = *snip
+		}
+	}
+	return rows.Err()
 }
 
 // probeNewest reports whether a page ending at end of the newest of
@@ -274,9 +297,11 @@ func (s *Store) indexPending(ctx context.Context) error {
 	if top <= mark {
 		return nil
 	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO messages_fts(rowid, body_content, body_structured)
-		SELECT rowid, body_content, body_structured FROM messages WHERE rowid > ? AND rowid <= ? ORDER BY rowid`, mark, top); err != nil {
-		return fmt.Errorf("store: index for search: %w", err)
+	for _, ix := range []string{stemmedIndex, plainIndex} {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO `+ix+`(rowid, body_content, body_structured)
+			SELECT rowid, body_content, body_structured FROM messages WHERE rowid > ? AND rowid <= ? ORDER BY rowid`, mark, top); err != nil {
+			return fmt.Errorf("store: index for search: %w", err)
+		}
 	}
 	if _, err := tx.ExecContext(ctx, `UPDATE meta SET value = ? WHERE key = 'search_indexed'`, top); err != nil {
 		return fmt.Errorf("store: index for search: %w", err)
@@ -284,14 +309,16 @@ func (s *Store) indexPending(ctx context.Context) error {
 	return tx.Commit()
 }
 
-// CheckSearchIndex compares the full-text index with the messages it
-// indexes, and returns an error if they differ.
+// CheckSearchIndex compares the full-text indexes with the messages they
+// index, and returns an error if they differ.
 func (s *Store) CheckSearchIndex(ctx context.Context) error {
 	if err := s.IndexPending(ctx); err != nil {
 		return err
 	}
-	if _, err := s.w.ExecContext(ctx, `INSERT INTO messages_fts(messages_fts, rank) VALUES('integrity-check', 1)`); err != nil {
-		return fmt.Errorf("store: the search index does not match the messages: %w", err)
+	for _, ix := range []string{stemmedIndex, plainIndex} {
+		if _, err := s.w.ExecContext(ctx, `INSERT INTO `+ix+`(`+ix+`, rank) VALUES('integrity-check', 1)`); err != nil {
+			return fmt.Errorf("store: the search index does not match the messages (%s): %w", ix, err)
+		}
 	}
 	return nil
 }

@@ -310,6 +310,31 @@ func (p *queryParser) primary() (*queryNode, error) {
 	}
 }
 
+// The two full-text indexes of messages (schema.go): whole words and
+// phrases are matched in the stemmed one, where "tokens" finds "token";
+// prefixes in the plain one, which holds the words as written, so that
+// deploy* finds "deployment" (stemmed "deploy") as well as "deploying"
+// (stemmed "deploi").
+const (
+	stemmedIndex = "messages_fts"
+	plainIndex   = "messages_fts_plain"
+)
+
+// index returns the index that answers n alone, or "" when n has both
+// whole words and prefixes.
+func (n *queryNode) index() string {
+	if n.op == tokTerm {
+		if n.prefix {
+			return plainIndex
+		}
+		return stemmedIndex
+	}
+	if l := n.left.index(); l == n.right.index() {
+		return l
+	}
+	return ""
+}
+
 // fts renders n as an FTS5 expression in which every word and phrase is
 // a quoted string, so nothing in the query can name a column, reach SQL,
 // or trip FTS5's syntax with punctuation, and every operation is in
@@ -328,5 +353,134 @@ func (n *queryNode) fts() string {
 		return "(" + n.left.fts() + " OR " + n.right.fts() + ")"
 	default:
 		return "(" + n.left.fts() + " NOT " + n.right.fts() + ")"
+	}
+}
+
+// A searchPlan is how Search finds a query's messages.
+type searchPlan struct {
+	// index, unless "", drives the search: its MATCH of match finds the
+	// candidates, counts them and ranks them (bm25).
+	index, match string
+	// conds are conditions on m.rowid (m a messages row) for the parts
+	// of the query the driving index cannot answer, each through a
+	// subquery of the index that can, with their args in order.
+	conds []string
+	args  []any
+	// snippets are where a page's snippets are read from, in order,
+	// until each message has one.
+	snippets []snippetSource
+}
+
+type snippetSource struct{ index, match string }
+
+// planSearch plans the search of a parsed query. A query of one kind of
+// term is one MATCH of its index. A query with both whole words and
+// prefixes is split at its top-level ANDs and NOTs: the positive parts
+// of one kind drive (the stemmed index's when there are any), and every
+// other part is a condition answered by subqueries of the two indexes,
+// so the set found is exactly the query's. With no part of one kind to
+// drive (`deploy* OR release`), there is nothing to rank by: the results
+// come newest first.
+func planSearch(q *queryNode) searchPlan {
+	if ix := q.index(); ix != "" {
+		m := q.fts()
+		return searchPlan{index: ix, match: m, snippets: []snippetSource{{ix, m}}}
+	}
+	var pos, neg []*queryNode
+	var split func(n *queryNode)
+	split = func(n *queryNode) {
+		switch n.op {
+		case tokAnd:
+			split(n.left)
+			split(n.right)
+		case tokNot:
+			split(n.left)
+			neg = append(neg, n.right)
+		default:
+			pos = append(pos, n)
+		}
+	}
+	split(q)
+	byIndex := map[string][]string{}
+	var p searchPlan
+	for _, n := range pos {
+		if ix := n.index(); ix != "" {
+			byIndex[ix] = append(byIndex[ix], n.fts())
+		} else {
+			p.cond(n, false)
+		}
+	}
+	for _, ix := range []string{stemmedIndex, plainIndex} {
+		if len(byIndex[ix]) == 0 {
+			continue
+		}
+		m := strings.Join(byIndex[ix], " AND ")
+		if p.index == "" {
+			p.index, p.match = ix, m
+		} else {
+			p.conds = append(p.conds, `m.rowid IN (SELECT rowid FROM `+ix+` WHERE `+ix+` MATCH ?)`)
+			p.args = append(p.args, m)
+		}
+	}
+	for _, n := range neg {
+		if p.index != "" && n.index() == p.index {
+			p.match = "(" + p.match + ") NOT " + n.fts()
+		} else {
+			p.cond(n, true)
+		}
+	}
+	// Snippets: the plain index highlights prefixes, and whole words as
+	// typed; a message it finds none in has its whole words' other forms,
+	// which the stemmed index highlights.
+	var plain, stemmed []string
+	var leaves func(n *queryNode)
+	leaves = func(n *queryNode) {
+		switch n.op {
+		case tokTerm:
+			plain = append(plain, n.fts())
+			if !n.prefix {
+				stemmed = append(stemmed, n.fts())
+			}
+		case tokNot:
+			leaves(n.left) // what follows NOT is in no message found
+		default:
+			leaves(n.left)
+			leaves(n.right)
+		}
+	}
+	leaves(q)
+	p.snippets = append(p.snippets, snippetSource{plainIndex, strings.Join(plain, " OR ")})
+	if len(stemmed) > 0 {
+		p.snippets = append(p.snippets, snippetSource{stemmedIndex, strings.Join(stemmed, " OR ")})
+	}
+	return p
+}
+
+// cond adds the condition that a message matches n (or, with not, that
+// it does not).
+func (p *searchPlan) cond(n *queryNode, not bool) {
+	c := p.sql(n)
+	if not {
+		c = "NOT " + c
+	}
+	p.conds = append(p.conds, c)
+}
+
+// sql renders n as a condition on m.rowid, each part of one kind a
+// subquery of its index.
+func (p *searchPlan) sql(n *queryNode) string {
+	if ix := n.index(); ix != "" {
+		p.args = append(p.args, n.fts())
+		return `m.rowid IN (SELECT rowid FROM ` + ix + ` WHERE ` + ix + ` MATCH ?)`
+	}
+	l := p.sql(n.left)
+	r := p.sql(n.right)
+	switch n.op {
+	case tokAnd:
+		return "(" + l + " AND " + r + ")"
+	case tokOr:
+		return "(" + l + " OR " + r + ")"
+	default:
+		return "(" + l + " AND NOT " + r + ")"
 	}
 }

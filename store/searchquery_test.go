@@ -96,6 +96,7 @@ func TestSearchQueryLanguage(t *testing.T) {
 		{"AUTH-TOKEN", ids(0)}, // punctuation in a word makes a phrase
 		{"user_id", ids(2)},
 		{"cafe", ids(2)},
+		{"caf*", ids(2)},    // prefixes fold diacritics too
 		{"and or not", nil}, // lower case: words
 		{"don't", ids(3)},
 		{"body_content:x", ids(3)}, // no column filter: words
@@ -113,6 +114,95 @@ func TestSearchQueryLanguage(t *testing.T) {
 				t.Fatalf("%q found %v, want %v", tc.query, got, want)
 			}
 		})
+	}
+}
+
+// TestSearchPrefixesMatchWordBeginnings: a prefix matches every word
+// that begins with it as written, also where the word's stem does not
+// (the stemmed index holds "deployment" as "deploy" but "deploy" as
+// "deploi", "tokenizer" as "token", "running" as "run"), and nothing
+// else (not "tokens" for tokeniz*); whole words keep their stemming, in
+// queries of both kinds of term too.
+func TestSearchPrefixesMatchWordBeginnings(t *testing.T) {
+	st := searchStore(t,
+		"the deployment to staging failed", // 0
+		"we deployed it",                   // 1
+		"deploy now, then staging",         // 2
+		"the tokenizer splits words",       // 3
+		"tokenized text",                   // 4
+		"two tokens",                       // 5
+		"generalization of analyses",       // 6
+		"Déployé hier, running",            // 7
+		"the analysis of runners",          // 8
+	)
+	tests := []struct {
+		query string
+		want  []string
+	}{
+		{"deploy*", ids(0, 1, 2, 7)},
+		{"deployment*", ids(0)},
+		{"deploye*", ids(1, 7)},
+		{"tokeniz*", ids(3, 4)},
+		{"token*", ids(3, 4, 5)},
+		{"generaliz*", ids(6)},
+		{"analys*", ids(6, 8)},
+		{"runn*", ids(7, 8)},
+		{`"the deploy"*`, ids(0)},
+		{`"the token"*`, ids(3)},
+		// Whole words are stemmed: "tokens" is "token", as are
+		// "tokenizer" and "tokenized".
+		{"tokens", ids(3, 4, 5)},
+		{"staging", ids(0, 2)},
+		// Both kinds in one query.
+		{"deploy* NOT staging", ids(1, 7)},
+		{"staging deploy*", ids(0, 2)},
+		{"deploy* staging", ids(0, 2)},
+		{"tokeniz* OR staging", ids(0, 2, 3, 4)},
+		{"(tokeniz* OR deploy*) NOT staging", ids(1, 3, 4, 7)},
+		{"deploy* NOT (staging OR deployed)", ids(7)},
+		{"tokens NOT tokeniz*", ids(5)},
+		{"(staging OR text) deploy*", ids(0, 2)},
+		{"(staging OR tokeniz*) (deploy* OR text)", ids(0, 2, 4)},
+		{"deploy* AND NOT_A_WORD_HERE OR runn*", ids(7, 8)},
+	}
+	for _, tc := range tests {
+		t.Run(tc.query, func(t *testing.T) {
+			if got := found(t, st, tc.query); !slices.Equal(got, tc.want) {
+				t.Fatalf("%q found %v, want %v", tc.query, got, tc.want)
+			}
+		})
+	}
+
+	ctx := context.Background()
+	// Snippets mark the words the prefixes matched, and the whole words.
+	for _, tc := range []struct {
+		query string
+		want  map[string][]string // message → its marked words
+	}{
+		{"deploy*", map[string][]string{"msg_0": {"deployment"}, "msg_1": {"deployed"}, "msg_7": {"Déployé"}}},
+		{"staging deploy*", map[string][]string{"msg_0": {"deployment", "staging"}, "msg_2": {"deploy", "staging"}}},
+		{"tokens NOT tokeniz*", map[string][]string{"msg_5": {"tokens"}}},
+	} {
+		hits, _, _, err := st.Search(ctx, store.SearchFilter{Query: tc.query, Limit: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, h := range hits {
+			if want, ok := tc.want[h.MessageID]; ok && !slices.Equal(marked(h.Snippet), want) {
+				t.Errorf("%q: %s's snippet %q marks %q, want %q", tc.query, h.MessageID, h.Snippet, marked(h.Snippet), want)
+			}
+		}
+	}
+	// A query with a part of one kind to drive is ranked; one without
+	// (an OR of both kinds) comes newest first, and says so.
+	for _, tc := range []struct {
+		query  string
+		byTime bool
+	}{{"deploy*", false}, {"staging deploy*", false}, {"deploy* NOT staging", false}, {"tokeniz* OR staging", true}} {
+		_, _, byTime, err := st.Search(ctx, store.SearchFilter{Query: tc.query, Limit: 10})
+		if err != nil || byTime != tc.byTime {
+			t.Errorf("%q: byTime %v (%v), want %v", tc.query, byTime, err, tc.byTime)
+		}
 	}
 }
 
@@ -162,13 +252,14 @@ func TestSearchMalformedQueries(t *testing.T) {
 }
 
 // FuzzSearchQuery: any query is either refused by the parser, saying
-// what is wrong, or searched: never an expression SQLite refuses.
+// what is wrong, or searched: never an expression SQLite refuses, in
+// either index, in any kind of plan.
 func FuzzSearchQuery(f *testing.F) {
 	for _, s := range []string{"auth token", `"a b"*`, "a OR (b NOT c)", "((", `x" OR "1"="1`, "NOT", "a AND", "é* ü", "a:b", "^a", "a + b", "NEAR(a b)",
-		"a\x00b"} {
+		"deploy* NOT staging", "a* OR b", "(a* OR b) NOT (c* d)", `"a b"* NOT "c d"`, "a\x00b"} {
 		f.Add(s)
 	}
-	st := searchStore(f, "auth token", "a b c d")
+	st := searchStore(f, "auth token", "a b c d", "deployment to staging")
 	f.Fuzz(func(t *testing.T, q string) {
 		_, _, _, err := st.Search(context.Background(), store.SearchFilter{Query: q, Limit: 10})
 		if err == nil {
