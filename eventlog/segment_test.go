@@ -223,3 +223,62 @@ func isCorrupt(err error) bool {
 	var ce *CorruptError
 	return errors.As(err, &ce)
 }
+
+// TestCheckAtNamesDamageInAnEarlierSegment: a line in the middle of a
+// shard's first segment replaced by text of another length moves every
+// later position, so a saved position at the shard's end no longer falls
+// where it did, in its last segment. CheckAt names the damaged line, in
+// the segment where the shard stops being valid; a replacement that
+// still parses is reported where the position falls, saying an earlier
+// segment may have changed length.
+func TestCheckAtNamesDamageInAnEarlierSegment(t *testing.T) {
+	dir := t.TempDir()
+	opts := &Options{SegmentBytes: 600}
+	l := openLog(t, dir, opts)
+	for i := 0; i < 15; i++ {
+		appendOK(t, l, &Event{Type: "message.create", Shard: "alice", Payload: map[string]int{"i": i}})
+	}
+	rel := ShardPath("alice")
+	segs, err := l.Segments("alice")
+	if err != nil || len(segs) < 3 {
+		t.Fatalf("segments %v, %v; want 3 or more", segs, err)
+	}
+	all, _ := scanAll(t, l, nil)
+	last, end := all[len(all)-1].ID, l.Positions()[rel]
+	l.Close()
+	first := filepath.Join(dir, filepath.FromSlash(segs[0]))
+	orig := readFile(t, first)
+	lines := strings.SplitAfter(orig, "\n")
+	if len(lines) < 4 {
+		t.Fatalf("the first segment has %d lines, want 3 or more", len(lines)-1)
+	}
+	tests := []struct {
+		name     string
+		line     string // what replaces line 2 of the first segment
+		wantFile string
+		wantErr  []string
+	}{
+		{"garbage, shorter", "garbage\n", segs[0], []string{":2: corrupt event: line is not valid JSON"}},
+		{"garbage, longer", strings.Repeat("x", len(lines[1])+10) + "\n", segs[0], []string{":2: corrupt event"}},
+		{"another valid event, longer", goodLine(t, strings.Repeat("y", 40)), segs[len(segs)-1],
+			[]string{"not the end of a line", "or a line of an earlier segment changed length"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			writeFile(t, first, lines[0]+tt.line+strings.Join(lines[2:], ""))
+			defer writeFile(t, first, orig)
+			l := openLog(t, dir, opts)
+			defer l.Close()
+			_, err := l.CheckAt(rel, end, last)
+			var ce *CorruptError
+			if !errors.As(err, &ce) || ce.File != tt.wantFile {
+				t.Fatalf("CheckAt = %v, want a CorruptError in %s", err, tt.wantFile)
+			}
+			for _, w := range tt.wantErr {
+				if !strings.Contains(err.Error(), w) {
+					t.Fatalf("CheckAt = %v, want it to say %q", err, w)
+				}
+			}
+		})
+	}
+}

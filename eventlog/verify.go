@@ -13,10 +13,11 @@ import (
 
 // CheckAt verifies a position a reader saved in shard rel (a projection's
 // checkpoint): off must be the end of a line that holds a valid event
-// (whose ID is wantID, unless that is empty), which it returns. If not, the shard was changed before off, and
-// the error is a *CorruptError naming, in the segment that holds off (or
-// the last one), the first line that does not parse or, if every line
-// parses, the line that holds off.
+// (whose ID is wantID, unless that is empty), which it returns. If not,
+// the shard was changed before off, and the error is a *CorruptError
+// naming where the shard stops being valid: its first line that does not
+// parse, in the segment that holds off (or the last one) or an earlier
+// one; or, if every line parses, the line that holds off.
 func (l *Log) CheckAt(rel string, off int64, wantID string) (*Event, error) {
 	if off <= 0 {
 		return nil, nil
@@ -42,10 +43,29 @@ func (l *Log) CheckAt(rel string, off int64, wantID string) (*Event, error) {
 		i = len(segs) - 1 // off is past the end: the shorter-than check below reports it
 	}
 	ev, err := l.checkSegment(segs[i].rel, off-segs[i].base, wantID)
-	if ev != nil {
-		ev.Shard, ev.Offset = shardName(rel), off
+	var atOff *CorruptError
+	if !errors.As(err, &atOff) {
+		if ev != nil {
+			ev.Shard, ev.Offset = shardName(rel), off
+		}
+		return ev, err
 	}
-	return ev, err
+	// A line of another length in an earlier segment moves every later
+	// position: off then falls in segment i wrongly, and the damage is
+	// where the first line does not parse, from the shard's start.
+	for _, s := range segs[:i+1] {
+		bad, err := l.firstBadLine(s.rel)
+		if err != nil {
+			return nil, err
+		}
+		if bad != nil {
+			return nil, bad
+		}
+	}
+	if i > 0 {
+		atOff.Err = fmt.Errorf("%w; or a line of an earlier segment changed length, which moves every later position", atOff.Err)
+	}
+	return nil, atOff
 }
 
 // checkSegment is CheckAt within one segment file, off counted from its
@@ -63,15 +83,9 @@ func (l *Log) checkSegment(rel string, off int64, wantID string) (*Event, error)
 	if err != nil {
 		return nil, fmt.Errorf("eventlog: %w", err)
 	}
-	// changed reports the first bad line, or else the line that holds
-	// byte at-1 (ends at at, if at is past a newline).
+	// changed reports the line that holds byte at-1 (ends at at, if at is
+	// past a newline); CheckAt looks for a line that does not parse.
 	changed := func(at int64, why string) error {
-		if bad, err := firstBadLine(f, rel); err != nil || bad != nil {
-			if bad != nil {
-				return bad
-			}
-			return err
-		}
 		n, _ := countLines(f, at-1)
 		return &CorruptError{File: rel, Line: n + 1, Err: errors.New(why)}
 	}
@@ -99,12 +113,17 @@ func (l *Log) checkSegment(rel string, off int64, wantID string) (*Event, error)
 	return ev, nil
 }
 
-// firstBadLine returns a *CorruptError for the first line of f that does
-// not parse, or nil if every line does.
-func firstBadLine(f *os.File, rel string) (*CorruptError, error) {
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		return nil, err
+// firstBadLine returns a *CorruptError for the first line of segment
+// file rel that does not parse, or nil if every line does.
+func (l *Log) firstBadLine(rel string) (*CorruptError, error) {
+	f, err := os.Open(filepath.Join(l.dir, filepath.FromSlash(rel)))
+	if errors.Is(err, fs.ErrNotExist) {
+		return &CorruptError{File: rel, Line: 1, Err: errors.New("the file is missing")}, nil
 	}
+	if err != nil {
+		return nil, fmt.Errorf("eventlog: %w", err)
+	}
+	defer f.Close()
 	r := &shardReader{rel: rel, segs: []segment{{rel: rel}}, f: f, br: bufio.NewReaderSize(f, 256<<10)}
 	for {
 		err := r.next()

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -90,4 +91,53 @@ func TestStartsDoctorAndRepairs(t *testing.T) {
 	contains(t, "start after a torn tail", r.stdout, "Daemon started", "repaired: messages/alice.jsonl: moved an unterminated final line")
 	r = c.ok("", "daemon", "status")
 	contains(t, "status after a repair", r.stdout, "repaired: messages/alice.jsonl")
+}
+
+// TestStartNamesDamageInAnEarlierSegment runs the real binary on a shard
+// continued in segments: a line in the middle of the first segment
+// replaced by shorter text moves every later position, and `daemon
+// start` refuses naming that line in that file, as doctor does, not the
+// last segment that the projection's saved position now falls past.
+func TestStartNamesDamageInAnEarlierSegment(t *testing.T) {
+	t.Parallel()
+	c := &thrumCLI{t: t, repo: t.TempDir(), bin: thrumtest.Binary(t)}
+	c.ok("", "init")
+	t.Cleanup(func() { c.run("daemon", "stop") })
+	c.ok("", "daemon", "start")
+	c.ok("", "quickstart", "--name", "alice", "--role", "dev", "--module", "m")
+	for i := range 9 {
+		c.ok("alice", "send", fmt.Sprintf("message number %d", i))
+	}
+	c.ok("", "daemon", "stop")
+
+	// Cut alice's shard into three segments, as the log rolls a long
+	// one: the files read in order are the same bytes, so every saved
+	// position stays valid, and start succeeds.
+	dir := filepath.Join(c.repo, ".thrum", "log", "messages")
+	orig, err := os.ReadFile(filepath.Join(dir, "alice.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.SplitAfter(string(orig), "\n")
+	if len(lines) < 10 {
+		t.Fatalf("alice's shard has %d lines, want 9 or more", len(lines)-1)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "alice"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	write := func(rel string, lines []string) {
+		if err := os.WriteFile(filepath.Join(dir, rel), []byte(strings.Join(lines, "")), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("alice.jsonl", lines[:3])
+	write("alice/000001.jsonl", lines[3:6])
+	write("alice/000002.jsonl", lines[6:])
+	c.ok("", "daemon", "start")
+	c.ok("", "daemon", "stop")
+
+	write("alice.jsonl", []string{lines[0], "garbage\n", lines[2]})
+	c.fails(exitError, "", []string{"daemon", "start"}, "messages/alice.jsonl:2: corrupt event: line is not valid JSON")
+	r := c.fails(exitError, "", []string{"doctor"})
+	contains(t, "doctor on a garbage line in the first segment", r.stdout, "messages/alice.jsonl:2: not a valid event")
 }
