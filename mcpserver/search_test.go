@@ -38,7 +38,7 @@ func TestSearchMessages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	msg := checkToolErr(t, "search_messages", res, "query ends where a word")
+	msg := checkToolErr(t, "search_messages", res, "query ends after AND at character 6")
 	if code := res.StructuredContent.(map[string]any)["code"]; code != "invalid_argument" || strings.Contains(msg, "SQL") {
 		t.Fatalf("malformed query: code %v, %s", code, msg)
 	}
