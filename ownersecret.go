@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/thrumhq/thrum/internal/private"
 )
 
 // OwnerSecretFile is the usual name of the owner's secret, in the
@@ -16,11 +18,11 @@ const OwnerSecretFile = "owner.secret"
 
 // LoadOwnerSecret returns the owner's secret kept at path, creating it
 // (256 random bits, hex) with mode 0600, in a directory made 0700, if it
-// is missing. A file that others could read, or that does not hold a
+// is missing. A directory another user owns or can write is refused. A file that others could read, or that does not hold a
 // secret, is replaced with a new one: a secret someone else may have seen
 // is no secret. Give the result to RPCOptions.OwnerSecret.
 func LoadOwnerSecret(path string) (string, error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+	if err := private.Dir(filepath.Dir(path)); err != nil {
 		return "", err
 	}
 	if st, err := os.Lstat(path); err == nil && st.Mode().IsRegular() && st.Mode().Perm()&0o077 == 0 {

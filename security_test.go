@@ -611,6 +611,34 @@ func TestSecuritySecondDaemon(t *testing.T) {
 			t.Fatalf("health on the replaced socket: %v", err)
 		}
 	})
+
+	// A socket in a shared directory (sticky, writable by all, as /tmp
+	// is) leaves the directory as it was; a missing one is made 0700.
+	t.Run("ListenUnix leaves an existing directory's mode", func(t *testing.T) {
+		shared := filepath.Join(t.TempDir(), "shared")
+		if err := os.Mkdir(shared, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(shared, 0o777|os.ModeSticky); err != nil {
+			t.Fatal(err)
+		}
+		l, err := thrum.ListenUnix(filepath.Join(shared, "thrum.sock"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Close()
+		if st, err := os.Stat(shared); err != nil || st.Mode()&(os.ModePerm|os.ModeSticky) != 0o777|os.ModeSticky {
+			t.Fatalf("the shared directory's mode became %v (%v), want drwxrwxrwt", st.Mode(), err)
+		}
+		made := filepath.Join(shared, "made", "thrum.sock")
+		if l, err = thrum.ListenUnix(made); err != nil {
+			t.Fatal(err)
+		}
+		l.Close()
+		if st, err := os.Stat(filepath.Dir(made)); err != nil || st.Mode().Perm() != 0o700 {
+			t.Fatalf("the directory ListenUnix made has mode %v (%v), want 0700", st.Mode(), err)
+		}
+	})
 }
 
 // capServer serves d's node with a MaxConns and MaxUnauthConns of max on its own Unix socket

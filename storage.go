@@ -11,6 +11,7 @@ import (
 
 	"github.com/thrumhq/thrum/eventlog"
 	"github.com/thrumhq/thrum/internal/fault"
+	"github.com/thrumhq/thrum/internal/private"
 	"github.com/thrumhq/thrum/rpc"
 	"github.com/thrumhq/thrum/store"
 )
@@ -137,7 +138,7 @@ func (n *Node) probeWrite() bool {
 }
 
 func writeProbe(path string) error {
-	f, err := os.Create(path)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, private.FileMode)
 	if err != nil {
 		return err
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/thrumhq/thrum/internal/directory"
 	"github.com/thrumhq/thrum/internal/dirlock"
 	"github.com/thrumhq/thrum/internal/msgindex"
+	"github.com/thrumhq/thrum/internal/private"
 	"github.com/thrumhq/thrum/rpc"
 	"github.com/thrumhq/thrum/store"
 )
@@ -185,9 +186,17 @@ func Open(ctx context.Context, dir string, opts *Options) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(filepath.Dir(o.DBPath), 0o755); err != nil {
+	// The projection holds every message body: 0600 in a directory
+	// made 0700 (SQLite gives its -wal and -shm files the database's mode).
+	if err := os.MkdirAll(filepath.Dir(o.DBPath), private.DirMode); err != nil {
 		lock.Close()
 		return nil, fmt.Errorf("thrum: open: %w", err)
+	}
+	if f, err := private.OpenFile(o.DBPath, os.O_CREATE|os.O_RDWR); err != nil {
+		lock.Close()
+		return nil, fmt.Errorf("thrum: open: %w", err)
+	} else {
+		f.Close()
 	}
 	// The message index's snapshot needs only its file to be read and
 	// decoded: that runs while the projection and the log open.

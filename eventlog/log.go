@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/thrumhq/thrum/internal/fault"
+	"github.com/thrumhq/thrum/internal/private"
 )
 
 // File names inside a log directory.
@@ -154,7 +155,11 @@ func Open(dir string, opts *Options) (*Log, error) {
 	if l.opts.SegmentBytes <= 0 {
 		l.opts.SegmentBytes = DefaultSegmentBytes
 	}
-	if err := os.MkdirAll(filepath.Join(dir, MessagesDir), 0o755); err != nil {
+	// The log is its owner's alone: directories 0700, files 0600.
+	if err := private.Dir(dir); err != nil {
+		return nil, fmt.Errorf("eventlog: %w", err)
+	}
+	if err := private.Dir(filepath.Join(dir, MessagesDir)); err != nil {
 		return nil, fmt.Errorf("eventlog: %w", err)
 	}
 	segs, order, err := layout(dir)
@@ -681,7 +686,7 @@ func (l *Log) roll(shard string, segs []segment) ([]segment, error) {
 	path := filepath.Join(l.dir, filepath.FromSlash(next.rel))
 	dir := filepath.Dir(path)
 	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
-		if err := os.Mkdir(dir, 0o755); err != nil {
+		if err := os.Mkdir(dir, private.DirMode); err != nil {
 			return nil, err
 		}
 		if !l.opts.NoSync {
@@ -690,7 +695,7 @@ func (l *Log) roll(shard string, segs []segment) ([]segment, error) {
 			}
 		}
 	}
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, private.FileMode)
 	if err != nil {
 		return nil, err
 	}
@@ -1144,7 +1149,7 @@ func repairTail(dir, rel string) (*Repair, int64, error) {
 		return nil, 0, err
 	}
 	corrupt := path + ".corrupt"
-	cf, err := os.OpenFile(corrupt, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	cf, err := os.OpenFile(corrupt, os.O_CREATE|os.O_WRONLY|os.O_APPEND, private.FileMode)
 	if err != nil {
 		return nil, 0, err
 	}

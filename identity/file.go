@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/thrumhq/thrum/internal/private"
 )
 
 // FileVersion is the version written into new identity files.
@@ -107,7 +109,7 @@ func Save(dir string, f *File) error {
 	if err := ValidateRole("identity file name", key); err != nil {
 		return err
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := private.Dir(dir); err != nil {
 		return err
 	}
 	tmp, err := os.CreateTemp(dir, "."+key+".*.tmp")

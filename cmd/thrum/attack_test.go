@@ -10,10 +10,12 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -599,4 +601,190 @@ func (u *attackUnix) roundTrip(t *testing.T, line string) string {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// The stranger: another local user, uid and gid 65534. Tests that need
+// one run as root (as CI does) and skip otherwise.
+const strangerID = 65534
+
+func needRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root, to act as a second local user")
+	}
+}
+
+// asStranger runs a command as the stranger and returns its exit code and
+// output.
+func asStranger(t *testing.T, name string, args ...string) (int, string) {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	cmd.Dir = "/"
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: strangerID, Gid: strangerID}}
+	out, err := cmd.CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); ok {
+		return ee.ExitCode(), string(out)
+	} else if err != nil {
+		t.Fatalf("%s as the stranger: %v", name, err)
+	}
+	return 0, string(out)
+}
+
+// reachable lets every user traverse dir and the temp directories above
+// it (t.TempDir makes them 0700), as a repository in a home directory is.
+func reachable(t *testing.T, dir string) {
+	t.Helper()
+	for d := dir; d != filepath.Dir(d) && strings.HasPrefix(d, os.TempDir()+"/"); d = filepath.Dir(d) {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// umask022 is a thrumCLI whose binary runs under umask 022, the usual
+// default, whatever the test process's umask.
+func umask022(t *testing.T, repo string) *thrumCLI {
+	t.Helper()
+	wrapper := filepath.Join(t.TempDir(), "thrum")
+	script := "#!/bin/sh\numask 022\nexec " + thrumtest.Binary(t) + " \"$@\"\n"
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return &thrumCLI{t: t, repo: repo, bin: wrapper}
+}
+
+// Under umask 022 every directory thrum makes is 0700 and every file
+// 0600: the log in the git dir, .thrum and all in it. A stranger who can
+// read the repository reads no message body.
+func TestAttackStrangerReadsTheLog(t *testing.T) {
+	needRoot(t)
+	t.Parallel()
+	repo := thrumtest.GitRepo(t)
+	reachable(t, repo)
+	c := umask022(t, repo)
+	c.ok("", "init")
+	startDaemon(t, c)
+	c.ok("", "quickstart", "--name", "alice", "--role", "implementer", "--module", "auth")
+	const body = "the-body-only-alice-may-read"
+	c.ok("alice", "send", body, "--to", "@alice")
+
+	// grep -l prints the files it found the body in; what it could not
+	// read it reports as denied.
+	_, out := asStranger(t, "grep", "-rl", body, repo)
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasPrefix(line, repo) {
+			t.Errorf("the stranger read the message body in %s", line)
+		}
+	}
+	if !strings.Contains(out, "Permission denied") {
+		t.Errorf("the stranger was denied nothing:\n%s", out)
+	}
+	for _, root := range []string{filepath.Join(repo, ".git", "thrum-sync"), filepath.Join(repo, ".thrum")} {
+		err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			fi, err := d.Info()
+			if err != nil {
+				return err
+			}
+			switch {
+			case fi.IsDir():
+				if fi.Mode().Perm() != 0o700 {
+					t.Errorf("%s: mode %v, want 0700", path, fi.Mode().Perm())
+				}
+				if d.Name() == ".git" && path != root {
+					return filepath.SkipDir
+				}
+			case d.Name() == ".git":
+				// git's link to the worktree's metadata, inside the 0700 directory
+			case fi.Mode().Perm()&0o077 != 0:
+				t.Errorf("%s: mode %v, want 0600", path, fi.Mode().Perm())
+			}
+			if st := fi.Sys().(*syscall.Stat_t); int(st.Uid) != os.Geteuid() {
+				t.Errorf("%s: owned by uid %d", path, st.Uid)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A stranger who made .thrum before the owner's init (writable by all,
+// as a shared checkout might allow) does not get it used: init and the
+// daemon refuse it, naming it, and so do the owner's other commands.
+func TestAttackStrangerMadeThrumDir(t *testing.T) {
+	needRoot(t)
+	t.Parallel()
+	repo := thrumtest.GitRepo(t)
+	reachable(t, repo)
+	if err := os.Chmod(repo, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	home := filepath.Join(repo, ".thrum")
+	if code, out := asStranger(t, "mkdir", "-m", "777", home, filepath.Join(home, "var")); code != 0 {
+		t.Fatalf("the stranger's mkdir: %s", out)
+	}
+	c := umask022(t, repo)
+	c.fails(1, "", []string{"init"}, home, "owned by")
+	c.fails(1, "", []string{"daemon", "run"}, home, "owned by")
+	c.fails(1, "", []string{"daemon", "start"}, home, "owned by")
+	if _, err := os.Stat(filepath.Join(home, "var", "thrum.sock")); err == nil {
+		t.Error("a daemon listens in the stranger's directory")
+	}
+
+	// The owner's own .thrum left writable by all, with the stranger's
+	// var inside: var is refused, by name.
+	if err := os.RemoveAll(home); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(home, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(home, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if code, out := asStranger(t, "mkdir", "-m", "777", filepath.Join(home, "var")); code != 0 {
+		t.Fatalf("the stranger's mkdir: %s", out)
+	}
+	c.fails(1, "", []string{"init"}, home, "writable by other users")
+	if err := os.Chmod(home, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	c.fails(1, "", []string{"init"}, filepath.Join(home, "var"), "owned by")
+
+	// The owner's own directories with loose modes are tightened.
+	if err := os.RemoveAll(filepath.Join(home, "var")); err != nil {
+		t.Fatal(err)
+	}
+	c.ok("", "init")
+	for _, d := range []string{home, filepath.Join(home, "var")} {
+		if fi, err := os.Stat(d); err != nil || fi.Mode().Perm() != 0o700 {
+			t.Errorf("%s after init: %v %v, want 0700", d, fi.Mode().Perm(), err)
+		}
+	}
+}
+
+// In a repository owned by another user git refuses to work ("dubious
+// ownership"), so thrum cannot sync it: init says so and does nothing,
+// rather than keep the log outside git with sync off.
+func TestAttackDubiousOwnershipRepo(t *testing.T) {
+	needRoot(t)
+	t.Parallel()
+	repo := thrumtest.GitRepo(t)
+	if err := filepath.WalkDir(repo, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(path, strangerID, strangerID)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	c := umask022(t, repo)
+	c.fails(1, "", []string{"init"}, repo, "dubious ownership", "safe.directory")
+	if _, err := os.Stat(filepath.Join(repo, ".thrum")); err == nil {
+		t.Error("init made .thrum in a repository it cannot sync")
+	}
 }

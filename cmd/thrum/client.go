@@ -3,8 +3,11 @@ package main
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 
 	"github.com/thrumhq/thrum/identity"
+	"github.com/thrumhq/thrum/internal/private"
 	"github.com/thrumhq/thrum/rpc"
 )
 
@@ -34,6 +37,13 @@ func connect(ctx context.Context, g *Globals) (*session, error) {
 	}
 	if !l.initialized() {
 		return nil, withCode(exitNoDaemon, "%s is not set up for thrum: run `thrum init`, then `thrum daemon start`", l.Root)
+	}
+	// The socket (and the port file beside it) is trusted only in a
+	// directory no other user can have planted it in.
+	for _, d := range []string{l.Home, filepath.Dir(l.Socket), l.IDs} {
+		if err := private.CheckDir(d); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, err
+		}
 	}
 	c, err := rpc.Dial(ctx, l.Socket, nil)
 	if err != nil {

@@ -24,6 +24,7 @@ import (
 	"github.com/thrumhq/thrum/internal/dirlock"
 	"github.com/thrumhq/thrum/internal/gitwork"
 	"github.com/thrumhq/thrum/internal/jsonrpc"
+	"github.com/thrumhq/thrum/internal/private"
 	"github.com/thrumhq/thrum/internal/webui"
 	"github.com/thrumhq/thrum/rpc"
 )
@@ -104,10 +105,10 @@ func (c *DaemonRunCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	if !l.initialized() {
-		if _, err := l.setup(ctx); err != nil {
-			return fmt.Errorf("daemon: %w", err)
-		}
+	// Every start, not just the first: a directory another user made or
+	// can write is refused before anything in it is used.
+	if _, err := l.setup(ctx); err != nil {
+		return fmt.Errorf("daemon: %w", err)
 	}
 	host, _, err := net.SplitHostPort(c.WSAddr)
 	if err != nil {
@@ -314,7 +315,7 @@ const daemonGCPercent = 50
 const daemonMaxHTTPConns = thrum.DefaultMaxConns + thrum.DefaultMaxUnauthConns + 64
 
 func writeFile(path, s string) error {
-	return os.WriteFile(path, []byte(s+"\n"), 0o600)
+	return private.WriteFile(path, []byte(s+"\n"))
 }
 
 func readPID(path string) int {
@@ -374,7 +375,7 @@ func (c *DaemonStartCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	logf, err := os.OpenFile(l.LogFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	logf, err := private.OpenFile(l.LogFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND)
 	if err != nil {
 		return err
 	}
@@ -462,7 +463,7 @@ func printHealthNotes(w io.Writer, h *rpc.HealthResult) {
 // startLock takes an exclusive lock on path, waiting up to wait, and
 // returns its release.
 func startLock(ctx context.Context, path string, wait time.Duration) (func(), error) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
+	f, err := private.OpenFile(path, os.O_CREATE|os.O_RDWR)
 	if err != nil {
 		return nil, err
 	}

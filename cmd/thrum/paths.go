@@ -11,6 +11,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+
+	"github.com/thrumhq/thrum/internal/private"
 )
 
 // SyncBranch is the orphan branch that carries the event log.
@@ -44,7 +46,13 @@ func resolveLayout(ctx context.Context, g *Globals) (*layout, error) {
 	}
 	l := &layout{Root: repo}
 	// One git process for both answers: every command resolves the layout.
-	if out, err := git(ctx, repo, "rev-parse", "--show-toplevel", "--git-common-dir"); err == nil {
+	out, err := git(ctx, repo, "rev-parse", "--show-toplevel", "--git-common-dir")
+	if err != nil && strings.Contains(err.Error(), "dubious ownership") {
+		// Not "outside git": git would refuse every sync here too.
+		return nil, fmt.Errorf("%s is in a git repository that another user owns, and git refuses to work in it (dubious ownership), so thrum could not sync its log through git; "+
+			"if you trust the repository, run `git config --global --add safe.directory <its root>` and try again", repo)
+	}
+	if err == nil {
 		top, common, ok := strings.Cut(out, "\n")
 		if !ok || top == "" || common == "" {
 			return nil, fmt.Errorf("git rev-parse --show-toplevel --git-common-dir in %s: unexpected output %q", repo, out)
@@ -137,19 +145,29 @@ func (l *layout) setup(ctx context.Context) (created []string, err error) {
 	if l.Shared != "" {
 		dirs = []string{l.Home, l.IDs} // the runtime state is the main worktree's
 	}
+	if !l.Git {
+		dirs = append(dirs, l.LogDir)
+	}
 	for _, d := range dirs {
-		if _, err := os.Stat(d); errors.Is(err, os.ErrNotExist) {
+		if _, err := os.Lstat(d); errors.Is(err, os.ErrNotExist) {
 			created = append(created, d)
 		}
-		if err := os.MkdirAll(d, 0o700); err != nil {
+		// Each directory is this user's alone, or refused by name: one
+		// another user could write may hold what they planted.
+		if err := private.Dir(d); err != nil {
 			return nil, err
 		}
 	}
 	if !l.Git {
-		if _, err := os.Stat(l.LogDir); errors.Is(err, os.ErrNotExist) {
-			created = append(created, l.LogDir)
+		return created, nil
+	}
+	if l.Shared != "" {
+		if err := private.Dir(filepath.Join(l.Shared, "var")); err != nil {
+			return nil, err
 		}
-		return created, os.MkdirAll(l.LogDir, 0o755)
+	}
+	if err := private.Dir(filepath.Dir(l.LogDir)); err != nil { // thrum-sync
+		return nil, err
 	}
 	if err := l.exclude(); err != nil {
 		return nil, err
@@ -162,12 +180,13 @@ func (l *layout) setup(ctx context.Context) (created []string, err error) {
 			}
 			created = append(created, redirect+" (shares "+l.Shared+")")
 		}
-		if err := os.MkdirAll(filepath.Join(l.Shared, "var"), 0o700); err != nil {
-			return nil, err
-		}
 	}
 	made, err := l.ensureSyncWorktree(ctx)
 	if err != nil {
+		return nil, err
+	}
+	// git made the worktree's directory by the umask.
+	if err := private.Dir(l.LogDir); err != nil {
 		return nil, err
 	}
 	if made {
@@ -241,9 +260,6 @@ func (l *layout) ensureSyncWorktree(ctx context.Context) (bool, error) {
 		return false, nil // a healthy linked worktree
 	}
 	_, _ = git(ctx, l.Root, "worktree", "prune")
-	if err := os.MkdirAll(filepath.Dir(l.LogDir), 0o755); err != nil {
-		return false, err
-	}
 	if entries, err := os.ReadDir(l.LogDir); err == nil && len(entries) > 0 {
 		return false, fmt.Errorf("%s exists but is not a worktree of %s: move it aside and run thrum init again", l.LogDir, SyncBranch)
 	}

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/thrumhq/thrum/internal/private"
 )
 
 // File is the file in a data directory that Lock locks, so that two
@@ -26,11 +28,11 @@ var ErrLocked = errors.New("thrum: data directory in use")
 // this process's ID into it. The kernel drops the lock when the process
 // dies, so a crash never leaves the directory locked.
 func Lock(dir string) (*os.File, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := private.Dir(dir); err != nil {
 		return nil, err
 	}
 	path := filepath.Join(dir, File)
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
+	f, err := private.OpenFile(path, os.O_CREATE|os.O_RDWR)
 	if err != nil {
 		return nil, err
 	}

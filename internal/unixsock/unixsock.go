@@ -10,17 +10,14 @@ import (
 	"time"
 )
 
-// Listen listens on a Unix socket at path: the
-// socket is created mode 0600 in a directory made (or tightened to) 0700,
-// so only this user can connect. A stale socket file left by a crashed
-// process is replaced; a live one is an error, and so is any other kind
-// of file at path (it is never removed).
+// Listen listens on a Unix socket at path: the socket is created mode
+// 0600, so only this user can connect. A missing directory is made 0700;
+// an existing one is left exactly as it is (it may be a shared directory
+// such as /tmp, whose mode is its owner's business). A stale socket file
+// left by a crashed process is replaced; a live one is an error, and so
+// is any other kind of file at path (it is never removed).
 func Listen(path string) (net.Listener, error) {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, err
-	}
-	if err := os.Chmod(dir, 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, err
 	}
 	if st, err := os.Lstat(path); err == nil {
