@@ -47,6 +47,8 @@ type RPCServer struct {
 	anyPeer bool
 	uid     int
 	web     *webLogins // browser logins (weblogin.go)
+	// authLimit limits failed credential checks on WebSockets (authlimit.go).
+	authLimit authLimit
 }
 
 // ErrServerClosed is returned by RPCServer.Serve after Shutdown or Close.
@@ -168,7 +170,7 @@ func (n *Node) RPCServer(opts *RPCOptions) *RPCServer {
 		s.secret = []byte(o.OwnerSecret)
 	}
 	eo := o.engineOptions()
-	eo.Authorize = s.handshake
+	eo.Authorize = limitHandshake(&s.authLimit, s.handshake)
 	s.eng = jsonrpc.NewServer(eo)
 	s.bindAll(o.Sync)
 	return s
@@ -388,7 +390,7 @@ func (s *RPCServer) peerOK(c *jsonrpc.Conn) error {
 func (s *RPCServer) bindAll(sy Syncer) {
 	n := s.n
 	bind(s, rpc.MethodHealth, open, n.Health)
-	bind(s, rpc.MethodAuth, open, s.auth)
+	bind(s, rpc.MethodAuth, open, limitAuth(&s.authLimit, s.auth))
 	bind(s, rpc.MethodAgentRegister, read, s.registerAgent)
 	bind(s, rpc.MethodAgentList, read, n.ListAgents)
 	bind(s, rpc.MethodAgentWhoami, read, n.Whoami)

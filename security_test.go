@@ -392,7 +392,12 @@ func TestSecurityWrongToken(t *testing.T) {
 			} else {
 				c = d.ws(t, nil)
 			}
-			for _, b := range bad {
+			for i, b := range bad {
+				if transport == "websocket" && i > 0 {
+					// A WebSocket may fail auth only so often
+					// (TestSecurityAuthFailuresLimited): a new one per pair.
+					c = d.ws(t, nil)
+				}
 				_, err := c.Auth(ctx, &rpc.AuthParams{Token: b.token})
 				wantCode(t, err, rpc.CodeUnauthenticated, "invalid token")
 				// A wrong token alongside a real agent name binds nothing either.
@@ -825,5 +830,72 @@ func TestSecuritySubscriptionCap(t *testing.T) {
 			}
 			c2.Close()
 		})
+	}
+}
+
+// Failed credentials on the loopback port are limited: a WebSocket may
+// fail auth maxConnAuthFailures times, and the server checks only so many
+// failing credentials a second (auth calls and handshakes together).
+// While that budget is spent even the right credential is refused
+// unchecked, with -32006 (429 in a handshake), so guessing learns
+// nothing; it is checked again once the budget drains.
+func TestSecurityAuthFailuresLimited(t *testing.T) {
+	d := startDaemon(t)
+	ctx := context.Background()
+	wrong := strings.Repeat("0", len(d.secret))
+
+	c := d.ws(t, nil)
+	for i := 0; i < 5; i++ {
+		_, err := c.Auth(ctx, &rpc.AuthParams{OwnerSecret: wrong})
+		wantCode(t, err, rpc.CodeUnauthenticated, "wrong owner secret")
+	}
+	_, err := c.Auth(ctx, &rpc.AuthParams{OwnerSecret: d.secret})
+	wantCode(t, err, rpc.CodeLimitExceeded, "on this connection")
+
+	// New connections, and wrong credentials in handshakes, until the
+	// server stops checking (20 at once, then 10 a second).
+	limited := false
+	for i := 0; i < 100 && !limited; i++ {
+		if i%2 == 0 {
+			resp, body, ws, err := thrumtest.Handshake(d.wsURL, "", http.Header{"Authorization": {"Bearer " + wrong}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ws != nil {
+				t.Fatal("a wrong credential was accepted in the handshake")
+			}
+			limited = resp.StatusCode == http.StatusTooManyRequests
+			if !limited && resp.StatusCode != http.StatusUnauthorized {
+				t.Fatalf("handshake with a wrong credential: %d %s", resp.StatusCode, body)
+			}
+			continue
+		}
+		_, err := d.ws(t, nil).Auth(ctx, &rpc.AuthParams{Token: wrong})
+		var e *rpc.Error
+		if !errors.As(err, &e) || e.Code != rpc.CodeUnauthenticated && e.Code != rpc.CodeLimitExceeded {
+			t.Fatalf("auth with a wrong token: %v", err)
+		}
+		limited = e.Code == rpc.CodeLimitExceeded
+	}
+	if !limited {
+		t.Fatal("100 wrong credentials in a row were all checked")
+	}
+	// The right credential is refused unchecked too, on both paths.
+	_, err = d.ws(t, nil).Auth(ctx, &rpc.AuthParams{OwnerSecret: d.secret})
+	wantCode(t, err, rpc.CodeLimitExceeded, "try again")
+	resp, _, ws, err := thrumtest.Handshake(d.wsURL, "", http.Header{"Authorization": {"Bearer " + d.secret}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ws != nil || resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("handshake with the right credential while limited: %d, Retry-After %q, want 429 and a Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	// The owner's socket is not limited.
+	if _, err := d.unix(t, nil).Auth(ctx, &rpc.AuthParams{OwnerSecret: d.secret}); err != nil {
+		t.Fatalf("auth on the socket: %v", err)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	if r, err := d.ws(t, nil).Auth(ctx, &rpc.AuthParams{OwnerSecret: d.secret}); err != nil || !r.Owner {
+		t.Fatalf("the right secret once the budget drained: %+v %v", r, err)
 	}
 }

@@ -148,8 +148,8 @@ func bearer(r *http.Request) (string, error) {
 }
 
 // refuseCredential answers a handshake whose credential Authorize did
-// not accept: 401 if it was refused, 503 or 500 if it could not be
-// checked (the server is shutting down, or failed: logged, as a
+// not accept: 401 if it was refused, 429 if it was not checked for too
+// many refused before it, 503 or 500 if it could not be checked (the server is shutting down, or failed: logged, as a
 // handler's failure is).
 func (s *Server) refuseCredential(w http.ResponseWriter, r *http.Request, err error) {
 	var e *Error
@@ -159,6 +159,9 @@ func (s *Server) refuseCredential(w http.ResponseWriter, r *http.Request, err er
 	switch e.Code {
 	case CodeUnavailable:
 		http.Error(w, e.Message, http.StatusServiceUnavailable)
+	case CodeLimitExceeded:
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, e.Message, http.StatusTooManyRequests)
 	case CodeInternal:
 		s.log.Error("rpc: websocket credential could not be checked", "remote", r.RemoteAddr, "err", err)
 		http.Error(w, e.Message, http.StatusInternalServerError)
