@@ -1,11 +1,16 @@
 package thrum
 
 import (
+	"bytes"
+	"cmp"
 	"context"
+	"encoding/json"
 	"hash/fnv"
+	"slices"
 	"time"
 
 	"github.com/thrumhq/thrum/eventlog"
+	"github.com/thrumhq/thrum/identity"
 	"github.com/thrumhq/thrum/rpc"
 	"github.com/thrumhq/thrum/store"
 )
@@ -13,7 +18,9 @@ import (
 // Idempotency keys (README, "Safe retries"). A message.send or
 // thread.create with an idempotency_key that repeats the key of an earlier
 // call by the same caller within IdempotencyWindow returns the earlier
-// call's result and writes nothing. The key is stored in the event's
+// call's result and writes nothing; if its parameters differ from that
+// call's, it is refused with -32009 (rpc.CodeIdempotencyKey), naming what
+// the first call made, rather than return a result that is not its own. The key is stored in the event's
 // payload, so deduplication survives restarts and rebuilds of the
 // projection.
 const (
@@ -84,14 +91,33 @@ func (n *Node) usedKey(ctx context.Context, caller, key string) (*store.Keyed, e
 	return k, nil
 }
 
-// replaySend is the result of the send that first used a key.
-func (n *Node) replaySend(ctx context.Context, k *store.Keyed, key string) (*rpc.SendMessageResult, error) {
+// reusedKey is the error for a key used before for a different request:
+// it names what the first request made, in the message and in data.
+func reusedKey(key string, k *store.Keyed, differs string) error {
+	made := "message " + k.MessageID
+	if k.Kind == "thread" {
+		made = "thread " + k.ThreadID
+		if k.MessageID != "" {
+			made += " (with message " + k.MessageID + ")"
+		}
+	}
+	e := rpc.Errorf(rpc.CodeIdempotencyKey, "idempotency_key %q was used for %s, by a request with different %s: a retry repeats the request exactly; use a new key for a new one", key, made, differs)
+	e.Data = map[string]string{"kind": k.Kind, "message_id": k.MessageID, "thread_id": k.ThreadID}
+	return e
+}
+
+// replaySend is the result of the send that first used a key, or, when
+// p differs from that send, the error saying so.
+func (n *Node) replaySend(ctx context.Context, k *store.Keyed, key string, p *rpc.SendMessageParams) (*rpc.SendMessageResult, error) {
 	if k.Kind != "message" {
-		return nil, conflict("idempotency_key %q was used to create thread %s, not to send a message", key, k.ThreadID)
+		return nil, reusedKey(key, k, "method (thread.create, not message.send)")
 	}
 	m, err := n.store.Message(ctx, k.MessageID, "")
 	if err != nil {
 		return nil, internal("idempotency key", err)
+	}
+	if differs := n.sendDiffers(m, p, p.ThreadID); differs != "" {
+		return nil, reusedKey(key, k, differs)
 	}
 	res := &rpc.SendMessageResult{MessageID: m.MessageID, ThreadID: m.ThreadID, CreatedAt: m.CreatedAt}
 	for _, r := range m.Refs {
@@ -105,14 +131,130 @@ func (n *Node) replaySend(ctx context.Context, k *store.Keyed, key string) (*rpc
 	return res, nil
 }
 
-// replayThread is the result of the thread.create that first used a key.
-func (n *Node) replayThread(ctx context.Context, k *store.Keyed, key string) (*rpc.CreateThreadResult, error) {
+// replayThread is the result of the thread.create that first used a
+// key, or, when p differs from that call, the error saying so.
+func (n *Node) replayThread(ctx context.Context, k *store.Keyed, key string, p *rpc.CreateThreadParams) (*rpc.CreateThreadResult, error) {
 	if k.Kind != "thread" {
-		return nil, conflict("idempotency_key %q was used to send message %s, not to create a thread", key, k.MessageID)
+		return nil, reusedKey(key, k, "method (message.send, not thread.create)")
 	}
 	t, err := n.store.Thread(ctx, k.ThreadID)
 	if err != nil {
 		return nil, internal("idempotency key", err)
 	}
+	differs := ""
+	switch {
+	case t.Title != p.Title:
+		differs = "title"
+	case (k.MessageID != "") != (p.Message != nil):
+		differs = "first message"
+	case k.MessageID != "":
+		m, err := n.store.Message(ctx, k.MessageID, "")
+		if err != nil {
+			return nil, internal("idempotency key", err)
+		}
+		differs = n.sendDiffers(m, &rpc.SendMessageParams{
+			Content: p.Message.Content, Format: p.Message.Format, Structured: p.Message.Structured,
+			Scopes: p.Scopes, Mentions: []string{p.Recipient}, ActingAs: p.ActingAs, Disclose: p.Disclose,
+		}, k.ThreadID)
+	}
+	if differs != "" {
+		return nil, reusedKey(key, k, differs)
+	}
 	return &rpc.CreateThreadResult{ThreadID: t.ThreadID, CreatedAt: t.CreatedAt, MessageID: k.MessageID}, nil
+}
+
+// sendDiffers names the first parameter in which p, sent to threadID,
+// differs from the stored message m, or returns "". Content is compared
+// only while m is neither edited nor deleted; mentions as the addresses
+// they resolve to.
+func (n *Node) sendDiffers(m *store.Message, p *rpc.SendMessageParams, threadID string) string {
+	format, priority := cmp.Or(p.Format, rpc.FormatMarkdown), cmp.Or(p.Priority, rpc.PriorityNormal)
+	acting := ""
+	if p.ActingAs != "" {
+		acting = identity.NormalizeAgentID(p.ActingAs)
+	}
+	var mentions, refs []string
+	for _, r := range m.Refs {
+		if r.Type == rpc.RefMention {
+			mentions = append(mentions, r.Value)
+		} else {
+			refs = append(refs, r.Type+"\x00"+r.Value)
+		}
+	}
+	var wantMentions, wantRefs []string
+	for _, r := range p.Refs {
+		if r.Type == rpc.RefMention {
+			wantMentions = append(wantMentions, n.mentionAddr(r.Value))
+		} else {
+			wantRefs = append(wantRefs, r.Type+"\x00"+r.Value)
+		}
+	}
+	for _, v := range p.Mentions {
+		wantMentions = append(wantMentions, n.mentionAddr(v))
+	}
+	switch {
+	case m.UpdatedAt == "" && !m.Deleted && m.Content != p.Content:
+		return "content"
+	case m.Format != format:
+		return "format"
+	case !sameJSON(m.Structured, normalizeStructured(p.Structured)):
+		return "structured"
+	case m.ThreadID != threadID:
+		return "thread_id"
+	case !sameSet(mentions, wantMentions):
+		return "recipients"
+	case !sameSet(refs, wantRefs):
+		return "refs"
+	case !sameSet(pairStrings(m.Scopes), pairStrings(toPairs(p.Scopes))):
+		return "scopes"
+	case !slices.Equal(m.TagList(), p.Tags):
+		return "tags"
+	case m.Priority != priority:
+		return "priority"
+	case acting != "" && m.AgentID != acting || acting == "" && m.ActingAs != "":
+		return "acting_as"
+	case m.Disclose != (p.Disclose && acting != ""):
+		return "disclose"
+	}
+	return ""
+}
+
+// mentionAddr is the address a mention resolves as (see resolveMention),
+// or its normalized form if it resolves to nothing now.
+func (n *Node) mentionAddr(m string) string {
+	addr := identity.NormalizeAgentID(m)
+	if to, _, ok := n.resolveMention(m, addr); ok {
+		return to
+	}
+	return addr
+}
+
+func pairStrings(ps []eventlog.Pair) []string {
+	out := make([]string, len(ps))
+	for i, p := range ps {
+		out[i] = p.Type + "\x00" + p.Value
+	}
+	return out
+}
+
+// sameSet reports whether a and b hold the same strings, ignoring order
+// and repeats.
+func sameSet(a, b []string) bool {
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(slices.Compact(a), slices.Compact(b))
+}
+
+// sameJSON reports whether stored JSON (or "") and raw are the same
+// document, up to insignificant white space.
+func sameJSON(stored string, raw json.RawMessage) bool {
+	if stored == "" || len(raw) == 0 {
+		return stored == "" && len(raw) == 0
+	}
+	var a, b bytes.Buffer
+	if json.Compact(&a, []byte(stored)) != nil || json.Compact(&b, raw) != nil {
+		return stored == string(raw)
+	}
+	return bytes.Equal(a.Bytes(), b.Bytes())
 }

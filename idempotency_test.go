@@ -77,7 +77,7 @@ func TestIdempotencyKey(t *testing.T) {
 	if _, err := n.CreateThread(alice, &rpc.CreateThreadParams{Title: "x", IdempotencyKey: "k1"}); err == nil {
 		t.Fatal("a send's key was accepted by thread.create")
 	} else {
-		wantCode(t, err, rpc.CodeConflict, "not to create a thread")
+		wantCode(t, err, rpc.CodeIdempotencyKey, "message "+first.MessageID)
 	}
 	if _, err := n.SendMessage(alice, &rpc.SendMessageParams{Content: "x", IdempotencyKey: strings.Repeat("k", 129)}); err == nil {
 		t.Fatal("a 129-byte key was accepted")
@@ -87,7 +87,7 @@ func TestIdempotencyKey(t *testing.T) {
 
 	check := func(when string) {
 		t.Helper()
-		r, err := n.SendMessage(alice, &rpc.SendMessageParams{Content: "again", IdempotencyKey: "k1"})
+		r, err := n.SendMessage(alice, &rpc.SendMessageParams{Content: "once", Mentions: []string{"bob"}, IdempotencyKey: "k1"})
 		if err != nil || r.MessageID != first.MessageID {
 			t.Fatalf("%s: send retry = %+v %v, want %s", when, r, err, first.MessageID)
 		}
@@ -100,6 +100,39 @@ func TestIdempotencyKey(t *testing.T) {
 		}
 	}
 	check("live")
+	// The key reused for a different request is refused, naming the
+	// first message, and stores nothing: whatever differs.
+	for what, p := range map[string]*rpc.SendMessageParams{
+		"content":    {Content: "twice", Mentions: []string{"@bob"}},
+		"recipients": {Content: "once", Mentions: []string{"@alice"}},
+		"none":       {Content: "once"},
+		"priority":   {Content: "once", Mentions: []string{"@bob"}, Priority: rpc.PriorityHigh},
+		"tags":       {Content: "once", Mentions: []string{"@bob"}, Tags: []string{"x"}},
+		"format":     {Content: "once", Mentions: []string{"@bob"}, Format: rpc.FormatPlain},
+		"thread":     {Content: "once", Mentions: []string{"@bob"}, ThreadID: th.ThreadID},
+	} {
+		p.IdempotencyKey = "k1"
+		_, err := n.SendMessage(alice, p)
+		wantCode(t, err, rpc.CodeIdempotencyKey, first.MessageID)
+		if what != "none" && what != "thread" && !strings.Contains(err.Error(), map[string]string{"content": "content", "recipients": "recipients", "priority": "priority", "tags": "tags", "format": "format"}[what]) {
+			t.Errorf("%s: %v does not say what differs", what, err)
+		}
+	}
+	for _, p := range []*rpc.CreateThreadParams{
+		{Title: "other", Recipient: "@bob", Message: &rpc.ThreadMessage{Content: "hi"}},
+		{Title: "t", Recipient: "@alice", Message: &rpc.ThreadMessage{Content: "hi"}},
+		{Title: "t", Recipient: "@bob", Message: &rpc.ThreadMessage{Content: "bye"}},
+		{Title: "t"},
+	} {
+		p.IdempotencyKey = "k2"
+		_, err := n.CreateThread(alice, p)
+		wantCode(t, err, rpc.CodeIdempotencyKey, th.ThreadID)
+	}
+	// Mentions given in another order, with or without "@", are the same.
+	if r, err := n.SendMessage(alice, &rpc.SendMessageParams{Content: "once", Mentions: []string{"bob", "@bob"}, IdempotencyKey: "k1"}); err != nil || r.MessageID != first.MessageID {
+		t.Fatalf("the same send, mentions spelled otherwise: %+v %v", r, err)
+	}
+	check("after refused reuses")
 	n.Close()
 	n = open()
 	check("after a restart")

@@ -126,7 +126,7 @@ func (n *Node) SendMessage(ctx context.Context, p *rpc.SendMessageParams) (*rpc.
 			if err != nil {
 				return nil, err
 			}
-			return n.replaySend(ctx, k, p.IdempotencyKey)
+			return n.replaySend(ctx, k, p.IdempotencyKey, p)
 		}
 	}
 	pm, err := n.prepareMessage(ctx, p, p.ThreadID)
@@ -140,7 +140,7 @@ func (n *Node) SendMessage(ctx context.Context, p *rpc.SendMessageParams) (*rpc.
 		}
 		defer unlock()
 		if k != nil { // a concurrent call with the key wrote first
-			return n.replaySend(ctx, k, p.IdempotencyKey)
+			return n.replaySend(ctx, k, p.IdempotencyKey, p)
 		}
 	}
 	// A waiter's standing claim is filled in the message's own commit.

@@ -35,7 +35,7 @@ func (n *Node) CreateThread(ctx context.Context, p *rpc.CreateThreadParams) (*rp
 			if err != nil {
 				return nil, err
 			}
-			return n.replayThread(ctx, k, p.IdempotencyKey)
+			return n.replayThread(ctx, k, p.IdempotencyKey, p)
 		}
 	}
 	tid := "thr_" + eventlog.NewID()
@@ -63,7 +63,7 @@ func (n *Node) CreateThread(ctx context.Context, p *rpc.CreateThreadParams) (*rp
 		}
 		defer unlock()
 		if k != nil { // a concurrent call with the key wrote first
-			return n.replayThread(ctx, k, p.IdempotencyKey)
+			return n.replayThread(ctx, k, p.IdempotencyKey, p)
 		}
 	}
 	if err := n.append(ctx, evs...); err != nil {

@@ -20,6 +20,7 @@ const (
 	CodeLimitExceeded   = jsonrpc.CodeLimitExceeded // -32006: a size, count or rate limit was hit
 	CodeUnavailable     = jsonrpc.CodeUnavailable   // -32007: the server is shutting down or not ready
 	CodeStorageFull     = -32008                    // the disk is full: the message says where; writes resume when space is freed
+	CodeIdempotencyKey  = -32009                    // the idempotency key was used for a different request: the message and data name what it made
 )
 
 // Error is the one error type of thrum: a JSON-RPC error object
@@ -54,6 +55,7 @@ var (
 	ErrLimitExceeded   = &Error{Code: CodeLimitExceeded, Message: "limit exceeded"}
 	ErrUnavailable     = &Error{Code: CodeUnavailable, Message: "unavailable"}
 	ErrStorageFull     = &Error{Code: CodeStorageFull, Message: "disk full"}
+	ErrIdempotencyKey  = &Error{Code: CodeIdempotencyKey, Message: "idempotency key reused for a different request"}
 )
 
 // ErrConnClosed is (or is wrapped in) the error of a Client call on a

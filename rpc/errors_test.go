@@ -33,6 +33,7 @@ func TestCodesAreTheContract(t *testing.T) {
 		{"limit exceeded", rpc.CodeLimitExceeded, -32006, rpc.ErrLimitExceeded},
 		{"unavailable", rpc.CodeUnavailable, -32007, rpc.ErrUnavailable},
 		{"storage full", rpc.CodeStorageFull, -32008, rpc.ErrStorageFull},
+		{"idempotency key reused", rpc.CodeIdempotencyKey, -32009, rpc.ErrIdempotencyKey},
 	} {
 		if c.code != c.want {
 			t.Errorf("%s: code %d, the contract says %d", c.name, c.code, c.want)
