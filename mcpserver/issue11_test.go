@@ -422,6 +422,9 @@ func TestHTTPTransportGuards(t *testing.T) {
 		{"rebinding host", map[string]string{"Authorization": "Bearer " + id.Token}, "evil.example:80", http.StatusForbidden},
 		{"token, loopback origin", map[string]string{"Authorization": "Bearer " + id.Token, "Origin": "http://localhost:3000"}, "", http.StatusOK},
 		{"token", map[string]string{"Authorization": "Bearer " + id.Token}, "", http.StatusOK},
+		{"lower-case scheme", map[string]string{"Authorization": "bearer " + id.Token}, "", http.StatusOK},
+		{"upper-case scheme", map[string]string{"Authorization": "BEARER " + id.Token}, "", http.StatusOK},
+		{"other scheme", map[string]string{"Authorization": "Basic " + id.Token}, "", http.StatusUnauthorized},
 	} {
 		req, _ := http.NewRequest(http.MethodPost, hs.URL, strings.NewReader(init))
 		req.Header.Set("Content-Type", "application/json")
@@ -541,5 +544,48 @@ func TestGetMessageAddressedAsOnlyForOwnGroups(t *testing.T) {
 	if c := call[mcpserver.GetMessageOutput](t, bob, "get_message", args{"message_id": mine}).Conversation; len(c) != 1 || c[0].AddressedAs == nil ||
 		*c[0].AddressedAs != (mcpserver.Addressed{Kind: "group", Name: "review"}) {
 		t.Errorf("a message to bob's group: %+v", c)
+	}
+}
+
+// HTTP sessions are capped (a client that would start one more gets 503)
+// and closed when idle, after which new ones start again.
+func TestHTTPSessionsCappedAndExpire(t *testing.T) {
+	n := newNode(t, nil)
+	id := addAgent(t, n, "bob", "reviewer", "auth")
+	const idle = 500 * time.Millisecond
+	_, hs := httpAgent(t, n, id, &mcpserver.Options{MaxHTTPSessions: 3, HTTPSessionIdle: idle}) // one session
+	start := func() *http.Response {
+		t.Helper()
+		init := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"x","version":"1"}}}`
+		req, _ := http.NewRequest(http.MethodPost, hs.URL, strings.NewReader(init))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Authorization", "Bearer "+id.Token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp
+	}
+	for i := 0; i < 2; i++ {
+		if resp := start(); resp.StatusCode != http.StatusOK || resp.Header.Get("Mcp-Session-Id") == "" {
+			t.Fatalf("session %d under the cap: %s", i+2, resp.Status)
+		}
+	}
+	if resp := start(); resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("a session over the cap: %s, want 503", resp.Status)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		time.Sleep(idle)
+		resp := start()
+		if resp.StatusCode == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no idle session was closed: still %s", resp.Status)
+		}
 	}
 }

@@ -58,6 +58,11 @@ const (
 	// sends notifications/progress: under 15 s, so that a client resetting
 	// its request timeout on progress never times out a live wait.
 	DefaultProgressInterval = 10 * time.Second
+	// DefaultMaxHTTPSessions caps the MCP sessions HTTPHandler keeps at
+	// once; DefaultHTTPSessionIdle is how long one may go without a
+	// request before it is closed (its client then starts a new one).
+	DefaultMaxHTTPSessions = 64
+	DefaultHTTPSessionIdle = 30 * time.Minute
 )
 
 // Dialer opens a connection to thrum whose notifications go to onNote.
@@ -87,6 +92,13 @@ type Options struct {
 	// progress when its request has a progressToken. Default
 	// DefaultProgressInterval.
 	ProgressInterval time.Duration
+	// MaxHTTPSessions caps the sessions HTTPHandler keeps at once: a
+	// client that would start one more is refused with 503 until one is
+	// deleted or expires. Default DefaultMaxHTTPSessions.
+	MaxHTTPSessions int
+	// HTTPSessionIdle closes an HTTP session that has had no request for
+	// so long. Default DefaultHTTPSessionIdle.
+	HTTPSessionIdle time.Duration
 }
 
 // Server is an MCP server acting as one agent. Its methods may be called
@@ -132,6 +144,9 @@ type Server struct {
 	// DELETE of the session ends it (the SDK's own close would wait for it).
 	posts        sync.Map
 	sessionWaits sync.Map
+	// newSession is held while a request that starts an HTTP session is
+	// checked against MaxHTTPSessions and served.
+	newSession sync.Mutex
 
 	// roster caches agents' roles, for MessageInfo.from_role and
 	// addressed_as.
@@ -167,6 +182,12 @@ func New(ctx context.Context, dial Dialer, id Identity, opts *Options) (*Server,
 	}
 	if s.opts.ProgressInterval <= 0 {
 		s.opts.ProgressInterval = DefaultProgressInterval
+	}
+	if s.opts.MaxHTTPSessions <= 0 {
+		s.opts.MaxHTTPSessions = DefaultMaxHTTPSessions
+	}
+	if s.opts.HTTPSessionIdle <= 0 {
+		s.opts.HTTPSessionIdle = DefaultHTTPSessionIdle
 	}
 	s.log = s.opts.Logger
 	if s.log == nil {
@@ -235,8 +256,12 @@ const postKeyHeader = "X-Thrum-Post-Key"
 //
 // A wait_for_message ends, claiming nothing, when the POST that carries it
 // closes: a client that drops mid-wait does not take the next message.
+//
+// It keeps at most Options.MaxHTTPSessions sessions (a request that would
+// start another gets 503) and closes one idle for Options.HTTPSessionIdle.
 func (s *Server) HTTPHandler() http.Handler {
-	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.mcp }, nil)
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.mcp },
+		&mcp.StreamableHTTPOptions{SessionTimeout: s.opts.HTTPSessionIdle})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !jsonrpc.LoopbackHost(r.Host) {
 			http.Error(w, "forbidden: Host must be localhost, 127.0.0.1 or [::1]", http.StatusForbidden)
@@ -257,6 +282,16 @@ func (s *Server) HTTPHandler() http.Handler {
 				sw.(*sessionWait).cancel()
 			}
 		}
+		if r.Method == http.MethodPost && r.Header.Get("Mcp-Session-Id") == "" {
+			// A POST without a session starts one (initialize).
+			s.newSession.Lock()
+			defer s.newSession.Unlock()
+			if n := s.sessions(); n >= s.opts.MaxHTTPSessions {
+				w.Header().Set("Retry-After", "60")
+				http.Error(w, fmt.Sprintf("too many MCP sessions (%d, the limit): end one with DELETE, or wait until one idle for %v is closed", n, s.opts.HTTPSessionIdle), http.StatusServiceUnavailable)
+				return
+			}
+		}
 		if r.Method == http.MethodPost {
 			key := rand.Text()
 			r.Header.Set(postKeyHeader, key)
@@ -267,11 +302,20 @@ func (s *Server) HTTPHandler() http.Handler {
 	})
 }
 
+// sessions counts the server's open sessions.
+func (s *Server) sessions() int {
+	n := 0
+	for range s.mcp.Sessions() {
+		n++
+	}
+	return n
+}
+
 // bearerOK checks an Authorization header against the agent's token, in
-// constant time.
+// constant time. The scheme is case-insensitive (RFC 9110, 11.1).
 func (s *Server) bearerOK(h string) bool {
-	tok, ok := strings.CutPrefix(h, "Bearer ")
-	return ok && s.id.Token != "" && subtle.ConstantTimeCompare([]byte(strings.TrimSpace(tok)), []byte(s.id.Token)) == 1
+	scheme, tok, ok := strings.Cut(strings.TrimSpace(h), " ")
+	return ok && strings.EqualFold(scheme, "Bearer") && s.id.Token != "" && subtle.ConstantTimeCompare([]byte(strings.TrimSpace(tok)), []byte(s.id.Token)) == 1
 }
 
 // requestContext returns ctx, ended also when the HTTP POST that carried
