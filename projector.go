@@ -235,7 +235,7 @@ func changesDirectory(e *eventlog.Event) bool {
 func (p *Projector) published(batch []*eventlog.Event) {
 	p.idx.Apply(batch)
 	if slices.ContainsFunc(batch, changesDirectory) {
-		if err := p.dirc.Reload(context.Background(), p.store); err != nil {
+		if err := p.dirc.Apply(context.Background(), p.store, batch); err != nil {
 			if lg := p.logger(); lg != nil {
 				lg.Error("thrum: reload directory", "err", err)
 			}

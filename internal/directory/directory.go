@@ -1,14 +1,19 @@
 // Package directory is the node's in-memory copy of the agents and
-// groups tables: small, read on every send and notification, reloaded
-// from the projection after each commit that changes them. It resolves
-// addresses (an agent, a role, a group, everyone) to agents.
+// groups tables: read on every send and notification, loaded from the
+// projection when the node opens, then changed by each committed event
+// that changes an agent or a group (Apply), at the cost of that change.
+// It resolves addresses (an agent, a role, a group, everyone) to agents.
 package directory
 
 import (
 	"context"
+	"errors"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 
+	"github.com/thrumhq/thrum/eventlog"
 	"github.com/thrumhq/thrum/identity"
 	"github.com/thrumhq/thrum/rpc"
 	"github.com/thrumhq/thrum/store"
@@ -61,6 +66,141 @@ func (d *Directory) Reload(ctx context.Context, st *store.Store) error {
 	d.agents, d.byRole, d.groups, d.members = am, byRole, gm, mm
 	d.mu.Unlock()
 	return nil
+}
+
+// Apply brings the directory up to date with evs, which st has applied:
+// each agent or group an event names is read again from st (one row),
+// and each membership change is made in place, so a change costs the
+// same however many agents there are. Other events are skipped. If a
+// read fails the whole directory is reloaded.
+func (d *Directory) Apply(ctx context.Context, st *store.Store, evs []*eventlog.Event) error {
+	if err := d.apply(ctx, st, evs); err != nil {
+		return errors.Join(err, d.Reload(ctx, st))
+	}
+	return nil
+}
+
+func (d *Directory) apply(ctx context.Context, st *store.Store, evs []*eventlog.Event) error {
+	for _, e := range evs {
+		var err error
+		switch e.Type {
+		case eventlog.TypeAgentRegister, eventlog.TypeAgentUpdate:
+			var p eventlog.AgentRegister
+			if p, err = eventlog.PayloadAs[eventlog.AgentRegister](e); err == nil {
+				err = d.readAgent(ctx, st, p.AgentID)
+			}
+		case eventlog.TypeAgentCleanup:
+			var p eventlog.AgentCleanup
+			if p, err = eventlog.PayloadAs[eventlog.AgentCleanup](e); err == nil {
+				err = d.readAgent(ctx, st, p.AgentID)
+			}
+		case eventlog.TypeGroupCreate:
+			var p eventlog.GroupCreate
+			if p, err = eventlog.PayloadAs[eventlog.GroupCreate](e); err == nil {
+				err = d.readGroup(ctx, st, p.Name)
+			}
+		case eventlog.TypeGroupDelete:
+			var p eventlog.GroupDelete
+			if p, err = eventlog.PayloadAs[eventlog.GroupDelete](e); err == nil {
+				d.mu.Lock()
+				delete(d.groups, p.Name)
+				delete(d.members, p.Name)
+				d.mu.Unlock()
+			}
+		case eventlog.TypeGroupMemberAdd, eventlog.TypeGroupMemberDel:
+			var p eventlog.GroupMember
+			if p, err = eventlog.PayloadAs[eventlog.GroupMember](e); err == nil {
+				d.member(&p, e.Type == eventlog.TypeGroupMemberAdd)
+			}
+		default:
+			if strings.HasPrefix(e.Type, "group.") { // one this version does not know
+				err = d.Reload(ctx, st)
+			}
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// readAgent sets agent id as st has it now: changed, added, or gone.
+func (d *Directory) readAgent(ctx context.Context, st *store.Store, id string) error {
+	a, err := st.Agent(ctx, id)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if old, ok := d.agents[id]; ok {
+		delete(d.agents, id)
+		if ids := d.byRole[old.Role]; len(ids) > 0 {
+			if i, found := slices.BinarySearch(ids, id); found {
+				if ids = slices.Delete(ids, i, i+1); len(ids) == 0 {
+					delete(d.byRole, old.Role)
+				} else {
+					d.byRole[old.Role] = ids
+				}
+			}
+		}
+	}
+	if a == nil {
+		return nil
+	}
+	if d.agents == nil {
+		d.agents, d.byRole = map[string]store.Agent{}, map[string][]string{}
+	}
+	d.agents[id] = *a
+	if a.Kind == "agent" && a.Role != "" {
+		ids := d.byRole[a.Role]
+		if i, found := slices.BinarySearch(ids, id); !found {
+			d.byRole[a.Role] = slices.Insert(ids, i, id)
+		}
+	}
+	return nil
+}
+
+// readGroup sets group name as st has it now.
+func (d *Directory) readGroup(ctx context.Context, st *store.Store, name string) error {
+	g, err := st.Group(ctx, name)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if g == nil {
+		delete(d.groups, name)
+		return nil
+	}
+	if d.groups == nil {
+		d.groups = map[string]store.Group{}
+	}
+	d.groups[name] = *g
+	return nil
+}
+
+// member adds or removes one direct member of a group, as the
+// projection does (adding a member twice keeps one).
+func (d *Directory) member(p *eventlog.GroupMember, add bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	ms := d.members[p.Group]
+	i := slices.IndexFunc(ms, func(m store.Member) bool { return m.Type == p.MemberType && m.ID == p.MemberID })
+	switch {
+	case add && i < 0:
+		if d.members == nil {
+			d.members = map[string][]store.Member{}
+		}
+		d.members[p.Group] = append(ms, store.Member{Group: p.Group, Type: p.MemberType, ID: p.MemberID})
+	case !add && i >= 0:
+		d.members[p.Group] = slices.Delete(ms, i, i+1)
+	default:
+		return
+	}
+	if g, ok := d.groups[p.Group]; ok {
+		g.MemberCount = len(d.members[p.Group])
+		d.groups[p.Group] = g
+	}
 }
 
 // Agent returns the agent with ID id.
