@@ -899,3 +899,39 @@ func TestSecurityAuthFailuresLimited(t *testing.T) {
 		t.Fatalf("the right secret once the budget drained: %+v %v", r, err)
 	}
 }
+
+// An idempotency key reused for another message, over a real WebSocket:
+// -32009 on the wire, naming the first message in the error's data, and
+// the new message is not stored; the exact retry still gets the first
+// result.
+func TestSecurityIdempotencyKeyReused(t *testing.T) {
+	d := startDaemon(t)
+	ctx := context.Background()
+	c := d.ws(t, nil)
+	if _, err := c.Auth(ctx, &rpc.AuthParams{Token: d.tokens["alice"]}); err != nil {
+		t.Fatal(err)
+	}
+	first, err := c.SendMessage(ctx, &rpc.SendMessageParams{Content: "deploy done", Mentions: []string{"bob"}, IdempotencyKey: "deploy-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := messageTotal(t, d)
+	_, err = c.SendMessage(ctx, &rpc.SendMessageParams{Content: "rollback!", Mentions: []string{"bob"}, IdempotencyKey: "deploy-1"})
+	var e *rpc.Error
+	if !errors.As(err, &e) || e.Code != rpc.CodeIdempotencyKey || !strings.Contains(e.Message, first.MessageID) || !strings.Contains(e.Message, "content") {
+		t.Fatalf("a reused key with other content: %v, want -32009 naming %s and what differs", err, first.MessageID)
+	}
+	var data struct {
+		MessageID string `json:"message_id"`
+	}
+	if b, _ := json.Marshal(e.Data); json.Unmarshal(b, &data) != nil || data.MessageID != first.MessageID {
+		t.Errorf("error data %s, want message_id %s", b, first.MessageID)
+	}
+	if got := messageTotal(t, d); got != before {
+		t.Errorf("%d messages after the refused send, want %d", got, before)
+	}
+	again, err := c.SendMessage(ctx, &rpc.SendMessageParams{Content: "deploy done", Mentions: []string{"bob"}, IdempotencyKey: "deploy-1"})
+	if err != nil || again.MessageID != first.MessageID {
+		t.Fatalf("the exact retry: %+v %v, want %s", again, err, first.MessageID)
+	}
+}
