@@ -43,25 +43,9 @@ func LoadOwnerSecret(path string) (string, error) {
 		return "", err
 	}
 	secret := hex.EncodeToString(raw[:])
-	// Write a new file and rename it over the old: never loosen, never
-	// follow a link someone planted at path.
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".owner-secret-*")
-	if err != nil {
-		return "", err
-	}
-	defer os.Remove(tmp.Name())
-	if err := tmp.Chmod(0o600); err != nil {
-		tmp.Close()
-		return "", err
-	}
-	if _, err := tmp.WriteString(secret + "\n"); err != nil {
-		tmp.Close()
-		return "", err
-	}
-	if err := tmp.Close(); err != nil {
-		return "", err
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
+	// A new file renamed over the old: never loosen, never follow a link
+	// someone planted at path.
+	if err := private.WriteFile(path, []byte(secret+"\n")); err != nil {
 		return "", fmt.Errorf("owner secret: %w", err)
 	}
 	return secret, nil

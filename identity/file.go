@@ -112,27 +112,7 @@ func Save(dir string, f *File) error {
 	if err := private.Dir(dir); err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(dir, "."+key+".*.tmp")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name()) // no-op after the rename
-	if err := tmp.Chmod(0o600); err != nil {
-		tmp.Close()
-		return err
-	}
-	if _, err := tmp.Write(append(b, '\n')); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), Path(dir, key))
+	return private.WriteFile(Path(dir, key), append(b, '\n'))
 }
 
 // List returns the identity files in dir, sorted by name. A file that does

@@ -123,8 +123,9 @@ func OpenFile(path string, flag int) (*os.File, error) {
 }
 
 // WriteFile replaces path with a new 0600 file holding data (written
-// beside it, then renamed over it), so a file someone else left there is
-// never written through.
+// and synced beside it, then renamed over it), so a reader never sees it
+// half written and a file or link someone else left there is never
+// written through.
 func WriteFile(path string, data []byte) error {
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
 	if err != nil {
@@ -136,6 +137,10 @@ func WriteFile(path string, data []byte) error {
 		return err
 	}
 	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
 		tmp.Close()
 		return err
 	}
