@@ -52,10 +52,12 @@ func TestStartsDoctorAndRepairs(t *testing.T) {
 	c.ok("", "quickstart", "--name", "alice", "--role", "dev", "--module", "m")
 	c.ok("alice", "send", "hello one")
 	a := c.ok("alice", "send", "hello two", "--idempotency-key", "k1")
-	b := c.ok("alice", "send", "hello two again", "--idempotency-key", "k1")
+	b := c.ok("alice", "send", "hello two", "--idempotency-key", "k1")
 	if a.stdout != b.stdout {
 		t.Fatalf("a send repeating a key stored a second message:\n%s\n%s", a, b)
 	}
+	// The key with other content is refused, not answered with the first.
+	c.fails(exitError, "alice", []string{"send", "hello two again", "--idempotency-key", "k1"}, "idempotency_key", "different content")
 	c.ok("", "daemon", "stop")
 
 	shard := filepath.Join(repo, ".thrum", "log", "messages", "alice.jsonl")
