@@ -13,6 +13,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 )
 
@@ -29,8 +30,12 @@ type Error struct {
 }
 
 func (e *Error) Error() string {
-	return fmt.Sprintf("%s %s: thrum keeps its files private to the user that runs it (uid %d) and will not use it; remove it, or have its owner remove it, and try again",
-		e.Path, e.Problem, os.Geteuid())
+	fix := "remove it, or have its owner remove it, and try again"
+	if strings.HasPrefix(e.Problem, "is writable") {
+		fix = "if you trust everything in it, make it yours alone (mode 0700); otherwise remove it; then try again"
+	}
+	return fmt.Sprintf("%s %s: thrum keeps its files private to the user that runs it (uid %d) and will not use it; %s",
+		e.Path, e.Problem, os.Geteuid(), fix)
 }
 
 // ErrNotPrivate matches every *Error with errors.Is.
