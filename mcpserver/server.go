@@ -60,9 +60,12 @@ const (
 	DefaultProgressInterval = 10 * time.Second
 	// DefaultMaxHTTPSessions caps the MCP sessions HTTPHandler keeps at
 	// once; DefaultHTTPSessionIdle is how long one may go without a
-	// request before it is closed (its client then starts a new one).
+	// request before it is closed. A client whose session was closed gets
+	// 404 and must start a new one (the go-sdk client fails instead), so
+	// the idle time is long, a working day: it frees sessions clients
+	// leaked, not ones an agent left idle over lunch.
 	DefaultMaxHTTPSessions = 64
-	DefaultHTTPSessionIdle = 30 * time.Minute
+	DefaultHTTPSessionIdle = 8 * time.Hour
 )
 
 // Dialer opens a connection to thrum whose notifications go to onNote.
