@@ -292,13 +292,13 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 	return b.next.RoundTrip(r)
 }
 
-// waitInBackground starts a wait_for_message of up to 600 s on c and
+// waitInBackground starts a wait_for_message of up to an hour on c and
 // returns its cancel function and where its error comes.
 func waitInBackground(c *agentClient) (cancel context.CancelFunc, errc <-chan error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	ec := make(chan error, 1)
 	go func() {
-		_, err := c.rawCall(ctx, "wait_for_message", args{"timeout": 600})
+		_, err := c.rawCall(ctx, "wait_for_message", args{"timeout": 3600})
 		ec <- err
 	}()
 	return cancel, ec

@@ -76,7 +76,7 @@ func TestToolSchemas(t *testing.T) {
 	for _, b := range []struct {
 		schema, path string
 		lo, hi       float64
-	}{{"check_messages in", "limit", 1, 100}, {"wait_for_message in", "timeout", 1, 600}} {
+	}{{"check_messages in", "limit", 1, 100}, {"wait_for_message in", "timeout", 1, 3600}} {
 		p := prop(b.schema, b.path)
 		if p["minimum"] != b.lo || p["maximum"] != b.hi {
 			t.Errorf("%s %s: minimum %v maximum %v, want %v and %v", b.schema, b.path, p["minimum"], p["maximum"], b.lo, b.hi)

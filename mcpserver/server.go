@@ -52,11 +52,12 @@ import (
 const (
 	DefaultQueueSize   = 1000
 	DefaultWaitTimeout = 300 * time.Second
-	MaxWaitTimeout     = 600 * time.Second
+	MaxWaitTimeout     = 3600 * time.Second
 	DefaultCallTimeout = 30 * time.Second
 	// DefaultProgressInterval is how often a wait with a progressToken
 	// sends notifications/progress: under 15 s, so that a client resetting
-	// its request timeout on progress never times out a live wait.
+	// its request timeout on progress never times out a live wait, even
+	// one of an hour (MaxWaitTimeout).
 	DefaultProgressInterval = 10 * time.Second
 	// DefaultMaxHTTPSessions caps the MCP sessions HTTPHandler keeps at
 	// once; DefaultHTTPSessionIdle is how long one may go without a

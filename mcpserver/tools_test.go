@@ -172,7 +172,7 @@ func TestToolErrors(t *testing.T) {
 		{"wait with bad priority_filter", "wait_for_message", args{"priority_filter": "urgent_only"}, []string{"invalid priority_filter", "urgent_only"}},
 		{"wait with negative timeout", "wait_for_message", args{"timeout": -5}, []string{"invalid timeout", "-5"}},
 		{"wait with zero timeout", "wait_for_message", args{"timeout": 0}, []string{"invalid timeout", "0"}},
-		{"wait with timeout too long", "wait_for_message", args{"timeout": 601}, []string{"invalid timeout", "601"}},
+		{"wait with timeout too long", "wait_for_message", args{"timeout": 3601}, []string{"invalid timeout", "3601"}},
 		{"list agents with wrong type", "list_agents", args{"include_offline": "yes"}, []string{"include_offline"}},
 		{"broadcast without content", "broadcast_message", args{}, []string{"content"}},
 		{"broadcast with empty content", "broadcast_message", args{"content": ""}, []string{"content is required"}},
