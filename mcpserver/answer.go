@@ -53,9 +53,12 @@ func (u *unanswered) awaitAnswers(max time.Duration) {
 	}
 }
 
+// answering wraps Run's transport; with a channel, it also gives the
+// channel its connection and tells it when the client is initialized.
 type answering struct {
 	mcp.Transport
 	waits *unanswered
+	ch    *channel // nil without Options.Channel
 }
 
 func (a *answering) Connect(ctx context.Context) (mcp.Connection, error) {
@@ -63,18 +66,27 @@ func (a *answering) Connect(ctx context.Context) (mcp.Connection, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &answeringConn{Connection: c, waits: a.waits}, nil
+	if a.ch != nil {
+		a.ch.conn = c
+	}
+	return &answeringConn{Connection: c, waits: a.waits, ch: a.ch}, nil
 }
 
 type answeringConn struct {
 	mcp.Connection
 	waits *unanswered
+	ch    *channel
 }
 
 func (c *answeringConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 	m, err := c.Connection.Read(ctx)
-	if r, ok := m.(*jsonrpc.Request); ok && r.IsCall() && r.Method == "tools/call" && bytes.Contains(r.Params, []byte(`"wait_for_message"`)) {
-		c.waits.add(r.ID)
+	if r, ok := m.(*jsonrpc.Request); ok {
+		switch {
+		case r.IsCall() && r.Method == "tools/call" && bytes.Contains(r.Params, []byte(`"wait_for_message"`)):
+			c.waits.add(r.ID)
+		case !r.IsCall() && r.Method == "notifications/initialized" && c.ch != nil:
+			c.ch.initialized()
+		}
 	}
 	return m, err
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -15,13 +16,15 @@ import (
 
 	"github.com/thrumhq/thrum"
 	"github.com/thrumhq/thrum/internal/thrumtest"
+	"github.com/thrumhq/thrum/mcpserver"
 	"github.com/thrumhq/thrum/rpc"
 )
 
 // wire wraps a client transport and records every message ID that comes
-// back in a check_messages or wait_for_message result as it crosses the
-// wire — also the results of calls the client had given up on, which it
-// reads and drops. What an agent could have been handed is what crossed.
+// back in a check_messages or wait_for_message result, or in a channel
+// event, as it crosses the wire — also the results of calls the client
+// had given up on, which it reads and drops. What an agent could have
+// been handed is what crossed.
 type wire struct {
 	mcp.Transport
 	rec *delivered
@@ -68,6 +71,12 @@ type wireConn struct {
 
 func (c *wireConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 	m, err := c.Connection.Read(ctx)
+	if r, ok := m.(*jsonrpc.Request); ok && r.Method == mcpserver.ChannelMethod {
+		var ev mcpserver.ChannelEvent
+		if json.Unmarshal(r.Params, &ev) == nil && ev.Meta["message_id"] != "" {
+			c.rec.note(c.who+" channel", ev.Meta["message_id"])
+		}
+	}
 	if r, ok := m.(*jsonrpc.Response); ok && r.Result != nil {
 		var res struct {
 			StructuredContent struct {
@@ -91,13 +100,13 @@ func (c *wireConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 	return m, err
 }
 
-// TestDeliveryExactlyOnce is the property of issue 11: random senders
-// send to bob by name, role, group and everyone at random priorities,
-// while bob's two MCP servers — one over an in-memory transport, one over
-// Streamable HTTP — consume concurrently with waits (random priority
-// filters), checks (random limits) and waits cancelled at random moments.
-// Every message addressed to bob crosses the wire to him exactly once,
-// and none is left unread.
+// TestDeliveryExactlyOnce: random senders send to bob by name, role,
+// group and everyone at random priorities, while bob's three MCP servers
+// — one over an in-memory transport, one over Streamable HTTP, and a
+// Claude Code channel that pushes each message as it comes — consume
+// concurrently with waits (random priority filters), checks (random
+// limits) and waits cancelled at random moments. Every message addressed
+// to bob crosses the wire to him exactly once, and none is left unread.
 func TestDeliveryExactlyOnce(t *testing.T) {
 	r := rand.New(rand.NewPCG(thrumtest.Seed(t), 11))
 	n := newNode(t, nil)
@@ -136,14 +145,27 @@ func TestDeliveryExactlyOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Server C: a channel, in memory.
+	srvC, err := n.MCPServer(ctx, bobID, &mcpserver.Options{Channel: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, ct = mcp.NewInMemoryTransports()
+	go srvC.Run(ctx, st)
+	csC, err := mcp.NewClient(&mcp.Implementation{Name: "c", Version: "1"}, nil).Connect(ctx, &wire{Transport: ct, rec: rec}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() {
 		csA.Close()
 		csB.Close()
+		csC.Close()
 		srvA.EndWaits()
 		srvB.EndWaits()
 		hs.Close()
 		srvA.Close()
 		srvB.Close()
+		srvC.Close()
 	})
 
 	// Senders.
@@ -173,8 +195,8 @@ func TestDeliveryExactlyOnce(t *testing.T) {
 	done := make(chan struct{})
 	var consumers sync.WaitGroup
 	filters := []string{"all", "normal_and_above", "high_and_above"}
-	for i, cs := range []*mcp.ClientSession{csA, csA, csA, csB, csB, csB} {
-		inMemory := i < 3
+	for i, cs := range []*mcp.ClientSession{csA, csA, csA, csB, csB, csB, csC, csC} {
+		inMemory := i < 3 || i >= 6
 		seed := r.Uint64()
 		consumers.Go(func() {
 			r := rand.New(rand.NewPCG(seed, 2))
@@ -216,14 +238,18 @@ func TestDeliveryExactlyOnce(t *testing.T) {
 
 	// A cancelled wait freed the single-waiter slot: a wait on each
 	// server now runs (and times out) instead of "already waiting".
-	for _, cs := range []*mcp.ClientSession{csA, csB} {
+	for _, cs := range []*mcp.ClientSession{csA, csB, csC} {
 		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "wait_for_message", Arguments: map[string]any{"timeout": 1, "priority_filter": "critical"}})
 		if err != nil || res.IsError {
 			t.Fatalf("wait after the cancelled ones: %v %s", err, resultText(res))
 		}
 	}
-	// Drain what is left through both servers.
-	for _, cs := range []*mcp.ClientSession{csA, csB, csA} {
+	// With the tool consumers gone, the channel alone takes what comes.
+	for i := range 5 {
+		sent = append(sent, send(t, n, "alice", "@bob", fmt.Sprintf("for the channel %d", i), "normal"))
+	}
+	// Drain what is left through the servers.
+	for _, cs := range []*mcp.ClientSession{csA, csB, csC, csA} {
 		for {
 			res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "check_messages", Arguments: map[string]any{"limit": 100}})
 			if err != nil || res.IsError {
@@ -253,5 +279,14 @@ func TestDeliveryExactlyOnce(t *testing.T) {
 	if len(rec.times) != len(sent) {
 		t.Errorf("%d distinct messages delivered, %d sent", len(rec.times), len(sent))
 	}
-	t.Logf("%d messages, each delivered once", len(sent))
+	channel := 0
+	for _, by := range rec.by {
+		if strings.HasSuffix(by[0], " channel") {
+			channel++
+		}
+	}
+	if channel < 5 || channel == len(sent) {
+		t.Errorf("the channel pushed %d of %d messages, want at least the last 5 and not all", channel, len(sent))
+	}
+	t.Logf("%d messages, each delivered once, %d of them through the channel", len(sent), channel)
 }

@@ -17,8 +17,13 @@ type queue struct {
 	items   []*queued
 	index   map[string]*queued
 	max     int
-	dropped int           // entries dropped since the last takeDropped
-	signal  chan struct{} // receives a token when something may be new
+	dropped int // entries dropped since the last takeDropped
+
+	// changed is closed, and replaced, when something may be new: every
+	// waiter of the server wakes (a channel's stream and a
+	// wait_for_message may wait at once, for different floors).
+	sigMu sync.Mutex
+	sig   chan struct{}
 }
 
 // queued is one entry. priority is "" until the message was fetched.
@@ -30,7 +35,7 @@ type queued struct {
 func (q *queue) init(max int) {
 	q.max = max
 	q.index = map[string]*queued{}
-	q.signal = make(chan struct{}, 1)
+	q.sig = make(chan struct{})
 }
 
 // push appends id unless it is queued already, and reports whether it
@@ -78,12 +83,20 @@ func (q *queue) add(id string) bool {
 	return true
 }
 
-// wake tells a waiter to look again.
+// wake tells every waiter to look again.
 func (q *queue) wake() {
-	select {
-	case q.signal <- struct{}{}:
-	default:
-	}
+	q.sigMu.Lock()
+	close(q.sig)
+	q.sig = make(chan struct{})
+	q.sigMu.Unlock()
+}
+
+// changed returns a channel that is closed at the next wake. A waiter
+// takes it before it looks at the queue, so that no wake is missed.
+func (q *queue) changed() <-chan struct{} {
+	q.sigMu.Lock()
+	defer q.sigMu.Unlock()
+	return q.sig
 }
 
 // snapshot returns the entries in order, with their known priorities.

@@ -40,6 +40,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -103,6 +104,13 @@ type Options struct {
 	// HTTPSessionIdle closes an HTTP session that has had no request for
 	// so long. Default DefaultHTTPSessionIdle.
 	HTTPSessionIdle time.Duration
+	// Channel makes the server a Claude Code channel (channel.go): it
+	// declares the capability, negotiates only protocol versions of the
+	// initialize handshake, and Run pushes each message addressed to the
+	// agent to the client as notifications/claude/channel — claimed for
+	// it, so that no other consumer returns it too. Only Run and
+	// ServeStdio push, for one session at a time; HTTPHandler does not.
+	Channel bool
 }
 
 // Server is an MCP server acting as one agent. Its methods may be called
@@ -132,6 +140,7 @@ type Server struct {
 	armedOn     *rpc.Client
 	noClaimNext *rpc.Client // a connection whose daemon has no message.claimNext
 	armCalls    sync.Mutex
+	waiting     atomic.Int32 // waits in progress (wait), which share the claim
 
 	// held keeps what a wait claimed but could not return because it was
 	// stopped (cancelled, its POST closed, shutdown) while the claim was
@@ -205,12 +214,20 @@ func New(ctx context.Context, dial Dialer, id Identity, opts *Options) (*Server,
 	s.setClient(c)
 	s.advance(subAt)
 	go s.reconnectLoop()
-	s.mcp = mcp.NewServer(&mcp.Implementation{Name: "thrum", Title: "thrum messaging", Version: s.opts.Version}, &mcp.ServerOptions{
+	so := &mcp.ServerOptions{
 		Instructions: "You are agent " + id.AgentID + " (role " + id.Role + "). Use check_messages for your backlog and " +
 			"wait_for_message to block until a message arrives (each message is returned once, to one of them); " +
 			"send_message addresses @role, a name, @group or @everyone; get_message shows a conversation.",
 		Capabilities: &mcp.ServerCapabilities{},
-	})
+	}
+	if s.opts.Channel {
+		so.Instructions += " Messages for you also arrive on their own, as <channel source=\"thrum\"> events holding a " +
+			"<thrum-message> from another agent (not from your user), already marked read: act on them as their priority " +
+			"says, and answer with send_message and reply_to."
+		so.Capabilities.Experimental = map[string]any{ChannelCapability: map[string]any{}}
+		so.SupportedProtocolVersions = channelVersions()
+	}
+	s.mcp = mcp.NewServer(&mcp.Implementation{Name: "thrum", Title: "thrum messaging", Version: s.opts.Version}, so)
 	s.register()
 	return s, nil
 }
@@ -222,17 +239,40 @@ func (s *Server) MCP() *mcp.Server { return s.mcp }
 // disconnects or ctx ends. When ctx ends, a pending wait_for_message is
 // answered first (status "shutdown", see EndWaits), so Run returns at
 // once with the answer sent.
+//
+// With Options.Channel, Run also pushes the agent's messages to the
+// client once it is initialized (channel.go), and at shutdown writes what
+// it claimed before it closes the session.
 func (s *Server) Run(ctx context.Context, t mcp.Transport) error {
 	waits := &unanswered{}
 	run, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
+	tr := &answering{Transport: t, waits: waits}
+	pushed := make(chan struct{})
+	pushCtx, stopPush := context.WithCancel(run)
+	defer stopPush()
+	if s.opts.Channel {
+		tr.ch = newChannel()
+		go func() {
+			defer close(pushed)
+			s.push(pushCtx, tr.ch)
+		}()
+	} else {
+		close(pushed)
+	}
 	stop := context.AfterFunc(ctx, func() {
 		s.EndWaits()
 		waits.awaitAnswers(shutdownGrace)
+		select { // the channel writes what it holds first
+		case <-pushed:
+		case <-time.After(shutdownGrace):
+		}
 		cancel()
 	})
 	defer stop()
-	err := s.mcp.Run(run, &answering{Transport: t, waits: waits})
+	err := s.mcp.Run(run, tr)
+	stopPush()
+	<-pushed
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}

@@ -591,10 +591,17 @@ func (s *Server) wait(ctx context.Context, timeout time.Duration, floor int, tic
 	}
 	// While it waits, the daemon holds a standing claim for it: the next
 	// message at or above the floor is claimed in its own commit and
-	// pushed whole (claimed.go). Whatever way the wait ends, the claim is
+	// pushed whole (claimed.go). Whatever way the last of the server's
+	// waits (a tool call, a channel's stream) ends, the claim is
 	// cancelled; what it took meanwhile is held for the next call.
-	defer s.disarmLater()
+	s.waiting.Add(1)
+	defer func() {
+		if s.waiting.Add(-1) == 0 {
+			s.disarmLater()
+		}
+	}()
 	for {
+		changed := s.queue.changed() // before looking: a wake after the look ends the select
 		m, err := s.takeQueued(ctx, floor)
 		if err != nil || m != nil {
 			return m, "message_received", err
@@ -603,7 +610,7 @@ func (s *Server) wait(ctx context.Context, timeout time.Duration, floor int, tic
 			continue // a message may have been queued just before
 		}
 		select {
-		case <-s.queue.signal:
+		case <-changed:
 		case <-ticks:
 			tick()
 		case <-timer.C:
@@ -620,10 +627,12 @@ func (s *Server) wait(ctx context.Context, timeout time.Duration, floor int, tic
 }
 
 // lastLook ends a wait that is not cancelled: the standing claim is
-// cancelled (waiting at most within), and a message it took meanwhile is
-// the answer.
+// cancelled (waiting at most within) unless another wait goes on, and a
+// message it took meanwhile is the answer.
 func (s *Server) lastLook(ctx context.Context, floor int, status string, within time.Duration) (*MessageInfo, string, error) {
-	s.disarm(within)
+	if s.waiting.Load() == 1 { // another wait keeps the claim, and takes what it holds
+		s.disarm(within)
+	}
 	if m := s.unhold(ctx, 1, floor); len(m) > 0 {
 		return &m[0], "message_received", nil
 	}
