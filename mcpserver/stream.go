@@ -17,12 +17,31 @@ import (
 // agent, whether this stream, a tool call, another server or a hook.
 //
 // Stream returns nil when ctx ends or the server ends its waits
-// (EndWaits, Close), and deliver's error if deliver fails; a message
-// claimed while it was stopping is delivered before it returns, if
-// deliver still works. A message whose deliver failed is read and
-// returned to nobody, like a claim whose reply is lost (DESIGN.md,
-// "Delivery to agents").
+// (EndWaits, Close), and deliver's error if deliver fails; it leaves no
+// standing claim armed. A message claimed while it was stopping is
+// delivered before it returns nil, if deliver still works. A message
+// whose deliver failed is read and returned to nobody, like a claim whose
+// reply is lost (DESIGN.md, "Delivery to agents"); a deliver that wants
+// no more returns an error of its own, which Stream returns.
 func (s *Server) Stream(ctx context.Context, backlog int, deliver func(m *MessageInfo, more int) error) error {
+	err := s.stream(ctx, backlog, deliver)
+	// No standing claim outlives the stream; what it, or a claim on its
+	// way, took as the stream stopped is held.
+	s.disarm(shutdownGrace / 2)
+	if err != nil {
+		return err
+	}
+	for _, m := range s.unhold(context.WithoutCancel(ctx), s.opts.QueueSize, 0) {
+		if err := deliver(&m, 0); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// stream is Stream until it stops: nil when ctx ends or the server ends
+// its waits, deliver's error if deliver fails.
+func (s *Server) stream(ctx context.Context, backlog int, deliver func(m *MessageInfo, more int) error) error {
 	if err := s.streamBacklog(ctx, backlog, deliver); err != nil {
 		return err
 	}
@@ -30,7 +49,7 @@ func (s *Server) Stream(ctx context.Context, backlog int, deliver func(m *Messag
 	for !s.stopped(ctx) {
 		m, status, err := s.wait(ctx, MaxWaitTimeout, 0, nil)
 		if status == "shutdown" || ctx.Err() != nil {
-			break
+			return nil
 		}
 		if err != nil {
 			// The daemon is unreachable for longer than a call waits for
@@ -54,14 +73,6 @@ func (s *Server) Stream(ctx context.Context, backlog int, deliver func(m *Messag
 			if err := deliver(m, 0); err != nil {
 				return err
 			}
-		}
-	}
-	// What the standing claim or a claim on its way took as the stream
-	// stopped is held: deliver it rather than leave it to a later call.
-	s.disarm(shutdownGrace / 2)
-	for _, m := range s.unhold(context.WithoutCancel(ctx), s.opts.QueueSize, 0) {
-		if err := deliver(&m, 0); err != nil {
-			return err
 		}
 	}
 	return nil

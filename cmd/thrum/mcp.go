@@ -24,7 +24,8 @@ type McpCmd struct {
 
 // McpServeCmd runs the MCP server for one agent.
 type McpServeCmd struct {
-	HTTP string `name:"http" placeholder:"ADDR" help:"Serve Streamable HTTP on this loopback address (e.g. 127.0.0.1:8765) instead of stdio."`
+	HTTP    string `name:"http" placeholder:"ADDR" help:"Serve Streamable HTTP on this loopback address (e.g. 127.0.0.1:8765) instead of stdio."`
+	Channel bool   `help:"Be a Claude Code channel: push each message to the session as it arrives (or THRUM_CHANNEL=1). Stdio only."`
 }
 
 func (c *McpServeCmd) Help() string {
@@ -44,43 +45,29 @@ With --http, every request must carry the agent's token (the "token" of
 its identity file in .thrum/identities) as "Authorization: Bearer <token>";
 requests from non-loopback Hosts or foreign Origins are refused.
 
+With --channel, the server is a Claude Code channel: each message for the
+agent is pushed into the session (notifications/claude/channel) as it
+arrives, and the unread ones (up to 50) when the session starts. A pushed
+message is marked read, so no tool returns it again; Claude Code must load
+the server as a channel (claude --dangerously-load-development-channels
+server:thrum), or pushed messages are read but never seen.
+
 Claude Code (.mcp.json or .claude/settings.json):
   {"mcpServers": {"thrum": {"type": "stdio", "command": "thrum", "args": ["mcp", "serve"]}}}
 
 Examples:
   thrum mcp serve
   thrum mcp serve --agent-id alice
+  thrum mcp serve --channel
   thrum mcp serve --http 127.0.0.1:8765`
 }
 
 func (c *McpServeCmd) Run(ctx context.Context, g *Globals) error {
-	l, err := resolveLayout(ctx, g)
+	if c.Channel && c.HTTP != "" {
+		return withCode(exitUsage, "--channel works over stdio only: drop --http")
+	}
+	srv, f, logger, err := agentServer(ctx, g, &mcpserver.Options{Channel: c.Channel})
 	if err != nil {
-		return err
-	}
-	if _, err := health(ctx, l); err != nil {
-		return withCode(exitNoDaemon, "no daemon is running for %s: start it with `thrum daemon start`", l.Root)
-	}
-	sel := identity.Selector{Name: g.AgentID, NameFromEnv: g.AgentID != "" && g.env("THRUM_NAME") == g.AgentID}
-	f, _, err := identity.Resolve(l.IDs, sel)
-	if err != nil {
-		return err
-	}
-	level := slog.LevelWarn
-	if g.Verbose {
-		level = slog.LevelDebug
-	}
-	logger := slog.New(slog.NewTextHandler(g.stderr, &slog.HandlerOptions{Level: level}))
-	dial := func(ctx context.Context, onNote func(string, json.RawMessage)) (*rpc.Client, error) {
-		return rpc.Dial(ctx, l.Socket, &rpc.ClientOptions{Logger: logger, OnNotification: onNote})
-	}
-	srv, err := mcpserver.New(ctx, dial, mcpserver.Identity{AgentID: f.AgentID, Role: f.Role, Module: f.Module, Token: f.Token},
-		&mcpserver.Options{Logger: logger, Version: thrum.Version})
-	if err != nil {
-		var re *rpc.Error
-		if errors.As(err, &re) && (re.Code == rpc.CodeNotFound || re.Code == rpc.CodeUnauthenticated) {
-			return withCode(exitNoIdentity, "%v: run `thrum quickstart --name %s --role %s --module %s`", err, f.AgentID, f.Role, f.Module)
-		}
 		return err
 	}
 	defer srv.Close()
@@ -116,4 +103,41 @@ func (c *McpServeCmd) Run(ctx context.Context, g *Globals) error {
 	case err := <-errc:
 		return err
 	}
+}
+
+// agentServer resolves the agent (--agent-id, THRUM_NAME, or the single
+// identity file) and connects an MCP server acting as it to the daemon,
+// with the logger it logs to (stderr: stdout may be a wire).
+func agentServer(ctx context.Context, g *Globals, opts *mcpserver.Options) (*mcpserver.Server, *identity.File, *slog.Logger, error) {
+	l, err := resolveLayout(ctx, g)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if _, err := health(ctx, l); err != nil {
+		return nil, nil, nil, withCode(exitNoDaemon, "no daemon is running for %s: start it with `thrum daemon start`", l.Root)
+	}
+	sel := identity.Selector{Name: g.AgentID, NameFromEnv: g.AgentID != "" && g.env("THRUM_NAME") == g.AgentID}
+	f, _, err := identity.Resolve(l.IDs, sel)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	level := slog.LevelWarn
+	if g.Verbose {
+		level = slog.LevelDebug
+	}
+	logger := slog.New(slog.NewTextHandler(g.stderr, &slog.HandlerOptions{Level: level}))
+	dial := func(ctx context.Context, onNote func(string, json.RawMessage)) (*rpc.Client, error) {
+		return rpc.Dial(ctx, l.Socket, &rpc.ClientOptions{Logger: logger, OnNotification: onNote})
+	}
+	o := *opts
+	o.Logger, o.Version = logger, thrum.Version
+	srv, err := mcpserver.New(ctx, dial, mcpserver.Identity{AgentID: f.AgentID, Role: f.Role, Module: f.Module, Token: f.Token}, &o)
+	if err != nil {
+		var re *rpc.Error
+		if errors.As(err, &re) && (re.Code == rpc.CodeNotFound || re.Code == rpc.CodeUnauthenticated) {
+			return nil, nil, nil, withCode(exitNoIdentity, "%v: run `thrum quickstart --name %s --role %s --module %s`", err, f.AgentID, f.Role, f.Module)
+		}
+		return nil, nil, nil, err
+	}
+	return srv, f, logger, nil
 }
