@@ -40,6 +40,9 @@ type Globals struct {
 	// roleFlag is whether --role is on the command line, not only in
 	// THRUM_ROLE: group add and remove take only the flag as a member.
 	roleFlag bool
+	// repoFlag is whether --repo is on the command line: a hook without it
+	// works in the directory its host names.
+	repoFlag bool
 	env      func(string) string
 }
 
@@ -63,6 +66,8 @@ type CLI struct {
 	Sync       SyncCmd       `cmd:"" help:"Inspect and trigger git sync."`
 	Mcp        McpCmd        `cmd:"" help:"Run the MCP server for an agent."`
 	Setup      SetupCmd      `cmd:"" help:"Add thrum's MCP server and hooks to an agent host's configuration."`
+	Wait       WaitCmd       `cmd:"" help:"Wait for a message for the agent and print it (--follow: each one as it arrives)."`
+	Hook       HookCmd       `cmd:"" help:"Answer a coding agent host's hook with the agent's unread messages."`
 	Doctor     DoctorCmd     `cmd:"" help:"Check the event log against the projection; rebuild the projection."`
 	Web        WebCmd        `cmd:"" help:"Print a one-time login URL for the web console (--open opens it)."`
 	Version    VersionCmd    `cmd:"" help:"Print thrum's version."`
@@ -92,7 +97,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (code int
 func runEnv(ctx context.Context, args []string, stdout, stderr io.Writer, env func(string) string) (code int) {
 	var cli CLI
 	cli.stdout, cli.stderr, cli.env = stdout, stderr, env
-	cli.roleFlag = hasFlag(args, "--role")
+	cli.roleFlag, cli.repoFlag = hasFlag(args, "--role"), hasFlag(args, "--repo")
 	defer func() {
 		if r := recover(); r != nil {
 			c, ok := r.(kongExit)
@@ -150,6 +155,7 @@ var flagEnv = map[string]string{
 	"module":   "THRUM_MODULE",
 	"agent-id": "THRUM_NAME",
 	"home":     "THRUM_HOME",
+	"channel":  "THRUM_CHANNEL", // mcp serve --channel
 }
 
 // envResolver fills flags from the environment through env, so tests can
