@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -23,13 +24,13 @@ import (
 // worktree and bob alone in a feature worktree — so that a hook run for
 // bob's directory finds bob by his identity file, as a host's hook does.
 type hookRig struct {
-	t          *testing.T
+	t          testing.TB
 	bin        string
 	repo, bobs string
 	main, feat *thrumCLI
 }
 
-func newHookRig(t *testing.T) *hookRig {
+func newHookRig(t testing.TB) *hookRig {
 	t.Helper()
 	h := &hookRig{t: t, bin: thrumtest.Binary(t), repo: thrumtest.GitRepo(t)}
 	h.main = &thrumCLI{t: t, repo: h.repo, bin: h.bin}
@@ -81,7 +82,7 @@ func (h *hookRig) hookReading(env []string, stdin io.Reader, args ...string) hoo
 
 // input is the host's documented hook input for spec, from testdata/hooks,
 // in dir; active fills stop_hook_active (Cursor: loop_count).
-func hookInputFor(t *testing.T, spec hookSpec, dir string, active bool) string {
+func hookInputFor(t testing.TB, spec hookSpec, dir string, active bool) string {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join("testdata", "hooks", spec.host+"-"+spec.event+".json"))
 	if err != nil {
@@ -289,4 +290,46 @@ func TestHookNeverHarmsItsHost(t *testing.T) {
 		harmless(fmt.Sprintf("%s %s without a daemon", s.host, s.event), h.hook([]string{"THRUM_NAME=bob"}, hookInputFor(t, s, h.bobs, false), s.host, s.event))
 	}
 	h.main.ok("", "daemon", "start") // for the cleanup's daemon stop
+}
+
+// BenchmarkHook measures `thrum hook claude user-prompt-submit` as Claude
+// Code runs it, process start to exit, with a daemon (budget: p99 under
+// 50 ms): with one unread message to claim and show, and with none. The
+// message is sent before each run, outside the timing. Read p50-ms and
+// p99-ms.
+//
+//	go test -run '^$' -bench Hook -benchtime 200x ./cmd/thrum/
+func BenchmarkHook(b *testing.B) {
+	h := newHookRig(b)
+	spec := hookEvents[1] // claude user-prompt-submit
+	in := hookInputFor(b, spec, h.bobs, false)
+	for _, pending := range []bool{true, false} {
+		name := "one-message"
+		if !pending {
+			name = "nothing-unread"
+		}
+		b.Run(name, func(b *testing.B) {
+			lat := make([]time.Duration, 0, b.N)
+			for range b.N {
+				b.StopTimer()
+				var id string
+				if pending {
+					id = h.send("--to", "@bob", "ping")
+				}
+				b.StartTimer()
+				r := h.hook(nil, in, spec.host, spec.event)
+				lat = append(lat, r.took)
+				if r.code != 0 || (pending && !strings.Contains(r.stdout, id)) || (!pending && strings.TrimSpace(r.stdout) != "{}") {
+					b.Fatalf("hook: exit %d, stdout %q", r.code, r.stdout)
+				}
+			}
+			b.StopTimer()
+			slices.Sort(lat)
+			pct := func(p float64) float64 {
+				return float64(lat[min(len(lat)-1, int(p*float64(len(lat))))]) / float64(time.Millisecond)
+			}
+			b.ReportMetric(pct(0.50), "p50-ms")
+			b.ReportMetric(pct(0.99), "p99-ms")
+		})
+	}
 }
