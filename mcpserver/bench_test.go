@@ -3,7 +3,6 @@ package mcpserver_test
 import (
 	"context"
 	"os"
-	"slices"
 	"testing"
 	"time"
 
@@ -38,9 +37,10 @@ func BenchmarkSendToWait(b *testing.B) {
 	b.Run("stdio-unix-socket-nosync", func(b *testing.B) { benchSendToWait(b, &thrum.Options{NoSync: true}, true, true) })
 }
 
-// serveStdio runs srv on a pair of OS pipes, as a host runs thrum mcp
-// serve, and connects a go-sdk client to the other ends.
-func serveStdio(b testing.TB, srv *mcpserver.Server, id mcpserver.Identity) *agentClient {
+// stdioPipes returns the two ends of a pair of OS pipes as MCP
+// transports: the server's, as thrum mcp serve reads stdin and writes
+// stdout, and its host's.
+func stdioPipes(b testing.TB) (server, client mcp.Transport) {
 	b.Helper()
 	inR, inW, err := os.Pipe()
 	if err != nil {
@@ -50,9 +50,16 @@ func serveStdio(b testing.TB, srv *mcpserver.Server, id mcpserver.Identity) *age
 	if err != nil {
 		b.Fatal(err)
 	}
-	go srv.Run(context.Background(), mcpserver.NewLineTransport(inR, outW))
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "bench", Version: "1"}, nil).Connect(context.Background(),
-		&mcp.IOTransport{Reader: outR, Writer: inW}, nil)
+	return mcpserver.NewLineTransport(inR, outW), &mcp.IOTransport{Reader: outR, Writer: inW}
+}
+
+// serveStdio runs srv on a pair of OS pipes, as a host runs thrum mcp
+// serve, and connects a go-sdk client to the other ends.
+func serveStdio(b testing.TB, srv *mcpserver.Server, id mcpserver.Identity) *agentClient {
+	b.Helper()
+	st, ct := stdioPipes(b)
+	go srv.Run(context.Background(), st)
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "bench", Version: "1"}, nil).Connect(context.Background(), ct, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -109,13 +116,7 @@ func benchSendToWait(b *testing.B, opts *thrum.Options, socket, stdio bool) {
 		lat = append(lat, r.at.Sub(start))
 	}
 	b.StopTimer()
-	slices.Sort(lat)
-	pct := func(p float64) float64 {
-		return float64(lat[min(len(lat)-1, int(p*float64(len(lat))))]) / float64(time.Millisecond)
-	}
-	b.ReportMetric(pct(0.50), "p50-ms")
-	b.ReportMetric(pct(0.99), "p99-ms")
-	b.ReportMetric(float64(lat[len(lat)-1])/float64(time.Millisecond), "max-ms")
+	thrumtest.ReportLatencies(b, lat)
 }
 
 // BenchmarkSendToChannel measures the channel's budget "send → channel
@@ -145,15 +146,7 @@ func benchSendToChannel(b *testing.B, stdio bool) {
 	if stdio {
 		d := thrumtest.ServeUnix(b, n)
 		srv, err = mcpserver.New(context.Background(), dialer(d), bobID, &mcpserver.Options{Channel: true})
-		inR, inW, perr := os.Pipe()
-		if perr != nil {
-			b.Fatal(perr)
-		}
-		outR, outW, perr := os.Pipe()
-		if perr != nil {
-			b.Fatal(perr)
-		}
-		st, ct = mcpserver.NewLineTransport(inR, outW), &mcp.IOTransport{Reader: outR, Writer: inW}
+		st, ct = stdioPipes(b)
 	} else {
 		srv, err = n.MCPServer(context.Background(), bobID, &mcpserver.Options{Channel: true})
 		st, ct = mcp.NewInMemoryTransports()
@@ -192,11 +185,5 @@ func benchSendToChannel(b *testing.B, stdio bool) {
 		lat = append(lat, time.Since(start))
 	}
 	b.StopTimer()
-	slices.Sort(lat)
-	pct := func(p float64) float64 {
-		return float64(lat[min(len(lat)-1, int(p*float64(len(lat))))]) / float64(time.Millisecond)
-	}
-	b.ReportMetric(pct(0.50), "p50-ms")
-	b.ReportMetric(pct(0.99), "p99-ms")
-	b.ReportMetric(float64(lat[len(lat)-1])/float64(time.Millisecond), "max-ms")
+	thrumtest.ReportLatencies(b, lat)
 }

@@ -25,6 +25,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -394,4 +395,18 @@ func (r *Remote) Clone(name string) string {
 	Git(r.t, r.root, "clone", "-q", r.Path, dir)
 	GitUser(r.t, dir)
 	return dir
+}
+
+// ReportLatencies adds the p50, p99 and maximum of lat, in milliseconds,
+// to the benchmark's line, as p50-ms, p99-ms and max-ms. It sorts lat.
+func ReportLatencies(b *testing.B, lat []time.Duration) {
+	b.Helper()
+	if len(lat) == 0 {
+		return
+	}
+	slices.Sort(lat)
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	b.ReportMetric(ms(lat[min(len(lat)-1, len(lat)/2)]), "p50-ms")
+	b.ReportMetric(ms(lat[min(len(lat)-1, len(lat)*99/100)]), "p99-ms")
+	b.ReportMetric(ms(lat[len(lat)-1]), "max-ms")
 }
