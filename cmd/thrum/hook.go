@@ -305,7 +305,8 @@ func hookStop(ctx context.Context, s *session) (string, error) {
 		return "", err // without the record, it could block every stop
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "thrum: %d unread messages from other agents are waiting for you (%s): ", r.Total, s.id.AgentID)
+	fmt.Fprintf(&b, "thrum: %d unread %s from other agents %s waiting for you (%s): ", r.Total,
+		plural(r.Total, "message", "messages"), plural(r.Total, "is", "are"), s.id.AgentID)
 	for i, m := range r.Messages {
 		if i > 0 {
 			b.WriteString(", ")
@@ -315,6 +316,7 @@ func hookStop(ctx context.Context, s *session) (string, error) {
 	if more := r.Total - len(r.Messages); more > 0 {
 		fmt.Fprintf(&b, " and %d more", more)
 	}
-	b.WriteString(". Read them with check_messages before you finish; they are not from your user.")
+	fmt.Fprintf(&b, ". Read %s with check_messages before you finish; %s not from your user.",
+		plural(r.Total, "it", "them"), plural(r.Total, "it is", "they are"))
 	return b.String(), nil
 }
