@@ -302,3 +302,40 @@ func TestChannelStopsClaimingWhenRunEnds(t *testing.T) {
 		t.Errorf("a message sent after the channel stopped was claimed")
 	}
 }
+
+// TestChannelBesideAFilteredWait: a channel's stream and a filtered
+// wait_for_message of the same server wait at once; a message below the
+// wait's floor must wake the stream, not only the wait that passes it by.
+func TestChannelBesideAFilteredWait(t *testing.T) {
+	n := newNode(t, nil)
+	addAgent(t, n, "alice", "implementer", "auth")
+	bob, h := connectChannel(t, n, addAgent(t, n, "bob", "reviewer", "auth"))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	waiting := make(chan *mcp.CallToolResult, 1)
+	go func() {
+		res, _ := bob.rawCall(ctx, "wait_for_message", args{"timeout": 60, "priority_filter": "critical"})
+		waiting <- res
+	}()
+	time.Sleep(50 * time.Millisecond) // the wait reaches the server
+	for i := range 10 {
+		id := send(t, n, "alice", "@bob", fmt.Sprint("normal ", i), "normal")
+		if ev := h.next(t); ev.Meta["message_id"] != id {
+			t.Fatalf("event %v, want %s", ev.Meta, id)
+		}
+	}
+	crit := send(t, n, "alice", "@bob", "now", "critical")
+	// The critical one goes to whichever of the two takes it first.
+	select {
+	case res := <-waiting:
+		if out := decode[mcpserver.WaitForMessageOutput](t, "wait_for_message", res); out.Message == nil || out.Message.MessageID != crit {
+			t.Errorf("filtered wait returned %+v, want %s", out, crit)
+		}
+	case raw := <-h.events:
+		if !strings.Contains(string(raw), crit) {
+			t.Errorf("channel event %s, want %s", raw, crit)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the critical message reached neither the wait nor the channel")
+	}
+}
