@@ -110,14 +110,15 @@ var setupHosts = map[string]setupHost{
 }
 
 // hostHookEvents are the events setup hooks, for each host, in the host's
-// own spelling; thrum hook takes them in kebab case, and its help lists
-// the pairs it answers (a test holds the two together).
-var hostHookEvents = map[string][]string{
-	"claude": {"SessionStart", "UserPromptSubmit", "PostToolUse", "Stop"},
-	"codex":  {"SessionStart", "UserPromptSubmit", "Stop"},
-	"cursor": {"sessionStart", "stop"},
-	"gemini": {"SessionStart", "BeforeAgent", "AfterAgent"},
-}
+// own spelling: every pair thrum hook answers (hookEvents), whose help
+// lists them.
+var hostHookEvents = func() map[string][]string {
+	m := map[string][]string{}
+	for _, h := range hookEvents {
+		m[h.host] = append(m[h.host], h.name)
+	}
+	return m
+}()
 
 // kebab spells a host's event name as thrum hook takes it:
 // UserPromptSubmit is user-prompt-submit.
