@@ -22,6 +22,11 @@
 // written) is gone with it: such a message is read but was returned to
 // nobody (DESIGN.md, "Delivery to agents").
 //
+// The same consumer runs without a tool call too: Stream hands each
+// message, claimed, to a function of the caller's (one that prints a line
+// per message, say), and with Options.Channel, Run pushes each to a Claude
+// Code session as a channel event (channel.go).
+//
 // Serve it over stdio with ServeStdio(ctx, os.Stdin, os.Stdout), which
 // survives malformed lines, on any go-sdk transport with Run, or over
 // Streamable HTTP with HTTPHandler. The package logs only through the given
