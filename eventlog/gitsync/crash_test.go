@@ -313,11 +313,11 @@ func checkNode(t *testing.T, c *clone, what string, acked map[string]bool) {
 }
 
 // TestStaleGitLocks leaves the lock files that git commands killed in the
-// middle of a round leave behind (git add: the worktree's index.lock;
-// update-ref: the branch's and HEAD's; fetch: the remote-tracking ref's),
-// as TestCrashDuringSync meets them only when a kill lands inside one of
-// those commands. A new Syncer must sync anyway: git refuses to run while
-// they exist, and nothing else would ever remove them.
+// middle of a round leave behind (fast-import: the branch's and HEAD's;
+// fetch and push: the remote-tracking ref's), as TestCrashDuringSync meets
+// them only when a kill lands inside one of those commands. A new Syncer
+// must sync anyway: git refuses to run while they exist, and nothing else
+// would ever remove them.
 func TestStaleGitLocks(t *testing.T) {
 	t.Parallel()
 	_, a, b := pair(t, nil)
@@ -328,8 +328,8 @@ func TestStaleGitLocks(t *testing.T) {
 		}
 	}
 	a.open()
-	if got := a.logs.count("gitsync: removed a stale git lock left by a crash"); got != 4 {
-		t.Errorf("New logged the removal of %d stale locks, want 4", got)
+	if got := a.logs.count("gitsync: removed a stale git lock left by a crash"); got != 3 {
+		t.Errorf("New logged the removal of %d stale locks, want 3", got)
 	}
 	id := a.send("alice", "bob", "after the crash")
 	b.send("bob", "alice", "while a was down")
@@ -375,13 +375,11 @@ func groupAlive(pgid int) bool {
 }
 
 // staleLockPaths lists the lock files a round's git commands hold for a
-// moment: the worktree's index and HEAD, the sync branch, its
-// remote-tracking ref.
+// moment: the worktree's HEAD, the sync branch, its remote-tracking ref.
 func staleLockPaths(t *testing.T, c *clone) []string {
 	t.Helper()
 	gitDir := gitT(t, c.wt, "rev-parse", "--absolute-git-dir")
 	return []string{
-		filepath.Join(gitDir, "index.lock"),
 		filepath.Join(gitDir, "HEAD.lock"),
 		filepath.Join(c.gitDir, "refs", "heads", "a-sync.lock"),
 		filepath.Join(c.gitDir, "refs", "remotes", "origin", "a-sync.lock"),

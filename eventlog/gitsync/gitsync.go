@@ -11,13 +11,18 @@
 // valid. The merged tree is committed with both heads as parents, which
 // makes the push a fast-forward for the remote.
 //
+// Every step is one of git's own commands: git fast-import writes a
+// round's blobs, trees and commit as one pack and moves the branch, git
+// push and git fetch move them, git ls-remote asks whether the remote
+// moved, git diff-tree and git cat-file --batch read what it holds.
+//
 // A round's cost follows what is new: it writes a blob only for the
-// segment files that grew (only a shard's last segment ever does) and
-// the trees over them, pushes without fetching when the push is a
-// fast-forward, reads no remote file equal to HEAD's, and checks a remote
-// file that grew since the last merge only past the offset merged then
-// (its old bytes proven unchanged by a hash). The Syncer repacks its
-// repository every Options.PackEvery rounds.
+// segment files that grew (only a shard's last segment ever does), pushes
+// without fetching when the push is a fast-forward, fetches only when the
+// remote's branch moved since it last looked, reads no remote file equal
+// to HEAD's, and checks a remote file that grew since the last merge only
+// past the offset merged then (its old bytes proven unchanged by a hash).
+// The Syncer repacks its repository every Options.PackEvery rounds.
 //
 // The Syncer runs git with explicit arguments in the worktree only: the
 // user's working tree, index and current branch are never touched.
@@ -26,7 +31,6 @@ package gitsync
 import (
 	"bufio"
 	"bytes"
-	"compress/zlib"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -38,6 +42,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -71,9 +76,9 @@ type Options struct {
 	Logger *slog.Logger
 	// PackEvery is how many rounds that committed local events or imported
 	// the remote's pass between repacks of the sync repository (git repack
-	// -d --geometric=2), which turn each round's loose objects — a new
-	// blob of every changed segment file — into deltas in a pack. Default
-	// DefaultPackEvery; negative never packs.
+	// -d --geometric=2), which merge the small pack each commit is
+	// written as, storing each file's versions as deltas of each other.
+	// Default DefaultPackEvery; negative never packs.
 	PackEvery int
 }
 
@@ -102,9 +107,10 @@ type Status struct {
 // Syncer syncs one log worktree with a remote. Notify, Force and Status
 // may be called concurrently with Run.
 type Syncer struct {
-	dir  string // the worktree (the log's directory)
-	log  *eventlog.Log
-	opts Options
+	dir    string // the worktree (the log's directory)
+	log    *eventlog.Log
+	opts   Options
+	branch string // the ref HEAD names: what the Syncer commits to
 
 	trigger chan struct{} // a sync is wanted (debounced)
 	force   chan struct{} // a sync is wanted now
@@ -120,43 +126,29 @@ type Syncer struct {
 	lastErr           error
 	roundDone         chan struct{}
 
-	roundMu  sync.Mutex                     // one round at a time
-	have     map[string]map[string]struct{} // shard name → event IDs in the local segments
-	scanned  map[string]int64               // local segment path → its bytes read into have
-	merged   map[string]mergedBlob          // remote segment path → the remote blob last merged
-	head     string                         // HEAD as the Syncer last committed or read it ("" = unknown)
-	headTree string
+	roundMu sync.Mutex                     // one round at a time
+	have    map[string]map[string]struct{} // shard name → event IDs in the local segments
+	scanned map[string]int64               // local segment path → its bytes read into have
+	merged  map[string]mergedBlob          // remote segment path → the remote blob last merged
 
-	// Staging (see stage): the object directory (when the repository
-	// uses SHA-1 objects, which the Syncer then writes itself), the
-	// durable length of each segment file as last staged (nil until the
-	// first round) and the tree of the index then.
-	objects string
-	staged  map[string]int64
-	tree    string
-	dirs    map[string]*treeDir // that tree by directory, once the Syncer writes trees itself (see objects.go)
-	zw      *zlib.Writer        // the compressor of those objects, reused
-	fresh   []packObject        // objects written since the last pack
-	headRef *headRef            // HEAD's branch as files, which the Syncer moves itself (nil: update-ref)
+	// HEAD as the Syncer last committed or read it ("" = unknown), and
+	// the length of each segment file in its tree (nil = unknown).
+	head   string
+	staged map[string]int64
+	// What the Syncer knows of the remote's branch: the commit it last
+	// pushed there or fetched and merged from there, and a HEAD it had
+	// then that the remote's branch contains ("" = unknown).
+	remoteSeen, remoteHas string
 
 	// Packing (see maybePack): rounds that committed or imported since the
 	// last repack.
 	sincePack int
-
-	// Direct pushes (see sendpack.go): the commit the remote's branch was
-	// left at by the last push ("" = not known), the objects written
-	// since, and the remote on disk (nil if it is not one).
-	pushBase      string
-	unpushed      []rawObject
-	unpushedBytes int
-	targetKnown   bool
-	direct        *pushTarget
-	directPushes  int // for tests
 }
 
 // mergedBlob is what a round remembers of the remote version of a shard
-// it merged: the blob, the length of its whole lines and their SHA-256. A later version of the file that starts with the
-// same bytes (checked by the hash) is read only from that offset on.
+// it merged: the blob, the length of its whole lines and their SHA-256.
+// A later version of the file that starts with the same bytes (checked
+// by the hash) is read only from that offset on.
 type mergedBlob struct {
 	blob string
 	size int64
@@ -164,9 +156,10 @@ type mergedBlob struct {
 }
 
 // New returns a Syncer for the log whose directory is a worktree of the
-// sync branch. A worktree has one Syncer at a time (a thrum node holds
-// its directory's lock): New removes the git lock files that a Syncer's
-// git commands leave behind when they die with it (see removeStaleLocks).
+// sync branch, with that branch checked out. A worktree has one Syncer at
+// a time (a thrum node holds its directory's lock): New removes the git
+// lock files that a Syncer's git commands leave behind when they die with
+// it (see removeStaleLocks).
 func New(log *eventlog.Log, opts *Options) (*Syncer, error) {
 	s := &Syncer{dir: log.Dir(), log: log, trigger: make(chan struct{}, 1), force: make(chan struct{}, 1), roundDone: make(chan struct{}),
 		have: map[string]map[string]struct{}{}, scanned: map[string]int64{}, merged: map[string]mergedBlob{}}
@@ -188,62 +181,44 @@ func New(log *eventlog.Log, opts *Options) (*Syncer, error) {
 	if s.opts.PackEvery == 0 {
 		s.opts.PackEvery = DefaultPackEvery
 	}
-	if _, err := s.git(context.Background(), "rev-parse", "--is-inside-work-tree"); err != nil {
+	ctx := context.Background()
+	out, err := s.git(ctx, "rev-parse", "--is-inside-work-tree", "--git-dir", "--git-common-dir", "--symbolic-full-name", "HEAD")
+	if err != nil {
 		return nil, fmt.Errorf("gitsync: %s is not a git worktree: %w", s.dir, err)
 	}
-	if err := s.removeStaleLocks(context.Background()); err != nil {
-		return nil, fmt.Errorf("gitsync: %w", err)
+	lines := strings.Split(out, "\n") // paths may hold spaces
+	if len(lines) != 4 || lines[0] != "true" {
+		return nil, fmt.Errorf("gitsync: %s is not a git worktree (git rev-parse: %q)", s.dir, out)
 	}
-	if format, err := s.git(context.Background(), "rev-parse", "--show-object-format"); err == nil && format == "sha1" {
-		out, err := s.git(context.Background(), "rev-parse", "--git-common-dir", "--git-dir")
-		if err != nil {
-			return nil, fmt.Errorf("gitsync: %w", err)
-		}
-		dirs := strings.Split(out, "\n") // paths may hold spaces
-		if len(dirs) != 2 {
-			return nil, fmt.Errorf("gitsync: rev-parse --git-common-dir --git-dir: %q", out)
-		}
-		for i, d := range dirs {
-			if !filepath.IsAbs(d) {
-				dirs[i] = filepath.Join(s.dir, d)
-			}
-		}
-		s.objects = filepath.Join(dirs[0], "objects")
-		s.headRef = findHeadRef(dirs[1], dirs[0])
+	if s.branch = lines[3]; !strings.HasPrefix(s.branch, "refs/heads/") {
+		return nil, fmt.Errorf("gitsync: the worktree %s has no branch checked out (HEAD is detached): check out the sync branch %s there", s.dir, s.opts.Branch)
+	}
+	if err := s.removeStaleLocks(lines[1], lines[2]); err != nil {
+		return nil, fmt.Errorf("gitsync: %w", err)
 	}
 	s.status.State = StateStopped
 	return s, nil
 }
 
-// removeStaleLocks deletes the lock files of the worktree's index and
-// HEAD, of the sync branch and of its remote-tracking ref. A git command
+// removeStaleLocks deletes the lock files of the worktree's HEAD, of its
+// branch and of the sync branch's remote-tracking ref. A git command
 // killed with its Syncer (a crash, SIGKILL, the OOM killer) leaves them
-// behind, and git then refuses every later add, commit or fetch ("Unable
-// to create '….lock': File exists"), so sync would stop for good. They
-// belong to the Syncer: the index and HEAD are the worktree's own, the
-// branch is checked out here (so no other worktree updates it), and the
-// remote-tracking ref is written by a fetch for a moment at most.
-func (s *Syncer) removeStaleLocks(ctx context.Context) error {
+// behind, and git then refuses every later commit or fetch ("Unable to
+// create '….lock': File exists"), so sync would stop for good. They
+// belong to the Syncer: HEAD is the worktree's own, the branch is checked
+// out here (so no other worktree updates it), and the remote-tracking ref
+// is written by a fetch or push for a moment at most.
+func (s *Syncer) removeStaleLocks(gitDir, common string) error {
 	abs := func(p string) string {
 		if !filepath.IsAbs(p) {
 			p = filepath.Join(s.dir, p)
 		}
 		return filepath.Clean(p)
 	}
-	gitDir, err := s.git(ctx, "rev-parse", "--git-dir")
-	if err != nil {
-		return err
-	}
-	common, err := s.git(ctx, "rev-parse", "--git-common-dir")
-	if err != nil {
-		return err
-	}
-	branch := filepath.FromSlash(s.opts.Branch)
 	for _, p := range []string{
-		filepath.Join(abs(gitDir), "index.lock"),
 		filepath.Join(abs(gitDir), "HEAD.lock"),
-		filepath.Join(abs(common), "refs", "heads", branch+".lock"),
-		filepath.Join(abs(common), "refs", "remotes", s.opts.Remote, branch+".lock"),
+		filepath.Join(abs(common), filepath.FromSlash(s.branch)+".lock"),
+		filepath.Join(abs(common), "refs", "remotes", s.opts.Remote, filepath.FromSlash(s.opts.Branch)+".lock"),
 	} {
 		err := os.Remove(p)
 		if err == nil && s.opts.Logger != nil {
@@ -387,8 +362,6 @@ func (s *Syncer) SyncOnce(ctx context.Context) (err error) {
 	s.mu.Lock()
 	s.status.Pending = false
 	s.started++
-	s.mu.Unlock()
-	s.mu.Lock()
 	before := s.status.Commits + s.status.Imported
 	s.mu.Unlock()
 	// Deferred in this order so that the round is recorded (which ends a
@@ -435,12 +408,12 @@ func (s *Syncer) record(ctx context.Context, err error) {
 
 // maybePack repacks the sync repository every PackEvery rounds that
 // wrote objects. Each commit stores every changed segment file as a new
-// loose blob (git has no append); packing stores the versions of a file
-// as deltas of each other, so the repository grows by about the new
-// lines per round. --geometric=2 packs the loose objects and merges
-// existing packs only as they double, so a repack costs what is new, not
-// a copy of the history. It runs in the Syncer's round, never on the
-// send path; a failure is logged, not a failed round.
+// blob, in a pack of its own (git has no append); packing stores the
+// versions of a file as deltas of each other, so the repository grows by
+// about the new lines per round. --geometric=2 merges packs only as they
+// double, so a repack costs what is new, not a copy of the history. It
+// runs in the Syncer's round, never on the send path; a failure is
+// logged, not a failed round.
 func (s *Syncer) maybePack(ctx context.Context) {
 	if s.opts.PackEvery < 0 || s.sincePack < s.opts.PackEvery || ctx.Err() != nil {
 		return
@@ -462,67 +435,264 @@ var errPushRejected = errors.New("push rejected")
 // attempt is one fetch-merge-commit-push. pushed is false when the push
 // lost a race (rejected says how) and the round should be tried again.
 //
-// With pushFirst, local events are first committed on HEAD alone and
-// pushed without a fetch: a push that the remote takes as a fast-forward
-// proves that HEAD already has every commit of the remote, so there is
-// nothing to merge, and the round costs no fetch. Only a push that fails
-// (the remote moved on, or cannot be reached), or a round with nothing
-// local to push, fetches and merges.
-func (s *Syncer) attempt(ctx context.Context, pushFirst bool) (pushed bool, rejected, err error) {
-	var tree string // the files' tree, if staged and still current
-	if pushFirst {
-		var changed bool
-		changed, tree, err = s.commitLocal(ctx)
+// With first (a round's first attempt), local events are first committed
+// on HEAD alone and pushed without a fetch: a push that the remote takes
+// as a fast-forward proves that HEAD already has every commit of the
+// remote, so there is nothing to merge, and the round costs no fetch. A
+// first attempt with nothing local to commit asks the remote where its
+// branch is (git ls-remote): if that is where the Syncer last left it or
+// found it, with HEAD pushed, there is nothing to do. Everything else, a
+// failed push included (the remote moved on, or cannot be reached),
+// fetches and merges.
+func (s *Syncer) attempt(ctx context.Context, first bool) (pushed bool, rejected, err error) {
+	if first {
+		committed, err := s.commitLocal(ctx)
 		if err != nil {
 			return false, nil, err
 		}
-		if changed {
+		if committed {
 			// Any failure (a refusal, an unreachable remote) takes the
 			// way below, which reports it if it lasts.
 			if ok, _, _ := s.push(ctx); ok {
 				return true, nil, nil
 			}
+		} else if s.remoteSeen != "" && s.remoteHas == s.head {
+			if tip, err := s.lsRemote(ctx); err == nil && tip == s.remoteSeen {
+				return true, nil, nil // nothing new on either side
+			}
 		}
 	}
 	remoteRef := "refs/remotes/" + s.opts.Remote + "/" + s.opts.Branch
-	hasRemote := true
-	if _, err := s.git(ctx, "fetch", "--quiet", "--no-auto-maintenance", "--no-write-fetch-head", s.opts.Remote, "+refs/heads/"+s.opts.Branch+":"+remoteRef); err != nil {
-		if !strings.Contains(err.Error(), "couldn't find remote ref") {
-			return false, nil, fmt.Errorf("fetch: %w", err)
+	remote := "" // the remote's head; "" while it has no sync branch (the push creates it)
+	_, err = s.git(ctx, "fetch", "--quiet", "--no-tags", "--no-auto-maintenance", "--no-write-fetch-head",
+		"--negotiation-tip="+s.branch, s.opts.Remote, "+refs/heads/"+s.opts.Branch+":"+remoteRef)
+	switch {
+	case err == nil:
+		if remote, err = s.git(ctx, "rev-parse", "--verify", remoteRef+"^{commit}"); err != nil {
+			return false, nil, fmt.Errorf("rev-parse: %w", err)
 		}
-		hasRemote = false // the remote has no sync branch yet: our push creates it
-	}
-	if hasRemote {
-		imported, err := s.merge(ctx, remoteRef)
-		if err != nil {
+		if _, err := s.merge(ctx, remote); err != nil {
 			return false, nil, err
 		}
-		if imported > 0 {
-			tree = "" // the files changed: stage them again
-		}
+		s.remoteSeen = remote
+	case !strings.Contains(err.Error(), "couldn't find remote ref"):
+		return false, nil, fmt.Errorf("fetch: %w", err)
 	}
-	needPush, err := s.commit(ctx, tree, remoteRef, hasRemote)
-	if err != nil || !needPush {
-		return err == nil, nil, err
+	needPush, err := s.commit(ctx, remote)
+	if err != nil {
+		return false, nil, err
+	}
+	if !needPush {
+		s.remoteHas = s.head
+		return true, nil, nil
 	}
 	return s.push(ctx)
 }
 
 // push pushes HEAD to the remote's sync branch. pushed is false when the
-// remote refused it as not a fast-forward (rejected says how).
+// remote refused it as not a fast-forward (rejected says how). Hooks of
+// the user's repository (pre-push) are not run for the sync branch.
 func (s *Syncer) push(ctx context.Context) (pushed bool, rejected, err error) {
-	if ok, _ := s.pushDirect(ctx); ok {
-		return true, nil, nil
-	}
-	s.forgetUnpushed() // whatever failed, git push knows better
-	if _, err := s.git(ctx, "push", "--quiet", s.opts.Remote, "HEAD:refs/heads/"+s.opts.Branch); err != nil {
+	if _, err := s.git(ctx, "push", "--quiet", "--no-verify", s.opts.Remote, s.head+":refs/heads/"+s.opts.Branch); err != nil {
 		if strings.Contains(err.Error(), "rejected") || strings.Contains(err.Error(), "fetch first") || strings.Contains(err.Error(), "non-fast-forward") {
 			return false, err, nil
 		}
 		return false, nil, fmt.Errorf("push: %w", err)
 	}
-	s.pushed()
+	s.remoteSeen, s.remoteHas = s.head, s.head
 	return true, nil, nil
+}
+
+// lsRemote returns the commit of the remote's sync branch ("" if it has
+// none).
+func (s *Syncer) lsRemote(ctx context.Context) (string, error) {
+	ref := "refs/heads/" + s.opts.Branch
+	out, err := s.git(ctx, "ls-remote", s.opts.Remote, ref)
+	if err != nil {
+		return "", fmt.Errorf("ls-remote: %w", err)
+	}
+	for _, row := range strings.Split(out, "\n") {
+		if id, name, ok := strings.Cut(row, "\t"); ok && name == ref {
+			return id, nil
+		}
+	}
+	return "", nil
+}
+
+// commitLocal commits the segment files that changed since HEAD on
+// HEAD alone, and reports whether there were any.
+func (s *Syncer) commitLocal(ctx context.Context) (bool, error) {
+	paths, files, err := s.changed(ctx)
+	if err != nil || len(paths) == 0 {
+		return false, err
+	}
+	return true, s.fastImport(ctx, paths, files, []string{s.head})
+}
+
+// commit records the segment files in a commit and reports whether there
+// is something to push. A commit is made when the files changed, or when
+// HEAD must be pushed but the remote (its head; "" if it has no sync
+// branch) moved on; its parents are HEAD and, when the remote has commits
+// HEAD lacks, the remote head too, so that the push is a fast-forward.
+// With nothing new on either side it makes no commit: two clones never
+// trade empty merges.
+func (s *Syncer) commit(ctx context.Context, remote string) (needPush bool, err error) {
+	paths, files, err := s.changed(ctx)
+	if err != nil {
+		return false, err
+	}
+	changed := len(paths) > 0
+	parents := []string{s.head}
+	if remote == "" {
+		needPush = true // create the remote branch
+	} else {
+		base, err := s.mergeBase(ctx, s.head, remote)
+		if err != nil {
+			return false, err
+		}
+		remoteHasHead, headHasRemote := base == s.head, base == remote
+		needPush = changed || !remoteHasHead
+		if needPush && !headHasRemote {
+			parents = append(parents, remote)
+		}
+	}
+	if !changed && len(parents) == 1 {
+		return needPush, nil // HEAD as it is is what to push (or nothing)
+	}
+	return true, s.fastImport(ctx, paths, files, parents)
+}
+
+// mergeBase returns the best common ancestor of commits a and b ("" if
+// they have none: two clones that each started the branch).
+func (s *Syncer) mergeBase(ctx context.Context, a, b string) (string, error) {
+	if a == b {
+		return a, nil
+	}
+	cmd := s.command(ctx, nil, "merge-base", a, b)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	var exit *exec.ExitError
+	if errors.As(err, &exit) && exit.ExitCode() == 1 && out.Len() == 0 && errb.Len() == 0 {
+		return "", nil // unrelated histories
+	}
+	if err != nil {
+		return "", fmt.Errorf("git merge-base: %v: %s", err, strings.TrimSpace(errb.String()))
+	}
+	return strings.TrimSpace(out.String()), nil
+}
+
+// changed returns the segment files whose durable length differs from
+// their blob's in HEAD, sorted, and the durable length of every segment
+// file.
+func (s *Syncer) changed(ctx context.Context) ([]string, map[string]int64, error) {
+	if err := s.readHead(ctx); err != nil {
+		return nil, nil, err
+	}
+	files := s.log.Files()
+	var paths []string
+	for rel, n := range files {
+		if s.staged[rel] != n {
+			paths = append(paths, rel)
+		}
+	}
+	sort.Strings(paths)
+	return paths, files, nil
+}
+
+// readHead reads HEAD and the length of each file in its tree, unless
+// known. A segment file is only ever appended to and HEAD's blobs are
+// written from the files' durable bytes, so a file whose length is its
+// blob's is the blob.
+func (s *Syncer) readHead(ctx context.Context) error {
+	if s.head != "" {
+		return nil
+	}
+	head, err := s.git(ctx, "rev-parse", "--verify", s.branch+"^{commit}")
+	if err != nil {
+		return fmt.Errorf("rev-parse: %w", err)
+	}
+	out, err := s.gitIO(ctx, nil, "ls-tree", "-r", "-l", "-z", "--full-tree", head)
+	if err != nil {
+		return fmt.Errorf("ls-tree: %w", err)
+	}
+	staged := map[string]int64{}
+	for _, rec := range bytes.Split(out, []byte{0}) {
+		meta, path, ok := strings.Cut(string(rec), "\t")
+		f := strings.Fields(meta) // mode, type, object, size
+		if !ok || len(f) != 4 || f[1] != "blob" {
+			continue
+		}
+		if n, err := strconv.ParseInt(f[3], 10, 64); err == nil {
+			staged[path] = n
+		}
+	}
+	s.head, s.staged = head, staged
+	return nil
+}
+
+// fastImport commits the first files[p] bytes of each of paths (on top of
+// the tree of parents[0]) with the given parents, through one git
+// fast-import: the blobs, trees and commit become one pack, and the branch
+// moves to the commit only if it still is at parents[0] or behind it
+// (never backwards: fast-import refuses a branch that moved elsewhere). A
+// batch still being written, which may yet be undone, is never committed:
+// only the durable bytes.
+func (s *Syncer) fastImport(ctx context.Context, paths []string, files map[string]int64, parents []string) error {
+	var in bytes.Buffer
+	msg := s.message(parents)
+	fmt.Fprintf(&in, "commit %s\nmark :1\ncommitter thrum <thrum@localhost> %d +0000\ndata %d\n%s\nfrom %s\n",
+		s.branch, time.Now().Unix(), len(msg), msg, parents[0])
+	for _, p := range parents[1:] {
+		fmt.Fprintf(&in, "merge %s\n", p)
+	}
+	for _, rel := range paths {
+		n := files[rel]
+		fmt.Fprintf(&in, "M 100644 inline %s\ndata %d\n", rel, n)
+		if err := readPrefix(&in, filepath.Join(s.dir, filepath.FromSlash(rel)), n); err != nil {
+			return fmt.Errorf("commit %s: %w", rel, err)
+		}
+		in.WriteByte('\n')
+	}
+	in.WriteString("\nget-mark :1\ndone\n")
+	// The commit stays a pack, however small: exploding it into loose
+	// objects (fast-import's default under 100 objects) costs another
+	// process and a file per object.
+	out, err := s.gitIO(ctx, &in, "-c", "fastimport.unpackLimit=0", "fast-import", "--quiet", "--done", "--date-format=raw")
+	if err != nil {
+		s.head, s.staged = "", nil // read them again next time
+		return fmt.Errorf("fast-import: %w", err)
+	}
+	s.head = strings.TrimSpace(string(out))
+	for _, rel := range paths {
+		s.staged[rel] = files[rel]
+	}
+	s.mu.Lock()
+	s.status.Commits++
+	s.mu.Unlock()
+	return nil
+}
+
+// readPrefix appends the first n bytes of the file at path to b.
+func readPrefix(b *bytes.Buffer, path string, n int64) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	got, err := b.ReadFrom(io.LimitReader(f, n))
+	if err == nil && got != n {
+		err = fmt.Errorf("%d bytes, want %d", got, n)
+	}
+	return err
+}
+
+func (s *Syncer) message(parents []string) string {
+	host, _ := os.Hostname()
+	if len(parents) > 1 {
+		return "thrum: sync from " + host + " (merge)"
+	}
+	return "thrum: sync from " + host
 }
 
 // refreshHave reads what was appended to a local shard's segments since
@@ -581,6 +751,13 @@ func (s *Syncer) readIDs(rel string, ids map[string]struct{}) error {
 	return nil
 }
 
+// remoteFile is a segment file of the remote's tree that a merge reads.
+type remoteFile struct {
+	path, shard, blob string
+	skip              int64             // bytes known from the last merge: only hashed
+	sum               [sha256.Size]byte // their SHA-256
+}
+
 // merge imports, shard by shard, the remote's events this log lacks.
 //
 // Its cost follows what is new on the remote, not the history: a remote
@@ -590,16 +767,19 @@ func (s *Syncer) readIDs(rel string, ids map[string]struct{}) error {
 // the version last merged is streamed once, its old bytes only hashed
 // (to prove they are unchanged) and only the new lines checked and
 // imported. Anything else (a first sight, a rewritten file) is read and
-// checked in full.
-func (s *Syncer) merge(ctx context.Context, remoteRef string) (int, error) {
+// checked in full. One git cat-file reads every file a round needs.
+func (s *Syncer) merge(ctx context.Context, remote string) (int, error) {
 	// The remote's files that differ from HEAD's: a file whose blob is
 	// the one in HEAD (ours, committed from the local file, so every line
 	// of it is here) is not even listed.
-	out, err := s.git(ctx, "diff-tree", "-r", "--no-renames", "HEAD", remoteRef)
+	if err := s.readHead(ctx); err != nil {
+		return 0, err
+	}
+	out, err := s.git(ctx, "diff-tree", "-r", "--no-renames", s.head, remote)
 	if err != nil {
 		return 0, fmt.Errorf("diff-tree: %w", err)
 	}
-	imported := 0
+	var todo []remoteFile
 	for _, row := range strings.Split(out, "\n") {
 		meta, path, ok := strings.Cut(row, "\t")
 		f := strings.Fields(meta)
@@ -610,74 +790,113 @@ func (s *Syncer) merge(ctx context.Context, remoteRef string) (int, error) {
 		if !isSegment {
 			continue
 		}
-		blob := f[3]
 		prev := s.merged[path]
-		if prev.blob == blob {
+		if prev.blob == f[3] {
 			continue // unchanged since the last merge
 		}
-		n, err := s.mergeBlob(ctx, path, shard, blob, prev)
-		imported += n
-		if err != nil {
-			return imported, err
+		rf := remoteFile{path: path, shard: shard, blob: f[3]}
+		if prev.blob != "" {
+			rf.skip, rf.sum = prev.size, prev.sum // a shorter file fails the prefix check
 		}
+		todo = append(todo, rf)
+	}
+	imported, again, err := s.readRemote(ctx, todo)
+	if err == nil && len(again) > 0 {
+		// Files whose old bytes changed (rewritten): read them in full.
+		for i := range again {
+			again[i].skip = 0
+		}
+		var n int
+		n, _, err = s.readRemote(ctx, again)
+		imported += n
 	}
 	if imported > 0 {
 		s.mu.Lock()
 		s.status.Imported += imported
 		s.mu.Unlock()
 	}
-	return imported, nil
-}
-
-// mergeBlob imports the events of one remote shard file that this log
-// lacks. When prev (the version last merged) is a proven prefix of it,
-// only the bytes after prev are checked; otherwise every line is.
-func (s *Syncer) mergeBlob(ctx context.Context, path, shard, blob string, prev mergedBlob) (int, error) {
-	skip := int64(0)
-	if prev.blob != "" && prev.size > 0 {
-		skip = prev.size // a shorter file fails the prefix check
-	}
-	n, err := s.mergeFrom(ctx, path, shard, blob, skip, prev.sum)
-	if errors.Is(err, errPrefixChanged) {
-		n, err = s.mergeFrom(ctx, path, shard, blob, 0, prev.sum) // the file was rewritten: read it all
-	}
-	return n, err
+	return imported, err
 }
 
 var errPrefixChanged = errors.New("the remote file's old bytes changed")
 
-// mergeFrom streams a remote blob. Its first skip bytes must hash to
-// want (else errPrefixChanged) and are not checked line by line; the
-// lines after them that this log lacks are imported. What is remembered
-// is the blob's whole lines: their length and hash.
-func (s *Syncer) mergeFrom(ctx context.Context, path, shard, blob string, skip int64, want [sha256.Size]byte) (int, error) {
-	cmd := exec.CommandContext(ctx, "git", "cat-file", "blob", blob)
-	cmd.Dir = s.dir
-	cmd.Env = append(os.Environ(), "GIT_TERMINAL_PROMPT=0")
+// readRemote streams the remote files through one git cat-file --batch
+// and imports the lines of each that this log lacks. A file whose first
+// skip bytes do not hash to sum is returned in again, not imported.
+func (s *Syncer) readRemote(ctx context.Context, files []remoteFile) (imported int, again []remoteFile, err error) {
+	if len(files) == 0 {
+		return 0, nil, nil
+	}
+	var ids bytes.Buffer
+	for _, f := range files {
+		ids.WriteString(f.blob + "\n")
+	}
+	cmd := s.command(ctx, nil, "cat-file", "--batch")
+	cmd.Stdin = &ids
 	var errb bytes.Buffer
 	cmd.Stderr = &errb
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	if err := cmd.Start(); err != nil {
-		return 0, fmt.Errorf("read %s: %w", path, err)
+		return 0, nil, fmt.Errorf("cat-file: %w", err)
 	}
+	defer func() {
+		if err != nil {
+			_ = cmd.Process.Kill()
+		}
+		werr := cmd.Wait()
+		if err == nil && werr != nil {
+			err = fmt.Errorf("cat-file: %v: %s", werr, strings.TrimSpace(errb.String()))
+		}
+	}()
+	br := bufio.NewReaderSize(stdout, 256<<10)
+	for _, f := range files {
+		header, err := br.ReadString('\n')
+		if err != nil {
+			return imported, again, fmt.Errorf("read %s: cat-file: %w", f.path, err)
+		}
+		fields := strings.Fields(header) // object, type, size
+		if len(fields) != 3 || fields[0] != f.blob || fields[1] != "blob" {
+			return imported, again, fmt.Errorf("read %s: cat-file answered %q", f.path, strings.TrimSpace(header))
+		}
+		size, err := strconv.ParseInt(fields[2], 10, 64)
+		if err != nil {
+			return imported, again, fmt.Errorf("read %s: cat-file answered %q", f.path, strings.TrimSpace(header))
+		}
+		body := io.LimitReader(br, size)
+		n, err := s.mergeFile(ctx, f, body)
+		if _, cerr := io.Copy(io.Discard, body); err == nil {
+			err = cerr
+		}
+		if _, cerr := br.ReadByte(); err == nil && cerr != nil { // the newline after the content
+			err = cerr
+		}
+		switch {
+		case errors.Is(err, errPrefixChanged):
+			again = append(again, f)
+		case err != nil:
+			return imported, again, err
+		}
+		imported += n
+	}
+	return imported, again, nil
+}
+
+// mergeFile imports the lines of one remote file (read from r) that this
+// log lacks, and remembers the version merged.
+func (s *Syncer) mergeFile(ctx context.Context, f remoteFile, r io.Reader) (int, error) {
 	full := sha256.New()
-	lines, size, checked, err := s.scanBlob(stdout, full, path, shard, skip, want)
+	lines, size, checked, err := s.scanBlob(r, full, f.path, f.shard, f.skip, f.sum)
 	if err != nil {
-		_, _ = io.Copy(io.Discard, stdout)
-		_ = cmd.Wait()
 		return 0, err
 	}
-	if err := cmd.Wait(); err != nil {
-		return 0, fmt.Errorf("read %s: git cat-file: %v: %s", path, err, strings.TrimSpace(errb.String()))
-	}
 	if len(lines) > 0 {
-		if _, err := s.log.Import(ctx, shard, lines); err != nil {
-			return 0, fmt.Errorf("import %s: %w", path, err)
+		if _, err := s.log.Import(ctx, f.shard, lines); err != nil {
+			return 0, fmt.Errorf("import %s: %w", f.path, err)
 		}
-		ids := s.have[shard]
+		ids := s.have[f.shard]
 		for _, l := range lines {
 			ids[eventID(l)] = struct{}{}
 		}
@@ -685,9 +904,9 @@ func (s *Syncer) mergeFrom(ctx context.Context, path, shard, blob string, skip i
 	s.mu.Lock()
 	s.status.Checked += checked
 	s.mu.Unlock()
-	m := mergedBlob{blob: blob, size: size}
+	m := mergedBlob{blob: f.blob, size: size}
 	full.Sum(m.sum[:0])
-	s.merged[path] = m
+	s.merged[f.path] = m
 	return len(lines), nil
 }
 
@@ -743,239 +962,34 @@ func (s *Syncer) scanBlob(r io.Reader, full hash.Hash, path, shard string, skip 
 	return lines, size, checked, nil
 }
 
-// commit records the shard files in a commit and reports whether there
-// is something to push. A commit is made when the files changed, or when
-// HEAD must be pushed but the remote moved on; its parents are HEAD and,
-// when the remote has commits HEAD lacks, the remote head too, so that
-// the push is a fast-forward. With nothing new on either side it makes
-// no commit: two clones never trade empty merges.
-func (s *Syncer) commit(ctx context.Context, tree, remoteRef string, hasRemote bool) (needPush bool, err error) {
-	if tree == "" {
-		if tree, err = s.stage(ctx); err != nil {
-			return false, err
-		}
-	}
-	head, headTree, rh, err := s.heads(ctx, remoteRef, hasRemote)
-	if err != nil {
-		return false, err
-	}
-	changed := tree != headTree
-	parents := []string{head}
-	if !hasRemote {
-		needPush = true // create the remote branch
-	} else {
-		remoteHasHead := s.isAncestor(ctx, head, rh)
-		headHasRemote := s.isAncestor(ctx, rh, head)
-		needPush = changed || !remoteHasHead
-		if needPush && !headHasRemote {
-			parents = append(parents, rh)
-		}
-	}
-	if !changed && len(parents) == 1 {
-		return needPush, nil // HEAD as it is is what to push (or nothing)
-	}
-	return true, s.commitTree(ctx, tree, parents)
-}
-
-// commitLocal commits the shard files on HEAD alone, if they changed,
-// and reports whether it did; tree is the files' tree either way.
-func (s *Syncer) commitLocal(ctx context.Context) (changed bool, tree string, err error) {
-	if tree, err = s.stage(ctx); err != nil {
-		return false, "", err
-	}
-	head, headTree, _, err := s.heads(ctx, "", false)
-	if err != nil || tree == headTree {
-		return false, tree, err
-	}
-	return true, tree, s.commitTree(ctx, tree, []string{head})
-}
-
-// stage records the segment files in a tree and returns it. The first
-// time, git add and write-tree make it from the worktree's index (git
-// hashes what changed since the index was last written). After that, the
-// Syncer writes the objects itself (objects.go): only the segment files
-// whose durable length changed get a blob, of exactly their acknowledged
-// bytes (a batch still being written, which may yet be undone, is never
-// pushed), and only the trees over them are rewritten; with nothing new,
-// staging does nothing.
-func (s *Syncer) stage(ctx context.Context) (string, error) {
-	files := s.log.Files()
-	if s.staged == nil || s.objects == "" {
-		if err := s.addAll(ctx); err != nil {
-			return "", err
-		}
-		tree, err := s.git(ctx, "write-tree")
-		if err != nil {
-			return "", fmt.Errorf("write-tree: %w", err)
-		}
-		s.staged, s.tree, s.dirs = files, tree, nil
-		return tree, nil
-	}
-	paths := make([]string, 0, 4)
-	for rel, n := range files {
-		if s.staged[rel] != n {
-			paths = append(paths, rel)
-		}
-	}
-	if len(paths) == 0 {
-		return s.tree, nil
-	}
-	if s.dirs == nil {
-		if err := s.loadTree(ctx, s.tree); err != nil {
-			return "", err
-		}
-	}
-	sort.Strings(paths)
-	for _, rel := range paths {
-		id, err := s.writeBlob(rel, files[rel])
-		if err != nil {
-			return "", fmt.Errorf("stage %s: %w", rel, err)
-		}
-		s.setBlob(rel, id)
-	}
-	tree, err := s.writeTree("")
-	if err != nil {
-		return "", fmt.Errorf("stage: %w", err)
-	}
-	s.staged, s.tree = files, tree
-	return tree, nil
-}
-
-// addAll stages every segment file with git add.
-func (s *Syncer) addAll(ctx context.Context) error {
-	// git's pathspec "*" matches "/" too; not the .corrupt files beside
-	// the segments.
-	args := []string{"add", "--"}
-	for _, spec := range []struct{ pathspec, glob string }{
-		{eventlog.EventsFile, eventlog.EventsFile},
-		{eventsDir + "/*.jsonl", eventsDir + "/*.jsonl"},
-		{eventlog.MessagesDir + "/*.jsonl", eventlog.MessagesDir + "/*.jsonl"},
-		{eventlog.MessagesDir + "/*.jsonl", eventlog.MessagesDir + "/*/*.jsonl"},
-	} {
-		if matches, _ := filepath.Glob(filepath.Join(s.dir, filepath.FromSlash(spec.glob))); len(matches) > 0 && args[len(args)-1] != spec.pathspec {
-			args = append(args, spec.pathspec) // git fails on a pathspec that matches nothing
-		}
-	}
-	if len(args) > 2 {
-		if _, err := s.git(ctx, args...); err != nil {
-			return fmt.Errorf("add: %w", err)
-		}
-	}
-	return nil
-}
-
-// eventsDir holds the events shard's segments past the first.
-var eventsDir = strings.TrimSuffix(eventlog.EventsFile, ".jsonl")
-
-// heads returns HEAD, its tree and (if hasRemote) the remote head. HEAD
-// and its tree are remembered from the Syncer's last commit (HEAD is the
-// Syncer's: its update-ref names the old value, so a HEAD moved behind
-// its back fails that and is read afresh).
-func (s *Syncer) heads(ctx context.Context, remoteRef string, hasRemote bool) (head, tree, remote string, err error) {
-	var names []string
-	if s.head == "" {
-		names = append(names, "HEAD", "HEAD^{tree}")
-	}
-	if hasRemote {
-		names = append(names, remoteRef)
-	}
-	if len(names) == 0 {
-		return s.head, s.headTree, "", nil
-	}
-	out, err := s.git(ctx, append([]string{"rev-parse"}, names...)...) // one git process for all
-	if err != nil {
-		return "", "", "", fmt.Errorf("rev-parse: %w", err)
-	}
-	ids := strings.Fields(out)
-	if len(ids) != len(names) {
-		return "", "", "", fmt.Errorf("rev-parse: %d IDs for %d names", len(ids), len(names))
-	}
-	if s.head == "" {
-		s.head, s.headTree, ids = ids[0], ids[1], ids[2:]
-	}
-	if hasRemote {
-		remote = ids[0]
-	}
-	return s.head, s.headTree, remote, nil
-}
-
-// commitTree commits tree with the given parents (the first is HEAD) and
-// moves HEAD to it.
-func (s *Syncer) commitTree(ctx context.Context, tree string, parents []string) error {
-	cargs := []string{"commit-tree", tree, "-m", s.message(parents)}
-	for _, p := range parents {
-		cargs = append(cargs, "-p", p)
-	}
-	var c string
-	var err error
-	if s.dirs != nil { // the tree was written here: so is the commit
-		c, err = s.writeCommit(tree, parents, s.message(parents))
-		if err == nil {
-			err = s.writePack()
-		}
-	} else {
-		c, err = s.gitEnv(ctx, identityEnv, cargs...)
-		s.forgetUnpushed() // its objects are git's: the next push is too
-	}
-	if err != nil {
-		return fmt.Errorf("commit-tree: %w", err)
-	}
-	if err := s.setHead(ctx, c, parents[0]); err != nil {
-		s.head, s.headTree = "", "" // read it again next time
-		s.forgetUnpushed()
-		return fmt.Errorf("update-ref: %w", err)
-	}
-	s.head, s.headTree = c, tree
-	s.mu.Lock()
-	s.status.Commits++
-	s.mu.Unlock()
-	return nil
-}
-
-func (s *Syncer) isAncestor(ctx context.Context, a, b string) bool {
-	if a == b {
-		return true
-	}
-	_, err := s.git(ctx, "merge-base", "--is-ancestor", a, b)
-	return err == nil
-}
-
-func (s *Syncer) message(parents []string) string {
-	host, _ := os.Hostname()
-	if len(parents) > 1 {
-		return "thrum: sync from " + host + " (merge)"
-	}
-	return "thrum: sync from " + host
-}
-
-// identityEnv lets commits work where user.name is not configured; a
-// configured identity still wins for the author shown in git log.
-var identityEnv = []string{
-	"GIT_AUTHOR_NAME=thrum", "GIT_AUTHOR_EMAIL=thrum@localhost",
-	"GIT_COMMITTER_NAME=thrum", "GIT_COMMITTER_EMAIL=thrum@localhost",
-}
-
 func (s *Syncer) git(ctx context.Context, args ...string) (string, error) {
-	b, err := s.gitEnvBytes(ctx, nil, args...)
+	b, err := s.gitIO(ctx, nil, args...)
 	return strings.TrimSpace(string(b)), err
 }
 
-func (s *Syncer) gitEnv(ctx context.Context, env []string, args ...string) (string, error) {
-	b, err := s.gitEnvBytes(ctx, env, args...)
-	return strings.TrimSpace(string(b)), err
-}
-
-func (s *Syncer) gitEnvBytes(ctx context.Context, env []string, args ...string) ([]byte, error) {
-	cmd := exec.CommandContext(ctx, "git", args...)
-	cmd.Dir = s.dir
-	cmd.Env = append(os.Environ(), "GIT_TERMINAL_PROMPT=0")
-	cmd.Env = append(cmd.Env, env...)
+// gitIO runs git with args, stdin as its standard input, and returns its
+// standard output; a failure carries git's own words.
+func (s *Syncer) gitIO(ctx context.Context, stdin io.Reader, args ...string) ([]byte, error) {
+	cmd := s.command(ctx, stdin, args...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("git %s: %v: %s", args[0], err, strings.TrimSpace(errb.String()))
+		name := args[0]
+		if name == "-c" && len(args) > 2 {
+			name = args[2]
+		}
+		return nil, fmt.Errorf("git %s: %v: %s", name, err, strings.TrimSpace(errb.String()))
 	}
 	return out.Bytes(), nil
+}
+
+// command is a git command in the worktree that never prompts.
+func (s *Syncer) command(ctx context.Context, stdin io.Reader, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, "git", args...)
+	cmd.Dir = s.dir
+	cmd.Env = append(os.Environ(), "GIT_TERMINAL_PROMPT=0")
+	cmd.Stdin = stdin
+	return cmd
 }
 
 // eventID reads a line's event ID, "" if it is not an event.
