@@ -150,14 +150,24 @@ func (n *Node) RegisterAgent(ctx context.Context, p *rpc.RegisterAgentParams) (*
 	token := identity.NewToken()
 	if err := n.append(ctx, &eventlog.Event{Type: typ, Payload: eventlog.AgentRegister{
 		AgentID: id, Kind: KindAgent, Name: p.Name, Role: p.Role, Module: p.Module,
-		Display: p.Display, RepoID: n.opts.RepoID, TokenHash: identity.HashToken(token), RevokeTokens: revoke,
-	}}); err != nil {
+		Display: p.Display, RepoID: n.opts.RepoID,
+	}}, credential(id, identity.HashToken(token), revoke)); err != nil {
 		return nil, err
 	}
 	return &rpc.RegisterAgentResult{AgentID: id, Status: status, Token: token}, nil
 }
 
-// Authenticate returns the identity a token belongs to.
+// credential is the event that makes a token (by its hash) authenticate
+// as id on this machine (and, with revoke, no earlier token): it goes to
+// the local shard, which never syncs.
+func credential(id, tokenHash string, revoke bool) *eventlog.Event {
+	return &eventlog.Event{Type: eventlog.TypeCredentialAdd, Shard: eventlog.LocalShard, Payload: eventlog.Credential{
+		AgentID: id, TokenHash: tokenHash, RevokeTokens: revoke,
+	}}
+}
+
+// Authenticate returns the identity a token belongs to: one registered
+// on this machine (credentials never sync).
 func (n *Node) Authenticate(ctx context.Context, token string) (string, error) {
 	if token == "" {
 		return "", unauthenticated("token is required")
@@ -337,11 +347,15 @@ func (n *Node) identityDirs(ctx context.Context) ([]string, error) {
 	return dirs, nil
 }
 
-// identityHolders returns the agents that have an identity file in one
-// of dirs: each file's agent_id, and its file name, so that a file that
-// does not parse still protects the agent it is named after.
-func identityHolders(dirs []string) (map[string]bool, error) {
-	held := map[string]bool{}
+// identityFile is an identity file found in an identity directory.
+type identityFile struct {
+	name string         // the agent its file name says
+	file *identity.File // nil when the file does not parse
+}
+
+// readIdentityFiles returns the identity files in dirs.
+func readIdentityFiles(dirs []string) ([]identityFile, error) {
+	var out []identityFile
 	for _, dir := range dirs {
 		entries, err := os.ReadDir(dir)
 		if errors.Is(err, os.ErrNotExist) {
@@ -355,10 +369,29 @@ func identityHolders(dirs []string) (map[string]bool, error) {
 			if e.IsDir() || !strings.HasSuffix(name, ".json") || strings.HasPrefix(name, ".") {
 				continue
 			}
-			held[identity.NormalizeAgentID(strings.TrimSuffix(name, ".json"))] = true
-			if f, err := identity.Load(filepath.Join(dir, name)); err == nil {
-				held[identity.NormalizeAgentID(f.AgentID)] = true
+			f, err := identity.Load(filepath.Join(dir, name))
+			if err != nil {
+				f = nil
 			}
+			out = append(out, identityFile{name: strings.TrimSuffix(name, ".json"), file: f})
+		}
+	}
+	return out, nil
+}
+
+// identityHolders returns the agents that have an identity file in one
+// of dirs: each file's agent_id, and its file name, so that a file that
+// does not parse still protects the agent it is named after.
+func identityHolders(dirs []string) (map[string]bool, error) {
+	files, err := readIdentityFiles(dirs)
+	if err != nil {
+		return nil, err
+	}
+	held := map[string]bool{}
+	for _, f := range files {
+		held[identity.NormalizeAgentID(f.name)] = true
+		if f.file != nil {
+			held[identity.NormalizeAgentID(f.file.AgentID)] = true
 		}
 	}
 	return held, nil
@@ -490,8 +523,8 @@ func (n *Node) RegisterUser(ctx context.Context, p *rpc.RegisterUserParams) (*rp
 	}
 	token := identity.NewToken()
 	if err := n.append(ctx, &eventlog.Event{Type: typ, Payload: eventlog.AgentRegister{
-		AgentID: id, Kind: KindUser, Name: p.Username, Display: display, TokenHash: identity.HashToken(token),
-	}}); err != nil {
+		AgentID: id, Kind: KindUser, Name: p.Username, Display: display,
+	}}, credential(id, identity.HashToken(token), false)); err != nil {
 		return nil, err
 	}
 	return &rpc.RegisterUserResult{UserID: id, Username: p.Username, DisplayName: display, Token: token, Status: status}, nil

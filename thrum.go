@@ -316,6 +316,10 @@ func newNode(ctx context.Context, lg *eventlog.Log, p *Projector, opts *Options,
 		n.Close()
 		return nil, fmt.Errorf("thrum: open: %w", err)
 	}
+	if err := n.adoptIdentityTokens(ctx); err != nil {
+		n.Close()
+		return nil, fmt.Errorf("thrum: open: %w", err)
+	}
 	return n, nil
 }
 
@@ -621,4 +625,4 @@ func (n *Node) now() time.Time { return n.opts.Now() }
 func ts(t time.Time) string { return eventlog.FormatTime(t) }
 
 // shardOf names the log shard of an agent's message events.
-func shardOf(agentID string) string { return strings.ReplaceAll(agentID, ":", "_") }
+func shardOf(agentID string) string { return eventlog.AgentShard(agentID) }

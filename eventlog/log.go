@@ -3,6 +3,7 @@
 //
 //	events.jsonl               agent and session lifecycle, threads, groups
 //	messages/<agent>.jsonl     the message events of one agent
+//	local.jsonl                what stays on this machine (credentials)
 //
 // Each shard is a sequence of segment files (see SegmentPath): the files
 // above, then events/000001.jsonl, messages/<agent>/000001.jsonl, … once
@@ -39,7 +40,14 @@ import (
 const (
 	EventsFile  = "events.jsonl"
 	MessagesDir = "messages"
+	LocalFile   = "local.jsonl"
 )
+
+// LocalShard names the local shard (LocalFile): the events that belong
+// to this machine alone, such as the credentials it issued. Sync never
+// commits it and never imports into it. No agent's shard can have this
+// name.
+const LocalShard = "@local"
 
 // DefaultMaxBatch is the default of Options.MaxBatch.
 const DefaultMaxBatch = 512
@@ -198,10 +206,14 @@ func (l *Log) Dir() string { return l.dir }
 func (l *Log) Repairs() []Repair { return append([]Repair(nil), l.repairs...) }
 
 // ShardPath returns the path of a shard file relative to the log
-// directory: EventsFile for "", else messages/<shard>.jsonl.
+// directory: EventsFile for "", LocalFile for LocalShard, else
+// messages/<shard>.jsonl.
 func ShardPath(shard string) string {
-	if shard == "" {
+	switch shard {
+	case "":
 		return EventsFile
+	case LocalShard:
+		return LocalFile
 	}
 	return MessagesDir + "/" + shard + ".jsonl"
 }
@@ -243,9 +255,13 @@ func (l *Log) Segments(shard string) ([]string, error) {
 // Import appends lines that another log wrote (a peer's events, merged
 // by sync): each is validated, keeps its own ID, time and bytes, and goes
 // through the same durable commit and OnCommit as Append. shard names the
-// shard each line belongs to. The caller makes sure the log does not have
-// these events yet.
+// shard each line belongs to; a line that does not belong there (see
+// CheckShard) fails the whole call, and nothing enters the local shard.
+// The caller makes sure the log does not have these events yet.
 func (l *Log) Import(ctx context.Context, shard string, lines [][]byte) ([]*Event, error) {
+	if shard == LocalShard {
+		return nil, fmt.Errorf("eventlog: import: %w", errLocalShard)
+	}
 	evs := make([]*Event, 0, len(lines))
 	for i, line := range lines {
 		if bytes.IndexByte(line, '\n') >= 0 {
@@ -257,6 +273,9 @@ func (l *Log) Import(ctx context.Context, shard string, lines [][]byte) ([]*Even
 		}
 		if len(line) > MaxLineBytes {
 			return nil, fmt.Errorf("%w: imported line %d", ErrTooLarge, i+1)
+		}
+		if err := CheckShard(shard, e); err != nil {
+			return nil, fmt.Errorf("eventlog: import: line %d: %w", i+1, err)
 		}
 		e.Shard, e.imported = shard, true
 		evs = append(evs, e)
@@ -278,7 +297,7 @@ func (l *Log) Append(ctx context.Context, evs ...*Event) error {
 		if e.Type == "" {
 			return errors.New("eventlog: append: event has no type")
 		}
-		if e.Shard != "" && !validShard(e.Shard) {
+		if e.Shard != "" && e.Shard != LocalShard && !validShard(e.Shard) {
 			return fmt.Errorf("eventlog: append: invalid shard name %q", e.Shard)
 		}
 	}
@@ -1073,8 +1092,11 @@ func readLine(br *bufio.Reader) ([]byte, error) {
 
 // shardName inverts ShardPath.
 func shardName(rel string) string {
-	if rel == EventsFile {
+	switch rel {
+	case EventsFile:
 		return ""
+	case LocalFile:
+		return LocalShard
 	}
 	return strings.TrimSuffix(strings.TrimPrefix(rel, MessagesDir+"/"), ".jsonl")
 }

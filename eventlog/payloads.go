@@ -23,6 +23,7 @@ const (
 	TypeGroupDelete      = "group.delete"            // GroupDelete
 	TypeGroupMemberAdd   = "group.member.add"        // GroupMember
 	TypeGroupMemberDel   = "group.member.remove"     // GroupMember
+	TypeCredentialAdd    = "credential.add"          // Credential (the local shard only)
 )
 
 // Pair is a {type, value} scope or ref.
@@ -32,17 +33,26 @@ type Pair struct {
 }
 
 // AgentRegister records an agent (or user) and its current role, module
-// and display name. TokenHash, when set, adds a token that authenticates
-// as this identity (tokens are never stored, only their hashes).
+// and display name. It carries no credential: a log written before
+// credentials were local has token_hash and revoke_tokens fields here,
+// which are ignored (see Credential).
 type AgentRegister struct {
+	AgentID string `json:"agent_id"`
+	Kind    string `json:"kind"` // "agent" or "user"
+	Name    string `json:"name,omitempty"`
+	Role    string `json:"role,omitempty"`
+	Module  string `json:"module,omitempty"`
+	Display string `json:"display,omitempty"`
+	RepoID  string `json:"repo_id,omitempty"`
+}
+
+// Credential adds a token that authenticates as an identity on this
+// machine (tokens are never stored, only their hashes). It lives in the
+// local shard, which never syncs: a credential works only where it was
+// issued.
+type Credential struct {
 	AgentID   string `json:"agent_id"`
-	Kind      string `json:"kind"` // "agent" or "user"
-	Name      string `json:"name,omitempty"`
-	Role      string `json:"role,omitempty"`
-	Module    string `json:"module,omitempty"`
-	Display   string `json:"display,omitempty"`
-	RepoID    string `json:"repo_id,omitempty"`
-	TokenHash string `json:"token_hash,omitempty"`
+	TokenHash string `json:"token_hash"`
 	// RevokeTokens drops every earlier token of the identity first: a
 	// forced takeover must lock the previous holder out.
 	RevokeTokens bool `json:"revoke_tokens,omitempty"`
@@ -215,4 +225,5 @@ var decoders = map[string]func([]byte) (any, error){
 	TypeGroupDelete:      decodeAs[GroupDelete],
 	TypeGroupMemberAdd:   decodeAs[GroupMember],
 	TypeGroupMemberDel:   decodeAs[GroupMember],
+	TypeCredentialAdd:    decodeAs[Credential],
 }

@@ -18,6 +18,7 @@ import (
 //
 //	events.jsonl, events/000001.jsonl, events/000002.jsonl, …
 //	messages/<agent>.jsonl, messages/<agent>/000001.jsonl, …
+//	local.jsonl, local/000001.jsonl, …
 //
 // Only the last segment is ever appended to; the others never change
 // again, so a git commit of the log stores one small changed file, not
@@ -45,13 +46,15 @@ func SegmentPath(shard string, n int) string {
 // number of a path relative to the log directory, and whether the path is
 // a segment of a shard at all.
 func ParseSegmentPath(rel string) (shard string, n int, ok bool) {
-	if rel == EventsFile {
-		return "", 0, true
-	}
-	base := strings.TrimSuffix(EventsFile, ".jsonl") + "/"
-	if rest, found := strings.CutPrefix(rel, base); found {
-		n, ok = segmentNumber(rest)
-		return "", n, ok
+	for _, own := range []string{"", LocalShard} { // the shards with files of their own
+		file := ShardPath(own)
+		if rel == file {
+			return own, 0, true
+		}
+		if rest, found := strings.CutPrefix(rel, strings.TrimSuffix(file, ".jsonl")+"/"); found {
+			n, ok = segmentNumber(rest)
+			return own, n, ok
+		}
 	}
 	rest, found := strings.CutPrefix(rel, MessagesDir+"/")
 	if !found {
@@ -132,11 +135,13 @@ func layout(dir string) (map[string][]segment, []string, error) {
 		}
 		return nil
 	}
-	if err := add(EventsFile); err != nil {
-		return nil, nil, err
-	}
-	if err := listDir(strings.TrimSuffix(EventsFile, ".jsonl")); err != nil {
-		return nil, nil, err
+	for _, file := range []string{EventsFile, LocalFile} {
+		if err := add(file); err != nil {
+			return nil, nil, err
+		}
+		if err := listDir(strings.TrimSuffix(file, ".jsonl")); err != nil {
+			return nil, nil, err
+		}
 	}
 	entries, err := os.ReadDir(filepath.Join(dir, MessagesDir))
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {

@@ -312,7 +312,16 @@ func (t *txApplier) event(ctx context.Context, e *eventlog.Event) error {
 		if p.Kind == "" {
 			p.Kind = "agent"
 		}
-		if err := t.exec(ctx, "agent.upsert", p.AgentID, p.Kind, p.Name, p.Role, p.Module, p.Display, p.RepoID, ts, ts); err != nil {
+		// A token hash here (a log from before credentials were local)
+		// is never applied: tokens come from the local shard alone.
+		return t.exec(ctx, "agent.upsert", p.AgentID, p.Kind, p.Name, p.Role, p.Module, p.Display, p.RepoID, ts, ts)
+
+	case eventlog.TypeCredentialAdd:
+		if e.Shard != eventlog.LocalShard {
+			return nil // a credential works only where it was issued: one found elsewhere was forged
+		}
+		p, err := payload[eventlog.Credential](e)
+		if err != nil {
 			return err
 		}
 		if p.RevokeTokens {
@@ -320,10 +329,7 @@ func (t *txApplier) event(ctx context.Context, e *eventlog.Event) error {
 				return err
 			}
 		}
-		if p.TokenHash != "" {
-			return t.exec(ctx, "token.add", p.TokenHash, p.AgentID)
-		}
-		return nil
+		return t.exec(ctx, "token.add", p.TokenHash, p.AgentID)
 
 	case eventlog.TypeAgentCleanup:
 		p, err := payload[eventlog.AgentCleanup](e)

@@ -62,6 +62,14 @@ func (s *Store) AgentByToken(ctx context.Context, tokenHash string) (string, err
 	return id, notFound(err)
 }
 
+// HasCredential reports whether a token authenticates as the identity:
+// whether it was registered on this machine (credentials never sync).
+func (s *Store) HasCredential(ctx context.Context, agentID string) (bool, error) {
+	var n int
+	err := s.get(ctx, &n, `SELECT EXISTS(SELECT 1 FROM tokens WHERE agent_id = ?)`, agentID)
+	return n == 1, err
+}
+
 // MessageCount returns how many messages an agent has authored.
 func (s *Store) MessageCount(ctx context.Context, agentID string) (int, error) {
 	var n int

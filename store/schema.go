@@ -9,11 +9,13 @@ package store
 // read tables, indexes built after a rebuild's load. A projection with an
 // older version is dropped and rebuilt from the log (ErrOutdated). 3 =
 // idempotency_keys, checkpoints.event_id. 4 = messages_fts (search).
-// 5 = messages_fts_plain (prefix search).
+// 5 = messages_fts_plain (prefix search). 6 = tokens from the local shard
+// only (a credential.add there); an older projection holds tokens applied
+// from synced agent.register events, which its rebuild drops.
 // Adding an index needs no new version: every open runs the index DDL
 // (IF NOT EXISTS), so a projection made before idx_messages_session gains
 // it in place, and an older thrum ignores an index it does not know.
-const schemaVersion = 5
+const schemaVersion = 6
 
 const schema = `
 CREATE TABLE IF NOT EXISTS meta (

@@ -23,7 +23,13 @@ func events(t *testing.T) (*eventlog.Log, []*eventlog.Event) {
 	content := "edited"
 	ctx := context.Background()
 	for _, e := range []*eventlog.Event{
-		{Type: eventlog.TypeAgentRegister, Payload: eventlog.AgentRegister{AgentID: "alice", Kind: "agent", Name: "alice", Role: "dev", Module: "m", TokenHash: "h1"}},
+		{Type: eventlog.TypeAgentRegister, Payload: eventlog.AgentRegister{AgentID: "alice", Kind: "agent", Name: "alice", Role: "dev", Module: "m"}},
+		{Type: eventlog.TypeCredentialAdd, Shard: eventlog.LocalShard, Payload: eventlog.Credential{AgentID: "alice", TokenHash: "h1"}},
+		// A token hash outside the local shard authenticates no one: one
+		// in an agent.register (a log from before credentials were
+		// local), one in a credential event that is not local.
+		{Type: eventlog.TypeAgentRegister, Payload: map[string]any{"agent_id": "bob", "kind": "agent", "token_hash": "h2"}},
+		{Type: eventlog.TypeCredentialAdd, Payload: eventlog.Credential{AgentID: "alice", TokenHash: "h3"}},
 		{Type: eventlog.TypeSessionStart, Payload: eventlog.SessionStart{SessionID: "ses_1", AgentID: "alice"}},
 		{Type: eventlog.TypeMessageCreate, Shard: "alice", Payload: eventlog.MessageCreate{MessageID: "msg_1", AgentID: "alice", SessionID: "ses_1",
 			Format: "markdown", Content: "hi", Priority: "normal", Refs: []eventlog.Pair{{Type: "mention", Value: "bob"}}, Scopes: []eventlog.Pair{{Type: "module", Value: "m"}}}},
@@ -92,8 +98,15 @@ func TestApplyIsIdempotentAndMatchesRebuild(t *testing.T) {
 	if !reflect.DeepEqual(pos, lg.Positions()) {
 		t.Fatalf("checkpoint %v, log ends at %v", pos, lg.Positions())
 	}
-	if _, err := st.AgentByToken(ctx, "h1"); err != nil {
-		t.Fatalf("token: %v", err)
+	for _, st := range []*store.Store{st, rebuilt} {
+		if id, err := st.AgentByToken(ctx, "h1"); err != nil || id != "alice" {
+			t.Fatalf("the local credential: %q, %v", id, err)
+		}
+		for _, h := range []string{"h2", "h3"} {
+			if id, err := st.AgentByToken(ctx, h); !errors.Is(err, store.ErrNotFound) {
+				t.Errorf("token hash %s from outside the local shard authenticates as %q (%v)", h, id, err)
+			}
+		}
 	}
 	if _, err := st.Agent(ctx, "nobody"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("missing agent: %v", err)

@@ -199,7 +199,7 @@ func (c *DaemonRunCmd) Run(ctx context.Context, g *Globals) error {
 	// sync.status and sync.force through it.
 	var gs *gitsync.Syncer
 	if syncOn {
-		if gs, err = gitsync.New(n.EventLog(), &gitsync.Options{Interval: c.SyncInterval, Logger: logger}); err != nil {
+		if gs, err = gitsync.New(n.EventLog(), &gitsync.Options{Interval: c.SyncInterval, Logger: logger, Admit: n.AdmitSynced}); err != nil {
 			return err
 		}
 	}

@@ -24,6 +24,10 @@
 // past the offset merged then (its old bytes proven unchanged by a hash).
 // The Syncer repacks its repository every Options.PackEvery rounds.
 //
+// A peer's events are admitted only where their author writes (see
+// eventlog.CheckShard and Options.Admit); the rest is quarantined: kept
+// aside in the log directory, counted in Status, never applied.
+//
 // The Syncer runs git with explicit arguments in the worktree only: the
 // user's working tree, index and current branch are never touched.
 package gitsync
@@ -80,6 +84,12 @@ type Options struct {
 	// written as, storing each file's versions as deltas of each other.
 	// Default DefaultPackEvery; negative never packs.
 	PackEvery int
+	// Admit, if set, judges each event a merge would take from the remote
+	// after eventlog.CheckShard passed it: a non-empty reason refuses it
+	// (it is quarantined, see QuarantineFile); an error fails the round.
+	// A thrum node's AdmitSynced refuses what claims an identity
+	// registered on this machine, which writes its own events.
+	Admit func(ctx context.Context, shard string, e *eventlog.Event) (reason string, err error)
 }
 
 // Sync states, as sync.status reports them.
@@ -102,6 +112,11 @@ type Status struct {
 	Imported   int  // remote events imported
 	Checked    int  // lines of remote shard files read and checked against the log
 	Packs      int  // repacks of the sync repository
+	// Refused counts the remote's lines kept out of the log (see
+	// QuarantineFile), those earlier Syncers kept included; Refusals
+	// says why, by file and reason, the most recent first (at most 20).
+	Refused  int
+	Refusals []RefusalCount
 }
 
 // Syncer syncs one log worktree with a remote. Notify, Force and Status
@@ -130,6 +145,7 @@ type Syncer struct {
 	have    map[string]map[string]struct{} // shard name → event IDs in the local segments
 	scanned map[string]int64               // local segment path → its bytes read into have
 	merged  map[string]mergedBlob          // remote segment path → the remote blob last merged
+	q       *quarantine                    // what it refused (guarded by mu)
 
 	// HEAD as the Syncer last committed or read it ("" = unknown), and
 	// the length of each segment file in its tree (nil = unknown).
@@ -195,6 +211,9 @@ func New(log *eventlog.Log, opts *Options) (*Syncer, error) {
 	}
 	if err := s.removeStaleLocks(lines[1], lines[2]); err != nil {
 		return nil, fmt.Errorf("gitsync: %w", err)
+	}
+	if s.q, err = loadQuarantine(s.dir); err != nil {
+		return nil, err
 	}
 	s.status.State = StateStopped
 	return s, nil
@@ -304,6 +323,7 @@ func (s *Syncer) Status() Status {
 	defer s.mu.Unlock()
 	st := s.status
 	st.Running = s.running
+	st.Refused, st.Refusals = s.q.total, s.q.counts(maxRefusalGroups)
 	if !s.running {
 		st.State = StateStopped
 	} else if st.State == StateStopped {
@@ -584,7 +604,8 @@ func (s *Syncer) mergeBase(ctx context.Context, a, b string) (string, error) {
 
 // changed returns the segment files whose durable length differs from
 // their blob's in HEAD, sorted, and the durable length of every segment
-// file.
+// file. The local part of the log never leaves the machine: it is never
+// committed.
 func (s *Syncer) changed(ctx context.Context) ([]string, map[string]int64, error) {
 	if err := s.readHead(ctx); err != nil {
 		return nil, nil, err
@@ -592,7 +613,7 @@ func (s *Syncer) changed(ctx context.Context) ([]string, map[string]int64, error
 	files := s.log.Files()
 	var paths []string
 	for rel, n := range files {
-		if s.staged[rel] != n {
+		if shard, _, _ := eventlog.ParseSegmentPath(rel); shard != eventlog.LocalShard && s.staged[rel] != n {
 			paths = append(paths, rel)
 		}
 	}
@@ -788,7 +809,7 @@ func (s *Syncer) merge(ctx context.Context, remote string) (int, error) {
 		}
 		shard, _, isSegment := eventlog.ParseSegmentPath(path)
 		if !isSegment {
-			continue
+			continue // (a remote local shard is read, to be refused)
 		}
 		prev := s.merged[path]
 		if prev.blob == f[3] {
@@ -800,14 +821,14 @@ func (s *Syncer) merge(ctx context.Context, remote string) (int, error) {
 		}
 		todo = append(todo, rf)
 	}
-	imported, again, err := s.readRemote(ctx, todo)
+	imported, again, err := s.readRemote(ctx, remote, todo)
 	if err == nil && len(again) > 0 {
 		// Files whose old bytes changed (rewritten): read them in full.
 		for i := range again {
 			again[i].skip = 0
 		}
 		var n int
-		n, _, err = s.readRemote(ctx, again)
+		n, _, err = s.readRemote(ctx, remote, again)
 		imported += n
 	}
 	if imported > 0 {
@@ -823,7 +844,7 @@ var errPrefixChanged = errors.New("the remote file's old bytes changed")
 // readRemote streams the remote files through one git cat-file --batch
 // and imports the lines of each that this log lacks. A file whose first
 // skip bytes do not hash to sum is returned in again, not imported.
-func (s *Syncer) readRemote(ctx context.Context, files []remoteFile) (imported int, again []remoteFile, err error) {
+func (s *Syncer) readRemote(ctx context.Context, commit string, files []remoteFile) (imported int, again []remoteFile, err error) {
 	if len(files) == 0 {
 		return 0, nil, nil
 	}
@@ -866,7 +887,7 @@ func (s *Syncer) readRemote(ctx context.Context, files []remoteFile) (imported i
 			return imported, again, fmt.Errorf("read %s: cat-file answered %q", f.path, strings.TrimSpace(header))
 		}
 		body := io.LimitReader(br, size)
-		n, err := s.mergeFile(ctx, f, body)
+		n, err := s.mergeFile(ctx, commit, f, body)
 		if _, cerr := io.Copy(io.Discard, body); err == nil {
 			err = cerr
 		}
@@ -884,13 +905,32 @@ func (s *Syncer) readRemote(ctx context.Context, files []remoteFile) (imported i
 	return imported, again, nil
 }
 
-// mergeFile imports the lines of one remote file (read from r) that this
-// log lacks, and remembers the version merged.
-func (s *Syncer) mergeFile(ctx context.Context, f remoteFile, r io.Reader) (int, error) {
+// mergeFile imports the lines of one remote file (read from r, at the
+// remote's commit) that this log lacks and may take, quarantines those
+// it may not, and remembers the version merged.
+func (s *Syncer) mergeFile(ctx context.Context, commit string, f remoteFile, r io.Reader) (int, error) {
 	full := sha256.New()
-	lines, size, checked, err := s.scanBlob(r, full, f.path, f.shard, f.skip, f.sum)
+	lines, size, checked, err := s.scanBlob(r, full, f.shard, f.skip, f.sum)
 	if err != nil {
 		return 0, err
+	}
+	lines, refused, err := s.admit(ctx, f, commit, lines)
+	if err != nil {
+		return 0, err
+	}
+	if len(refused) > 0 {
+		s.mu.Lock()
+		before := s.q.total
+		err := s.q.add(refused)
+		n := s.q.total - before
+		s.mu.Unlock()
+		if err != nil {
+			return 0, err
+		}
+		if n > 0 && s.opts.Logger != nil {
+			s.opts.Logger.Warn("gitsync: refused events from the remote; they are quarantined, not applied",
+				"file", f.path, "count", n, "reason", refused[0].Reason, "quarantine", filepath.Join(s.dir, QuarantineFile))
+		}
 	}
 	if len(lines) > 0 {
 		if _, err := s.log.Import(ctx, f.shard, lines); err != nil {
@@ -912,10 +952,11 @@ func (s *Syncer) mergeFile(ctx context.Context, f remoteFile, r io.Reader) (int,
 
 // scanBlob reads a remote shard file from r. The first skip bytes are
 // only hashed, and must hash to want; the whole lines after them that
-// this log lacks are returned. Every whole line, prefix included, is fed
-// to full; size is the length of the whole lines (an unterminated tail
-// is not an event yet and is read again next time).
-func (s *Syncer) scanBlob(r io.Reader, full hash.Hash, path, shard string, skip int64, want [sha256.Size]byte) (lines [][]byte, size int64, checked int, err error) {
+// this log lacks are returned (a line that is not an event among them,
+// for the quarantine). Every whole line, prefix included, is fed to
+// full; size is the length of the whole lines (an unterminated tail is
+// not an event yet and is read again next time).
+func (s *Syncer) scanBlob(r io.Reader, full hash.Hash, shard string, skip int64, want [sha256.Size]byte) (lines [][]byte, size int64, checked int, err error) {
 	if skip > 0 {
 		pre := sha256.New()
 		if _, err := io.CopyN(io.MultiWriter(pre, full), r, skip); err != nil {
@@ -943,20 +984,17 @@ func (s *Syncer) scanBlob(r io.Reader, full hash.Hash, path, shard string, skip 
 		}
 		full.Write(line)
 		checked++
-		start := size
 		size += int64(len(line))
 		line = line[:len(line)-1]
-		id := eventID(line)
-		if id == "" {
-			return nil, 0, 0, fmt.Errorf("remote %s has a line that is not an event at byte %d: refusing to merge it", path, start)
+		if id := eventID(line); id != "" {
+			if _, dup := ids[id]; dup {
+				continue
+			}
+			if _, dup := seen[id]; dup {
+				continue
+			}
+			seen[id] = struct{}{}
 		}
-		if _, dup := ids[id]; dup {
-			continue
-		}
-		if _, dup := seen[id]; dup {
-			continue
-		}
-		seen[id] = struct{}{}
 		lines = append(lines, line)
 	}
 	return lines, size, checked, nil

@@ -140,8 +140,9 @@ func TestRepackPacksLooseObjects(t *testing.T) {
 // TestStagedBlobsMatchTheLog: the commits fast-import writes (blobs,
 // trees, commits, one pack each) are valid git objects, and HEAD's tree
 // holds exactly the segment files' bytes, through a new agent and a
-// segment roll (a new directory); a round with nothing new leaves HEAD as
-// it was. b, on the other side, gets every message.
+// segment roll (a new directory), and never the local shard; a round with
+// nothing new leaves HEAD as it was. b, on the other side, gets every
+// message.
 func TestStagedBlobsMatchTheLog(t *testing.T) {
 	t.Parallel()
 	_, a, b := pair(t, nil)
@@ -191,7 +192,12 @@ func TestStagedBlobsMatchTheLog(t *testing.T) {
 			t.Errorf("HEAD's %s differs from the file", rel)
 		}
 	}
-
+	if _, err := os.Stat(filepath.Join(a.wt, eventlog.LocalFile)); err != nil {
+		t.Fatalf("a has no local shard after registering agents: %v", err)
+	}
+	if tree := gitT(t, a.wt, "ls-tree", "-r", "--name-only", "HEAD"); strings.Contains(tree, eventlog.LocalFile) {
+		t.Errorf("HEAD's tree holds the local shard:\n%s", tree)
+	}
 	b.sync()
 	if got := len(b.inbox("bob")); got != 5 {
 		t.Errorf("bob's inbox on b has %d messages, want 5", got)

@@ -1,0 +1,245 @@
+package gitsync
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"github.com/thrumhq/thrum/eventlog"
+)
+
+// The quarantine. A remote line that may not enter the log (see
+// eventlog.CheckShard and Options.Admit), or that is not an event at
+// all, is kept aside in QuarantineFile in the log's directory, which
+// sync never commits: one JSON object per line (a Refusal). It is never
+// applied. A line is kept once, however often a merge reads it again.
+
+// QuarantineFile is the file, in the log's directory, that holds the
+// remote lines a Syncer refused.
+const QuarantineFile = "quarantine.jsonl"
+
+// maxQuarantineBytes bounds QuarantineFile: past it, refused lines are
+// counted (Status.Refused) and logged, not kept, and are judged again
+// after a restart.
+const maxQuarantineBytes = 4 << 20
+
+// maxRefusalGroups bounds Status.Refusals.
+const maxRefusalGroups = 20
+
+// Refusal is a remote line kept out of the log: a line of QuarantineFile.
+type Refusal struct {
+	At      string `json:"at"`                 // when it was refused (eventlog.TimeFormat)
+	File    string `json:"file"`               // the remote file it was in
+	Commit  string `json:"commit"`             // the remote's commit then
+	Reason  string `json:"reason"`             // why it was refused
+	EventID string `json:"event_id,omitempty"` // its event ID, if it is an event
+	Line    string `json:"line"`               // the line as found
+}
+
+// RefusalCount sums the refusals of one reason in one remote file.
+type RefusalCount struct {
+	File, Reason string
+	Count        int
+	Last         time.Time // the latest of them
+}
+
+// key identifies a refused line: its event ID, else a hash of it.
+func (r *Refusal) key() string {
+	if r.EventID != "" {
+		return r.EventID
+	}
+	sum := sha256.Sum256([]byte(r.Line))
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// ReadQuarantine returns the refusals kept in the log directory dir,
+// oldest first (none if there is no quarantine file).
+func ReadQuarantine(dir string) ([]Refusal, error) {
+	f, err := os.Open(filepath.Join(dir, QuarantineFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("gitsync: %w", err)
+	}
+	defer f.Close()
+	var out []Refusal
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 2*eventlog.MaxLineBytes)
+	for n := 1; sc.Scan(); n++ {
+		var r Refusal
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			return out, fmt.Errorf("gitsync: %s line %d: %w", QuarantineFile, n, err)
+		}
+		out = append(out, r)
+	}
+	if err := sc.Err(); err != nil {
+		return out, fmt.Errorf("gitsync: %s: %w", QuarantineFile, err)
+	}
+	return out, nil
+}
+
+// CountRefusals groups refusals by file and reason, the most recent
+// first.
+func CountRefusals(rs []Refusal) []RefusalCount {
+	var t tally
+	for i := range rs {
+		t.add(&rs[i])
+	}
+	return t.counts(-1)
+}
+
+// tally counts refusals by file and reason.
+type tally struct {
+	groups map[[2]string]*RefusalCount
+	total  int
+}
+
+// maxTallyGroups bounds a tally's groups (a remote can make up any
+// number of reasons); past it, refusals count in one more group.
+const maxTallyGroups = 1000
+
+func (t *tally) add(r *Refusal) {
+	if t.groups == nil {
+		t.groups = map[[2]string]*RefusalCount{}
+	}
+	k := [2]string{r.File, r.Reason}
+	g := t.groups[k]
+	if g == nil {
+		if len(t.groups) >= maxTallyGroups {
+			k = [2]string{"", "other files and reasons"}
+			g = t.groups[k]
+		}
+		if g == nil {
+			g = &RefusalCount{File: k[0], Reason: k[1]}
+			t.groups[k] = g
+		}
+	}
+	g.Count++
+	t.total++
+	if at, err := eventlog.ParseTime(r.At); err == nil && at.After(g.Last) {
+		g.Last = at
+	}
+}
+
+// counts returns up to max groups (all if max < 0), the most recent
+// first.
+func (t *tally) counts(max int) []RefusalCount {
+	out := make([]RefusalCount, 0, len(t.groups))
+	for _, g := range t.groups {
+		out = append(out, *g)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].Last.Equal(out[j].Last) {
+			return out[i].Last.After(out[j].Last)
+		}
+		return out[i].File+out[i].Reason < out[j].File+out[j].Reason
+	})
+	if max >= 0 && len(out) > max {
+		out = out[:max]
+	}
+	return out
+}
+
+// quarantine is a Syncer's record of what it refused.
+type quarantine struct {
+	path  string
+	keys  map[string]struct{} // the lines kept in the file
+	size  int64               // the file's length
+	tally                     // lines refused: kept, or seen this process past the bound
+}
+
+// loadQuarantine reads what earlier Syncers refused.
+func loadQuarantine(dir string) (*quarantine, error) {
+	q := &quarantine{path: filepath.Join(dir, QuarantineFile), keys: map[string]struct{}{}}
+	rs, err := ReadQuarantine(dir)
+	if err != nil {
+		return nil, err
+	}
+	for i := range rs {
+		q.keys[rs[i].key()] = struct{}{}
+		q.tally.add(&rs[i])
+	}
+	if st, err := os.Stat(q.path); err == nil {
+		q.size = st.Size()
+	}
+	return q, nil
+}
+
+// add keeps the refusals not kept yet and counts them.
+func (q *quarantine) add(rs []Refusal) error {
+	var buf bytes.Buffer
+	for i := range rs {
+		r := &rs[i]
+		k := r.key()
+		if _, dup := q.keys[k]; dup {
+			continue
+		}
+		q.tally.add(r)
+		if q.size+int64(buf.Len()) >= maxQuarantineBytes {
+			continue // counted, not kept
+		}
+		q.keys[k] = struct{}{}
+		b, err := json.Marshal(r)
+		if err != nil {
+			return err
+		}
+		buf.Write(b)
+		buf.WriteByte('\n')
+	}
+	if buf.Len() == 0 {
+		return nil
+	}
+	f, err := os.OpenFile(q.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return fmt.Errorf("quarantine: %w", err)
+	}
+	_, err = f.Write(buf.Bytes())
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("quarantine: %w", err)
+	}
+	q.size += int64(buf.Len())
+	return nil
+}
+
+// admit splits the lines a merge would import from a remote file into
+// those that may enter the log and the refusals of the rest.
+func (s *Syncer) admit(ctx context.Context, f remoteFile, commit string, lines [][]byte) (ok [][]byte, refused []Refusal, err error) {
+	now := eventlog.FormatTime(time.Now())
+	for _, line := range lines {
+		r := Refusal{At: now, File: f.path, Commit: commit, Line: string(line)}
+		e, derr := eventlog.DecodeLine(line)
+		switch {
+		case derr != nil:
+			r.Reason = "not an event: " + derr.Error()
+		default:
+			r.EventID = e.ID
+			if cerr := eventlog.CheckShard(f.shard, e); cerr != nil {
+				r.Reason = cerr.Error()
+			} else if s.opts.Admit != nil {
+				if r.Reason, err = s.opts.Admit(ctx, f.shard, e); err != nil {
+					return nil, nil, fmt.Errorf("check %s: %w", f.path, err)
+				}
+			}
+		}
+		if r.Reason == "" {
+			ok = append(ok, line)
+		} else {
+			refused = append(refused, r)
+		}
+	}
+	return ok, refused, nil
+}

@@ -1,0 +1,251 @@
+package gitsync_test
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/thrumhq/thrum/eventlog"
+	"github.com/thrumhq/thrum/eventlog/gitsync"
+	"github.com/thrumhq/thrum/identity"
+	"github.com/thrumhq/thrum/rpc"
+)
+
+// forge appends lines to files of the remote's sync branch with plain
+// git, as anyone who can push to the remote can: a clone of a-sync, the
+// lines appended, a commit, a push.
+func forge(t *testing.T, remote string, files map[string][]string) {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "forger")
+	gitT(t, filepath.Dir(dir), "clone", "-q", "-b", "a-sync", remote, dir)
+	gitT(t, dir, "config", "user.name", "mallory")
+	gitT(t, dir, "config", "user.email", "mallory@example.com")
+	for rel, lines := range files {
+		path := filepath.Join(dir, filepath.FromSlash(rel))
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range lines {
+			if _, err := f.WriteString(l + "\n"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+		gitT(t, dir, "add", rel)
+	}
+	gitT(t, dir, "commit", "-q", "-m", "thrum: sync from a laptop")
+	gitT(t, dir, "push", "-q", "origin", "a-sync")
+}
+
+// forgedEvent is an event line as thrum writes it, with a fresh ID.
+func forgedEvent(t *testing.T, typ string, payload map[string]any) (id, line string) {
+	t.Helper()
+	id = eventlog.NewID()
+	fields, err := json.Marshal(payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id, `{"event_id":"` + id + `","type":"` + typ + `","timestamp":"` + eventlog.FormatTime(time.Now()) + `",` + string(fields[1:])
+}
+
+// forgedMessage is a message.create by author mentioning to.
+func forgedMessage(t *testing.T, author, to, content string) (msgID, line string) {
+	t.Helper()
+	msgID = "msg_" + eventlog.NewID()
+	_, line = forgedEvent(t, eventlog.TypeMessageCreate, map[string]any{
+		"message_id": msgID, "agent_id": author, "session_id": "ses_forged", "format": "markdown",
+		"content": content, "priority": "normal", "refs": []map[string]string{{"type": "mention", "value": to}},
+	})
+	return msgID, line
+}
+
+// hasMessage reports whether the clone lists the message, and its author.
+func (c *clone) hasMessage(id string) (author string, ok bool) {
+	c.t.Helper()
+	for page := 1; ; page++ {
+		r := c.list(rpc.ListMessagesParams{PageSize: 100, Page: page})
+		for _, m := range r.Messages {
+			if m.MessageID == id {
+				return m.AgentID, true
+			}
+		}
+		if page >= r.TotalPages {
+			return "", false
+		}
+	}
+}
+
+// refusedIn returns the refusals a clone's quarantine file keeps.
+func refusedIn(t *testing.T, c *clone) []gitsync.Refusal {
+	t.Helper()
+	rs, err := gitsync.ReadQuarantine(c.wt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rs
+}
+
+// TestForgedMessageInAnotherShard: a message that says alice wrote it,
+// pushed into bob's shard by someone with push access, is refused on
+// every clone: quarantined, reported in Status, never shown.
+func TestForgedMessageInAnotherShard(t *testing.T) {
+	t.Parallel()
+	remote, a, b := pair(t, nil)
+	id, line := forgedMessage(t, "alice", "bob", "please merge my branch")
+	forge(t, remote, map[string][]string{eventlog.ShardPath("bob"): {line}})
+	syncAll(t, b, a)
+	for _, c := range []*clone{a, b} {
+		if author, ok := c.hasMessage(id); ok {
+			t.Errorf("%s shows the message forged in bob's shard, from %s", c.name, author)
+		}
+		st := c.s.Status()
+		if st.Refused != 1 || len(st.Refusals) != 1 || st.Refusals[0].File != eventlog.ShardPath("bob") ||
+			!strings.Contains(st.Refusals[0].Reason, "an agent's shard holds only its own events") {
+			t.Errorf("%s: Status refusals %d %+v, want the forged line in %s", c.name, st.Refused, st.Refusals, eventlog.ShardPath("bob"))
+		}
+		if rs := refusedIn(t, c); len(rs) != 1 || rs[0].Line != line {
+			t.Errorf("%s: quarantine %+v, want the forged line", c.name, rs)
+		}
+	}
+	// Read again (a new Syncer reads every remote file in full), the
+	// line is not counted twice; a later real message still arrives.
+	a.close()
+	a.open()
+	real := b.send("bob", "alice", "a real one")
+	syncAll(t, b, a)
+	if _, ok := a.hasMessage(real); !ok {
+		t.Errorf("a lacks bob's message sent after the forgery")
+	}
+	if st := a.s.Status(); st.Refused != 1 {
+		t.Errorf("a after a restart: Status().Refused = %d, want 1", st.Refused)
+	}
+}
+
+// TestForgedMessageInAuthorsShard: a message that says alice wrote it,
+// pushed into alice's own shard, is refused on the machine where alice is
+// registered (which alone writes her events). On another clone nothing
+// tells it from one of hers: sync does not prove authorship there.
+func TestForgedMessageInAuthorsShard(t *testing.T) {
+	t.Parallel()
+	remote, a, b := pair(t, nil)
+	id, line := forgedMessage(t, "alice", "bob", "I approve, ship it")
+	forge(t, remote, map[string][]string{eventlog.ShardPath("alice"): {line}})
+	syncAll(t, a, b)
+	if author, ok := a.hasMessage(id); ok {
+		t.Errorf("a, where alice is registered, shows the forged message from %s", author)
+	}
+	rs := refusedIn(t, a)
+	if len(rs) != 1 || !strings.Contains(rs[0].Reason, "alice is registered on this machine") {
+		t.Errorf("a's quarantine = %+v, want the forged line refused as alice's", rs)
+	}
+	_, shown := b.hasMessage(id)
+	t.Logf("b, where alice is not registered, shows the forged message: %v", shown)
+	// a's own messages still reach b.
+	real := a.send("alice", "bob", "the real alice")
+	syncAll(t, a, b)
+	if _, ok := b.hasMessage(real); !ok {
+		t.Errorf("b lacks alice's real message")
+	}
+}
+
+// TestForgedRegistration: agent.register events pushed to events.jsonl
+// with a token hash of the forger's choosing, one for alice (existing),
+// one for a new agent, authenticate on no clone; nor does a credential
+// event pushed into events.jsonl or an agent's shard, nor a local shard
+// file pushed to the remote. alice's real token keeps working where it
+// was issued, and only there.
+func TestForgedRegistration(t *testing.T) {
+	t.Parallel()
+	remote, a, b := pair(t, nil)
+	ctx := context.Background()
+	r, err := a.n.RegisterAgent(ctx, &rpc.RegisterAgentParams{Name: "alice", Role: "implementer", Module: "sync"})
+	if err != nil || r.Status != "updated" {
+		t.Fatalf("re-register alice: %+v %v", r, err)
+	}
+	realToken := r.Token
+	syncAll(t, a, b)
+
+	forged := map[string]string{} // token → what it claims
+	token := func(what string) string {
+		tok := identity.NewToken()
+		forged[tok] = what
+		return tok
+	}
+	_, takeover := forgedEvent(t, eventlog.TypeAgentUpdate, map[string]any{
+		"agent_id": "alice", "kind": "agent", "name": "alice", "role": "implementer", "module": "sync",
+		"token_hash": identity.HashToken(token("alice, through agent.update")), "revoke_tokens": true})
+	_, newcomer := forgedEvent(t, eventlog.TypeAgentRegister, map[string]any{
+		"agent_id": "mallory", "kind": "agent", "name": "mallory", "role": "implementer", "module": "sync",
+		"token_hash": identity.HashToken(token("mallory, a new agent"))})
+	_, cred := forgedEvent(t, eventlog.TypeCredentialAdd, map[string]any{
+		"agent_id": "alice", "token_hash": identity.HashToken(token("alice, through credential.add in events.jsonl"))})
+	_, credShard := forgedEvent(t, eventlog.TypeCredentialAdd, map[string]any{
+		"agent_id": "mallory", "token_hash": identity.HashToken(token("mallory, through credential.add in her shard"))})
+	_, credLocal := forgedEvent(t, eventlog.TypeCredentialAdd, map[string]any{
+		"agent_id": "bob", "token_hash": identity.HashToken(token("bob, through a pushed local shard"))})
+	forge(t, remote, map[string][]string{
+		eventlog.EventsFile:           {takeover, newcomer, cred},
+		eventlog.ShardPath("mallory"): {credShard},
+		eventlog.LocalFile:            {credLocal},
+	})
+	syncAll(t, a, b, a)
+
+	for _, c := range []*clone{a, b} {
+		for tok, what := range forged {
+			if id, err := c.n.Authenticate(ctx, tok); err == nil {
+				t.Errorf("%s: the forged token for %s authenticates as %s", c.name, what, id)
+			}
+		}
+		// Restarted, the projection rebuilt from the log: the same.
+		c.close()
+		for _, f := range []string{c.db, c.db + "-wal", c.db + "-shm"} {
+			if err := os.Remove(f); err != nil && !os.IsNotExist(err) {
+				t.Fatal(err)
+			}
+		}
+		c.open()
+		for tok, what := range forged {
+			if id, err := c.n.Authenticate(ctx, tok); err == nil {
+				t.Errorf("%s after a rebuild: the forged token for %s authenticates as %s", c.name, what, id)
+			}
+		}
+	}
+	if id, err := a.n.Authenticate(ctx, realToken); err != nil || id != "alice" {
+		t.Errorf("a: alice's real token: %q, %v", id, err)
+	}
+	if id, err := b.n.Authenticate(ctx, realToken); err == nil {
+		t.Errorf("b: alice's token, issued on a, authenticates as %s", id)
+	}
+	// a refused the takeover of its own alice; both refused the
+	// credentials; b took mallory's registration, without a token.
+	reasons := func(c *clone) string {
+		var out []string
+		for _, r := range refusedIn(t, c) {
+			out = append(out, r.File+": "+r.Reason)
+		}
+		return strings.Join(out, "\n")
+	}
+	for _, want := range []string{
+		"alice is registered on this machine",
+		"a credential.add in events.jsonl: credentials are local",
+		"a credential.add in messages/mallory.jsonl: credentials are local",
+		"local.jsonl: the local shard belongs to this machine",
+	} {
+		if got := reasons(a); !strings.Contains(got, want) {
+			t.Errorf("a's refusals lack %q:\n%s", want, got)
+		}
+	}
+	if got := reasons(b); strings.Contains(got, "registered on this machine") {
+		t.Errorf("b refused an event as one of its own identities':\n%s", got)
+	}
+}

@@ -1,0 +1,115 @@
+package thrum
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/thrumhq/thrum/eventlog"
+	"github.com/thrumhq/thrum/identity"
+)
+
+// AdmitSynced judges an event that sync brings from another machine
+// (gitsync.Options.Admit), after the log's shard rules
+// (eventlog.CheckShard) passed it: an event that claims an identity
+// registered on this machine (one with a credential here: an agent or a
+// user) is refused, since that identity writes its events here and
+// nowhere else. A non-empty reason refuses the event; an error means the
+// node could not tell.
+func (n *Node) AdmitSynced(ctx context.Context, shard string, e *eventlog.Event) (reason string, err error) {
+	for _, id := range eventlog.Claims(e) {
+		for _, cand := range []string{id, identity.NormalizeAgentID(id)} {
+			local, err := n.store.HasCredential(ctx, cand)
+			if err != nil {
+				return "", internal("check a synced event", err)
+			}
+			if local {
+				return fmt.Sprintf("a %s by %q in %s: %s is registered on this machine, which alone writes its events",
+					e.Type, id, eventlog.ShardPath(shard), cand), nil
+			}
+		}
+	}
+	return "", nil
+}
+
+// adoptIdentityTokens carries the credentials of a log written before
+// they were local, when tokens were hashed into the agent.register
+// events of events.jsonl: those no longer authenticate, since anyone who
+// can push to the remote could have written one. The tokens this
+// machine's identity files hold (Options.IdentityDir and IdentityDirs)
+// are its own, though: while the log has no local shard, each of them
+// that such an event gave to the file's agent, and that the log did not
+// revoke since, gets a credential in the local shard. Tokens held
+// elsewhere (a program's own registration, a browser's user) stop
+// working: their holders register again.
+func (n *Node) adoptIdentityTokens(ctx context.Context) error {
+	if segs, err := n.log.Segments(eventlog.LocalShard); err != nil || len(segs) > 0 {
+		return err
+	}
+	dirs, err := n.identityDirs(ctx)
+	if err != nil && n.opts.Logger != nil {
+		n.opts.Logger.Warn("thrum: list identity directories; reading IdentityDir only", "err", err)
+	}
+	files, err := readIdentityFiles(dirs)
+	if err != nil {
+		return fmt.Errorf("read identity files: %w", err)
+	}
+	held := map[string]string{} // token hash → the agent whose file holds it
+	for _, f := range files {
+		if f.file != nil && f.file.Token != "" {
+			held[identity.HashToken(f.file.Token)] = identity.NormalizeAgentID(f.file.AgentID)
+		}
+	}
+	if len(held) == 0 {
+		return nil
+	}
+	// The tokens events.jsonl gave out, as the projection applied them
+	// then: an agent.register or agent.update adds one (revoke_tokens
+	// drops the agent's earlier ones first), agent.cleanup drops them all.
+	valid := map[string]string{} // token hash → agent
+	from := n.log.Positions()
+	from[eventlog.EventsFile] = 0
+	_, err = n.log.Scan(ctx, from, func(e *eventlog.Event) error {
+		var p struct {
+			AgentID      string `json:"agent_id"`
+			TokenHash    string `json:"token_hash"`
+			RevokeTokens bool   `json:"revoke_tokens"`
+		}
+		switch e.Type {
+		case eventlog.TypeAgentRegister, eventlog.TypeAgentUpdate, eventlog.TypeAgentCleanup:
+			if err := e.Decode(&p); err != nil {
+				return nil // the projection reports a payload that does not decode
+			}
+		default:
+			return nil
+		}
+		if e.Type == eventlog.TypeAgentCleanup || p.RevokeTokens {
+			for h, id := range valid {
+				if id == p.AgentID {
+					delete(valid, h)
+				}
+			}
+		}
+		if e.Type != eventlog.TypeAgentCleanup && p.TokenHash != "" {
+			valid[p.TokenHash] = p.AgentID
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("read old credentials: %w", err)
+	}
+	var evs []*eventlog.Event
+	for _, h := range slices.Sorted(maps.Keys(held)) {
+		if id := held[h]; valid[h] == id {
+			evs = append(evs, credential(id, h, false))
+		}
+	}
+	if len(evs) == 0 {
+		return nil
+	}
+	if n.opts.Logger != nil {
+		n.opts.Logger.Info("thrum: credentials are local now: kept the tokens of this machine's identity files", "count", len(evs))
+	}
+	return n.append(ctx, evs...)
+}
