@@ -1010,6 +1010,19 @@ type SyncStatusResult struct {
 	LastSyncAt string `json:"last_sync_at"`
 	LastError  string `json:"last_error"`
 	SyncState  string `json:"sync_state"` // "stopped", "idle", "synced" or "error"
+	// Refused counts the remote's events that sync kept out of the log
+	// (quarantined, never applied); Refusals says why, by remote file and
+	// reason, the most recent first. Both extend the spec.
+	Refused  int           `json:"refused"`
+	Refusals []SyncRefusal `json:"refusals"`
+}
+
+// SyncRefusal is why sync refused events of one remote file.
+type SyncRefusal struct {
+	File   string `json:"file"`    // the remote file, relative to the log directory
+	Reason string `json:"reason"`  // what was wrong
+	Count  int    `json:"count"`   // how many events
+	LastAt string `json:"last_at"` // when the latest was refused (RFC 3339)
 }
 
 // SyncForceParams are the params of sync.force: none. See HealthParams.

@@ -688,7 +688,17 @@ type rpcSync struct{ s *gitsync.Syncer }
 
 func (r rpcSync) SyncStatus(context.Context, *rpc.SyncStatusParams) (*rpc.SyncStatusResult, error) {
 	st := r.s.Status()
-	return &rpc.SyncStatusResult{Running: st.Running, LastSyncAt: syncTime(st.LastSyncAt), LastError: st.LastError, SyncState: st.State}, nil
+	return &rpc.SyncStatusResult{Running: st.Running, LastSyncAt: syncTime(st.LastSyncAt), LastError: st.LastError, SyncState: st.State,
+		Refused: st.Refused, Refusals: syncRefusals(st.Refusals)}, nil
+}
+
+// syncRefusals is what sync.status and doctor report of the quarantine.
+func syncRefusals(cs []gitsync.RefusalCount) []rpc.SyncRefusal {
+	out := make([]rpc.SyncRefusal, 0, len(cs))
+	for _, c := range cs {
+		out = append(out, rpc.SyncRefusal{File: c.File, Reason: c.Reason, Count: c.Count, LastAt: syncTime(c.Last)})
+	}
+	return out
 }
 
 func (r rpcSync) SyncForce(context.Context, *rpc.SyncForceParams) (*rpc.SyncForceResult, error) {

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 
 	"github.com/thrumhq/thrum"
 	"github.com/thrumhq/thrum/eventlog"
+	"github.com/thrumhq/thrum/eventlog/gitsync"
 	"github.com/thrumhq/thrum/internal/gitwork"
 )
 
@@ -30,7 +32,17 @@ projection); 1 means problems are listed.
 
 The log is the truth. A difference in the projection is repaired by
 --rebuild. A line that is not a valid event stops every start: keep a
-copy of the file, fix or delete the line, and run doctor again.
+copy of the file, fix or delete the line, and run doctor again. An event
+in a shard it does not belong in (a message in another agent's file, a
+credential outside local.jsonl) is a problem too: sync takes no such
+event from the remote any more, so one in the log came from an older
+thrum or a hand edit.
+
+Doctor also lists what sync refused from the remote (events that break
+the authorship rules, or claim an agent registered on this machine):
+they sit in the log directory's quarantine.jsonl, never applied. They
+are not problems of this log and do not change the exit status; they
+say that someone who can push to the remote wrote events as others.
 
 Examples:
   thrum daemon stop && thrum doctor && thrum daemon start
@@ -108,10 +120,15 @@ func (c *DoctorCmd) Run(ctx context.Context, g *Globals) error {
 	return c.report(g, l, rep, true)
 }
 
-// report prints rep and returns the exit status.
+// report prints rep and what sync refused, and returns the exit status.
 func (c *DoctorCmd) report(g *Globals, l *layout, rep *thrum.VerifyReport, rebuilt bool) error {
+	refused, err := gitsync.ReadQuarantine(l.LogDir)
+	if err != nil {
+		return fmt.Errorf("doctor: %w", err)
+	}
 	if g.JSON {
-		if err := g.out(map[string]any{"ok": rep.OK(), "rebuilt": rebuilt, "report": rep}, nil); err != nil {
+		if err := g.out(map[string]any{"ok": rep.OK(), "rebuilt": rebuilt, "report": rep,
+			"refused": len(refused), "refusals": syncRefusals(gitsync.CountRefusals(refused))}, nil); err != nil {
 			return err
 		}
 	} else {
@@ -119,6 +136,14 @@ func (c *DoctorCmd) report(g *Globals, l *layout, rep *thrum.VerifyReport, rebui
 			fmt.Fprintf(g.stdout, "Rebuilt %s from the log.\n", l.DB)
 		}
 		c.print(g.stdout, l, rep)
+		if len(refused) > 0 {
+			fmt.Fprintf(g.stdout, "Sync refused %d %s from the remote (kept in %s, never applied):\n",
+				len(refused), plural(len(refused), "event", "events"), filepath.Join(l.LogDir, gitsync.QuarantineFile))
+			for _, r := range gitsync.CountRefusals(refused) {
+				fmt.Fprintf(g.stdout, "  %d × %s: %s\n", r.Count, r.File, r.Reason)
+			}
+			g.hint("Someone who can push to the remote's %s branch wrote those events as others: each refusal in the file names the remote commit it came in.", SyncBranch)
+		}
 		if !rep.OK() && rep.Lines == rep.Events && !rebuilt {
 			g.hint("Rebuild the projection from the log with: thrum doctor --rebuild")
 		}

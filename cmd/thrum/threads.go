@@ -146,7 +146,19 @@ func (c *SyncStatusCmd) Run(ctx context.Context, g *Globals) error {
 		if r.LastError != "" {
 			fmt.Fprintf(w, "  Last error: %s\n", r.LastError)
 		}
+		printRefusals(w, r.Refused, r.Refusals)
 	})
+}
+
+// printRefusals says what sync refused from the remote, and why.
+func printRefusals(w io.Writer, refused int, rs []rpc.SyncRefusal) {
+	if refused == 0 {
+		return
+	}
+	fmt.Fprintf(w, "  Refused: %d %s from the remote, kept out of the log (quarantined, not applied):\n", refused, plural(refused, "event", "events"))
+	for _, r := range rs {
+		fmt.Fprintf(w, "    %d × %s: %s\n", r.Count, r.File, r.Reason)
+	}
 }
 
 type SyncForceCmd struct{}
