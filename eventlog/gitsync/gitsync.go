@@ -908,79 +908,96 @@ func (s *Syncer) readRemote(ctx context.Context, commit string, files []remoteFi
 // mergeFile imports the lines of one remote file (read from r, at the
 // remote's commit) that this log lacks and may take, quarantines those
 // it may not, and remembers the version merged.
-func (s *Syncer) mergeFile(ctx context.Context, commit string, f remoteFile, r io.Reader) (int, error) {
+func (s *Syncer) mergeFile(ctx context.Context, commit string, f remoteFile, r io.Reader) (imported int, err error) {
 	full := sha256.New()
-	lines, size, checked, err := s.scanBlob(r, full, f.shard, f.skip, f.sum)
-	if err != nil {
-		return 0, err
-	}
-	lines, refused, err := s.admit(ctx, f, commit, lines)
-	if err != nil {
-		return 0, err
-	}
-	if len(refused) > 0 {
-		s.mu.Lock()
-		before := s.q.total
-		err := s.q.add(refused)
-		n := s.q.total - before
-		s.mu.Unlock()
+	size, checked, err := s.scanBlob(r, full, f.shard, f.skip, f.sum, func(lines [][]byte) error {
+		lines, refused, err := s.admit(ctx, f, commit, lines)
 		if err != nil {
-			return 0, err
+			return err
 		}
-		if n > 0 && s.opts.Logger != nil {
-			s.opts.Logger.Warn("gitsync: refused events from the remote; they are quarantined, not applied",
-				"file", f.path, "count", n, "reason", refused[0].Reason, "quarantine", filepath.Join(s.dir, QuarantineFile))
+		if err := s.quarantine(f, refused); err != nil {
+			return err
 		}
-	}
-	if len(lines) > 0 {
+		if len(lines) == 0 {
+			return nil
+		}
 		if _, err := s.log.Import(ctx, f.shard, lines); err != nil {
-			return 0, fmt.Errorf("import %s: %w", f.path, err)
+			return fmt.Errorf("import %s: %w", f.path, err)
 		}
 		ids := s.have[f.shard]
 		for _, l := range lines {
 			ids[eventID(l)] = struct{}{}
 		}
-	}
+		imported += len(lines)
+		return nil
+	})
 	s.mu.Lock()
 	s.status.Checked += checked
 	s.mu.Unlock()
+	if err != nil {
+		return imported, err
+	}
 	m := mergedBlob{blob: f.blob, size: size}
 	full.Sum(m.sum[:0])
 	s.merged[f.path] = m
-	return len(lines), nil
+	return imported, nil
 }
+
+// quarantine keeps and counts a remote file's refused lines, and logs
+// those it had not refused before.
+func (s *Syncer) quarantine(f remoteFile, refused []Refusal) error {
+	if len(refused) == 0 {
+		return nil
+	}
+	s.mu.Lock()
+	before := s.q.total
+	err := s.q.add(refused)
+	n := s.q.total - before
+	s.mu.Unlock()
+	if n > 0 && s.opts.Logger != nil {
+		s.opts.Logger.Warn("gitsync: refused events from the remote; they are quarantined, not applied",
+			"file", f.path, "count", n, "reason", refused[0].Reason, "quarantine", filepath.Join(s.dir, QuarantineFile))
+	}
+	return err
+}
+
+// mergeBatch bounds the lines a merge holds at once: a remote file may be
+// any size.
+const mergeBatch = 1 << 20
 
 // scanBlob reads a remote shard file from r. The first skip bytes are
 // only hashed, and must hash to want; the whole lines after them that
-// this log lacks are returned (a line that is not an event among them,
-// for the quarantine). Every whole line, prefix included, is fed to
-// full; size is the length of the whole lines (an unterminated tail is
-// not an event yet and is read again next time).
-func (s *Syncer) scanBlob(r io.Reader, full hash.Hash, shard string, skip int64, want [sha256.Size]byte) (lines [][]byte, size int64, checked int, err error) {
+// this log lacks (a line that is not an event among them, for the
+// quarantine) go to flush, about a megabyte at a time. Every whole line,
+// prefix included, is fed to full; size is the length of the whole lines
+// (an unterminated tail is not an event yet and is read again next time).
+func (s *Syncer) scanBlob(r io.Reader, full hash.Hash, shard string, skip int64, want [sha256.Size]byte, flush func([][]byte) error) (size int64, checked int, err error) {
 	if skip > 0 {
 		pre := sha256.New()
 		if _, err := io.CopyN(io.MultiWriter(pre, full), r, skip); err != nil {
-			return nil, 0, 0, errPrefixChanged
+			return 0, 0, errPrefixChanged
 		}
 		var got [sha256.Size]byte
 		if pre.Sum(got[:0]); got != want {
-			return nil, 0, 0, errPrefixChanged
+			return 0, 0, errPrefixChanged
 		}
 	}
 	ids, err := s.refreshHave(shard)
 	if err != nil {
-		return nil, 0, 0, err
+		return 0, 0, err
 	}
 	seen := map[string]struct{}{}
 	br := bufio.NewReaderSize(r, 256<<10)
 	size = skip
+	var lines [][]byte
+	held := 0
 	for {
 		line, rerr := br.ReadBytes('\n')
 		if rerr == io.EOF {
 			break
 		}
 		if rerr != nil {
-			return nil, 0, 0, rerr
+			return size, checked, rerr
 		}
 		full.Write(line)
 		checked++
@@ -996,8 +1013,19 @@ func (s *Syncer) scanBlob(r io.Reader, full hash.Hash, shard string, skip int64,
 			seen[id] = struct{}{}
 		}
 		lines = append(lines, line)
+		if held += len(line); held >= mergeBatch {
+			if err := flush(lines); err != nil {
+				return size, checked, err
+			}
+			lines, held = nil, 0
+		}
 	}
-	return lines, size, checked, nil
+	if len(lines) > 0 {
+		if err := flush(lines); err != nil {
+			return size, checked, err
+		}
+	}
+	return size, checked, nil
 }
 
 func (s *Syncer) git(ctx context.Context, args ...string) (string, error) {

@@ -249,3 +249,22 @@ func TestForgedRegistration(t *testing.T) {
 		t.Errorf("b refused an event as one of its own identities':\n%s", got)
 	}
 }
+
+// TestRemoteLineNotAnEvent: a line that is not an event, pushed into a
+// shard on the remote, is quarantined; rounds go on and bring what else
+// the remote has (it used to fail every round, for good). b's merge
+// pushes its own file, without the line.
+func TestRemoteLineNotAnEvent(t *testing.T) {
+	t.Parallel()
+	remote, a, b := pair(t, nil)
+	forge(t, remote, map[string][]string{eventlog.ShardPath("bob"): {"not an event at all"}})
+	id := b.send("bob", "alice", "after the garbage")
+	syncAll(t, b, a)
+	if _, ok := a.hasMessage(id); !ok {
+		t.Errorf("a lacks bob's message pushed after the garbage line")
+	}
+	rs := refusedIn(t, b)
+	if len(rs) != 1 || rs[0].Line != "not an event at all" || !strings.HasPrefix(rs[0].Reason, "not an event: ") || rs[0].File != eventlog.ShardPath("bob") {
+		t.Errorf("b's quarantine = %+v, want the garbage line", rs)
+	}
+}
