@@ -19,7 +19,11 @@ import (
 // node could not tell.
 func (n *Node) AdmitSynced(ctx context.Context, shard string, e *eventlog.Event) (reason string, err error) {
 	for _, id := range eventlog.Claims(e) {
-		for _, cand := range []string{id, identity.NormalizeAgentID(id)} {
+		cands := []string{id}
+		if norm := identity.NormalizeAgentID(id); norm != id {
+			cands = append(cands, norm)
+		}
+		for _, cand := range cands {
 			local, err := n.store.HasCredential(ctx, cand)
 			if err != nil {
 				return "", internal("check a synced event", err)

@@ -1,7 +1,6 @@
 package gitsync_test
 
 import (
-	"bytes"
 	"fmt"
 	"io/fs"
 	"os"
@@ -9,13 +8,13 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/thrumhq/thrum/eventlog"
+	"github.com/thrumhq/thrum/internal/thrumtest"
 )
 
 // TestSyncFigures100k prints what sync costs per message with a large
@@ -45,35 +44,10 @@ func TestSyncFigures100k(t *testing.T) {
 	}
 	a.close()
 
-	// Preload: copy each agent's template line with fresh IDs.
+	// Preload: copy each agent's message with fresh IDs.
 	start := time.Now()
 	for _, n := range names {
-		path := filepath.Join(a.wt, filepath.FromSlash(eventlog.ShardPath(n)))
-		tmpl, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tmpl = bytes.TrimSuffix(tmpl, []byte("\n"))
-		evID := between(t, tmpl, `"event_id":"`)
-		msgID := between(t, tmpl, `"message_id":"msg_`)
-		var buf bytes.Buffer
-		for i := 0; i < perAgent-1; i++ {
-			line := bytes.Replace(tmpl, []byte(evID), []byte(eventlog.NewID()), 1)
-			line = bytes.Replace(line, []byte("msg_"+msgID), []byte("msg_"+eventlog.NewID()), 1)
-			line = bytes.Replace(line, []byte(`"content":"template"`), []byte(`"content":"preloaded message `+strconv.Itoa(i)+` of `+n+`, with a sentence or two of text as agents write them"`), 1)
-			buf.Write(line)
-			buf.WriteByte('\n')
-		}
-		f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := f.Write(buf.Bytes()); err != nil {
-			t.Fatal(err)
-		}
-		if err := f.Close(); err != nil {
-			t.Fatal(err)
-		}
+		thrumtest.CopyMessages(t, filepath.Join(a.wt, filepath.FromSlash(eventlog.ShardPath(n))), perAgent-1)
 	}
 	a.open()
 	if got := a.total(); got != agents*perAgent {
@@ -135,17 +109,6 @@ func TestSyncFigures100k(t *testing.T) {
 	debug.FreeOSMemory()
 	t.Logf("resident memory of this process (node + Syncer + test) at %d messages with a remote, after GC: %s",
 		agents*perAgent+sends, vmRSS(t))
-}
-
-// between returns what follows prefix in b up to the next quote.
-func between(t *testing.T, b []byte, prefix string) string {
-	t.Helper()
-	_, rest, ok := bytes.Cut(b, []byte(prefix))
-	if !ok {
-		t.Fatalf("no %s in %s", prefix, b)
-	}
-	v, _, _ := bytes.Cut(rest, []byte(`"`))
-	return string(v)
 }
 
 // objectBytes is the size of a git directory's object store.

@@ -60,7 +60,7 @@ const (
 	DefaultBranch    = "a-sync"
 	DefaultInterval  = 60 * time.Second
 	DefaultDebounce  = 500 * time.Millisecond
-	DefaultPackEvery = 64
+	DefaultPackEvery = 8
 	maxPushTries     = 5
 )
 

@@ -33,6 +33,7 @@ import (
 	"time"
 
 	"github.com/thrumhq/thrum"
+	"github.com/thrumhq/thrum/eventlog"
 	"github.com/thrumhq/thrum/rpc"
 )
 
@@ -409,4 +410,45 @@ func ReportLatencies(b *testing.B, lat []time.Duration) {
 	b.ReportMetric(ms(lat[min(len(lat)-1, len(lat)/2)]), "p50-ms")
 	b.ReportMetric(ms(lat[min(len(lat)-1, len(lat)*99/100)]), "p99-ms")
 	b.ReportMetric(ms(lat[len(lat)-1]), "max-ms")
+}
+
+// CopyMessages appends n copies of the last line of the shard file at
+// path (a message.create) to it, each with a fresh event ID and message
+// ID and its own content: a large history written in seconds, for the
+// figures that need one. The log must be closed.
+func CopyMessages(t testing.TB, path string, n int) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = bytes.TrimSuffix(b, []byte("\n"))
+	tmpl := b[bytes.LastIndexByte(b, '\n')+1:]
+	field := func(prefix string) []byte {
+		_, rest, ok := bytes.Cut(tmpl, []byte(prefix))
+		if !ok {
+			t.Fatalf("CopyMessages: no %s in %s", prefix, tmpl)
+		}
+		v, _, _ := bytes.Cut(rest, []byte(`"`))
+		return append([]byte(prefix), v...)
+	}
+	evID, msgID, content := field(`"event_id":"`), field(`"message_id":"`), field(`"content":"`)
+	var buf bytes.Buffer
+	for i := 0; i < n; i++ {
+		line := bytes.Replace(tmpl, evID, []byte(`"event_id":"`+eventlog.NewID()), 1)
+		line = bytes.Replace(line, msgID, []byte(`"message_id":"msg_`+eventlog.NewID()), 1)
+		line = bytes.Replace(line, content, []byte(`"content":"copied message `+strconv.Itoa(i)+`, with a sentence or two of text as agents write them`), 1)
+		buf.Write(line)
+		buf.WriteByte('\n')
+	}
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(buf.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
 }
