@@ -2,29 +2,17 @@ package thrum_test
 
 import (
 	"context"
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/thrumhq/thrum"
 	"github.com/thrumhq/thrum/eventlog"
 	"github.com/thrumhq/thrum/identity"
+	"github.com/thrumhq/thrum/internal/thrumtest"
 	"github.com/thrumhq/thrum/rpc"
 )
-
-// oldEvent is an events.jsonl line as a thrum from before local
-// credentials wrote it.
-func oldEvent(t *testing.T, typ string, payload map[string]any) string {
-	t.Helper()
-	b, err := json.Marshal(payload)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return `{"event_id":"` + eventlog.NewID() + `","type":"` + typ + `","timestamp":"` + eventlog.FormatTime(time.Now()) + `",` + string(b[1:])
-}
 
 // TestOldLogCredentials opens a log written before credentials were
 // local (token hashes in events.jsonl). It opens; the tokens this
@@ -42,7 +30,7 @@ func TestOldLogCredentials(t *testing.T) {
 		tok[k] = identity.NewToken()
 	}
 	reg := func(id, token string, revoke bool) string {
-		return oldEvent(t, eventlog.TypeAgentRegister, map[string]any{"agent_id": id, "kind": "agent", "name": id,
+		return thrumtest.EventLine(t, eventlog.TypeAgentRegister, map[string]any{"agent_id": id, "kind": "agent", "name": id,
 			"role": "implementer", "module": "m", "token_hash": identity.HashToken(token), "revoke_tokens": revoke})
 	}
 	lines := []string{
@@ -51,7 +39,7 @@ func TestOldLogCredentials(t *testing.T) {
 		reg("carol", tok["carol-old"], false), // in carol's file, then revoked: dropped
 		reg("carol", tok["carol"], true),
 		reg("erin", tok["erin"], false), // held, but erin was deleted since: dropped
-		oldEvent(t, eventlog.TypeAgentCleanup, map[string]any{"agent_id": "erin", "reason": "deleted"}),
+		thrumtest.EventLine(t, eventlog.TypeAgentCleanup, map[string]any{"agent_id": "erin", "reason": "deleted"}),
 	}
 	if err := os.WriteFile(filepath.Join(dir, eventlog.EventsFile), []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -122,11 +110,11 @@ func TestVerifyReportsMisplacedEvents(t *testing.T) {
 		}
 	}
 	write(eventlog.EventsFile,
-		oldEvent(t, eventlog.TypeAgentRegister, map[string]any{"agent_id": "alice", "kind": "agent", "name": "alice", "role": "dev", "module": "m"}),
-		oldEvent(t, eventlog.TypeCredentialAdd, map[string]any{"agent_id": "alice", "token_hash": identity.HashToken(identity.NewToken())}))
-	write(eventlog.ShardPath("alice"), oldEvent(t, eventlog.TypeMessageCreate, map[string]any{"message_id": "msg_1", "agent_id": "alice",
+		thrumtest.EventLine(t, eventlog.TypeAgentRegister, map[string]any{"agent_id": "alice", "kind": "agent", "name": "alice", "role": "dev", "module": "m"}),
+		thrumtest.EventLine(t, eventlog.TypeCredentialAdd, map[string]any{"agent_id": "alice", "token_hash": identity.HashToken(identity.NewToken())}))
+	write(eventlog.ShardPath("alice"), thrumtest.EventLine(t, eventlog.TypeMessageCreate, map[string]any{"message_id": "msg_1", "agent_id": "alice",
 		"session_id": "s", "format": "markdown", "content": "mine", "priority": "normal"}))
-	write(eventlog.ShardPath("bob"), oldEvent(t, eventlog.TypeMessageCreate, map[string]any{"message_id": "msg_2", "agent_id": "alice",
+	write(eventlog.ShardPath("bob"), thrumtest.EventLine(t, eventlog.TypeMessageCreate, map[string]any{"message_id": "msg_2", "agent_id": "alice",
 		"session_id": "s", "format": "markdown", "content": "not bob's", "priority": "normal"}))
 	n, err := thrum.Open(context.Background(), dir, &thrum.Options{DBPath: filepath.Join(t.TempDir(), "m.db"), NoSync: true})
 	if err != nil {

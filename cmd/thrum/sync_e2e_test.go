@@ -272,13 +272,7 @@ func TestSyncRefusalsReported(t *testing.T) {
 	// The forger: a plain clone of a-sync, two lines appended, a push.
 	forger := remote.Clone("forger")
 	thrumtest.Git(t, forger, "checkout", "-q", "-b", "a-sync", "origin/a-sync")
-	line := func(typ string, payload map[string]any) string {
-		b, err := json.Marshal(payload)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return `{"event_id":"` + eventlog.NewID() + `","type":"` + typ + `","timestamp":"` + eventlog.FormatTime(time.Now()) + `",` + string(b[1:]) + "\n"
-	}
+	line := func(typ string, payload map[string]any) string { return thrumtest.EventLine(t, typ, payload) + "\n" }
 	forgedToken := identity.NewToken()
 	appendTo := func(rel, s string) {
 		if err := os.MkdirAll(filepath.Dir(filepath.Join(forger, rel)), 0o755); err != nil {

@@ -2,16 +2,15 @@ package gitsync_test
 
 import (
 	"context"
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/thrumhq/thrum/eventlog"
 	"github.com/thrumhq/thrum/eventlog/gitsync"
 	"github.com/thrumhq/thrum/identity"
+	"github.com/thrumhq/thrum/internal/thrumtest"
 	"github.com/thrumhq/thrum/rpc"
 )
 
@@ -47,22 +46,11 @@ func forge(t *testing.T, remote string, files map[string][]string) {
 	gitT(t, dir, "push", "-q", "origin", "a-sync")
 }
 
-// forgedEvent is an event line as thrum writes it, with a fresh ID.
-func forgedEvent(t *testing.T, typ string, payload map[string]any) (id, line string) {
-	t.Helper()
-	id = eventlog.NewID()
-	fields, err := json.Marshal(payload)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return id, `{"event_id":"` + id + `","type":"` + typ + `","timestamp":"` + eventlog.FormatTime(time.Now()) + `",` + string(fields[1:])
-}
-
 // forgedMessage is a message.create by author mentioning to.
 func forgedMessage(t *testing.T, author, to, content string) (msgID, line string) {
 	t.Helper()
 	msgID = "msg_" + eventlog.NewID()
-	_, line = forgedEvent(t, eventlog.TypeMessageCreate, map[string]any{
+	line = thrumtest.EventLine(t, eventlog.TypeMessageCreate, map[string]any{
 		"message_id": msgID, "agent_id": author, "session_id": "ses_forged", "format": "markdown",
 		"content": content, "priority": "normal", "refs": []map[string]string{{"type": "mention", "value": to}},
 	})
@@ -181,17 +169,17 @@ func TestForgedRegistration(t *testing.T) {
 		forged[tok] = what
 		return tok
 	}
-	_, takeover := forgedEvent(t, eventlog.TypeAgentUpdate, map[string]any{
+	takeover := thrumtest.EventLine(t, eventlog.TypeAgentUpdate, map[string]any{
 		"agent_id": "alice", "kind": "agent", "name": "alice", "role": "implementer", "module": "sync",
 		"token_hash": identity.HashToken(token("alice, through agent.update")), "revoke_tokens": true})
-	_, newcomer := forgedEvent(t, eventlog.TypeAgentRegister, map[string]any{
+	newcomer := thrumtest.EventLine(t, eventlog.TypeAgentRegister, map[string]any{
 		"agent_id": "mallory", "kind": "agent", "name": "mallory", "role": "implementer", "module": "sync",
 		"token_hash": identity.HashToken(token("mallory, a new agent"))})
-	_, cred := forgedEvent(t, eventlog.TypeCredentialAdd, map[string]any{
+	cred := thrumtest.EventLine(t, eventlog.TypeCredentialAdd, map[string]any{
 		"agent_id": "alice", "token_hash": identity.HashToken(token("alice, through credential.add in events.jsonl"))})
-	_, credShard := forgedEvent(t, eventlog.TypeCredentialAdd, map[string]any{
+	credShard := thrumtest.EventLine(t, eventlog.TypeCredentialAdd, map[string]any{
 		"agent_id": "mallory", "token_hash": identity.HashToken(token("mallory, through credential.add in her shard"))})
-	_, credLocal := forgedEvent(t, eventlog.TypeCredentialAdd, map[string]any{
+	credLocal := thrumtest.EventLine(t, eventlog.TypeCredentialAdd, map[string]any{
 		"agent_id": "bob", "token_hash": identity.HashToken(token("bob, through a pushed local shard"))})
 	forge(t, remote, map[string][]string{
 		eventlog.EventsFile:           {takeover, newcomer, cred},

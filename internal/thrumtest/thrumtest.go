@@ -20,6 +20,7 @@ package thrumtest
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http/httptest"
 	"os"
@@ -451,4 +452,20 @@ func CopyMessages(t testing.TB, path string, n int) {
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// EventLine returns a log line of an event of type typ with the given
+// payload fields, a fresh ID and the time now, as a thrum writes it (or
+// as anyone could write one by hand).
+func EventLine(t testing.TB, typ string, payload map[string]any) string {
+	t.Helper()
+	b, err := json.Marshal(payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	head := `{"event_id":"` + eventlog.NewID() + `","type":"` + typ + `","timestamp":"` + eventlog.FormatTime(time.Now()) + `"`
+	if len(b) > 2 {
+		return head + "," + string(b[1:])
+	}
+	return head + "}"
 }
