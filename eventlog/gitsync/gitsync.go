@@ -992,17 +992,16 @@ func (s *Syncer) scanBlob(r io.Reader, full hash.Hash, shard string, skip int64,
 	var lines [][]byte
 	held := 0
 	for {
-		line, rerr := br.ReadBytes('\n')
+		line, n, rerr := readLine(br, full)
 		if rerr == io.EOF {
 			break
 		}
 		if rerr != nil {
 			return size, checked, rerr
 		}
-		full.Write(line)
 		checked++
-		size += int64(len(line))
-		line = line[:len(line)-1]
+		size += n
+		line = bytes.TrimSuffix(line, []byte("\n"))
 		if id := eventID(line); id != "" {
 			if _, dup := ids[id]; dup {
 				continue
@@ -1026,6 +1025,29 @@ func (s *Syncer) scanBlob(r io.Reader, full hash.Hash, shard string, skip int64,
 		}
 	}
 	return size, checked, nil
+}
+
+// readLine reads a line from br, its newline included: n bytes, of which
+// it returns at most eventlog.MaxLineBytes and one more (a longer line is
+// no event, and a remote file may hold one of any length). Every byte
+// read goes to h. At the end of the input it returns io.EOF, and the
+// bytes of an unterminated last line are not counted.
+func readLine(br *bufio.Reader, h hash.Hash) (line []byte, n int64, err error) {
+	for {
+		chunk, err := br.ReadSlice('\n')
+		h.Write(chunk)
+		n += int64(len(chunk))
+		if room := eventlog.MaxLineBytes + 1 - len(line); room > 0 {
+			line = append(line, chunk[:min(len(chunk), room)]...)
+		}
+		switch err {
+		case nil:
+			return line, n, nil
+		case bufio.ErrBufferFull:
+			continue
+		}
+		return nil, 0, err
+	}
 }
 
 func (s *Syncer) git(ctx context.Context, args ...string) (string, error) {

@@ -43,7 +43,25 @@ type Refusal struct {
 	Commit  string `json:"commit"`             // the remote's commit then
 	Reason  string `json:"reason"`             // why it was refused
 	EventID string `json:"event_id,omitempty"` // its event ID, if it is an event
-	Line    string `json:"line"`               // the line as found
+	SHA256  string `json:"sha256,omitempty"`   // else the line's hash
+	Bytes   int    `json:"bytes"`              // the line's length (a line over eventlog.MaxLineBytes is read no further)
+	Line    string `json:"line"`               // the line as found, its first maxRefusalLine bytes
+}
+
+// maxRefusalLine bounds the part of a refused line that the quarantine
+// keeps (a remote line may be any length).
+const maxRefusalLine = 16 << 10
+
+// newRefusal describes a refused line.
+func newRefusal(at, file, commit string, line []byte) Refusal {
+	r := Refusal{At: at, File: file, Commit: commit, Bytes: len(line), Line: string(line[:min(len(line), maxRefusalLine)])}
+	if id := eventID(line); id == "" {
+		sum := sha256.Sum256(line)
+		r.SHA256 = hex.EncodeToString(sum[:])
+	} else {
+		r.EventID = id
+	}
+	return r
 }
 
 // RefusalCount sums the refusals of one reason in one remote file.
@@ -58,8 +76,7 @@ func (r *Refusal) key() string {
 	if r.EventID != "" {
 		return r.EventID
 	}
-	sum := sha256.Sum256([]byte(r.Line))
-	return "sha256:" + hex.EncodeToString(sum[:])
+	return "sha256:" + r.SHA256
 }
 
 // ReadQuarantine returns the refusals kept in the log directory dir,
@@ -75,7 +92,7 @@ func ReadQuarantine(dir string) ([]Refusal, error) {
 	defer f.Close()
 	var out []Refusal
 	sc := bufio.NewScanner(f)
-	sc.Buffer(nil, 2*eventlog.MaxLineBytes)
+	sc.Buffer(nil, 8*maxRefusalLine+64<<10) // the kept part of a line, escaped, and the rest of the record
 	for n := 1; sc.Scan(); n++ {
 		var r Refusal
 		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
@@ -220,26 +237,25 @@ func (q *quarantine) add(rs []Refusal) error {
 func (s *Syncer) admit(ctx context.Context, f remoteFile, commit string, lines [][]byte) (ok [][]byte, refused []Refusal, err error) {
 	now := eventlog.FormatTime(time.Now())
 	for _, line := range lines {
-		r := Refusal{At: now, File: f.path, Commit: commit, Line: string(line)}
-		e, derr := eventlog.DecodeLine(line)
-		switch {
-		case derr != nil:
-			r.Reason = "not an event: " + derr.Error()
-		default:
-			r.EventID = e.ID
-			if cerr := eventlog.CheckShard(f.shard, e); cerr != nil {
-				r.Reason = cerr.Error()
-			} else if s.opts.Admit != nil {
-				if r.Reason, err = s.opts.Admit(ctx, f.shard, e); err != nil {
-					return nil, nil, fmt.Errorf("check %s: %w", f.path, err)
-				}
+		reason := ""
+		if len(line) > eventlog.MaxLineBytes {
+			reason = fmt.Sprintf("a line of over %d bytes: longer than any event", eventlog.MaxLineBytes)
+		} else if e, derr := eventlog.DecodeLine(line); derr != nil {
+			reason = "not an event: " + derr.Error()
+		} else if cerr := eventlog.CheckShard(f.shard, e); cerr != nil {
+			reason = cerr.Error()
+		} else if s.opts.Admit != nil {
+			if reason, err = s.opts.Admit(ctx, f.shard, e); err != nil {
+				return nil, nil, fmt.Errorf("check %s: %w", f.path, err)
 			}
 		}
-		if r.Reason == "" {
+		if reason == "" {
 			ok = append(ok, line)
-		} else {
-			refused = append(refused, r)
+			continue
 		}
+		r := newRefusal(now, f.path, commit, line)
+		r.Reason = reason
+		refused = append(refused, r)
 	}
 	return ok, refused, nil
 }

@@ -256,3 +256,30 @@ func TestRemoteLineNotAnEvent(t *testing.T) {
 		t.Errorf("b's quarantine = %+v, want the garbage line", rs)
 	}
 }
+
+// TestRemoteLineTooLong: a line longer than any event, pushed to the
+// remote, is read no further than that and quarantined in part, and a
+// new Syncer still loads the quarantine.
+func TestRemoteLineTooLong(t *testing.T) {
+	t.Parallel()
+	remote, a, b := pair(t, nil)
+	long := strings.Repeat("x", 2*eventlog.MaxLineBytes+10) // past what the quarantine file was read with
+	forge(t, remote, map[string][]string{eventlog.ShardPath("bob"): {long}})
+	id := b.send("bob", "alice", "after the long line")
+	syncAll(t, b, a)
+	if _, ok := a.hasMessage(id); !ok {
+		t.Errorf("a lacks bob's message pushed after the long line")
+	}
+	rs := refusedIn(t, b)
+	if len(rs) != 1 || rs[0].Bytes <= eventlog.MaxLineBytes || len(rs[0].Line) >= eventlog.MaxLineBytes || !strings.Contains(rs[0].Reason, "longer than any event") {
+		for _, r := range rs {
+			t.Logf("refusal: %d bytes, %d kept, %q", r.Bytes, len(r.Line), r.Reason)
+		}
+		t.Fatalf("b's quarantine: %d refusals, want the long line kept in part", len(rs))
+	}
+	b.close()
+	b.open()
+	if st := b.s.Status(); st.Refused != 1 {
+		t.Errorf("b after a restart: Status().Refused = %d, want 1", st.Refused)
+	}
+}
