@@ -55,6 +55,8 @@ type Projector struct {
 	applyErr error             // why pending is not applied
 	behind   atomic.Bool       // pending is not empty
 	kick     chan struct{}     // a retry is wanted
+
+	model string // EXPERIMENT
 }
 
 // NewProjector returns the Projector of the store st and the extra
@@ -66,6 +68,7 @@ func NewProjector(st *store.Store, extra ...Projection) *Projector {
 		idx:   msgindex.New(),
 		dirc:  &directory.Directory{},
 		kick:  make(chan struct{}, 1),
+		model: experimentModel(),
 	}
 }
 
@@ -233,7 +236,9 @@ func changesDirectory(e *eventlog.Event) bool {
 // published runs after a batch is applied, in log order: the in-memory
 // index and directory take it, then the node's caches and notifier.
 func (p *Projector) published(batch []*eventlog.Event) {
-	p.idx.Apply(batch)
+	if p.model != "sqlite" {
+		p.idx.Apply(batch)
+	}
 	if slices.ContainsFunc(batch, changesDirectory) {
 		if err := p.dirc.Apply(context.Background(), p.store, batch); err != nil {
 			if lg := p.logger(); lg != nil {
