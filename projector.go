@@ -72,52 +72,47 @@ func NewProjector(st *store.Store, extra ...Projection) *Projector {
 	}
 }
 
-// Store returns the projector's SQLite store.
-func (p *Projector) Store() *store.Store { return p.store }
-
 // Commit applies a committed batch, after the events still pending from
 // a failed apply: it is the log's eventlog.Options.OnCommit.
 func (p *Projector) Commit(batch []*eventlog.Event) error {
-	return p.Stage(batch)(nil)
+	return p.Stage(batch, func() error { return nil })
 }
 
-// Stage is Commit in two steps, the log's eventlog.Options.Stage: it
-// runs the batch's statements (after the pending events) in a store
-// transaction while the log fsyncs the batch, and the returned finish
-// commits it once the batch is durable — then the extra projections,
-// the index and the notifier take it — or rolls it back if the fsync
-// failed, leaving the store, its checkpoint and the pending events as
-// they were. Nothing else is applied in between.
-func (p *Projector) Stage(batch []*eventlog.Event) (finish func(durable error) error) {
+// Stage is Commit while the batch is fsynced, the log's
+// eventlog.Options.Stage: it runs the batch's statements (after the
+// pending events) in a store transaction, then waits for durable. Once
+// the batch is durable it commits the transaction, and the extra
+// projections, the index and the notifier take the batch; if the fsync
+// failed it rolls the transaction back, leaving the store, its
+// checkpoint and the pending events as they were. Nothing else is
+// applied in between.
+func (p *Projector) Stage(batch []*eventlog.Event, durable func() error) error {
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	evs := batch
 	if len(p.pending) > 0 {
 		evs = append(p.pending[:len(p.pending):len(p.pending)], batch...)
 	}
-	staged, serr := p.store.Stage(context.Background(), evs)
-	return func(durable error) error {
-		defer p.mu.Unlock()
-		if durable != nil {
-			if serr == nil {
-				staged.Rollback()
-			}
-			return nil
-		}
-		err := serr
+	staged, err := p.store.Stage(context.Background(), evs)
+	if derr := durable(); derr != nil {
 		if err == nil {
-			err = staged.Commit()
+			staged.Rollback()
 		}
-		if err == nil {
-			err = p.applyExtra(context.Background(), evs)
-		}
-		if err != nil {
-			return p.failed(batch, evs, err)
-		}
-		p.pending, p.applyErr = nil, nil
-		p.behind.Store(false)
-		p.published(evs)
-		return nil
+		return nil // not in the log: nothing to apply
 	}
+	if err == nil {
+		err = staged.Commit()
+	}
+	if err == nil {
+		err = p.applyExtra(context.Background(), evs)
+	}
+	if err != nil {
+		return p.failed(batch, evs, err)
+	}
+	p.pending, p.applyErr = nil, nil
+	p.behind.Store(false)
+	p.published(evs)
+	return nil
 }
 
 // failed keeps evs, durable but not applied, pending, and returns the

@@ -181,9 +181,9 @@ func TestStorageFaultsKeepProjectionEqualToLog(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rebuilt.Close()
-	live, want := dumpProjection(t, n.Store()), dumpProjection(t, rebuilt)
+	live, want := dumpProjection(t, thrum.ProjectionOf(n)), dumpProjection(t, rebuilt)
 	if d := diffDumps(live, want); d != "" {
-		pos, _ := n.Store().Positions(ctx)
+		pos, _ := thrum.ProjectionOf(n).Positions(ctx)
 		_, _ = n.EventLog().Scan(ctx, nil, func(e *eventlog.Event) error {
 			if e.Type == eventlog.TypeMessageCreate && !strings.Contains(strings.Join(live["messages"], " "), messageIDOf(e.Raw)) {
 				t.Logf("missing %s %s off %d; checkpoint %d", messageIDOf(e.Raw), e.Shard, e.Offset, pos[eventlog.ShardPath(e.Shard)])
@@ -281,12 +281,14 @@ func TestFsyncFailureWhileStagedAppliesNothing(t *testing.T) {
 	}
 	p := thrum.NewProjector(st)
 	var staged atomic.Pointer[chan struct{}]
-	lg, err := eventlog.Open(dir, &eventlog.Options{NoSync: true, Stage: func(b []*eventlog.Event) func(error) error {
-		finish := p.Stage(b) // the batch's statements have run, uncommitted
-		if c := staged.Swap(nil); c != nil {
-			close(*c)
-		}
-		return finish
+	lg, err := eventlog.Open(dir, &eventlog.Options{NoSync: true, Stage: func(b []*eventlog.Event, durable func() error) error {
+		return p.Stage(b, func() error {
+			// The batch's statements have run, uncommitted.
+			if c := staged.Swap(nil); c != nil {
+				close(*c)
+			}
+			return durable()
+		})
 	}})
 	if err != nil {
 		t.Fatal(err)

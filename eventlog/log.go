@@ -75,16 +75,18 @@ type Options struct {
 	// Stage, if set, is used instead of OnCommit, so that a projection
 	// does a batch's work while the batch is being fsynced instead of
 	// after: the log calls it, from the same goroutine and in the same
-	// order as OnCommit, with each batch as soon as its lines are written,
-	// then calls the finish function it returns exactly once, with the
-	// batch's fate: nil once it is durable (the projection makes its work
-	// visible now; finish's error is returned by every Append of the
-	// batch, as OnCommit's is), or the error that undid it (the
-	// projection discards its work: no event of the batch is in the log).
-	// If batches merged into one call do not all become durable, the call
-	// is finished with the error and the durable ones are staged again,
-	// and finished at once. The slice is reused after finish returns.
-	Stage func(batch []*Event) (finish func(durable error) error)
+	// order as OnCommit, with each batch as soon as its lines are written.
+	// Stage does the batch's work, then calls durable exactly once, which
+	// waits for the fsync and returns the batch's fate: nil once it is
+	// durable (the projection makes its work visible now, and Stage's
+	// error is returned by every Append of the batch, as OnCommit's is),
+	// or the error that undid it (the projection discards its work: no
+	// event of the batch is in the log; Stage's error is ignored). If
+	// batches merged into one call do not all become durable, the call's
+	// durable reports the error and the durable ones are staged again,
+	// with a durable that returns nil. The slice is reused after Stage
+	// returns.
+	Stage func(batch []*Event, durable func() error) error
 
 	// NoSync skips fsync. Only for tests and benchmarks that measure
 	// something else; a log opened so is not durable.
@@ -571,34 +573,37 @@ func (l *Log) commit(batch []*appendReq) {
 }
 
 // stage runs Stage on a group of written batches while the committer
-// fsyncs them, and finishes it with their outcome. A batch that failed
-// gets its error in errs; the durable rest, if the group did not all
-// make it, is staged again and finished at once, so a projection never
-// keeps work of a batch that is not in the log.
+// fsyncs them; Stage's durable waits for their outcome. A batch that
+// failed gets its error in errs; the durable rest, if the group did not
+// all make it, is staged again with nothing to wait for, so a projection
+// never keeps work of a batch that is not in the log.
 func (l *Log) stage(group []*commitBatch, evs []*Event) error {
-	var finish func(error) error
-	if len(evs) > 0 {
-		finish = l.opts.Stage(evs)
-	}
-	var failed error
-	for _, b := range group {
-		if werr := <-b.durable; werr != nil {
-			failed = werr
-			for i := range b.reqs {
-				if b.errs[i] == nil {
-					b.errs[i] = fmt.Errorf("eventlog: append: %w", werr)
-				}
-			}
-			b.evs = nil
+	waited, failed := false, error(nil)
+	durable := func() error {
+		if waited {
+			return failed
 		}
+		waited = true
+		for _, b := range group {
+			if werr := <-b.durable; werr != nil {
+				failed = werr
+				for i := range b.reqs {
+					if b.errs[i] == nil {
+						b.errs[i] = fmt.Errorf("eventlog: append: %w", werr)
+					}
+				}
+				b.evs = nil
+			}
+		}
+		return failed
 	}
-	if finish == nil {
-		return nil
+	var err error
+	if len(evs) > 0 {
+		err = l.opts.Stage(evs, durable)
 	}
-	if failed == nil {
-		return finish(nil)
+	if durable() == nil { // (waits here if Stage did not)
+		return err
 	}
-	finish(failed)
 	evs = evs[:0]
 	for _, b := range group {
 		evs = append(evs, b.evs...)
@@ -606,7 +611,7 @@ func (l *Log) stage(group []*commitBatch, evs []*Event) error {
 	if len(evs) == 0 {
 		return nil
 	}
-	return l.opts.Stage(evs)(nil)
+	return l.opts.Stage(evs, func() error { return nil })
 }
 
 // rollback truncates each segment a failed batch wrote to back to its

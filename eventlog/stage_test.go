@@ -13,19 +13,19 @@ import (
 	"github.com/thrumhq/thrum/internal/fault"
 )
 
-// stager records what Options.Stage is given and how each call is
-// finished.
+// stager records what Options.Stage is given and what each call's
+// durable reported.
 type stager struct {
 	mu        sync.Mutex
 	staged    [][]string // message IDs ("n" payloads) of each call
-	finished  []error    // each call's outcome, in order
-	committed []string   // the events of calls finished with nil
-	err       error      // finish's answer to a durable batch
+	finished  []error    // each call's outcome (its durable), in order
+	committed []string   // the events of calls whose durable was nil
+	err       error      // Stage's answer to a durable batch
 	gate      chan struct{}
 	entered   chan struct{}
 }
 
-func (s *stager) stage(batch []*Event) func(error) error {
+func (s *stager) stage(batch []*Event, wait func() error) error {
 	var ns []string
 	for _, e := range batch {
 		m, err := PayloadAs[map[string]string](e)
@@ -45,16 +45,15 @@ func (s *stager) stage(batch []*Event) func(error) error {
 	if gate != nil {
 		<-gate
 	}
-	return func(durable error) error {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		s.finished = append(s.finished, durable)
-		if durable != nil {
-			return nil
-		}
-		s.committed = append(s.committed, ns...)
-		return s.err
+	durable := wait()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.finished = append(s.finished, durable)
+	if durable != nil {
+		return nil
 	}
+	s.committed = append(s.committed, ns...)
+	return s.err
 }
 
 func msg(shard, n string) *Event {
@@ -62,8 +61,8 @@ func msg(shard, n string) *Event {
 }
 
 // TestStageRunsWhileTheBatchIsFsynced: with Options.Stage, a batch is
-// staged before its fsync is done (the fsync waits for it here), and
-// finished with nil once durable; finish's error is Append's.
+// staged before its fsync is done (the fsync waits for it here), and its
+// durable reports nil; Stage's error is Append's.
 func TestStageRunsWhileTheBatchIsFsynced(t *testing.T) {
 	dir := t.TempDir()
 	s := &stager{entered: make(chan struct{})}
@@ -86,7 +85,7 @@ func TestStageRunsWhileTheBatchIsFsynced(t *testing.T) {
 	s.err = no
 	s.mu.Unlock()
 	if err := l.Append(context.Background(), msg("a", "2")); !errors.Is(err, no) {
-		t.Fatalf("Append = %v, want finish's error", err)
+		t.Fatalf("Append = %v, want Stage's error", err)
 	}
 	if len(s.finished) != 2 || s.finished[0] != nil || s.finished[1] != nil {
 		t.Fatalf("finished with %v, want [nil nil]", s.finished)
@@ -97,7 +96,7 @@ func TestStageRunsWhileTheBatchIsFsynced(t *testing.T) {
 }
 
 // TestStageFsyncFailureDiscardsTheBatch: a batch staged while its fsync
-// fails is finished with the fsync's error, its Append fails, and no
+// fails learns the fsync's error from durable, its Append fails, and no
 // line of it stays in the log.
 func TestStageFsyncFailureDiscardsTheBatch(t *testing.T) {
 	dir := t.TempDir()
@@ -132,7 +131,7 @@ func TestStageFsyncFailureDiscardsTheBatch(t *testing.T) {
 }
 
 // TestStageGroupWithAFailedBatch: batches merged into one Stage call
-// where one failed its fsync: the call is finished with the error, and
+// where one failed its fsync: the call's durable reports the error, and
 // the durable ones are staged again and committed, so the projection
 // gets exactly the events in the log.
 func TestStageGroupWithAFailedBatch(t *testing.T) {
@@ -193,7 +192,7 @@ func TestStageGroupWithAFailedBatch(t *testing.T) {
 		}
 	}
 	if failed != 1 {
-		t.Fatalf("%d Stage calls were finished with an error, want 1: %v", failed, s.finished)
+		t.Fatalf("%d Stage calls' durable reported an error, want 1: %v", failed, s.finished)
 	}
 	t.Logf("staged %v, finished %v", s.staged, s.finished)
 	evs, _ := scanAll(t, l, nil)
