@@ -384,7 +384,7 @@ func verifyAfterCrash(t *testing.T, dir, rebuildPath string, round int, acked, f
 			t.Fatalf("round %d: rebuild: %v", round, err)
 		}
 		defer rebuilt.Close()
-		if d := diffDumps(dumpProjection(t, n.Store()), dumpProjection(t, rebuilt)); d != "" {
+		if d := diffDumps(dumpProjection(t, thrum.ProjectionOf(n)), dumpProjection(t, rebuilt)); d != "" {
 			t.Errorf("round %d: the recovered projection differs from one rebuilt from the log (first = recovered):\n%s", round, d)
 		}
 	}

@@ -78,7 +78,7 @@ func newFromParts(t *testing.T, dir, db string, extra thrum.Projection) *thrum.N
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n.Projector() != p || n.Store() != st || n.EventLog() != lg {
+	if n.Projector() != p || n.EventLog() != lg {
 		t.Fatal("the node does not hold the parts it was given")
 	}
 	return n

@@ -93,14 +93,14 @@ func TestRebuildEqualsLive(t *testing.T) {
 	}
 
 	// Close, keep a copy of the projection as it is halfway, reopen.
-	before := dumpProjection(t, w.n.Store())
+	before := dumpProjection(t, thrum.ProjectionOf(w.n))
 	if err := w.n.Close(); err != nil {
 		t.Fatalf("close: %v", err)
 	}
 	snapDB := filepath.Join(tmp, "snap", "snap.db")
 	copyProjection(t, liveDB, snapDB)
 	w.n = open(liveDB)
-	if d := diffDumps(before, dumpProjection(t, w.n.Store())); d != "" {
+	if d := diffDumps(before, dumpProjection(t, thrum.ProjectionOf(w.n))); d != "" {
 		t.Fatalf("projection changed across Close and Open:\n%s", d)
 	}
 
@@ -126,7 +126,7 @@ func TestRebuildEqualsLive(t *testing.T) {
 
 	// The live projection has applied the whole log.
 	logPos := w.n.EventLog().Positions()
-	projPos, err := w.n.Store().Positions(ctx)
+	projPos, err := thrum.ProjectionOf(w.n).Positions(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +136,7 @@ func TestRebuildEqualsLive(t *testing.T) {
 		}
 	}
 
-	live := dumpProjection(t, w.n.Store())
+	live := dumpProjection(t, thrum.ProjectionOf(w.n))
 	t.Logf("live projection: %s", propRowCounts(live))
 
 	rebuilt, err := w.n.Rebuild(ctx, filepath.Join(tmp, "rebuilt.db"))
@@ -152,7 +152,7 @@ func TestRebuildEqualsLive(t *testing.T) {
 	// The full-text indexes: each agrees with its messages, and searches
 	// for the indexes' own terms answer alike (the dumps compared the
 	// terms' counts above).
-	compareSearches(t, w.n.Store(), rebuilt, live["messages_fts_terms"], live["messages_fts_plain_terms"])
+	compareSearches(t, thrum.ProjectionOf(w.n), rebuilt, live["messages_fts_terms"], live["messages_fts_plain_terms"])
 
 	// Applying the whole log again, in batches that cut it at other
 	// places than the commits did, changes nothing.
@@ -170,7 +170,7 @@ func TestRebuildEqualsLive(t *testing.T) {
 		{"caught up from nothing", filepath.Join(tmp, "fresh", "fresh.db")},
 	} {
 		n := open(c.db)
-		if d := diffDumps(live, dumpProjection(t, n.Store())); d != "" {
+		if d := diffDumps(live, dumpProjection(t, thrum.ProjectionOf(n))); d != "" {
 			t.Errorf("%s projection differs from the live one (first = live, second = %s):\n%s", c.name, c.name, d)
 		}
 		if err := n.Close(); err != nil {

@@ -240,7 +240,8 @@ func BenchmarkSendSearchIndex(b *testing.B) {
 		b.Run(fmt.Sprintf("durable=%v/senders=%d", durable, senders), func(b *testing.B) {
 			open := func(index bool) *thrum.Node {
 				n := searchNode(b, 100_000)
-				db, dir := n.Store().Path(), n.Dir()
+				dir := n.Dir()
+				db := filepath.Join(dir, thrum.DefaultDBName)
 				n.Close()
 				if !index {
 					disableSearchIndex(b, db)
@@ -312,7 +313,7 @@ func BenchmarkSendSearchIndex(b *testing.B) {
 //	go test -run '^$' -bench SearchIndexBuild -benchtime 3x .
 func BenchmarkSearchIndexBuild(b *testing.B) {
 	n := searchNode(b, 100_000)
-	db := n.Store().Path()
+	db := filepath.Join(n.Dir(), thrum.DefaultDBName)
 	n.Close()
 	c, err := sql.Open("sqlite", "file:"+db)
 	if err != nil {

@@ -287,7 +287,7 @@ func TestVerifyFindsSearchIndexDrift(t *testing.T) {
 	if _, err := n.SendMessage(thrum.AsAgent(ctx, "alice"), &rpc.SendMessageParams{Content: "findable words"}); err != nil {
 		t.Fatal(err)
 	}
-	db := n.Store().Path()
+	db := filepath.Join(dir, thrum.DefaultDBName)
 	n.Close()
 	c, err := sql.Open("sqlite", "file:"+db)
 	if err != nil {
@@ -332,7 +332,7 @@ func TestSearchPrefixesInAnOlderProjection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	db := n.Store().Path()
+	db := filepath.Join(n.Dir(), thrum.DefaultDBName)
 	n.Close()
 	c, err := sql.Open("sqlite", "file:"+db)
 	if err != nil {

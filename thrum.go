@@ -537,9 +537,6 @@ type EventLog = eventlog.Log
 // Projector returns the node's projector.
 func (n *Node) Projector() *Projector { return n.proj }
 
-// Store returns the node's SQLite projection.
-func (n *Node) Store() *store.Store { return n.store }
-
 // Repairs reports the torn log tails that Open moved aside.
 func (n *Node) Repairs() []eventlog.Repair { return n.log.Repairs() }
 
