@@ -78,7 +78,7 @@ func newFromParts(t *testing.T, dir, db string, extra thrum.Projection) *thrum.N
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n.Projector() != p || n.EventLog() != lg {
+	if n.EventLog() != lg {
 		t.Fatal("the node does not hold the parts it was given")
 	}
 	return n
@@ -149,9 +149,22 @@ func TestNewFromPartsDrivesAnExtraProjection(t *testing.T) {
 }
 
 func TestProjectorServesOneNode(t *testing.T) {
-	n := newFromParts(t, t.TempDir(), "parts.db", &recorder{})
+	dir := t.TempDir()
+	st, err := store.Open(filepath.Join(dir, "parts.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := thrum.NewProjector(st)
+	lg, err := eventlog.Open(dir, &eventlog.Options{Stage: p.Stage, NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := thrum.New(context.Background(), lg, p, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer n.Close()
-	if _, err := thrum.New(context.Background(), n.EventLog(), n.Projector(), nil); err == nil {
+	if _, err := thrum.New(context.Background(), n.EventLog(), p, nil); err == nil {
 		t.Fatal("a second node over the same projector was accepted")
 	}
 	if _, err := n.Health(context.Background(), nil); err != nil {

@@ -534,9 +534,6 @@ func (n *Node) EventLog() *EventLog { return n.log }
 // eventlog's Log, named here as the first of the node's parts.
 type EventLog = eventlog.Log
 
-// Projector returns the node's projector.
-func (n *Node) Projector() *Projector { return n.proj }
-
 // Repairs reports the torn log tails that Open moved aside.
 func (n *Node) Repairs() []eventlog.Repair { return n.log.Repairs() }
 
