@@ -21,7 +21,7 @@ CREATE TABLE IF NOT EXISTS message_recipients (
   address TEXT NOT NULL,
   message_id TEXT NOT NULL,
   solo INTEGER NOT NULL,
-  PRIMARY KEY (address, message_id)
+  PRIMARY KEY (address, solo, message_id)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS idx_recipients_message ON message_recipients(message_id);
 CREATE TABLE IF NOT EXISTS recipient_reads (
@@ -29,7 +29,7 @@ CREATE TABLE IF NOT EXISTS recipient_reads (
   address TEXT NOT NULL,
   message_id TEXT NOT NULL,
   solo INTEGER NOT NULL,
-  PRIMARY KEY (reader, address, message_id)
+  PRIMARY KEY (reader, address, solo, message_id)
 ) WITHOUT ROWID;
 `
 
