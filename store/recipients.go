@@ -31,6 +31,7 @@ CREATE TABLE IF NOT EXISTS recipient_reads (
   solo INTEGER NOT NULL,
   PRIMARY KEY (reader, address, solo, message_id)
 ) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS idx_recipient_reads_message ON recipient_reads(message_id, reader);
 `
 
 // fillRecipients creates the experiment's tables and fills them from the
@@ -156,7 +157,7 @@ func (s *Store) ListMessageIDs(ctx context.Context, f MessageFilter) (ids []stri
 		for _, m := range f.Mentions {
 			a = append(a, m)
 		}
-		q := `SELECT COUNT(DISTINCT m.message_id) FROM messages m JOIN ` + table + ` r ON r.message_id = m.message_id
+		q := `SELECT COUNT(DISTINCT m.message_id) FROM messages m CROSS JOIN ` + table + ` r ON r.message_id = m.message_id
 			WHERE m.deleted = 1 AND ` + strings.ReplaceAll(cond, "reader", "r.reader") + ` r.address IN (` + placeholders(len(f.Mentions)) + `)`
 		st, err := s.rc.prepare(ctx, q)
 		if err != nil {
