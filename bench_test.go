@@ -513,7 +513,7 @@ func BenchmarkDaemonColdStart(b *testing.B) {
 		b.Fatalf("build: %v\n%s", err, out)
 	}
 	for _, stored := range []int{0, 100_000} {
-		for _, model := range []string{"index", "plain", "sqlite"} {
+		for _, model := range []string{"index", "snapdefault", "plain", "sqlite"} {
 			b.Run(fmt.Sprintf("stored=%d/model=%s", stored, model), func(b *testing.B) {
 				useModel(b, model)
 				src := benchDir(b, stored)
@@ -578,7 +578,7 @@ func BenchmarkDaemonColdStart(b *testing.B) {
 					// A restart after a clean stop: the index the stop saved
 					// is loaded, not rebuilt. (A stop saves it only once it is
 					// built: give the build time if that stop came too soon.)
-					for try := 0; try < 5 && model == "index"; try++ {
+					for try := 0; try < 5 && (model == "index" || model == "snapdefault"); try++ {
 						if _, err := os.Stat(snap); err == nil {
 							break
 						}

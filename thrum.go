@@ -172,8 +172,15 @@ type Node struct {
 
 // experimentModel (EXPERIMENT, deleted once measured) is the read model
 // under test: "" today's (the index and its snapshot), "plain" the index
-// built at every start with no snapshot, "sqlite" SQLite alone.
-func experimentModel() string { return os.Getenv("THRUM_EXPERIMENT_READMODEL") }
+// built at every start with no snapshot, "sqlite" SQLite alone;
+// "snapdefault" is today's with the daemon's collector left at Go's
+// defaults.
+func experimentModel() string {
+	if m := os.Getenv("THRUM_EXPERIMENT_READMODEL"); m != "snapdefault" {
+		return m
+	}
+	return ""
+}
 
 // Open opens the data directory dir (creating it if needed) and takes
 // its lock (ErrLocked if another process has it): the event log in dir,
