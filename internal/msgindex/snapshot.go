@@ -2,7 +2,9 @@ package msgindex
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
+	"encoding/gob"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -24,25 +26,54 @@ import (
 // a torn or corrupt file, a position the log does not hold — and the
 // index is built from SQLite.
 //
-// The format, little-endian, every count and number a varint, in the
-// order it is written (streamed: the strings come last because they are
-// taken last, see writeSnapshot):
-//
-//	"thrumidx" version
-//	positions: n, then each: shard path (len, bytes), offset, event ID (len, bytes)
-//	message IDs' total length
-//	messages: n, then each: id (len, bytes), created, updated, author,
-//	  thread, flags (1 deleted, 2 proxied), keys (n, string IDs)
-//	order: n slots
-//	by ID: n slots, sorted by message ID
-//	reads: n readers, then each: reader ID, n words, words (8 bytes)
-//	early: n message IDs, then each: id (len, bytes), n readers, readers
-//	strings: n, then each (len, bytes), by ID (ID 0 is "")
-//	crc32c of everything before it (4 bytes)
-const (
-	snapMagic   = "thrumidx"
-	snapVersion = 3 // change it when the format or the index's meaning changes
-)
+// The file is a gob stream (encoding/gob) of a snapHeader, the messages
+// in chunks of at most snapshotChunk ([]snapMessage), and a snapTail,
+// followed by the CRC-32C of the stream (4 bytes, little-endian). It
+// holds no map: gob sizes a map from the count the stream gives, which a
+// damaged file could make huge, whereas it grows a slice only as the
+// bytes allow.
+const snapVersion = 4 // change it when the format or the index's meaning changes
+
+type snapHeader struct {
+	Version   int
+	Positions []snapPosition
+	Messages  int // how many follow, in chunks
+}
+
+type snapPosition struct {
+	Shard   string
+	Offset  int64
+	EventID string
+}
+
+type snapMessage struct {
+	ID               string
+	Created, Updated int64
+	Author, Thread   uint32 // string IDs
+	Deleted, Proxied bool
+	Keys             []uint32
+}
+
+type snapTail struct {
+	Order []int32 // slots by (created, ID)
+	ByID  []int32 // slots by ID
+	Reads []snapReads
+	Early []snapEarly
+	// The strings by ID (0 is ""), one after the other in Strings, each
+	// as long as its entry in StringLens.
+	Strings    string
+	StringLens []uint32
+}
+
+type snapReads struct {
+	Reader uint32
+	Words  []uint64
+}
+
+type snapEarly struct {
+	MessageID string
+	Readers   []string
+}
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
 
@@ -57,7 +88,8 @@ var snapshotChunk = 4096
 // Save writes the built index to path, under a temporary name renamed
 // into place. It may run while events are applied: it holds the index's
 // lock only for short steps, so commits are not held up, and it streams
-// the file, so it needs little memory beyond the index's own.
+// the file a chunk at a time, so it needs little memory beyond the
+// index's own.
 //
 // Once saved, the messages the snapshot holds are found by binary search
 // in its by-ID order, as after a load, and the map that found them is
@@ -160,22 +192,11 @@ func (x *Index) writeSnapshot(w io.Writer) (snapshotInfo, error) {
 	}
 	n, covered := len(x.slots), x.unsaved
 	slots := x.slots[:n:n]
-	buf := make([]byte, 0, 64<<10)
-	buf = append(buf, snapMagic...)
-	buf = binary.AppendUvarint(buf, snapVersion)
-	buf = binary.AppendUvarint(buf, uint64(len(x.pos)))
+	head := snapHeader{Version: snapVersion, Messages: n}
 	for rel, p := range x.pos {
-		buf = appendString(buf, rel)
-		buf = binary.AppendUvarint(buf, uint64(p.Offset))
-		buf = appendString(buf, p.EventID)
+		head.Positions = append(head.Positions, snapPosition{rel, p.Offset, p.EventID})
 	}
-	idsLen := 0
-	for i := range slots {
-		idsLen += len(slots[i].id)
-	}
-	buf = binary.AppendUvarint(buf, uint64(idsLen))
-	buf = binary.AppendUvarint(buf, uint64(n))
-	order := slices.Clone(x.order)
+	tail := snapTail{Order: slices.Clone(x.order)}
 	// The by-ID order: the slots already in it (x.sorted, after a load
 	// or a save: always the first len(x.sorted) slots) and the others,
 	// to be sorted and merged.
@@ -184,35 +205,26 @@ func (x *Index) writeSnapshot(w io.Writer) (snapshotInfo, error) {
 	for s := len(sorted); s < n; s++ {
 		others = append(others, int32(s))
 	}
-	var tail []byte
 	words := (n + 63) / 64
-	tail = binary.AppendUvarint(tail, uint64(len(x.reads)))
 	for r, bits := range x.reads {
-		bits = bits[:min(len(bits), words)]
-		tail = binary.AppendUvarint(tail, uint64(r))
-		tail = binary.AppendUvarint(tail, uint64(len(bits)))
-		for i, w := range bits {
-			if i == words-1 && n%64 != 0 {
-				w &= 1<<(n%64) - 1
-			}
-			tail = binary.LittleEndian.AppendUint64(tail, w)
+		bits = slices.Clone(bits[:min(len(bits), words)])
+		if len(bits) == words && n%64 != 0 {
+			bits[words-1] &= 1<<(n%64) - 1
 		}
+		tail.Reads = append(tail.Reads, snapReads{r, bits})
 	}
-	tail = binary.AppendUvarint(tail, uint64(len(x.early)))
 	for id, readers := range x.early {
-		tail = appendString(tail, id)
-		tail = binary.AppendUvarint(tail, uint64(len(readers)))
-		for _, r := range readers {
-			tail = appendString(tail, r)
-		}
+		tail.Early = append(tail.Early, snapEarly{id, slices.Clone(readers)})
 	}
 	x.mu.RUnlock()
 
+	enc := gob.NewEncoder(w)
+	if err := enc.Encode(head); err != nil {
+		return snapshotInfo{}, err
+	}
+	chunk := make([]snapMessage, 0, min(n, snapshotChunk))
 	for lo := 0; lo < n; lo += snapshotChunk {
-		if _, err := w.Write(buf); err != nil {
-			return snapshotInfo{}, err
-		}
-		buf = buf[:0]
+		chunk = chunk[:0]
 		x.mu.RLock()
 		if x.closed {
 			x.mu.RUnlock()
@@ -220,46 +232,26 @@ func (x *Index) writeSnapshot(w io.Writer) (snapshotInfo, error) {
 		}
 		for i := lo; i < min(lo+snapshotChunk, n); i++ {
 			m := &x.slots[i]
-			buf = appendString(buf, m.id)
-			buf = binary.AppendVarint(buf, m.created)
-			buf = binary.AppendVarint(buf, m.updated)
-			buf = binary.AppendUvarint(buf, uint64(m.author))
-			buf = binary.AppendUvarint(buf, uint64(m.thread))
-			var flags uint64
-			if m.deleted {
-				flags |= 1
-			}
-			if m.proxied {
-				flags |= 2
-			}
-			buf = binary.AppendUvarint(buf, flags)
-			buf = binary.AppendUvarint(buf, uint64(len(m.keys)))
-			for _, k := range m.keys {
-				buf = binary.AppendUvarint(buf, uint64(k))
-			}
+			chunk = append(chunk, snapMessage{ID: m.id, Created: m.created, Updated: m.updated,
+				Author: m.author, Thread: m.thread, Deleted: m.deleted, Proxied: m.proxied, Keys: m.keys})
 		}
 		x.mu.RUnlock()
-	}
-
-	buf = binary.AppendUvarint(buf, uint64(len(order)))
-	for _, s := range order {
-		buf = binary.AppendUvarint(buf, uint64(s))
+		if err := enc.Encode(chunk); err != nil {
+			return snapshotInfo{}, err
+		}
 	}
 	byID := mergeByID(slots, sorted, others)
-	buf = binary.AppendUvarint(buf, uint64(len(byID)))
-	for _, s := range byID {
-		buf = binary.AppendUvarint(buf, uint64(s))
-	}
-	buf = append(buf, tail...)
-
+	tail.ByID = byID
 	x.mu.RLock()
 	strs := x.strList[:len(x.strList):len(x.strList)] // appended to, never changed
 	x.mu.RUnlock()
-	buf = binary.AppendUvarint(buf, uint64(len(strs)))
+	var all strings.Builder
 	for _, s := range strs {
-		buf = appendString(buf, s)
+		all.WriteString(s)
+		tail.StringLens = append(tail.StringLens, uint32(len(s)))
 	}
-	if _, err := w.Write(buf); err != nil {
+	tail.Strings = all.String()
+	if err := enc.Encode(tail); err != nil {
 		return snapshotInfo{}, err
 	}
 	return snapshotInfo{covered, byID}, nil
@@ -286,10 +278,6 @@ func mergeByID(slots []imsg, sorted, others []int32) []int32 {
 	return append(out, others[j:]...)
 }
 
-func appendString(b []byte, s string) []byte {
-	return append(binary.AppendUvarint(b, uint64(len(s))), s...)
-}
-
 // load reads the snapshot at path into x; mu is not held (x is not yet
 // shared).
 func (x *Index) load(path string) error {
@@ -300,248 +288,124 @@ func (x *Index) load(path string) error {
 	return x.decode(b)
 }
 
-// decode fills x from a snapshot's bytes, checking every count and ID so
-// that no file, however damaged, makes it panic or allocate more than
-// the file's size allows.
+// decode fills x from a snapshot's bytes. Whatever the bytes, it never
+// panics: gob refuses what is malformed, and every count, slot and
+// string ID is checked before the index uses it.
 func (x *Index) decode(b []byte) error {
-	if len(b) < len(snapMagic)+4 || string(b[:len(snapMagic)]) != snapMagic {
+	if len(b) < 4 {
 		return fmt.Errorf("%w: not a snapshot", errSnapshot)
 	}
 	body := b[:len(b)-4]
 	if crc32.Checksum(body, crcTable) != binary.LittleEndian.Uint32(b[len(b)-4:]) {
 		return fmt.Errorf("%w: checksum mismatch", errSnapshot)
 	}
-	d := decoder{b: body[len(snapMagic):]}
-	if v := d.uvarint(); v != snapVersion {
-		return fmt.Errorf("%w: version %d", errSnapshot, v)
+	bad := func(why string) error { return fmt.Errorf("%w: %s", errSnapshot, why) }
+	dec := gob.NewDecoder(bytes.NewReader(body))
+	var head snapHeader
+	if err := dec.Decode(&head); err != nil {
+		return bad(err.Error())
 	}
-	// Maps are not sized from counts: a count is checked only against the
-	// bytes left, and a map's entry takes far more than its bytes.
-	npos := d.count(3)
+	if head.Version != snapVersion {
+		return bad(fmt.Sprintf("version %d", head.Version))
+	}
 	pos := map[string]Position{}
-	for i := 0; i < npos && d.err == nil; i++ {
-		rel := d.string()
-		off := d.uvarint()
-		id := d.string()
-		if _, dup := pos[rel]; dup || off > 1<<62 {
-			d.fail("bad position")
+	for _, p := range head.Positions {
+		if _, dup := pos[p.Shard]; dup || p.Offset < 0 {
+			return bad("bad position")
 		}
-		pos[rel] = Position{int64(off), id}
+		pos[p.Shard] = Position{p.Offset, p.EventID}
 	}
-
-	// String IDs are checked against the strings at the end, which are
-	// written last: the highest one used must be there.
-	var maxStr uint64
-	str := func() uint32 {
-		v := d.uvarint()
-		if v > 1<<31 {
-			d.fail("string ID out of range")
-			return 0
+	if head.Messages < 0 {
+		return bad("a negative count of messages")
+	}
+	var slots []imsg // grown as the chunks come: a count is not trusted with memory
+	var maxStr uint32
+	for len(slots) < head.Messages {
+		var chunk []snapMessage
+		if err := dec.Decode(&chunk); err != nil {
+			return bad(err.Error())
 		}
-		maxStr = max(maxStr, v)
-		return uint32(v)
-	}
-
-	// Every message ID in one string, which each slot's ID slices: one
-	// allocation instead of one per message.
-	idsLen := d.count(1)
-	var ids strings.Builder
-	ids.Grow(idsLen)
-	nslots := d.count(7)
-	slots := make([]imsg, nslots)
-	idLens := make([]int, nslots)
-	keys := make([]uint32, 0, nslots) // one backing array for every slot's keys
-	for i := 0; i < nslots && d.err == nil; i++ {
-		m := &slots[i]
-		id := d.bytes()
-		if ids.Len()+len(id) > idsLen {
-			d.fail("message IDs longer than said")
-			break
+		if len(chunk) == 0 || len(chunk) > head.Messages-len(slots) {
+			return bad("messages not as many as said")
 		}
-		ids.Write(id)
-		idLens[i] = len(id)
-		m.created, m.updated = d.varint(), d.varint()
-		m.author, m.thread = str(), str()
-		flags := d.uvarint()
-		m.deleted, m.proxied = flags&1 != 0, flags&2 != 0
-		nk := d.count(1)
-		start := len(keys)
-		for j := 0; j < nk && d.err == nil; j++ {
-			keys = append(keys, str())
+		for _, m := range chunk {
+			maxStr = max(maxStr, m.Author, m.Thread)
+			for _, k := range m.Keys {
+				maxStr = max(maxStr, k)
+			}
+			slots = append(slots, imsg{id: m.ID, created: m.Created, updated: m.Updated, author: m.Author, thread: m.Thread,
+				deleted: m.Deleted, proxied: m.Proxied, keys: m.Keys})
 		}
-		// The full slice expression keeps a later append from
-		// writing into the next slot's keys.
-		m.keys = keys[start:len(keys):len(keys)]
 	}
-	if d.err == nil && ids.Len() != idsLen {
-		d.fail("message IDs shorter than said")
+	var tail snapTail
+	if err := dec.Decode(&tail); err != nil {
+		return bad(err.Error())
 	}
-	all, at := ids.String(), 0
-	for i := 0; i < nslots && d.err == nil; i++ {
-		slots[i].id, at = all[at:at+idLens[i]], at+idLens[i]
+	if err := dec.Decode(new(snapTail)); err != io.EOF {
+		return bad("trailing bytes")
 	}
-
-	norder := d.count(1)
-	if d.err == nil && norder != nslots {
-		d.fail("order does not cover the messages")
+	n := len(slots)
+	if len(tail.Order) != n || len(tail.ByID) != n {
+		return bad("the orders do not cover the messages")
 	}
-	order := make([]int32, norder)
-	seen := make([]bool, nslots)
-	for i := 0; i < norder && d.err == nil; i++ {
-		s := d.uvarint()
-		if s >= uint64(nslots) || seen[s] {
-			d.fail("order is not a permutation")
-			break
+	seen := make([]bool, n)
+	for _, s := range tail.Order {
+		if s < 0 || int(s) >= n || seen[s] {
+			return bad("order is not a permutation")
 		}
 		seen[s] = true
-		order[i] = int32(s)
 	}
-
 	// The slots by ID: strictly increasing IDs, so also no ID twice.
-	if nsorted := d.count(1); d.err == nil && nsorted != nslots {
-		d.fail("the by-ID order does not cover the messages")
-	}
-	sorted := make([]int32, nslots)
-	for i := 0; i < nslots && d.err == nil; i++ {
-		s := d.uvarint()
-		if s >= uint64(nslots) || i > 0 && slots[s].id <= slots[sorted[i-1]].id {
-			d.fail("message IDs are not sorted or repeat")
-			break
+	for i, s := range tail.ByID {
+		if s < 0 || int(s) >= n || i > 0 && slots[s].id <= slots[tail.ByID[i-1]].id {
+			return bad("message IDs are not sorted or repeat")
 		}
-		sorted[i] = int32(s)
 	}
-
-	nreads := d.count(2)
 	reads := map[uint32][]uint64{}
-	for i := 0; i < nreads && d.err == nil; i++ {
-		r := str()
-		nw := d.count(8)
-		if nw > (nslots+63)/64 {
-			d.fail("reads past the messages")
-			break
+	for _, r := range tail.Reads {
+		if _, dup := reads[r.Reader]; dup || len(r.Words) > (n+63)/64 {
+			return bad("reads repeat or pass the messages")
 		}
-		bits := make([]uint64, nw)
-		for j := range bits {
-			bits[j] = d.uint64()
+		if len(r.Words) > 0 && len(r.Words) == (n+63)/64 && n%64 != 0 {
+			r.Words[len(r.Words)-1] &= 1<<(n%64) - 1 // no message past the last is read
 		}
-		if nw > 0 && nw == (nslots+63)/64 && nslots%64 != 0 {
-			bits[nw-1] &= 1<<(nslots%64) - 1 // no message past the last is read
-		}
-		reads[r] = bits
+		maxStr = max(maxStr, r.Reader)
+		reads[r.Reader] = r.Words
 	}
-
-	nearly := d.count(2)
 	var early map[string][]string
-	for i := 0; i < nearly && d.err == nil; i++ {
-		id := d.string()
-		rs := make([]string, d.count(1))
-		for j := range rs {
-			rs[j] = d.string()
-		}
+	for _, e := range tail.Early {
 		if early == nil {
 			early = map[string][]string{}
 		}
-		early[id] = rs
+		early[e.MessageID] = e.Readers
 	}
-	nstrs := d.count(1)
+	if len(tail.StringLens) == 0 || tail.StringLens[0] != 0 {
+		return bad("string 0 is not empty")
+	}
+	// Each string slices the one the file holds. The map is not sized by
+	// the count, and stops at the first repeat.
 	strs := map[string]uint32{}
-	strList := make([]string, 0, nstrs)
-	for i := 0; i < nstrs && d.err == nil; i++ {
-		s := d.string()
-		strs[s] = uint32(i)
-		strList = append(strList, s)
+	rest := tail.Strings
+	for i, n := range tail.StringLens {
+		if uint64(n) > uint64(len(rest)) {
+			return bad("strings shorter than said")
+		}
+		s := rest[:n]
+		if _, dup := strs[s]; dup {
+			return bad("strings repeat")
+		}
+		strs[s], rest = uint32(i), rest[n:]
 	}
-	if d.err == nil && (len(strs) != nstrs || nstrs == 0) {
-		d.fail("strings repeat or are missing")
+	if rest != "" {
+		return bad("strings longer than said")
 	}
-	if v, ok := strs[""]; d.err == nil && (!ok || v != 0) {
-		d.fail("string 0 is not empty")
+	if int(maxStr) >= len(tail.StringLens) {
+		return bad("string ID out of range")
 	}
-	if d.err == nil && maxStr >= uint64(nstrs) {
-		d.fail("string ID out of range")
+	strList := make([]string, len(tail.StringLens))
+	for s, i := range strs {
+		strList[i] = s
 	}
-	if d.err == nil && len(d.b) != 0 {
-		d.fail("trailing bytes")
-	}
-	if d.err != nil {
-		return d.err
-	}
-	x.slots, x.order, x.sorted, x.byID, x.strs, x.strList, x.reads, x.early, x.pos = slots, order, sorted, map[string]int32{}, strs, strList, reads, early, pos
+	x.slots, x.order, x.sorted, x.byID, x.strs, x.strList, x.reads, x.early, x.pos = slots, tail.Order, tail.ByID, map[string]int32{}, strs, strList, reads, early, pos
 	return nil
 }
-
-// decoder reads a snapshot's fields; the first problem sticks in err and
-// every later read returns zero.
-type decoder struct {
-	b   []byte
-	err error
-}
-
-func (d *decoder) fail(why string) {
-	if d.err == nil {
-		d.err = fmt.Errorf("%w: %s", errSnapshot, why)
-	}
-	d.b = nil
-}
-
-func (d *decoder) uvarint() uint64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(d.b)
-	if n <= 0 {
-		d.fail("bad number")
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *decoder) varint() int64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Varint(d.b)
-	if n <= 0 {
-		d.fail("bad number")
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *decoder) uint64() uint64 {
-	if d.err != nil {
-		return 0
-	}
-	if len(d.b) < 8 {
-		d.fail("truncated")
-		return 0
-	}
-	v := binary.LittleEndian.Uint64(d.b)
-	d.b = d.b[8:]
-	return v
-}
-
-// count reads a number of items each at least min bytes long, refusing
-// one the rest of the file cannot hold.
-func (d *decoder) count(min int) int {
-	v := d.uvarint()
-	if v > uint64(len(d.b)/min) {
-		d.fail("count larger than the file")
-		return 0
-	}
-	return int(v)
-}
-
-func (d *decoder) bytes() []byte {
-	n := d.count(1)
-	if d.err != nil {
-		return nil
-	}
-	v := d.b[:n]
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *decoder) string() string { return string(d.bytes()) }

@@ -1,36 +1,79 @@
 package msgindex
 
 import (
+	"bytes"
 	"encoding/binary"
+	"encoding/gob"
+	"fmt"
 	"hash/crc32"
 	"runtime"
 	"testing"
+	"time"
+
+	"github.com/thrumhq/thrum/eventlog"
 )
 
 // A damaged snapshot must not make the decoder allocate far more than
-// the file holds: a count is checked against the bytes left, but a map
-// sized by that count costs some 50 bytes per entry of one byte. A file
-// of a million empty strings (a valid checksum, refused for repeating
-// them) must not cost more than the messages of a file its size (about 12×)
-// do, with a margin.
+// the file holds: no count in it sizes anything, so a file that says it
+// holds a great deal, or holds a million empty strings (refused for
+// repeating them), costs no more per byte than a real snapshot of
+// messages does (twice that, for a margin).
 func TestSnapshotDecodeAllocatesInProportion(t *testing.T) {
-	const n = 1 << 20
-	body := []byte(snapMagic)
-	body = binary.AppendUvarint(body, snapVersion)
-	for range 7 { // positions, IDs' length, messages, order, by ID, reads, early: none
-		body = binary.AppendUvarint(body, 0)
+	alloc := func(file []byte) (uint64, error) {
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		err := New().decode(file)
+		runtime.ReadMemStats(&after)
+		return after.TotalAlloc - before.TotalAlloc, err
 	}
-	body = binary.AppendUvarint(body, n) // strings: n empty ones
-	body = append(body, make([]byte, n)...)
-	file := binary.LittleEndian.AppendUint32(body, crc32.Checksum(body, crcTable))
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
-	err := New().decode(file)
-	runtime.ReadMemStats(&after)
-	if err == nil {
-		t.Fatal("a snapshot of repeated strings was accepted")
+	withCRC := func(body []byte) []byte {
+		return binary.LittleEndian.AppendUint32(body, crc32.Checksum(body, crcTable))
 	}
-	if got := after.TotalAlloc - before.TotalAlloc; got > 24*uint64(len(file)) {
-		t.Fatalf("decoding a %d-byte snapshot allocated %d bytes (%.0f×): %v", len(file), got, float64(got)/float64(len(file)), err)
+	stream := func(vals ...any) []byte {
+		var b bytes.Buffer
+		enc := gob.NewEncoder(&b)
+		for _, v := range vals {
+			if err := enc.Encode(v); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return withCRC(b.Bytes())
+	}
+
+	x := New()
+	x.install(New(), nil)
+	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var evs []*eventlog.Event
+	for i := range 20_000 {
+		evs = append(evs, &eventlog.Event{Type: eventlog.TypeMessageCreate, Time: at.Add(time.Duration(i) * time.Millisecond),
+			Payload: eventlog.MessageCreate{MessageID: fmt.Sprintf("msg_%026d", i), AgentID: fmt.Sprintf("agent_%02d", i%20),
+				Refs: []eventlog.Pair{{Type: "mention", Value: "reviewer"}}}})
+	}
+	x.Apply(evs)
+	var real bytes.Buffer
+	if _, err := x.writeSnapshot(&real); err != nil {
+		t.Fatal(err)
+	}
+	realFile := withCRC(real.Bytes())
+	realAlloc, err := alloc(realFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	perByte := float64(realAlloc) / float64(len(realFile))
+
+	// gob's own state (type descriptions, buffers) is a few KiB whatever
+	// the file.
+	const fixed = 64 << 10
+	for name, file := range map[string][]byte{
+		"a million empty strings":  stream(snapHeader{Version: snapVersion}, snapTail{StringLens: make([]uint32, 1<<20)}),
+		"a huge count of messages": stream(snapHeader{Version: snapVersion, Messages: 1 << 40}, []snapMessage{{ID: "msg_1"}}),
+	} {
+		got, err := alloc(file)
+		if err == nil {
+			t.Fatalf("%s: accepted", name)
+		}
+		if float64(got) > 2*perByte*float64(len(file))+fixed {
+			t.Errorf("%s: decoding %d bytes allocated %d (%.0f per byte; a real snapshot %.0f): %v", name, len(file), got, float64(got)/float64(len(file)), perByte, err)
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"encoding/gob"
 	"hash/crc32"
 	"testing"
 	"time"
@@ -38,7 +39,11 @@ func FuzzSnapshotDecode(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Add(seed.Bytes()) // the body; the fuzz function adds the checksum
-	f.Add([]byte("thrumidx\x03\x00\x00\x00\x00\x00\x00\x00\x01\x00"))
+	var header bytes.Buffer
+	if err := gob.NewEncoder(&header).Encode(snapHeader{Version: snapVersion, Messages: 1}); err != nil {
+		f.Fatal(err)
+	}
+	f.Add(header.Bytes()) // a header whose messages never come
 	filters := []store.MessageFilter{
 		{Limit: 10},
 		{Reader: "bob", Unread: true, Limit: 10},
