@@ -34,15 +34,6 @@ import (
 //
 //	go test -run '^$' -bench SendVsDisk -benchtime 2000x .
 func BenchmarkSendVsDisk(b *testing.B) {
-	for _, model := range readModels {
-		b.Run("model="+model, func(b *testing.B) {
-			useModel(b, model)
-			benchSendVsDisk(b)
-		})
-	}
-}
-
-func benchSendVsDisk(b *testing.B) {
 	dir := b.TempDir()
 	serial := fsyncRate(b, dir, 1, b.N)
 	parallel := fsyncRate(b, dir, 8, b.N)

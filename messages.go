@@ -521,14 +521,7 @@ type messagePage struct {
 // slower), so a listing never waits for the build; it waits only for a
 // snapshot's load, which is quicker than SQLite's answer.
 func (n *Node) messages(ctx context.Context, f store.MessageFilter) (*messagePage, error) {
-	var ids []string
-	var total, unread int
-	var err error
-	if n.model == "sqlite" {
-		ids, total, unread, err = n.store.ListMessageIDs(ctx, f)
-	} else {
-		ids, total, unread, err = n.idx.List(ctx, f)
-	}
+	ids, total, unread, err := n.idx.List(ctx, f)
 	if errors.Is(err, msgindex.ErrBuilding) {
 		ids, total, unread, err = n.store.MessageIDs(ctx, f)
 	}

@@ -55,8 +55,6 @@ type Projector struct {
 	applyErr error             // why pending is not applied
 	behind   atomic.Bool       // pending is not empty
 	kick     chan struct{}     // a retry is wanted
-
-	model string // EXPERIMENT
 }
 
 // NewProjector returns the Projector of the store st and the extra
@@ -68,7 +66,6 @@ func NewProjector(st *store.Store, extra ...Projection) *Projector {
 		idx:   msgindex.New(),
 		dirc:  &directory.Directory{},
 		kick:  make(chan struct{}, 1),
-		model: experimentModel(),
 	}
 }
 
@@ -231,9 +228,7 @@ func changesDirectory(e *eventlog.Event) bool {
 // published runs after a batch is applied, in log order: the in-memory
 // index and directory take it, then the node's caches and notifier.
 func (p *Projector) published(batch []*eventlog.Event) {
-	if p.model != "sqlite" {
-		p.idx.Apply(batch)
-	}
+	p.idx.Apply(batch)
 	if slices.ContainsFunc(batch, changesDirectory) {
 		if err := p.dirc.Apply(context.Background(), p.store, batch); err != nil {
 			if lg := p.logger(); lg != nil {

@@ -166,20 +166,6 @@ type Node struct {
 
 	closeOnce sync.Once
 	closeErr  error
-
-	model string // EXPERIMENT: experimentModel()
-}
-
-// experimentModel (EXPERIMENT, deleted once measured) is the read model
-// under test: "" today's (the index and its snapshot), "plain" the index
-// built at every start with no snapshot, "sqlite" SQLite alone;
-// "snapdefault" is today's with the daemon's collector left at Go's
-// defaults.
-func experimentModel() string {
-	if m := os.Getenv("THRUM_EXPERIMENT_READMODEL"); m != "snapdefault" {
-		return m
-	}
-	return ""
 }
 
 // Open opens the data directory dir (creating it if needed) and takes
@@ -214,12 +200,8 @@ func Open(ctx context.Context, dir string, opts *Options) (*Node, error) {
 	}
 	// The message index's snapshot needs only its file to be read and
 	// decoded: that runs while the projection and the log open.
-	model := experimentModel()
 	pre := readIndexSnapshot(indexSnapshotOf(o.DBPath))
-	if model != "" {
-		pre = readIndexSnapshot("")
-	}
-	st, err := store.Open(o.DBPath, &store.Options{Logger: o.Logger, Recipients: model == "sqlite"})
+	st, err := store.Open(o.DBPath, &store.Options{Logger: o.Logger})
 	if errors.Is(err, store.ErrOutdated) {
 		// The projection is a cache of the log: drop it and replay.
 		if o.Logger != nil {
@@ -228,7 +210,7 @@ func Open(ctx context.Context, dir string, opts *Options) (*Node, error) {
 		for _, suffix := range []string{"", "-wal", "-shm"} {
 			os.Remove(o.DBPath + suffix)
 		}
-		st, err = store.Open(o.DBPath, &store.Options{Logger: o.Logger, Recipients: model == "sqlite"})
+		st, err = store.Open(o.DBPath, &store.Options{Logger: o.Logger})
 	}
 	if err != nil {
 		lock.Close()
@@ -270,7 +252,7 @@ func newNode(ctx context.Context, lg *eventlog.Log, p *Projector, opts *Options,
 		return nil, errors.New("thrum: the projector already serves a node")
 	}
 	n := &Node{dir: lg.Dir(), opts: *opts, log: lg, proj: p, store: p.store, dirc: p.dirc, idx: p.idx, lock: lock,
-		started: time.Now(), sessCache: map[string]*store.Session{}, model: experimentModel()}
+		started: time.Now(), sessCache: map[string]*store.Session{}}
 	o := &n.opts
 	o.DBPath = p.store.Path()
 	if o.MaxContentBytes <= 0 {
@@ -305,18 +287,10 @@ func newNode(ctx context.Context, lg *eventlog.Log, p *Projector, opts *Options,
 	// both.
 	caughtUp := make(chan struct{})
 	n.bg.Add(2)
-	if n.model == "" {
-		go n.saveIndexLoop(bg) // before the load: it reads the save policy now
-	} else {
-		n.bg.Done()
-	}
+	go n.saveIndexLoop(bg) // before the load: it reads the save policy now
 	go func() {
 		defer n.bg.Done()
-		if n.model == "sqlite" {
-			n.idx.Close()
-			return
-		}
-		if n.model == "" && n.loadIndex(bg, pre) {
+		if n.loadIndex(bg, pre) {
 			return
 		}
 		select {
@@ -374,9 +348,7 @@ func (n *Node) Close() error {
 		if n.log != nil {
 			errs = append(errs, n.log.Close())
 		}
-		if n.model == "" {
-			n.saveIndex() // nothing commits now
-		}
+		n.saveIndex() // nothing commits now
 		n.idx.Close()
 		if n.store != nil {
 			errs = append(errs, n.store.Close())

@@ -21,8 +21,6 @@ type applier struct {
 	path  string // the database file, for fault injection
 	w     *sqlx.DB
 	stmts map[string]*sqlx.Stmt
-
-	recipients bool // EXPERIMENT
 }
 
 // statements used by apply, by name.
@@ -92,19 +90,9 @@ var applySQL = map[string]string{
 	"member.del":   `DELETE FROM group_members WHERE group_name = ? AND member_type = ? AND member_id = ?`,
 }
 
-func newApplier(w *sqlx.DB, path string, recipients bool) (*applier, error) {
-	a := &applier{w: w, path: path, stmts: map[string]*sqlx.Stmt{}, recipients: recipients}
-	sqls := applySQL
-	if recipients {
-		sqls = map[string]string{}
-		for k, v := range applySQL {
-			sqls[k] = v
-		}
-		for k, v := range recipientSQL {
-			sqls[k] = v
-		}
-	}
-	for name, q := range sqls {
+func newApplier(w *sqlx.DB, path string) (*applier, error) {
+	a := &applier{w: w, path: path, stmts: map[string]*sqlx.Stmt{}}
+	for name, q := range applySQL {
 		st, err := w.Preparex(q)
 		if err != nil {
 			a.close()
@@ -174,9 +162,6 @@ func (a *applier) stage(ctx context.Context, evs []*eventlog.Event) (tx *sqlx.Tx
 	if err := t.flushRows(ctx); err != nil {
 		return nil, fmt.Errorf("store: apply: %w", err)
 	}
-	if err := t.applyRecipients(ctx); err != nil {
-		return nil, fmt.Errorf("store: apply: recipients: %w", err)
-	}
 	if err := t.flushSeen(ctx); err != nil {
 		return nil, fmt.Errorf("store: apply: last seen: %w", err)
 	}
@@ -218,8 +203,6 @@ type txApplier struct {
 	// Rows of the hot tables, inserted many per statement (see flushRows):
 	// per-statement overhead dominates the cost of a row in SQLite.
 	msgRows, scopeRows, refRows, readRows rowBuf
-
-	rcpt recipientWork // EXPERIMENT
 }
 
 // The hot tables' row buffers, empty.
@@ -444,9 +427,6 @@ func (t *txApplier) event(ctx context.Context, e *eventlog.Event) error {
 		for _, r := range p.Refs {
 			t.refRows.add(p.MessageID, r.Type, r.Value)
 		}
-		if t.a.recipients {
-			t.rcpt.created = append(t.rcpt.created, p)
-		}
 		if p.IdempotencyKey != "" {
 			caller := p.AgentID
 			if p.ActingAs != "" {
@@ -519,9 +499,6 @@ func (t *txApplier) event(ctx context.Context, e *eventlog.Event) error {
 		}
 		for _, id := range p.MessageIDs {
 			t.readRows.add(id, p.SessionID, p.AgentID, ts)
-		}
-		if t.a.recipients {
-			t.rcpt.reads = append(t.rcpt.reads, p)
 		}
 		return t.seen(ctx, p.AgentID, "", ts)
 

@@ -649,7 +649,60 @@ func (s *Store) MessageIDs(ctx context.Context, f MessageFilter) (ids []string, 
 	if f.Mentions != nil && len(f.Mentions) == 0 {
 		return nil, 0, 0, nil
 	}
-	cond, args := listWhere(f, false)
+	// where renders the filter. Over every match (the counts) a pair
+	// filter is best a set built once (IN); over a page walked in
+	// created order, a lookup per row that stops at the page's end
+	// (EXISTS).
+	where := func(perRow bool) (string, []any) {
+		var conds []string
+		var args []any
+		pairs := func(table, col, typ string, values ...string) {
+			in := `IN (` + placeholders(len(values)) + `)`
+			if perRow {
+				conds = append(conds, `EXISTS (SELECT 1 FROM `+table+` x WHERE x.message_id = m.message_id AND x.`+col+`_type = ? AND x.`+col+`_value `+in+`)`)
+			} else {
+				conds = append(conds, `m.message_id IN (SELECT message_id FROM `+table+` WHERE `+col+`_type = ? AND `+col+`_value `+in+`)`)
+			}
+			args = append(args, typ)
+			for _, v := range values {
+				args = append(args, v)
+			}
+		}
+		if !f.IncludeDeleted {
+			conds = append(conds, `COALESCE(m.deleted, 0) = 0`)
+		}
+		if f.ThreadID != "" {
+			conds, args = append(conds, `m.thread_id = ?`), append(args, f.ThreadID)
+		}
+		if f.AuthorID != "" {
+			conds, args = append(conds, `m.agent_id = ?`), append(args, f.AuthorID)
+		}
+		if f.Scope != nil {
+			pairs("message_scopes", "scope", f.Scope.Type, f.Scope.Value)
+		}
+		if f.Ref != nil {
+			pairs("message_refs", "ref", f.Ref.Type, f.Ref.Value)
+		}
+		if f.Mentions != nil {
+			pairs("message_refs", "ref", "mention", f.Mentions...)
+		}
+		if f.Unread {
+			conds, args = append(conds, `NOT `+readExpr), append(args, f.Reader, f.Reader)
+		}
+		if len(conds) == 0 {
+			return "", args
+		}
+		return ` WHERE ` + strings.Join(conds, ` AND `), args
+	}
+	cond, args := where(false)
+	dir := ` DESC`
+	if f.Asc {
+		dir = ` ASC`
+	}
+	order := `m.created_at` + dir + `, m.message_id` + dir
+	if f.SortBy == "updated_at" {
+		order = `COALESCE(m.updated_at, m.created_at)` + dir + `, ` + order
+	}
 	// The counts over every match, unordered; then only the page, in
 	// order.
 	counts, cargs := `SELECT COUNT(*), COALESCE(SUM(NOT `+readExpr+`), 0) FROM messages m`+cond, append([]any{f.Reader, f.Reader}, args...)
@@ -667,72 +720,12 @@ func (s *Store) MessageIDs(ctx context.Context, f MessageFilter) (ids []string, 
 	if limit == 0 || offset >= total {
 		return nil, total, unread, nil
 	}
-	ids, err = s.pageOnly(ctx, f)
-	return ids, total, unread, err
-}
-
-// pageOnly returns MessageIDs' page alone.
-func (s *Store) pageOnly(ctx context.Context, f MessageFilter) ([]string, error) {
-	dir := ` DESC`
-	if f.Asc {
-		dir = ` ASC`
+	if f.SortBy != "updated_at" { // the created_at index gives the order
+		cond, args = where(true)
 	}
-	order := `m.created_at` + dir + `, m.message_id` + dir
-	if f.SortBy == "updated_at" {
-		order = `COALESCE(m.updated_at, m.created_at)` + dir + `, ` + order
-	}
-	// The created_at index gives the order: a lookup per row that stops
-	// at the page's end.
-	cond, args := listWhere(f, f.SortBy != "updated_at")
-	var ids []string
 	q := `SELECT m.message_id FROM messages m` + cond + ` ORDER BY ` + order + ` LIMIT ? OFFSET ?`
-	if err := s.sel(ctx, &ids, q, append(args, max(f.Limit, 0), max(f.Offset, 0))...); err != nil {
-		return nil, fmt.Errorf("store: list messages: %w", err)
+	if err := s.sel(ctx, &ids, q, append(args, limit, offset)...); err != nil {
+		return nil, 0, 0, fmt.Errorf("store: list messages: %w", err)
 	}
-	return ids, nil
-}
-
-// listWhere renders a listing's filter. Over every match (the counts) a
-// pair filter is best a set built once (IN); over a page walked in
-// created order, a lookup per row that stops at the page's end (EXISTS).
-func listWhere(f MessageFilter, perRow bool) (string, []any) {
-	var conds []string
-	var args []any
-	pairs := func(table, col, typ string, values ...string) {
-		in := `IN (` + placeholders(len(values)) + `)`
-		if perRow {
-			conds = append(conds, `EXISTS (SELECT 1 FROM `+table+` x WHERE x.message_id = m.message_id AND x.`+col+`_type = ? AND x.`+col+`_value `+in+`)`)
-		} else {
-			conds = append(conds, `m.message_id IN (SELECT message_id FROM `+table+` WHERE `+col+`_type = ? AND `+col+`_value `+in+`)`)
-		}
-		args = append(args, typ)
-		for _, v := range values {
-			args = append(args, v)
-		}
-	}
-	if !f.IncludeDeleted {
-		conds = append(conds, `COALESCE(m.deleted, 0) = 0`)
-	}
-	if f.ThreadID != "" {
-		conds, args = append(conds, `m.thread_id = ?`), append(args, f.ThreadID)
-	}
-	if f.AuthorID != "" {
-		conds, args = append(conds, `m.agent_id = ?`), append(args, f.AuthorID)
-	}
-	if f.Scope != nil {
-		pairs("message_scopes", "scope", f.Scope.Type, f.Scope.Value)
-	}
-	if f.Ref != nil {
-		pairs("message_refs", "ref", f.Ref.Type, f.Ref.Value)
-	}
-	if f.Mentions != nil {
-		pairs("message_refs", "ref", "mention", f.Mentions...)
-	}
-	if f.Unread {
-		conds, args = append(conds, `NOT `+readExpr), append(args, f.Reader, f.Reader)
-	}
-	if len(conds) == 0 {
-		return "", args
-	}
-	return ` WHERE ` + strings.Join(conds, ` AND `), args
+	return ids, total, unread, nil
 }

@@ -45,9 +45,6 @@ type Options struct {
 	Readers int
 
 	bulk bool // Rebuild: no secondary indexes until the load is done
-
-	// Recipients (EXPERIMENT) keeps the tables of store/recipients.go.
-	Recipients bool
 }
 
 // Store is an open projection. All methods may be called concurrently;
@@ -154,13 +151,7 @@ func Open(path string, opts *Options) (*Store, error) {
 	r.SetConnMaxLifetime(0)
 	s.w, s.r = w, r
 	s.rc.db = r
-	if s.opts.Recipients && !s.opts.bulk {
-		if err := fillRecipients(context.Background(), s); err != nil {
-			s.Close()
-			return nil, fmt.Errorf("store: %s: %w", path, err)
-		}
-	}
-	s.ap, err = newApplier(w, path, s.opts.Recipients && !s.opts.bulk)
+	s.ap, err = newApplier(w, path)
 	if err != nil {
 		s.Close()
 		return nil, fmt.Errorf("store: %s: %w", path, err)

@@ -154,13 +154,13 @@ func (c *DaemonRunCmd) Run(ctx context.Context, g *Globals) error {
 			}
 		}
 	}
-	followHeap := os.Getenv("GOMEMLIMIT") == "" && os.Getenv("THRUM_EXPERIMENT_READMODEL") == "" // EXPERIMENT
+	followHeap := os.Getenv("GOMEMLIMIT") == ""
 	if followHeap {
 		// Requests hold at most the server's budget; this keeps the
 		// collector from letting garbage double the heap around it.
 		debug.SetMemoryLimit(daemonMemoryLimit)
 	}
-	tuneGC := os.Getenv("GOGC") == "" && os.Getenv("THRUM_EXPERIMENT_READMODEL") == "" // EXPERIMENT
+	tuneGC := os.Getenv("GOGC") == ""
 	if tuneGC {
 		// No collection while the node starts (the memory limit still
 		// bounds the heap): a cycle marking the index as it loaded held
