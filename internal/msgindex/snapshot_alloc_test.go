@@ -66,7 +66,7 @@ func TestSnapshotDecodeAllocatesInProportion(t *testing.T) {
 	const fixed = 64 << 10
 	for name, file := range map[string][]byte{
 		"a million empty strings":  stream(snapHeader{Version: snapVersion}, snapTail{StringLens: make([]uint32, 1<<20)}),
-		"a huge count of messages": stream(snapHeader{Version: snapVersion, Messages: 1 << 40}, []snapMessage{{ID: "msg_1"}}),
+		"a huge count of messages": stream(snapHeader{Version: snapVersion, Messages: 1 << 40}, snapChunk{IDs: "msg_1", IDLens: []uint32{5}}),
 	} {
 		got, err := alloc(file)
 		if err == nil {
