@@ -50,7 +50,7 @@ func TestAppendEvent(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	recs := &appRecords{seen: map[string]bool{}}
-	n := newFromParts(t, dir, "messages.db", recs)
+	n, _ := newFromParts(t, dir, "messages.db", recs)
 
 	e, err := n.AppendEvent(ctx, "app.test.note", map[string]string{"note": "first"})
 	if err != nil {
@@ -103,7 +103,7 @@ func TestAppendEvent(t *testing.T) {
 	// Reopened, a fresh projection replays the log: both notes, in order,
 	// and none of the refused ones.
 	again := &appRecords{seen: map[string]bool{}}
-	n = newFromParts(t, dir, "messages.db", again)
+	n, _ = newFromParts(t, dir, "messages.db", again)
 	defer n.Close()
 	if got := again.notes(); len(got) != 2 || got[0] != "first" || got[1] != "second" {
 		t.Fatalf("replayed notes: %q, want [first second]", got)

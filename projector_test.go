@@ -62,8 +62,8 @@ func (r *recorder) contents() []string {
 
 // newFromParts builds a node the long way: a store (the file db in dir),
 // a projector with the extra projection, a log whose commits go to the
-// projector.
-func newFromParts(t *testing.T, dir, db string, extra thrum.Projection) *thrum.Node {
+// projector. It returns the projector too.
+func newFromParts(t *testing.T, dir, db string, extra thrum.Projection) (*thrum.Node, *thrum.Projector) {
 	t.Helper()
 	st, err := store.Open(filepath.Join(dir, db), nil)
 	if err != nil {
@@ -81,14 +81,14 @@ func newFromParts(t *testing.T, dir, db string, extra thrum.Projection) *thrum.N
 	if n.EventLog() != lg {
 		t.Fatal("the node does not hold the parts it was given")
 	}
-	return n
+	return n, p
 }
 
 func TestNewFromPartsDrivesAnExtraProjection(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	rec := &recorder{}
-	n := newFromParts(t, dir, "parts.db", rec)
+	n, _ := newFromParts(t, dir, "parts.db", rec)
 	thrumtest.Register(t, n, "alice", "dev", "core")
 	thrumtest.Register(t, n, "bob", "dev", "core")
 	alice := thrum.AsAgent(ctx, "alice")
@@ -141,7 +141,7 @@ func TestNewFromPartsDrivesAnExtraProjection(t *testing.T) {
 
 	// A new node replays the whole log into a fresh projection.
 	again := &recorder{}
-	n2 := newFromParts(t, dir, "parts.db", again)
+	n2, _ := newFromParts(t, dir, "parts.db", again)
 	defer n2.Close()
 	if got := again.contents(); len(got) != 4 || got[0] != "one" || got[3] != "five" {
 		t.Fatalf("replayed into a new projection: %q", got)
@@ -149,20 +149,7 @@ func TestNewFromPartsDrivesAnExtraProjection(t *testing.T) {
 }
 
 func TestProjectorServesOneNode(t *testing.T) {
-	dir := t.TempDir()
-	st, err := store.Open(filepath.Join(dir, "parts.db"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := thrum.NewProjector(st)
-	lg, err := eventlog.Open(dir, &eventlog.Options{Stage: p.Stage, NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	n, err := thrum.New(context.Background(), lg, p, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	n, p := newFromParts(t, t.TempDir(), "parts.db", &recorder{})
 	defer n.Close()
 	if _, err := thrum.New(context.Background(), n.EventLog(), p, nil); err == nil {
 		t.Fatal("a second node over the same projector was accepted")
