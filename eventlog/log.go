@@ -601,7 +601,7 @@ func (l *Log) stage(group []*commitBatch, evs []*Event) error {
 	if len(evs) > 0 {
 		err = l.opts.Stage(evs, durable)
 	}
-	if durable() == nil { // (waits here if Stage did not)
+	if durable() == nil { // durable waits once: here, if Stage did not call it
 		return err
 	}
 	evs = evs[:0]
