@@ -11,9 +11,9 @@ import (
 	"time"
 )
 
-// The client examples of spec/rpc-api.md ("From Other Languages"), run
-// against a live daemon's socket: what the spec tells users to write must
-// work. The code is the spec's, verbatim, except the socket path.
+// The client examples of the RPC contract ("From Other Languages"), run
+// against a live daemon's socket: what the contract tells users to write
+// must work. The code is the contract's, verbatim, except the socket path.
 
 const specSocketPath = ".thrum/var/thrum.sock"
 

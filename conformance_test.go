@@ -22,7 +22,7 @@ import (
 
 func ptr[T any](v T) *T { return &v }
 
-// Issue 12 item 5: thread.list's unread counts are the caller's, so
+// thread.list's unread counts are the caller's, so
 // without a caller it is refused (the spec's error), the same rule as
 // message.list's unread and mentions filters; with one it counts.
 func TestThreadListNeedsCaller(t *testing.T) {
@@ -43,7 +43,7 @@ func TestThreadListNeedsCaller(t *testing.T) {
 	}
 }
 
-// Issue 12 item 6: intent and current_task are required; leaving one out
+// intent and current_task are required; leaving one out
 // is -32602 and keeps the value, an explicit "" clears it. Checked in
 // process and over the socket, where "absent" is a missing key.
 func TestSetIntentTaskRequireTheField(t *testing.T) {
@@ -97,7 +97,7 @@ func TestSetIntentTaskRequireTheField(t *testing.T) {
 	}
 }
 
-// Issue 12 item 7: re_register is "the same agent returning"; with another
+// re_register is "the same agent returning"; with another
 // role it is refused and does not act like force: the holder keeps its
 // role and its token.
 func TestReRegisterIsNotForce(t *testing.T) {
@@ -121,7 +121,7 @@ func TestReRegisterIsNotForce(t *testing.T) {
 	}
 }
 
-// Issue 12 item 8: structured is a typed payload object. message.send,
+// structured is a typed payload object. message.send,
 // thread.create's message and message.edit refuse any other JSON value.
 func TestStructuredMustBeAnObject(t *testing.T) {
 	f := newFixture(t, nil)
@@ -153,7 +153,7 @@ func TestStructuredMustBeAnObject(t *testing.T) {
 	wantCode(t, err, rpc.CodeInvalidParams, "structured must be a JSON object")
 }
 
-// Issue 12 item 2: agent.cleanup never removes an agent that is active or
+// agent.cleanup never removes an agent that is active or
 // whose identity file is in any worktree's identity directory (the binary
 // lists them through Options.IdentityDirs), and says why each orphan is
 // one.
@@ -256,7 +256,7 @@ func TestCleanupSparesOtherWorktreesAndSaysWhy(t *testing.T) {
 	}
 }
 
-// Issue 12 item 14, the library's half: a send naming a recipient nobody
+// Refreshing for an unknown recipient, the library's half: a send naming a recipient nobody
 // here has calls Options.Refresh once, bounded, and then looks again.
 func TestUnknownRecipientRefreshesOnce(t *testing.T) {
 	var n *thrum.Node

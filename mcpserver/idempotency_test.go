@@ -60,7 +60,7 @@ func (c *dropAfterSend) Write(p []byte) (int, error) {
 // TestSendRetriesWithItsKey checks that send_message gives its send an
 // idempotency key and, when the connection drops before the reply,
 // retries once on the next connection with the same key (the node
-// dedupes on it: issue 9).
+// dedupes on it).
 func TestSendRetriesWithItsKey(t *testing.T) {
 	n := newNode(t, nil)
 	addAgent(t, n, "bob", "reviewer", "auth")

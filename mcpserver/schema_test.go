@@ -9,8 +9,7 @@ import (
 	"testing"
 )
 
-// TestToolSchemas checks what the schemas tell a client (issue 11 item
-// 10): enums for every closed set of strings, bounds on limit and timeout,
+// TestToolSchemas checks what the schemas tell a client: enums for every closed set of strings, bounds on limit and timeout,
 // no nullable arrays where the tools always return [], one status per
 // tool where a shared type used to say two — and that tools/list stays
 // under 3,000 tokens, estimated as bytes/4 of its JSON.

@@ -1,5 +1,5 @@
 // Package mcpserver gives AI agents thrum's messaging as native MCP tools
-// (spec/mcp-server.md): send_message, check_messages, wait_for_message,
+// (the MCP contract): send_message, check_messages, wait_for_message,
 // list_agents, broadcast_message and six group tools, and get_message,
 // which shows a message in its conversation.
 //

@@ -9,8 +9,8 @@ import (
 	"github.com/thrumhq/thrum/rpc"
 )
 
-// TestCodesAreTheContract pins every error code to its value in
-// spec/rpc-api.md and DESIGN.md: the standard codes come from the engine,
+// TestCodesAreTheContract pins every error code to its value in the
+// RPC contract and DESIGN.md: the standard codes come from the engine,
 // so a change there must not move the contract silently.
 func TestCodesAreTheContract(t *testing.T) {
 	for _, c := range []struct {

@@ -2,7 +2,7 @@ package rpc
 
 import "encoding/json"
 
-// Method names of thrum's JSON-RPC API (spec/rpc-api.md, and the group.*
+// Method names of thrum's JSON-RPC API (the RPC contract, and the group.*
 // shapes of DESIGN.md), and the notifications the server pushes:
 // NotificationMessage, and NotificationClaimed for a standing claim. Auth
 // is thrum's own: it binds a connection to an identity. Method X takes

@@ -31,7 +31,7 @@ func hasIndex(t *testing.T, path, name string) bool {
 	return n == 1
 }
 
-// Issue 12 item 9: the spec's idx_messages_session exists on a new
+// The contract's idx_messages_session exists on a new
 // projection, on a rebuilt one, and on one made before the index (which
 // gains it on open, without a rebuild), and session filtering uses it.
 func TestMessagesSessionIndex(t *testing.T) {
@@ -88,7 +88,7 @@ func TestMessagesSessionIndex(t *testing.T) {
 	}
 }
 
-// Issue 12 item 9, the other half: message_reads has no foreign key to
+// message_reads has no foreign key to
 // messages (DESIGN.md, "Projection schema notes"). A read synced from
 // another clone can be applied before the message it reads; it must be
 // kept, not refused, and count once the message arrives.

@@ -11,7 +11,7 @@ import (
 	"github.com/thrumhq/thrum/internal/thrumtest"
 )
 
-// Issue 12 item 2, the binary's half: the daemon is told every worktree's
+// Cleanup, the binary's half: the daemon is told every worktree's
 // identity directory, including worktrees added after it started.
 func TestWorktreeIdentityDirs(t *testing.T) {
 	t.Parallel()

@@ -258,7 +258,7 @@ func TestEndToEndRun(t *testing.T) {
 	if mr["marked_count"] != 0.0 {
 		t.Errorf("message read of messages read already: marked_count %v, want 0", mr["marked_count"])
 	}
-	// Issue 12 item 10: the count is of newly marked messages; unknown IDs
+	// The count is of newly marked messages; unknown IDs
 	// are an error naming them, and mark nothing.
 	var fresh map[string]any
 	c.okJSON(&fresh, "alice", "send", "four", "--to", "@bob")

@@ -22,13 +22,13 @@ import (
 	"github.com/thrumhq/thrum/mcpserver"
 )
 
-// TestMCPServeDelivery drives issue 11 through the built binary, over
+// TestMCPServeDelivery drives the MCP server's delivery through the built binary, over
 // stdio (mcp.CommandTransport) and Streamable HTTP (--http): two `thrum
 // mcp serve` processes of one agent never return the same message; a
 // malformed stdin line is answered and the server goes on; SIGTERM
 // answers a pending wait and exits within a second; the HTTP transport
-// wants the agent's token and refuses foreign Origins. The other items
-// are tested through the same server code in mcpserver/issue11_test.go.
+// wants the agent's token and refuses foreign Origins. The rest is
+// tested through the same server code in mcpserver/sdkclient_test.go.
 func TestMCPServeDelivery(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binary")
@@ -40,7 +40,7 @@ func TestMCPServeDelivery(t *testing.T) {
 	e.thrum("bob", "quickstart", "--name", "bob", "--role", "reviewer", "--module", "auth")
 	alice := e.serve("alice")
 
-	// Item 1: two servers of bob, each checking and waiting at once.
+	// Two servers of bob, each checking and waiting at once.
 	bob1, bob2 := e.serve("bob"), e.serve("bob")
 	const total = 20
 	got := map[string]int{}
@@ -106,7 +106,7 @@ func TestMCPServeDelivery(t *testing.T) {
 	bob1.Close()
 	bob2.Close()
 
-	// Item 9: a malformed line gets -32700 and the server stays up.
+	// A malformed line gets -32700 and the server stays up.
 	cmd := exec.Command(e.bin, "mcp", "serve")
 	cmd.Dir, cmd.Env = e.repo, e.env("bob")
 	stdin, _ := cmd.StdinPipe()
@@ -134,7 +134,7 @@ func TestMCPServeDelivery(t *testing.T) {
 		t.Errorf("mcp serve after a malformed line and EOF: %v", err)
 	}
 
-	// Item 5: SIGTERM answers the pending wait and exits within a second.
+	// SIGTERM answers the pending wait and exits within a second.
 	cmd = exec.Command(e.bin, "mcp", "serve")
 	cmd.Dir, cmd.Env = e.repo, e.env("bob")
 	cs, err := mcp.NewClient(&mcp.Implementation{Name: "e2e", Version: "1"}, nil).Connect(context.Background(), &mcp.CommandTransport{Command: cmd}, nil)
@@ -161,7 +161,7 @@ func TestMCPServeDelivery(t *testing.T) {
 	}
 	cs.Close()
 
-	// Item 7: --http wants the token, refuses a foreign Origin; SIGTERM
+	// --http wants the token, refuses a foreign Origin; SIGTERM
 	// ends it within a second, answering the pending wait.
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

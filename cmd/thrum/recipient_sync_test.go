@@ -9,7 +9,7 @@ import (
 	"github.com/thrumhq/thrum/internal/thrumtest"
 )
 
-// TestSendToRecipientOfAnotherClone (issue 12 item 14): bob registered on
+// TestSendToRecipientOfAnotherClone: bob registered on
 // clone b and b pushed; clone a has not synced since. `thrum send --to
 // @bob` on a fetches and merges first and then delivers, with no `thrum
 // sync force`; a name nobody has still gets the clear error.

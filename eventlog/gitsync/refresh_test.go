@@ -9,7 +9,7 @@ import (
 	"github.com/thrumhq/thrum/rpc"
 )
 
-// Refresh (issue 12 item 14): a caller waits for a round that started
+// Refresh: a caller waits for a round that started
 // after its call, so what the remote had at the call is then applied;
 // with no Run loop it waits only until its ctx ends.
 func TestRefreshWaitsForAFreshRound(t *testing.T) {

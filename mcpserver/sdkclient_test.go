@@ -22,8 +22,9 @@ import (
 	"github.com/thrumhq/thrum/rpc"
 )
 
-// The tests of issue 11's numbered items that need more than the
-// property test (delivery_test.go), each through a real go-sdk client.
+// The tests of the MCP server's delivery, transports and message info
+// that need more than the property test (delivery_test.go), each through
+// a real go-sdk client.
 
 // httpAgent serves srv over Streamable HTTP and connects a go-sdk client
 // with the agent's token.
@@ -48,7 +49,7 @@ func httpAgent(t testing.TB, n *thrum.Node, id mcpserver.Identity, opts *mcpserv
 	return &agentClient{id: id, srv: srv, cs: cs}, hs
 }
 
-// Item 3: a filtered wait returns the matching message and leaves the
+// A filtered wait returns the matching message and leaves the
 // others unread and queued, in order, for later waits and checks.
 func TestFilteredWaitLeavesTheRestQueued(t *testing.T) {
 	n := newNode(t, nil)
@@ -78,7 +79,7 @@ func TestFilteredWaitLeavesTheRestQueued(t *testing.T) {
 	}
 }
 
-// Item 3: the queue's overflow is reported in the next wait's result, and
+// The queue's overflow is reported in the next wait's result, and
 // the dropped messages stay unread for check_messages.
 func TestQueueOverflowIsReported(t *testing.T) {
 	n := newNode(t, nil)
@@ -107,7 +108,7 @@ func TestQueueOverflowIsReported(t *testing.T) {
 	}
 }
 
-// Item 2 (in memory): a cancelled wait claims nothing and frees the slot
+// In memory, a cancelled wait claims nothing and frees the slot
 // at once; the next message goes to the next wait.
 func TestCancelledWaitClaimsNothing(t *testing.T) {
 	n := newNode(t, nil)
@@ -180,7 +181,7 @@ func openRaw(t *testing.T, url, token string) *rawSession {
 	return s
 }
 
-// Item 2 (HTTP): a client that drops mid-wait (no DELETE), or deletes its
+// Over HTTP, a client that drops mid-wait (no DELETE), or deletes its
 // session, leaves no wait behind: the slot is free at once and the next
 // message reaches another session's wait.
 func TestHTTPDroppedWaitClaimsNothing(t *testing.T) {
@@ -227,16 +228,35 @@ func TestHTTPDroppedWaitClaimsNothing(t *testing.T) {
 		t.Logf("%s: slot free after %v", how, time.Since(start).Round(time.Millisecond))
 		// The next message goes to the next wait, not to the abandoned one.
 		ch := startWait(bob, args{"timeout": 5})
-		for !mcpserver.Waiting(bob.srv) {
-			time.Sleep(time.Millisecond)
-		}
+		untilWaiting(t, bob.srv, ch)
 		mid := send(t, n, "alice", "@bob", "after the "+how, "normal")
 		received(t, await(t, ch), mid)
 		cancel()
 	}
 }
 
-// Item 5: when Run's context ends (SIGTERM in thrum mcp serve), a pending
+// untilWaiting returns once srv holds the wait that ch reports on. It
+// fails if that wait returns first (it never held the slot, or lost it)
+// or if it holds none within a minute: a test that would otherwise spin
+// forever says which.
+func untilWaiting(t testing.TB, srv *mcpserver.Server, ch <-chan waitResult) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); !mcpserver.Waiting(srv); time.Sleep(time.Millisecond) {
+		select {
+		case r := <-ch:
+			if r.err != nil {
+				t.Fatalf("the wait returned before it held the slot: %v", r.err)
+			}
+			t.Fatalf("the wait returned before it held the slot: %s", resultText(r.res))
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the wait never held the slot")
+		}
+	}
+}
+
+// When Run's context ends (SIGTERM in thrum mcp serve), a pending
 // wait is answered with status "shutdown" and Run returns at once.
 func TestShutdownAnswersPendingWait(t *testing.T) {
 	n := newNode(t, nil)
@@ -271,7 +291,7 @@ func TestShutdownAnswersPendingWait(t *testing.T) {
 	t.Logf("shutdown answered the wait and returned in %v", time.Since(start).Round(time.Millisecond))
 }
 
-// Item 4: a wait with a progressToken sends notifications/progress at the
+// A wait with a progressToken sends notifications/progress at the
 // interval (every 10 s by default; 30 ms here), with that token.
 func TestWaitSendsProgress(t *testing.T) {
 	n := newNode(t, nil)
@@ -331,7 +351,7 @@ func TestWaitSendsProgress(t *testing.T) {
 	}
 }
 
-// Item 6: MessageInfo says where a message belongs and how it reached the
+// MessageInfo says where a message belongs and how it reached the
 // agent, and get_message follows the conversation.
 func TestMessageInfoAndConversation(t *testing.T) {
 	n := newNode(t, nil)
@@ -402,7 +422,7 @@ func mustJSON(t testing.TB, v any) []byte {
 	return b
 }
 
-// Item 7: the HTTP transport needs the agent's token and refuses foreign
+// The HTTP transport needs the agent's token and refuses foreign
 // Origins and non-loopback Hosts.
 func TestHTTPTransportGuards(t *testing.T) {
 	n := newNode(t, nil)
@@ -446,7 +466,7 @@ func TestHTTPTransportGuards(t *testing.T) {
 	}
 }
 
-// Item 8: recipient_status never counts the sender.
+// recipient_status never counts the sender.
 func TestRecipientStatusLeavesOutTheSender(t *testing.T) {
 	n := newNode(t, nil)
 	alice := connect(t, n, addAgent(t, n, "alice", "implementer", "auth"), nil)
@@ -461,7 +481,7 @@ func TestRecipientStatusLeavesOutTheSender(t *testing.T) {
 	}
 }
 
-// Item 9: a malformed line on the stdio stream is answered with -32700
+// A malformed line on the stdio stream is answered with -32700
 // (not JSON) or -32600 (not JSON-RPC), and the session goes on.
 func TestStdioSurvivesMalformedLines(t *testing.T) {
 	n := newNode(t, nil)
