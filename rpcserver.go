@@ -79,7 +79,7 @@ type RPCOptions struct {
 	// OwnerSecret, if set, is the owner's secret: a WebSocket that presents
 	// it to auth acts for the owner, as the Unix socket does. The daemon
 	// keeps it in a 0600 file that only the owner's processes can read
-	// (see NewOwnerSecret). Empty: no WebSocket can act for the owner.
+	// (identity.LoadOwnerSecret). Empty: no WebSocket can act for the owner.
 	OwnerSecret string
 
 	// AllowedOrigins lists extra Origin hosts ("app.example:8080", or with

@@ -21,6 +21,7 @@ import (
 
 	"github.com/thrumhq/thrum"
 	"github.com/thrumhq/thrum/eventlog/gitsync"
+	"github.com/thrumhq/thrum/identity"
 	"github.com/thrumhq/thrum/internal/dirlock"
 	"github.com/thrumhq/thrum/internal/gitwork"
 	"github.com/thrumhq/thrum/internal/jsonrpc"
@@ -191,7 +192,7 @@ func (c *DaemonRunCmd) Run(ctx context.Context, g *Globals) error {
 	// The owner's secret lets the owner's processes (and, through a login
 	// the CLI hands it, the owner's browser) act for the owner over the
 	// WebSocket; only a process that can read the owner's files has it.
-	secret, err := thrum.LoadOwnerSecret(filepath.Join(filepath.Dir(l.Socket), thrum.OwnerSecretFile))
+	secret, err := identity.LoadOwnerSecret(filepath.Join(filepath.Dir(l.Socket), identity.OwnerSecretFile))
 	if err != nil {
 		return fmt.Errorf("daemon: owner secret: %w", err)
 	}

@@ -35,6 +35,7 @@ import (
 
 	"github.com/thrumhq/thrum"
 	"github.com/thrumhq/thrum/eventlog"
+	"github.com/thrumhq/thrum/identity"
 	"github.com/thrumhq/thrum/rpc"
 )
 
@@ -133,7 +134,7 @@ func ServeUnix(t testing.TB, n *thrum.Node) *Daemon {
 
 // Serve starts serving n as the daemon does: on a Unix socket in a fresh
 // directory and on a loopback WebSocket, with an owner's secret made by
-// thrum.LoadOwnerSecret next to the socket unless opts has one. Nil opts
+// identity.LoadOwnerSecret next to the socket unless opts has one. Nil opts
 // are the defaults.
 func Serve(t testing.TB, n *thrum.Node, opts *thrum.RPCOptions) *Daemon {
 	t.Helper()
@@ -143,7 +144,7 @@ func Serve(t testing.TB, n *thrum.Node, opts *thrum.RPCOptions) *Daemon {
 		o = *opts
 	}
 	if o.OwnerSecret == "" {
-		secret, err := thrum.LoadOwnerSecret(filepath.Join(dir, thrum.OwnerSecretFile))
+		secret, err := identity.LoadOwnerSecret(filepath.Join(dir, identity.OwnerSecretFile))
 		if err != nil {
 			t.Fatalf("owner secret: %v", err)
 		}

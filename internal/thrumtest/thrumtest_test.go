@@ -86,7 +86,7 @@ func TestServe(t *testing.T) {
 	n := thrumtest.OpenNode(t, nil)
 	d := thrumtest.Serve(t, n, nil)
 	if len(d.Secret) < 32 {
-		t.Fatalf("owner secret %q, want one made by LoadOwnerSecret", d.Secret)
+		t.Fatalf("owner secret %q, want one made by identity.LoadOwnerSecret", d.Secret)
 	}
 	check := func() {
 		t.Helper()

@@ -1,4 +1,4 @@
-package thrum
+package identity
 
 import (
 	"crypto/rand"
@@ -20,7 +20,7 @@ const OwnerSecretFile = "owner.secret"
 // (256 random bits, hex) with mode 0600, in a directory made 0700, if it
 // is missing. A directory another user owns or can write is refused. A file that others could read, or that does not hold a
 // secret, is replaced with a new one: a secret someone else may have seen
-// is no secret. Give the result to RPCOptions.OwnerSecret.
+// is no secret. Give the result to thrum.RPCOptions.OwnerSecret.
 func LoadOwnerSecret(path string) (string, error) {
 	if err := private.Dir(filepath.Dir(path)); err != nil {
 		return "", err
