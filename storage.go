@@ -4,14 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
-	"path/filepath"
 	"syscall"
 	"time"
 
 	"github.com/thrumhq/thrum/eventlog"
-	"github.com/thrumhq/thrum/internal/fault"
-	"github.com/thrumhq/thrum/internal/private"
 	"github.com/thrumhq/thrum/rpc"
 	"github.com/thrumhq/thrum/store"
 )
@@ -113,8 +109,8 @@ func storageFailure(err error, wire *rpc.Error) error {
 }
 
 // probeWrite checks, after a failed log write, whether the log's directory
-// takes writes again (a small file written, fsynced and removed), and if so
-// clears the failure; it reports whether no failure is left.
+// takes writes again (eventlog.Log.Probe), and if so clears the failure;
+// it reports whether no failure is left.
 func (n *Node) probeWrite() bool {
 	n.faultMu.Lock()
 	failed, broken := n.fault.writeErr != nil, errors.Is(n.fault.writeErr, eventlog.ErrBroken)
@@ -125,29 +121,11 @@ func (n *Node) probeWrite() bool {
 	if broken { // the log refuses appends until it is reopened: no probe clears that
 		return false
 	}
-	path := filepath.Join(n.dir, ".write-probe")
-	err := fault.Check(fault.LogWrite, path)
-	if err == nil {
-		err = writeProbe(path)
-	}
-	if err != nil {
+	if n.log.Probe() != nil {
 		return false
 	}
 	n.writeSucceeded()
 	return true
-}
-
-func writeProbe(path string) error {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, private.FileMode)
-	if err != nil {
-		return err
-	}
-	defer os.Remove(path)
-	_, err = f.Write(make([]byte, 4096))
-	if err == nil {
-		err = f.Sync()
-	}
-	return errors.Join(err, f.Close())
 }
 
 // writeSucceeded clears a recorded write failure.

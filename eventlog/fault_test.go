@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"io/fs"
+	"os"
 	"path/filepath"
+	"sync/atomic"
 	"syscall"
 	"testing"
 
@@ -55,5 +57,30 @@ func TestFailedBatchLeavesNoLines(t *testing.T) {
 			}
 			checkPositions(t, l)
 		})
+	}
+}
+
+// TestProbe checks that Probe fails while the log's directory refuses
+// writes and passes once it takes them, leaving no file either way.
+func TestProbe(t *testing.T) {
+	dir := t.TempDir()
+	l := openLog(t, dir, nil)
+	var full atomic.Bool
+	full.Store(true)
+	defer fault.Set(func(o, path string) error {
+		if full.Load() && o == fault.LogWrite && filepath.Dir(path) == dir {
+			return &fs.PathError{Op: o, Path: path, Err: syscall.ENOSPC}
+		}
+		return nil
+	})()
+	if err := l.Probe(); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("Probe on a full disk = %v, want ENOSPC", err)
+	}
+	full.Store(false)
+	if err := l.Probe(); err != nil {
+		t.Fatalf("Probe once the disk takes writes = %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, probeFile)); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("Probe left its file behind: %v", err)
 	}
 }

@@ -788,6 +788,30 @@ func syncDir(dir string) error {
 	return d.Sync()
 }
 
+// probeFile is the file Probe writes, in the log's directory.
+const probeFile = ".write-probe"
+
+// Probe reports whether the log's directory takes writes now, as a
+// caller waits for after a failed Append (a full disk, until space is
+// freed): it writes a small file there, fsyncs and removes it. It writes
+// no event, and says nothing of ErrBroken, which only reopening clears.
+func (l *Log) Probe() error {
+	path := filepath.Join(l.dir, probeFile)
+	if err := fault.Check(fault.LogWrite, path); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, private.FileMode)
+	if err != nil {
+		return err
+	}
+	defer os.Remove(path)
+	_, err = f.Write(make([]byte, 4096))
+	if err == nil {
+		err = f.Sync()
+	}
+	return errors.Join(err, f.Close())
+}
+
 // Positions returns the current end offset of every shard: where a reader
 // that has seen everything would resume.
 func (l *Log) Positions() map[string]int64 {

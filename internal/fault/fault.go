@@ -13,7 +13,7 @@ import "sync/atomic"
 
 // Operations passed to a hook.
 const (
-	LogWrite   = "log.write"   // appending a batch's lines to a shard; path is the shard file
+	LogWrite   = "log.write"   // appending a batch's lines to a shard (path: the shard file), or Log.Probe's write
 	LogSync    = "log.sync"    // fsyncing a shard; path is the shard file
 	StoreApply = "store.apply" // committing an applied batch; path is the database file
 )
