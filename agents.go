@@ -16,12 +16,6 @@ import (
 	"github.com/thrumhq/thrum/store"
 )
 
-// Agent kinds.
-const (
-	KindAgent = "agent"
-	KindUser  = "user"
-)
-
 // callerID returns the caller's agent ID, or an error that says how to
 // identify.
 func (n *Node) callerID(ctx context.Context, what string) (string, error) {
@@ -126,7 +120,7 @@ func (n *Node) RegisterAgent(ctx context.Context, p *rpc.RegisterAgentParams) (*
 	typ := eventlog.TypeAgentRegister
 	revoke := false
 	if existing != nil {
-		if existing.Kind != KindAgent {
+		if existing.Kind != rpc.KindAgent {
 			return nil, conflict("%q is a user, not an agent", id)
 		}
 		same := existing.Role == p.Role && existing.Module == p.Module
@@ -149,7 +143,7 @@ func (n *Node) RegisterAgent(ctx context.Context, p *rpc.RegisterAgentParams) (*
 	}
 	token := identity.NewToken()
 	if err := n.append(ctx, &eventlog.Event{Type: typ, Payload: eventlog.AgentRegister{
-		AgentID: id, Kind: KindAgent, Name: p.Name, Role: p.Role, Module: p.Module,
+		AgentID: id, Kind: rpc.KindAgent, Name: p.Name, Role: p.Role, Module: p.Module,
 		Display: p.Display, RepoID: n.opts.RepoID,
 	}}, credential(id, identity.HashToken(token), revoke)); err != nil {
 		return nil, err
@@ -274,7 +268,7 @@ func (n *Node) DeleteAgent(ctx context.Context, p *rpc.DeleteAgentParams) (*rpc.
 	n.ctlMu.Lock()
 	defer n.ctlMu.Unlock()
 	a, err := n.store.Agent(ctx, name)
-	if isNotFound(err) || err == nil && a.Kind != KindAgent {
+	if isNotFound(err) || err == nil && a.Kind != rpc.KindAgent {
 		return nil, notFound("agent not found: %s", name)
 	}
 	if err != nil {
@@ -431,7 +425,7 @@ func (n *Node) CleanupAgents(ctx context.Context, p *rpc.CleanupAgentsParams) (*
 	out := &rpc.CleanupAgentsResult{Orphans: []rpc.OrphanAgent{}, Deleted: []string{}, DryRun: p.DryRun || !p.Force}
 	now := n.now()
 	for _, a := range agents {
-		if a.Kind != KindAgent || held[a.AgentID] || n.status(a.LastSeenAt) == "active" {
+		if a.Kind != rpc.KindAgent || held[a.AgentID] || n.status(a.LastSeenAt) == "active" {
 			continue
 		}
 		o := rpc.OrphanAgent{AgentID: a.AgentID, Role: a.Role, Module: a.Module, LastSeenAt: a.LastSeenAt}
@@ -523,7 +517,7 @@ func (n *Node) RegisterUser(ctx context.Context, p *rpc.RegisterUserParams) (*rp
 	}
 	token := identity.NewToken()
 	if err := n.append(ctx, &eventlog.Event{Type: typ, Payload: eventlog.AgentRegister{
-		AgentID: id, Kind: KindUser, Name: p.Username, Display: display,
+		AgentID: id, Kind: rpc.KindUser, Name: p.Username, Display: display,
 	}}, credential(id, identity.HashToken(token), false)); err != nil {
 		return nil, err
 	}

@@ -30,7 +30,7 @@ func BenchmarkDirectoryChange(b *testing.B) {
 		name := fmt.Sprintf("agent_%05d", i)
 		role := benchRoles[i%len(benchRoles)]
 		batch = append(batch, &eventlog.Event{Type: eventlog.TypeAgentRegister, Payload: eventlog.AgentRegister{
-			AgentID: name, Kind: thrum.KindAgent, Name: name, Role: role, Module: "m"}})
+			AgentID: name, Kind: rpc.KindAgent, Name: name, Role: role, Module: "m"}})
 	}
 	batch = append(batch, &eventlog.Event{Type: eventlog.TypeGroupCreate, Payload: eventlog.GroupCreate{Name: "big", CreatedBy: thrum.Owner}})
 	if err := lg.Append(ctx, batch...); err != nil {

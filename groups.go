@@ -166,7 +166,7 @@ func (n *Node) changeMember(ctx context.Context, p *rpc.GroupMembership, add boo
 
 func (n *Node) isAgent(id string) bool {
 	a, ok := n.dirc.Agent(id)
-	return ok && a.Kind == KindAgent
+	return ok && a.Kind == rpc.KindAgent
 }
 
 func (n *Node) isMember(group, typ, id string) bool { return n.dirc.IsMember(group, typ, id) }

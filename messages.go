@@ -51,11 +51,11 @@ func (n *Node) resolveAuthor(ctx context.Context, actingAs string) (author, erro
 		return author{}, notRegistered("agent %q is not registered", id)
 	}
 	if actingAs != "" {
-		if caller.Kind != KindUser {
+		if caller.Kind != rpc.KindUser {
 			return author{}, forbidden("only users can impersonate agents")
 		}
 		target := identity.NormalizeAgentID(actingAs)
-		if a, ok := n.dirc.Agent(target); !ok || a.Kind != KindAgent {
+		if a, ok := n.dirc.Agent(target); !ok || a.Kind != rpc.KindAgent {
 			return author{}, notFound("target agent does not exist: %s", target)
 		}
 		sid := ""
@@ -64,7 +64,7 @@ func (n *Node) resolveAuthor(ctx context.Context, actingAs string) (author, erro
 		}
 		return author{agentID: target, sessionID: sid, actingAs: id}, nil
 	}
-	if caller.Kind == KindUser {
+	if caller.Kind == rpc.KindUser {
 		return author{agentID: id}, nil // users have no sessions
 	}
 	_, s, err := n.callerSession(ctx)
@@ -584,7 +584,7 @@ func (n *Node) ownMessage(ctx context.Context, id, verb string) (*store.Message,
 		return nil, author{}, conflict("message already deleted: %s", id)
 	}
 	au := author{agentID: me}
-	if a, _ := n.dirc.Agent(me); a.Kind == KindAgent {
+	if a, _ := n.dirc.Agent(me); a.Kind == rpc.KindAgent {
 		_, s, err := n.callerSession(ctx)
 		if err != nil {
 			return nil, author{}, err
@@ -729,7 +729,7 @@ func (n *Node) readerSession(ctx context.Context, what string) (me, sid string, 
 		return "", "", err
 	}
 	sid = me
-	if a, _ := n.dirc.Agent(me); a.Kind != KindUser {
+	if a, _ := n.dirc.Agent(me); a.Kind != rpc.KindUser {
 		_, s, err := n.callerSession(ctx)
 		if err != nil {
 			return "", "", err

@@ -464,7 +464,7 @@ func (n *Node) subscriber(ctx context.Context) (agent, sessionID string, err err
 	if err != nil {
 		return "", "", err
 	}
-	if a, ok := n.dirc.Agent(id); ok && a.Kind == KindUser {
+	if a, ok := n.dirc.Agent(id); ok && a.Kind == rpc.KindUser {
 		return id, "", nil
 	}
 	agent, sess, err := n.callerSession(ctx)

@@ -607,7 +607,7 @@ func (s *RPCServer) registerAgent(ctx context.Context, p *rpc.RegisterAgentParam
 func (s *RPCServer) deleteAgent(ctx context.Context, p *rpc.DeleteAgentParams) (*rpc.DeleteAgentResult, error) {
 	if !isOwner(ctx) {
 		me, target := boundAs(ctx), identity.NormalizeAgentID(p.Name)
-		if t, ok := s.n.dirc.Agent(target); ok && t.Kind == KindAgent && target != me {
+		if t, ok := s.n.dirc.Agent(target); ok && t.Kind == rpc.KindAgent && target != me {
 			return nil, rpc.Errorf(rpc.CodeForbidden, "%s may not delete agent %s: only the agent itself or the owner may", me, p.Name)
 		}
 	}
@@ -628,7 +628,7 @@ func (s *RPCServer) endSession(ctx context.Context, p *rpc.EndSessionParams) (*r
 	// The node refuses an agent ending another's session, but lets a user
 	// end any: over a WebSocket, only an owner-authenticated one.
 	me := boundAs(ctx)
-	if a, ok := s.n.dirc.Agent(me); ok && a.Kind == KindUser && !isOwner(ctx) && p.SessionID != "" {
+	if a, ok := s.n.dirc.Agent(me); ok && a.Kind == rpc.KindUser && !isOwner(ctx) && p.SessionID != "" {
 		if ss, err := s.n.store.Session(ctx, p.SessionID); err == nil && ss.AgentID != me {
 			return nil, rpc.Errorf(rpc.CodeForbidden, "session %s belongs to %s: only that agent or the owner may end it", p.SessionID, ss.AgentID)
 		}
@@ -642,7 +642,7 @@ func (s *RPCServer) actingAs(ctx context.Context, target string) error {
 	if target == "" || isOwner(ctx) {
 		return nil
 	}
-	if a, ok := s.n.dirc.Agent(boundAs(ctx)); !ok || a.Kind != KindUser {
+	if a, ok := s.n.dirc.Agent(boundAs(ctx)); !ok || a.Kind != rpc.KindUser {
 		return nil // an agent may not act as another at all: the node says so
 	}
 	return rpc.Errorf(rpc.CodeForbidden, "acting_as %s needs the owner: the Unix socket, or a WebSocket authenticated with the owner's secret", target)

@@ -52,11 +52,11 @@ func (n *Node) StartSession(ctx context.Context, p *rpc.StartSessionParams) (*rp
 		return nil, invalid("agent_id is required")
 	}
 	id := identity.NormalizeAgentID(p.AgentID)
-	if a, ok := n.dirc.Agent(id); !ok || a.Kind != KindAgent {
+	if a, ok := n.dirc.Agent(id); !ok || a.Kind != rpc.KindAgent {
 		return nil, notFound("agent not found: %s is not registered", id)
 	}
 	if c, ok := CallerFrom(ctx); ok && identity.NormalizeAgentID(c.AgentID) != id {
-		if a, _ := n.dirc.Agent(identity.NormalizeAgentID(c.AgentID)); a.Kind != KindUser {
+		if a, _ := n.dirc.Agent(identity.NormalizeAgentID(c.AgentID)); a.Kind != rpc.KindUser {
 			return nil, forbidden("%s may not start a session for %s", c.AgentID, id)
 		}
 	}
@@ -68,7 +68,7 @@ func (n *Node) StartSession(ctx context.Context, p *rpc.StartSessionParams) (*rp
 	}
 	n.ctlMu.Lock()
 	defer n.ctlMu.Unlock()
-	if a, ok := n.dirc.Agent(id); !ok || a.Kind != KindAgent {
+	if a, ok := n.dirc.Agent(id); !ok || a.Kind != rpc.KindAgent {
 		return nil, notFound("agent not found: %s is not registered", id)
 	}
 	open, err := n.store.Sessions(ctx, id, true)
@@ -104,7 +104,7 @@ func (n *Node) openSession(ctx context.Context, id string) (*store.Session, erro
 		return nil, internal("get session", err)
 	}
 	if c, ok := CallerFrom(ctx); ok && identity.NormalizeAgentID(c.AgentID) != s.AgentID {
-		if a, _ := n.dirc.Agent(identity.NormalizeAgentID(c.AgentID)); a.Kind != KindUser {
+		if a, _ := n.dirc.Agent(identity.NormalizeAgentID(c.AgentID)); a.Kind != rpc.KindUser {
 			return nil, forbidden("session %s belongs to %s", id, s.AgentID)
 		}
 	}

@@ -193,6 +193,12 @@ type ListAgentsResult struct {
 	Agents []AgentInfo `json:"agents"`
 }
 
+// Identity kinds (AgentInfo.Kind, AuthResult.Kind).
+const (
+	KindAgent = "agent"
+	KindUser  = "user"
+)
+
 // AgentInfo is one registered identity: an agent, or a user (Kind "user").
 type AgentInfo struct {
 	AgentID      string `json:"agent_id"`
