@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 
 	"github.com/thrumhq/thrum/eventlog"
-	"github.com/thrumhq/thrum/internal/jsonrpc"
 	"github.com/thrumhq/thrum/rpc"
 	"github.com/thrumhq/thrum/store"
 )
@@ -380,47 +379,4 @@ func nullJSON(raw json.RawMessage) string {
 		return s
 	}
 	return ""
-}
-
-// standingKey keys a connection's standing claim (jsonrpc.Conn.Value).
-type standingKey struct{}
-
-// claimNext is message.claimNext: arm or cancel this connection's
-// standing claim.
-func (s *RPCServer) claimNext(ctx context.Context, p *rpc.ClaimNextParams) (*rpc.ClaimNextResult, error) {
-	c := jsonrpc.ConnFromContext(ctx)
-	if c == nil {
-		return nil, rpc.Errorf(rpc.CodeInvalidRequest, "message.claimNext needs a connection to push to")
-	}
-	sc, _ := c.Value(standingKey{}).(*standingClaim)
-	if p.Cancel {
-		if sc == nil {
-			return &rpc.ClaimNextResult{}, nil
-		}
-		return &rpc.ClaimNextResult{ClaimedID: s.n.standing.cancel(ctx, sc)}, nil
-	}
-	floor := 0
-	if p.MinPriority != "" {
-		f, ok := priorityRank[p.MinPriority]
-		if !ok {
-			return nil, invalid("invalid min_priority %q: use low, normal, high or critical", p.MinPriority)
-		}
-		floor = f
-	}
-	me, sid, err := s.n.readerSession(ctx, "claiming messages")
-	if err != nil {
-		return nil, err
-	}
-	if sc != nil && (sc.agent != me || sc.session != sid) {
-		s.n.standing.cancel(ctx, sc) // the connection acts as someone else now
-		sc = nil
-	}
-	if sc == nil {
-		sc = &standingClaim{agent: me, session: sid, conn: c,
-			push: func(nt *rpc.ClaimedNotification) bool { return c.Notify(rpc.NotificationClaimed, nt) == nil }}
-		c.SetValue(standingKey{}, sc)
-		c.OnClose(func() { s.n.standing.drop(sc) })
-	}
-	s.n.standing.arm(sc, floor)
-	return &rpc.ClaimNextResult{Armed: true}, nil
 }

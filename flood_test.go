@@ -31,7 +31,7 @@ const floodResult = 0
 
 // floodCredentialRefused, as a wanted code, is a wrong credential's
 // refusal: -32002, or -32006 once the connection has failed auth too
-// often (authlimit.go).
+// often (internal/access, limit.go).
 const floodCredentialRefused = 1
 
 // floodWant is what the daemon must answer to one frame.

@@ -1,23 +1,17 @@
 package thrum
 
 import (
-	"bytes"
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/json"
-	"errors"
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
-	"sync"
 	"time"
 
-	"github.com/thrumhq/thrum/identity"
+	"github.com/thrumhq/thrum/internal/access"
 	"github.com/thrumhq/thrum/internal/jsonrpc"
+	"github.com/thrumhq/thrum/internal/unixsock"
 	"github.com/thrumhq/thrum/rpc"
-	"github.com/thrumhq/thrum/store"
 )
 
 // RPCServer serves a node's API as JSON-RPC 2.0: newline-delimited JSON
@@ -39,16 +33,11 @@ import (
 // login code, web.login), after which it may do what the socket may.
 // Only the owner registers users, acts as another agent (acting_as),
 // ends another agent's session or deletes another agent. DESIGN.md, "Trust
-// boundary", has the whole model.
+// boundary", has the whole model; package internal/access enforces it.
 type RPCServer struct {
-	eng     *jsonrpc.Server
-	n       *Node
-	secret  []byte
-	anyPeer bool
-	uid     int
-	web     *webLogins // browser logins (weblogin.go)
-	// authLimit limits failed credential checks on WebSockets (authlimit.go).
-	authLimit authLimit
+	eng *jsonrpc.Server
+	n   *Node
+	pol *access.Policy
 }
 
 // ErrServerClosed is returned by RPCServer.Serve after Shutdown or Close.
@@ -165,12 +154,11 @@ func (n *Node) RPCServer(opts *RPCOptions) *RPCServer {
 	if opts != nil {
 		o = *opts
 	}
-	s := &RPCServer{n: n, anyPeer: o.AllowAnyPeer, uid: os.Getuid(), web: newWebLogins()}
-	if o.OwnerSecret != "" {
-		s.secret = []byte(o.OwnerSecret)
-	}
+	s := &RPCServer{n: n, pol: access.New(identities{n}, access.Options{
+		OwnerSecret: o.OwnerSecret, AllowAnyPeer: o.AllowAnyPeer, RepoID: n.opts.RepoID, Now: n.now,
+	})}
 	eo := o.engineOptions()
-	eo.Authorize = limitHandshake(&s.authLimit, s.handshake)
+	eo.Authorize = s.pol.Handshake
 	s.eng = jsonrpc.NewServer(eo)
 	s.bindAll(o.Sync)
 	return s
@@ -213,41 +201,13 @@ func (s *RPCServer) Shutdown(ctx context.Context) error { return s.eng.Shutdown(
 // idempotent.
 func (s *RPCServer) Close() error { return s.eng.Close() }
 
-// access is what a method needs from its caller.
-type access int
-
-const (
-	open  access = iota // no credential: health and auth only
-	read                // needs a credential on a WebSocket; an identity is optional
-	write               // acts as an agent: needs an identity
-)
-
-// connState is the identity bound to one connection.
-type connState struct {
-	mu        sync.Mutex
-	agentID   string     // bound identity, "" if none
-	token     bool       // bound by a token
-	owner     bool       // a WebSocket that presented the owner's secret
-	exchanged *exchanged // the login code its handshake traded, until auth takes it
-	sessionID string     // pinned by session.start on this connection
-	listener  *Subscription
-}
-
-type connStateKey struct{}
-
-func stateOf(c *jsonrpc.Conn) *connState {
-	if c == nil {
-		return &connState{}
-	}
-	if st, ok := c.Value(connStateKey{}).(*connState); ok {
-		return st
-	}
-	// Requests of one connection run one at a time, so no other handler
-	// can be creating the state concurrently.
-	st := &connState{}
-	c.SetValue(connStateKey{}, st)
-	return st
-}
+// ListenUnix listens on a Unix socket at path for an RPCServer: the
+// socket is created mode 0600, so only this user can connect (and the
+// server checks each peer's user ID besides). A missing directory is
+// made 0700; an existing one is never changed. A stale socket file left
+// by a crashed process is replaced; a live one is an error, and so is
+// any other kind of file at path (it is never removed).
+func ListenUnix(path string) (net.Listener, error) { return unixsock.Listen(path) }
 
 // Dial returns a client connected to the node in process, through a pipe
 // served by a fresh RPCServer: the same API, codes and notifications as
@@ -262,302 +222,105 @@ func (n *Node) Dial(opts *rpc.ClientOptions) *rpc.Client {
 	return rpc.NewClient(b, opts)
 }
 
-// decodeParams unmarshals params into p: absent or null means all
-// defaults; anything but an object, or a field of the wrong type, is an
-// invalid-params error naming the field.
-func decodeParams(raw json.RawMessage, p any) error {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
-		return nil
+// bindAll registers every method with the access it needs (and, where
+// the policy has a rule for it, behind that rule); sync.status and
+// sync.force only with a Syncer.
+func (s *RPCServer) bindAll(sy Syncer) {
+	n, pol := s.n, s.pol
+	bind(s, rpc.MethodHealth, access.Open, n.Health)
+	bind(s, rpc.MethodAuth, access.Open, pol.Auth)
+	bind(s, rpc.MethodAgentRegister, access.Read, guarded(pol.RegisterAgent, n.RegisterAgent))
+	bind(s, rpc.MethodAgentList, access.Read, n.ListAgents)
+	bind(s, rpc.MethodAgentWhoami, access.Read, n.Whoami)
+	bind(s, rpc.MethodAgentListContext, access.Read, n.ListContext)
+	bind(s, rpc.MethodAgentDelete, access.Write, guarded(pol.DeleteAgent, n.DeleteAgent))
+	bind(s, rpc.MethodAgentCleanup, access.Write, guarded(pol.CleanupAgents, n.CleanupAgents))
+	bind(s, rpc.MethodSessionStart, access.Write, s.startSession)
+	bind(s, rpc.MethodSessionEnd, access.Write, guarded(pol.EndSession, n.EndSession))
+	bind(s, rpc.MethodSessionHeartbeat, access.Write, n.Heartbeat)
+	bind(s, rpc.MethodSessionSetIntent, access.Write, n.SetIntent)
+	bind(s, rpc.MethodSessionSetTask, access.Write, n.SetTask)
+	bind(s, rpc.MethodSessionList, access.Read, n.ListSessions)
+	bind(s, rpc.MethodMessageSend, access.Write, guarded(pol.SendMessage, n.SendMessage))
+	bind(s, rpc.MethodMessageGet, access.Read, n.GetMessage)
+	bind(s, rpc.MethodMessageList, access.Read, n.ListMessages)
+	bind(s, rpc.MethodMessageSearch, access.Read, n.SearchMessages)
+	bind(s, rpc.MethodMessageEdit, access.Write, n.EditMessage)
+	bind(s, rpc.MethodMessageDelete, access.Write, n.DeleteMessage)
+	bind(s, rpc.MethodMessageMarkRead, access.Write, n.MarkRead)
+	bind(s, rpc.MethodMessageClaimNext, access.Write, s.claimNext)
+	bind(s, rpc.MethodThreadCreate, access.Write, guarded(pol.CreateThread, n.CreateThread))
+	bind(s, rpc.MethodThreadList, access.Read, n.ListThreads)
+	bind(s, rpc.MethodThreadGet, access.Read, n.GetThread)
+	bind(s, rpc.MethodSubscribe, access.Write, s.subscribe)
+	bind(s, rpc.MethodUnsubscribe, access.Write, n.Unsubscribe)
+	bind(s, rpc.MethodSubscriptionsList, access.Write, n.ListSubscriptions)
+	bind(s, rpc.MethodUserRegister, access.Read, s.registerUser)
+	bind(s, rpc.MethodUserIdentify, access.Read, n.IdentifyUser)
+	bind(s, rpc.MethodGroupCreate, access.Write, n.CreateGroup)
+	bind(s, rpc.MethodGroupDelete, access.Write, n.DeleteGroup)
+	bind(s, rpc.MethodGroupMemberAdd, access.Write, n.AddGroupMember)
+	bind(s, rpc.MethodGroupMemberRemove, access.Write, n.RemoveGroupMember)
+	bind(s, rpc.MethodGroupList, access.Read, n.ListGroups)
+	bind(s, rpc.MethodGroupInfo, access.Read, n.GroupInfo)
+	bind(s, rpc.MethodGroupMembers, access.Read, n.GroupMembers)
+	bind(s, rpc.MethodWebLogin, access.Read, pol.WebLogin)
+	if sy != nil {
+		bind(s, rpc.MethodSyncStatus, access.Read, sy.SyncStatus)
+		bind(s, rpc.MethodSyncForce, access.Write, sy.SyncForce)
 	}
-	if raw[0] != '{' {
-		return rpc.Errorf(rpc.CodeInvalidParams, "params must be an object with named fields")
-	}
-	if err := json.Unmarshal(raw, p); err != nil {
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) && te.Field != "" {
-			return rpc.Errorf(rpc.CodeInvalidParams, "invalid params: %s must be %s, not %s", te.Field, jsonKind(te.Type.Kind().String()), te.Value)
-		}
-		return rpc.Errorf(rpc.CodeInvalidParams, "invalid params: %v", err)
-	}
-	return nil
 }
 
-func jsonKind(k string) string {
-	switch k {
-	case "string":
-		return "a string"
-	case "bool":
-		return "a boolean"
-	case "int", "int64", "int32", "uint", "uint64", "float64":
-		return "a number"
-	case "slice":
-		return "an array"
-	case "struct", "map", "ptr":
-		return "an object"
-	}
-	return k
-}
-
-// isOwner reports whether a request acts for the owner: it came over the
-// Unix socket or a pipe (whose peer was checked), or over a WebSocket that
-// presented the owner's secret.
-func isOwner(ctx context.Context) bool {
-	c := jsonrpc.ConnFromContext(ctx)
-	if c == nil || c.Transport() != jsonrpc.TransportWebSocket {
-		return true
-	}
-	st := stateOf(c)
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	return st.owner
-}
-
-// callerOf works out who a request acts as, and checks the method's
-// access on this transport.
-func (s *RPCServer) callerOf(ctx context.Context, method string, acc access, raw json.RawMessage) (context.Context, error) {
-	c := jsonrpc.ConnFromContext(ctx)
-	st := stateOf(c)
-	var named struct {
-		CallerAgentID string `json:"caller_agent_id"`
-	}
-	if len(raw) > 0 && raw[0] == '{' {
-		if err := json.Unmarshal(raw, &named); err != nil {
-			return ctx, rpc.Errorf(rpc.CodeInvalidParams, "invalid params: caller_agent_id must be a string")
-		}
-	}
-	ws := c != nil && c.Transport() == jsonrpc.TransportWebSocket
-	st.mu.Lock()
-	bound, byToken, owner, sid := st.agentID, st.token, st.owner, st.sessionID
-	st.mu.Unlock()
-	caller := identity.NormalizeAgentID(named.CallerAgentID)
-	if ws && !owner {
-		if acc == open {
-			return ctx, nil
-		}
-		if !byToken {
-			return ctx, rpc.Errorf(rpc.CodeUnauthenticated, "%s needs a credential on a WebSocket: call auth with your token (from your identity file) or the owner's secret first", method)
-		}
-		if caller != "" && caller != bound {
-			return ctx, rpc.Errorf(rpc.CodeForbidden, "this connection is authenticated as %s and cannot act as %s", bound, caller)
-		}
-		caller = bound
-	} else if caller == "" {
-		caller = bound
-	}
-	if caller == "" {
-		return ctx, nil
-	}
-	cl := Caller{AgentID: caller}
-	if caller == bound {
-		cl.SessionID = sid
-	}
-	return WithCaller(ctx, cl), nil
-}
-
-// bind registers one method: decode params into P, identify the caller,
-// run op.
-func bind[P, R any](s *RPCServer, method string, acc access, op func(context.Context, *P) (*R, error)) {
+// bind registers one method: check the peer, decode params into P,
+// identify the caller and check the method's access, run op.
+func bind[P, R any](s *RPCServer, method string, lvl access.Level, op func(context.Context, *P) (*R, error)) {
 	s.eng.Handle(method, func(ctx context.Context, raw json.RawMessage) (any, error) {
-		if err := s.peerOK(jsonrpc.ConnFromContext(ctx)); err != nil {
+		if err := s.pol.Peer(ctx); err != nil {
 			return nil, err
 		}
 		var p P
-		if err := decodeParams(raw, &p); err != nil {
+		if err := jsonrpc.DecodeParams(raw, &p); err != nil {
 			return nil, err
 		}
-		ctx, err := s.callerOf(ctx, method, acc, raw)
+		agent, session, err := s.pol.Caller(ctx, method, lvl, raw)
 		if err != nil {
 			return nil, err
+		}
+		if agent != "" {
+			ctx = WithCaller(ctx, Caller{AgentID: agent, SessionID: session})
 		}
 		return op(ctx, &p)
 	})
 }
 
-// peerOK refuses a Unix-socket peer that runs as another user.
-func (s *RPCServer) peerOK(c *jsonrpc.Conn) error {
-	if s.anyPeer || c == nil || c.Transport() != jsonrpc.TransportUnix {
-		return nil
-	}
-	if peer, ok := c.PeerUID(); ok && peer != s.uid {
-		return rpc.Errorf(rpc.CodeForbidden, "connection refused: the daemon serves only its own user")
-	}
-	return nil
-}
-
-// bindAll registers every method with the access it needs; sync.status
-// and sync.force only with a Syncer.
-func (s *RPCServer) bindAll(sy Syncer) {
-	n := s.n
-	bind(s, rpc.MethodHealth, open, n.Health)
-	bind(s, rpc.MethodAuth, open, limitAuth(&s.authLimit, s.auth))
-	bind(s, rpc.MethodAgentRegister, read, s.registerAgent)
-	bind(s, rpc.MethodAgentList, read, n.ListAgents)
-	bind(s, rpc.MethodAgentWhoami, read, n.Whoami)
-	bind(s, rpc.MethodAgentListContext, read, n.ListContext)
-	bind(s, rpc.MethodAgentDelete, write, s.deleteAgent)
-	bind(s, rpc.MethodAgentCleanup, write, s.cleanupAgents)
-	bind(s, rpc.MethodSessionStart, write, s.startSession)
-	bind(s, rpc.MethodSessionEnd, write, s.endSession)
-	bind(s, rpc.MethodSessionHeartbeat, write, n.Heartbeat)
-	bind(s, rpc.MethodSessionSetIntent, write, n.SetIntent)
-	bind(s, rpc.MethodSessionSetTask, write, n.SetTask)
-	bind(s, rpc.MethodSessionList, read, n.ListSessions)
-	bind(s, rpc.MethodMessageSend, write, s.sendMessage)
-	bind(s, rpc.MethodMessageGet, read, n.GetMessage)
-	bind(s, rpc.MethodMessageList, read, n.ListMessages)
-	bind(s, rpc.MethodMessageSearch, read, n.SearchMessages)
-	bind(s, rpc.MethodMessageEdit, write, n.EditMessage)
-	bind(s, rpc.MethodMessageDelete, write, n.DeleteMessage)
-	bind(s, rpc.MethodMessageMarkRead, write, n.MarkRead)
-	bind(s, rpc.MethodMessageClaimNext, write, s.claimNext)
-	bind(s, rpc.MethodThreadCreate, write, s.createThread)
-	bind(s, rpc.MethodThreadList, read, n.ListThreads)
-	bind(s, rpc.MethodThreadGet, read, n.GetThread)
-	bind(s, rpc.MethodSubscribe, write, s.subscribe)
-	bind(s, rpc.MethodUnsubscribe, write, n.Unsubscribe)
-	bind(s, rpc.MethodSubscriptionsList, write, n.ListSubscriptions)
-	bind(s, rpc.MethodUserRegister, read, s.registerUser)
-	bind(s, rpc.MethodUserIdentify, read, n.IdentifyUser)
-	bind(s, rpc.MethodGroupCreate, write, n.CreateGroup)
-	bind(s, rpc.MethodGroupDelete, write, n.DeleteGroup)
-	bind(s, rpc.MethodGroupMemberAdd, write, n.AddGroupMember)
-	bind(s, rpc.MethodGroupMemberRemove, write, n.RemoveGroupMember)
-	bind(s, rpc.MethodGroupList, read, n.ListGroups)
-	bind(s, rpc.MethodGroupInfo, read, n.GroupInfo)
-	bind(s, rpc.MethodGroupMembers, read, n.GroupMembers)
-	bind(s, rpc.MethodWebLogin, read, s.webLogin)
-	if sy != nil {
-		bind(s, rpc.MethodSyncStatus, read, sy.SyncStatus)
-		bind(s, rpc.MethodSyncForce, write, sy.SyncForce)
-	}
-}
-
-// auth authenticates the connection and binds it to an identity. A token
-// proves an identity; the owner's secret makes the connection the owner's
-// and, with agent_id, binds it to that agent; on a Unix socket or pipe
-// (the owner's already) naming a registered agent is enough.
-func (s *RPCServer) auth(ctx context.Context, p *rpc.AuthParams) (*rpc.AuthResult, error) {
-	c := jsonrpc.ConnFromContext(ctx)
-	ws := c != nil && c.Transport() == jsonrpc.TransportWebSocket
-	id := identity.NormalizeAgentID(p.AgentID)
-	byToken, owner := false, false
-	var web rpc.AuthResult
-	switch {
-	case p.LoginCode != "" || p.WebSession != "":
-		var err error
-		if web.WebSession, web.WebSessionExpiresAt, err = s.webAuth(c, p); err != nil {
+// guarded is op behind check, a rule of the access policy.
+func guarded[P, R any](check func(context.Context, *P) error, op func(context.Context, *P) (*R, error)) func(context.Context, *P) (*R, error) {
+	return func(ctx context.Context, p *P) (*R, error) {
+		if err := check(ctx, p); err != nil {
 			return nil, err
 		}
-		owner = true
-	case p.OwnerSecret != "":
-		if !s.ownerSecret(p.OwnerSecret) {
-			return nil, rpc.Errorf(rpc.CodeUnauthenticated, "wrong owner secret")
-		}
-		owner = true
-		if p.Token != "" {
-			return nil, invalid("give a token or the owner's secret, not both")
-		}
-	case p.Token != "":
-		tid, err := s.n.Authenticate(ctx, p.Token)
-		if err != nil {
-			return nil, err
-		}
-		if id != "" && id != tid {
-			return nil, rpc.Errorf(rpc.CodeUnauthenticated, "this token belongs to %s, not %s", tid, id)
-		}
-		id, byToken = tid, true
-	case ws:
-		return nil, rpc.Errorf(rpc.CodeUnauthenticated, "a credential is required on a WebSocket: the token in your identity file, or the owner's secret")
-	case id == "":
-		return nil, rpc.Errorf(rpc.CodeInvalidParams, "agent_id or token is required")
+		return op(ctx, p)
 	}
-	res := &rpc.AuthResult{AgentID: id, Owner: owner, WebSession: web.WebSession, WebSessionExpiresAt: web.WebSessionExpiresAt}
-	if id != "" {
-		a, err := s.registered(id)
-		if err != nil {
-			return nil, err
-		}
-		res.Kind = a.Kind
-	}
-	if c != nil {
-		if err := c.Authenticate(); err != nil {
-			return nil, err
-		}
-	}
-	s.bindAs(c, id, byToken, owner) // a token binds the connection to that identity alone
-	return res, nil
 }
 
-// registered returns the registered agent or user id.
-func (s *RPCServer) registered(id string) (store.Agent, error) {
-	a, ok := s.n.dirc.Agent(id)
-	if !ok {
-		return a, rpc.Errorf(rpc.CodeNotFound, "agent not found: %s is not registered", id)
-	}
-	return a, nil
+// identities is what the access policy asks of the node.
+type identities struct{ n *Node }
+
+func (d identities) Kind(id string) (string, bool) {
+	a, ok := d.n.dirc.Agent(id)
+	return a.Kind, ok
 }
 
-// bindAs binds c to identity id (proved by a token or not) and sets
-// whether it has the owner's standing, as auth or a credential in the
-// handshake does.
-func (s *RPCServer) bindAs(c *jsonrpc.Conn, id string, byToken, owner bool) {
-	s.bindConn(c, id, byToken)
-	st := stateOf(c)
-	st.mu.Lock()
-	st.owner = owner
-	st.mu.Unlock()
+func (d identities) Authenticate(ctx context.Context, token string) (string, error) {
+	return d.n.Authenticate(ctx, token)
 }
 
-// handshake authorizes a WebSocket by the credential its handshake
-// carries (an Authorization: Bearer header; rpc.ClientOptions.Credential):
-// an agent's or user's token binds it to that identity, the owner's
-// secret or a web session makes it the owner's, as auth does, and so does
-// a login code, traded here for a web session that the connection's auth
-// with the code returns. It then starts authenticated, so strangers who
-// fill the small pool of connections waiting to authenticate cannot keep
-// it out, not even from its first sign-in.
-func (s *RPCServer) handshake(r *http.Request, cred string) (func(*jsonrpc.Conn), error) {
-	if s.ownerSecret(cred) || s.webSession(cred) {
-		return func(c *jsonrpc.Conn) { s.bindAs(c, "", false, true) }, nil
-	}
-	if session, expires, ok := s.exchangeCode(cred); ok {
-		x := &exchanged{code: sha256.Sum256([]byte(cred)), session: session, expires: expires}
-		return func(c *jsonrpc.Conn) {
-			s.bindAs(c, "", false, true)
-			st := stateOf(c)
-			st.mu.Lock()
-			st.exchanged = x
-			st.mu.Unlock()
-		}, nil
-	}
-	id, err := s.n.Authenticate(r.Context(), cred)
-	if rpc.Reason(err) == rpc.ReasonInvalidToken {
-		// Not only no token: none of the four it could have been.
-		return nil, rpc.Errorf(rpc.CodeUnauthenticated, "credential not accepted: it is no agent's or user's token, nor the owner's secret, nor a live web session or login code (a login code works once)")
-	}
+func (d identities) SessionAgent(ctx context.Context, id string) (string, error) {
+	ss, err := d.n.store.Session(ctx, id)
 	if err != nil {
-		return nil, err
+		return "", err
 	}
-	if _, err := s.registered(id); err != nil {
-		return nil, err
-	}
-	return func(c *jsonrpc.Conn) { s.bindAs(c, id, true, false) }, nil
-}
-
-// ownerSecret reports whether secret is the owner's, in constant time.
-func (s *RPCServer) ownerSecret(secret string) bool {
-	return len(s.secret) > 0 && subtle.ConstantTimeCompare([]byte(secret), s.secret) == 1
-}
-
-func (s *RPCServer) bindConn(c *jsonrpc.Conn, id string, byToken bool) {
-	st := stateOf(c)
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if st.agentID != id {
-		st.sessionID = ""
-	}
-	st.agentID, st.token = id, byToken
+	return ss.AgentID, nil
 }
 
 // startSession starts a session and, on a connection not yet bound, binds
@@ -567,119 +330,25 @@ func (s *RPCServer) startSession(ctx context.Context, p *rpc.StartSessionParams)
 	if err != nil {
 		return nil, err
 	}
-	c := jsonrpc.ConnFromContext(ctx)
-	st := stateOf(c)
-	st.mu.Lock()
-	if st.agentID == "" && c != nil && c.Transport() != jsonrpc.TransportWebSocket {
-		st.agentID = r.AgentID
-	}
-	if st.agentID == r.AgentID {
-		st.sessionID = r.SessionID
-	}
-	st.mu.Unlock()
+	s.pol.SessionStarted(ctx, r.AgentID, r.SessionID)
 	return r, nil
 }
 
-// boundAs returns the identity a token bound the connection to, "" if none.
-func boundAs(ctx context.Context) string {
-	st := stateOf(jsonrpc.ConnFromContext(ctx))
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if !st.token {
-		return ""
-	}
-	return st.agentID
-}
-
-// registerAgent is agent.register. Re-registering an existing agent
-// issues a new token for it, so it needs the owner or that agent's token.
-func (s *RPCServer) registerAgent(ctx context.Context, p *rpc.RegisterAgentParams) (*rpc.RegisterAgentResult, error) {
-	if !isOwner(ctx) {
-		id := identity.AgentID(s.n.opts.RepoID, p.Role, p.Module, p.Name)
-		if _, exists := s.n.dirc.Agent(id); exists && boundAs(ctx) != id {
-			return nil, rpc.Errorf(rpc.CodeForbidden, "agent %s exists: re-registering it needs its own token or the owner's secret", id)
-		}
-	}
-	return s.n.RegisterAgent(ctx, p)
-}
-
-// deleteAgent is agent.delete: only the agent itself or the owner.
-func (s *RPCServer) deleteAgent(ctx context.Context, p *rpc.DeleteAgentParams) (*rpc.DeleteAgentResult, error) {
-	if !isOwner(ctx) {
-		me, target := boundAs(ctx), identity.NormalizeAgentID(p.Name)
-		if t, ok := s.n.dirc.Agent(target); ok && t.Kind == rpc.KindAgent && target != me {
-			return nil, rpc.Errorf(rpc.CodeForbidden, "%s may not delete agent %s: only the agent itself or the owner may", me, p.Name)
-		}
-	}
-	return s.n.DeleteAgent(ctx, p)
-}
-
-// cleanupAgents is agent.cleanup: deleting needs the owner (a dry run is
-// open to any authenticated caller).
-func (s *RPCServer) cleanupAgents(ctx context.Context, p *rpc.CleanupAgentsParams) (*rpc.CleanupAgentsResult, error) {
-	if !isOwner(ctx) && p.Force && !p.DryRun {
-		return nil, rpc.Errorf(rpc.CodeForbidden, "agent.cleanup deletes agents only for the owner: use dry_run, the Unix socket or the owner's secret")
-	}
-	return s.n.CleanupAgents(ctx, p)
-}
-
-// endSession is session.end: only the session's agent or the owner.
-func (s *RPCServer) endSession(ctx context.Context, p *rpc.EndSessionParams) (*rpc.EndSessionResult, error) {
-	// The node refuses an agent ending another's session, but lets a user
-	// end any: over a WebSocket, only an owner-authenticated one.
-	me := boundAs(ctx)
-	if a, ok := s.n.dirc.Agent(me); ok && a.Kind == rpc.KindUser && !isOwner(ctx) && p.SessionID != "" {
-		if ss, err := s.n.store.Session(ctx, p.SessionID); err == nil && ss.AgentID != me {
-			return nil, rpc.Errorf(rpc.CodeForbidden, "session %s belongs to %s: only that agent or the owner may end it", p.SessionID, ss.AgentID)
-		}
-	}
-	return s.n.EndSession(ctx, p)
-}
-
-// actingAs checks that a request acting as another agent comes from the
-// owner.
-func (s *RPCServer) actingAs(ctx context.Context, target string) error {
-	if target == "" || isOwner(ctx) {
-		return nil
-	}
-	if a, ok := s.n.dirc.Agent(boundAs(ctx)); !ok || a.Kind != rpc.KindUser {
-		return nil // an agent may not act as another at all: the node says so
-	}
-	return rpc.Errorf(rpc.CodeForbidden, "acting_as %s needs the owner: the Unix socket, or a WebSocket authenticated with the owner's secret", target)
-}
-
-func (s *RPCServer) sendMessage(ctx context.Context, p *rpc.SendMessageParams) (*rpc.SendMessageResult, error) {
-	if err := s.actingAs(ctx, p.ActingAs); err != nil {
-		return nil, err
-	}
-	return s.n.SendMessage(ctx, p)
-}
-
-func (s *RPCServer) createThread(ctx context.Context, p *rpc.CreateThreadParams) (*rpc.CreateThreadResult, error) {
-	if err := s.actingAs(ctx, p.ActingAs); err != nil {
-		return nil, err
-	}
-	return s.n.CreateThread(ctx, p)
-}
-
-// registerUser is user.register: WebSocket only, for the owner (a user is
-// a person at the owner's browser), and it binds the connection to the
-// user.
+// registerUser is user.register, which binds the connection to the user.
 func (s *RPCServer) registerUser(ctx context.Context, p *rpc.RegisterUserParams) (*rpc.RegisterUserResult, error) {
-	c := jsonrpc.ConnFromContext(ctx)
-	if c == nil || c.Transport() != jsonrpc.TransportWebSocket {
-		return nil, rpc.Errorf(rpc.CodeTransport, "user.register is only available over WebSocket")
-	}
-	if !isOwner(ctx) {
-		return nil, rpc.Errorf(rpc.CodeForbidden, "user.register needs the owner's secret: call auth with owner_secret first")
+	if err := s.pol.RegisterUser(ctx, p); err != nil {
+		return nil, err
 	}
 	r, err := s.n.RegisterUser(ctx, p)
 	if err != nil {
 		return nil, err
 	}
-	s.bindConn(c, r.UserID, true)
+	s.pol.UserRegistered(ctx, r.UserID)
 	return r, nil
 }
+
+// listenerKey keys a connection's Subscription (jsonrpc.Conn.Value).
+type listenerKey struct{}
 
 // subscribe attaches a subscription to this connection: its notifications
 // are pushed as notification.message. The connection's listener is made
@@ -689,9 +358,9 @@ func (s *RPCServer) subscribe(ctx context.Context, p *rpc.SubscribeParams) (*rpc
 	if c == nil {
 		return nil, rpc.Errorf(rpc.CodeInvalidRequest, "subscribe needs a connection")
 	}
-	st := stateOf(c)
-	st.mu.Lock()
-	l := st.listener
+	// Requests of one connection run one at a time: no other subscribe
+	// can be making its listener concurrently.
+	l, _ := c.Value(listenerKey{}).(*Subscription)
 	if l == nil {
 		// Notifications go straight onto the connection's queue (which
 		// never blocks: a full one closes the connection as a slow
@@ -705,9 +374,51 @@ func (s *RPCServer) subscribe(ctx context.Context, p *rpc.SubscribeParams) (*rpc
 			}
 			return c.Notify(rpc.NotificationMessage, nt) == nil
 		})
-		st.listener = l
+		c.SetValue(listenerKey{}, l)
 		c.OnClose(l.Close)
 	}
-	st.mu.Unlock()
 	return s.n.Subscribe(ctx, l, p)
+}
+
+// standingKey keys a connection's standing claim (jsonrpc.Conn.Value).
+type standingKey struct{}
+
+// claimNext is message.claimNext: arm or cancel this connection's
+// standing claim.
+func (s *RPCServer) claimNext(ctx context.Context, p *rpc.ClaimNextParams) (*rpc.ClaimNextResult, error) {
+	c := jsonrpc.ConnFromContext(ctx)
+	if c == nil {
+		return nil, rpc.Errorf(rpc.CodeInvalidRequest, "message.claimNext needs a connection to push to")
+	}
+	sc, _ := c.Value(standingKey{}).(*standingClaim)
+	if p.Cancel {
+		if sc == nil {
+			return &rpc.ClaimNextResult{}, nil
+		}
+		return &rpc.ClaimNextResult{ClaimedID: s.n.standing.cancel(ctx, sc)}, nil
+	}
+	floor := 0
+	if p.MinPriority != "" {
+		f, ok := priorityRank[p.MinPriority]
+		if !ok {
+			return nil, invalid("invalid min_priority %q: use low, normal, high or critical", p.MinPriority)
+		}
+		floor = f
+	}
+	me, sid, err := s.n.readerSession(ctx, "claiming messages")
+	if err != nil {
+		return nil, err
+	}
+	if sc != nil && (sc.agent != me || sc.session != sid) {
+		s.n.standing.cancel(ctx, sc) // the connection acts as someone else now
+		sc = nil
+	}
+	if sc == nil {
+		sc = &standingClaim{agent: me, session: sid, conn: c,
+			push: func(nt *rpc.ClaimedNotification) bool { return c.Notify(rpc.NotificationClaimed, nt) == nil }}
+		c.SetValue(standingKey{}, sc)
+		c.OnClose(func() { s.n.standing.drop(sc) })
+	}
+	s.n.standing.arm(sc, floor)
+	return &rpc.ClaimNextResult{Armed: true}, nil
 }

@@ -834,8 +834,8 @@ func TestSecuritySubscriptionCap(t *testing.T) {
 }
 
 // Failed credentials on the loopback port are limited: a WebSocket may
-// fail auth maxConnAuthFailures times, and the server checks only so many
-// failing credentials a second (auth calls and handshakes together).
+// fail auth a few times (internal/access, maxConnAuthFailures), and the
+// server checks only so many failing credentials a second (auth calls and handshakes together).
 // While that budget is spent even the right credential is refused
 // unchecked, with -32006 (429 in a handshake), so guessing learns
 // nothing; it is checked again once the budget drains.

@@ -168,6 +168,14 @@ type Node struct {
 	closeErr  error
 }
 
+// LockFile is the file in a data directory that Open locks, so that two
+// processes never write one log.
+const LockFile = ".lock" // internal/dirlock.File too
+
+// ErrLocked is returned by Open when another process has the data
+// directory open.
+var ErrLocked = dirlock.ErrLocked
+
 // Open opens the data directory dir (creating it if needed) and takes
 // its lock (ErrLocked if another process has it): the event log in dir,
 // the SQLite store at opts.DBPath, and a Projector over the store. It is

@@ -11,6 +11,7 @@ import (
 
 	"github.com/thrumhq/thrum"
 	"github.com/thrumhq/thrum/eventlog"
+	"github.com/thrumhq/thrum/internal/access"
 	"github.com/thrumhq/thrum/internal/thrumtest"
 	"github.com/thrumhq/thrum/rpc"
 )
@@ -113,7 +114,7 @@ func TestWebLoginOnceThenSession(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tradedExpiry := eventlog.FormatTime(clk.now().Add(thrum.WebSessionTTL))
+	tradedExpiry := eventlog.FormatTime(clk.now().Add(access.SessionTTL))
 	first, err := d.DialWebSocket(ctx, &rpc.ClientOptions{Credential: hs.Code})
 	if err != nil {
 		t.Fatalf("handshake with a login code: %v", err)
@@ -146,7 +147,7 @@ func TestWebLoginOnceThenSession(t *testing.T) {
 		t.Fatalf("auth with the session the handshake traded: %+v, %v", r, err)
 	}
 
-	// A code not used within WebLoginTTL is dead.
+	// A code not used within access.LoginTTL is dead.
 	late, err := sock.WebLogin(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -155,7 +156,7 @@ func TestWebLoginOnceThenSession(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	clk.add(thrum.WebLoginTTL)
+	clk.add(access.LoginTTL)
 	if _, err := ws().Auth(ctx, &rpc.AuthParams{LoginCode: late.Code}); codeOf(err) != rpc.CodeUnauthenticated {
 		t.Fatalf("expired code: %v, want -32002", err)
 	}
@@ -165,8 +166,8 @@ func TestWebLoginOnceThenSession(t *testing.T) {
 	if _, err := ws().Auth(ctx, &rpc.AuthParams{LoginCode: "not-a-code"}); codeOf(err) != rpc.CodeUnauthenticated {
 		t.Fatalf("made-up code: %v, want -32002", err)
 	}
-	// And a session past WebSessionTTL.
-	clk.add(thrum.WebSessionTTL)
+	// And a session past access.SessionTTL.
+	clk.add(access.SessionTTL)
 	if _, err := ws().Auth(ctx, &rpc.AuthParams{WebSession: res.WebSession}); codeOf(err) != rpc.CodeUnauthenticated {
 		t.Fatalf("expired session: %v, want -32002", err)
 	}

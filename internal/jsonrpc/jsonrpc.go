@@ -40,6 +40,44 @@ import (
 // ConnFromContext(ctx) returns the connection the call arrived on.
 type HandlerFunc func(ctx context.Context, params json.RawMessage) (any, error)
 
+// DecodeParams unmarshals a request's params into p, a pointer to a
+// struct: absent or null means all defaults; anything but an object, or
+// a field of the wrong type, is a -32602 error naming the field.
+func DecodeParams(raw json.RawMessage, p any) error {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+		return nil
+	}
+	if raw[0] != '{' {
+		return Errorf(CodeInvalidParams, "params must be an object with named fields")
+	}
+	if err := json.Unmarshal(raw, p); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) && te.Field != "" {
+			return Errorf(CodeInvalidParams, "invalid params: %s must be %s, not %s", te.Field, jsonKind(te.Type.Kind().String()), te.Value)
+		}
+		return Errorf(CodeInvalidParams, "invalid params: %v", err)
+	}
+	return nil
+}
+
+// jsonKind names, for a caller, the JSON kind a Go kind decodes from.
+func jsonKind(k string) string {
+	switch k {
+	case "string":
+		return "a string"
+	case "bool":
+		return "a boolean"
+	case "int", "int64", "int32", "uint", "uint64", "float64":
+		return "a number"
+	case "slice":
+		return "an array"
+	case "struct", "map", "ptr":
+		return "an object"
+	}
+	return k
+}
+
 const jsonrpcVersion = "2.0"
 
 // request is one decoded JSON-RPC request object.

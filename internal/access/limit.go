@@ -1,9 +1,8 @@
-package thrum
+package access
 
 import (
 	"context"
 	"errors"
-	"net/http"
 	"sync"
 	"time"
 
@@ -38,36 +37,26 @@ type authLimit struct {
 
 type authFailuresKey struct{}
 
-// limitAuth wraps the auth method with the limits.
-func limitAuth(l *authLimit, op func(context.Context, *rpc.AuthParams) (*rpc.AuthResult, error)) func(context.Context, *rpc.AuthParams) (*rpc.AuthResult, error) {
-	return func(ctx context.Context, p *rpc.AuthParams) (r *rpc.AuthResult, err error) {
-		c := jsonrpc.ConnFromContext(ctx)
-		if c == nil || c.Transport() != jsonrpc.TransportWebSocket || p.Token == "" && p.OwnerSecret == "" && p.LoginCode == "" && p.WebSession == "" {
-			return op(ctx, p) // the owner's transports, or no credential to check
-		}
-		failures, _ := c.Value(authFailuresKey{}).(*int)
-		if failures == nil {
-			failures = new(int)
-			c.SetValue(authFailuresKey{}, failures) // requests of one connection run one at a time
-		}
-		if *failures >= maxConnAuthFailures {
-			return nil, rpc.Errorf(rpc.CodeLimitExceeded, "too many failed credentials on this connection (%d): open a new connection", *failures)
-		}
-		err = l.check(func() error { r, err = op(ctx, p); return err })
-		if refused(err) {
-			*failures++
-		}
-		return r, err
+// limitAuth runs op, the auth method, within the limits: on a
+// WebSocket, a connection's failed calls and the server's budget.
+func (p *Policy) limitAuth(ctx context.Context, a *rpc.AuthParams, op func(context.Context, *rpc.AuthParams) (*rpc.AuthResult, error)) (r *rpc.AuthResult, err error) {
+	c := jsonrpc.ConnFromContext(ctx)
+	if c == nil || c.Transport() != jsonrpc.TransportWebSocket || a.Token == "" && a.OwnerSecret == "" && a.LoginCode == "" && a.WebSession == "" {
+		return op(ctx, a) // the owner's transports, or no credential to check
 	}
-}
-
-// limitHandshake wraps the check of a WebSocket handshake's credential
-// with the server-wide limit.
-func limitHandshake(l *authLimit, op func(*http.Request, string) (func(*jsonrpc.Conn), error)) func(*http.Request, string) (func(*jsonrpc.Conn), error) {
-	return func(r *http.Request, cred string) (bind func(*jsonrpc.Conn), err error) {
-		err = l.check(func() error { bind, err = op(r, cred); return err })
-		return bind, err
+	failures, _ := c.Value(authFailuresKey{}).(*int)
+	if failures == nil {
+		failures = new(int)
+		c.SetValue(authFailuresKey{}, failures) // requests of one connection run one at a time
 	}
+	if *failures >= maxConnAuthFailures {
+		return nil, rpc.Errorf(rpc.CodeLimitExceeded, "too many failed credentials on this connection (%d): open a new connection", *failures)
+	}
+	err = p.limit.check(func() error { r, err = op(ctx, a); return err })
+	if refused(err) {
+		*failures++
+	}
+	return r, err
 }
 
 // check runs try unless the budget of failures is spent, counting it as

@@ -1,4 +1,4 @@
-package thrum
+package access
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/thrumhq/thrum/eventlog"
 	"github.com/thrumhq/thrum/internal/jsonrpc"
 	"github.com/thrumhq/thrum/rpc"
 )
@@ -21,11 +22,11 @@ import (
 // memory only, as SHA-256 hashes; DESIGN.md "Web console" has the threat
 // model.
 const (
-	// WebLoginTTL is how long a login code from web.login can be used.
-	WebLoginTTL = time.Minute
-	// WebSessionTTL is how long a web session stays valid after its code
+	// LoginTTL is how long a login code from web.login can be used.
+	LoginTTL = time.Minute
+	// SessionTTL is how long a web session stays valid after its code
 	// was exchanged; the daemon stopping ends every session sooner.
-	WebSessionTTL = 12 * time.Hour
+	SessionTTL = 12 * time.Hour
 
 	maxWebLogins   = 16 // unused codes kept; minting more drops the oldest
 	maxWebSessions = 64 // live sessions kept; a new one drops the oldest
@@ -68,34 +69,34 @@ func put(m map[[32]byte]time.Time, cred string, exp, now time.Time, max int) {
 	m[sha256.Sum256([]byte(cred))] = exp
 }
 
-// webLogin is web.login: the owner's, and never over a WebSocket, so a
+// WebLogin is web.login: the owner's, and never over a WebSocket, so a
 // browser session cannot mint itself more codes; only the owner's CLI
 // (the Unix socket) or an embedding program (a pipe) can.
-func (s *RPCServer) webLogin(ctx context.Context, _ *rpc.WebLoginParams) (*rpc.WebLoginResult, error) {
+func (p *Policy) WebLogin(ctx context.Context, _ *rpc.WebLoginParams) (*rpc.WebLoginResult, error) {
 	if c := jsonrpc.ConnFromContext(ctx); c != nil && c.Transport() == jsonrpc.TransportWebSocket {
 		return nil, rpc.Errorf(rpc.CodeTransport, "web.login is only available on the Unix socket (or an in-process pipe): login codes are for the owner's processes to hand to a browser")
 	}
-	if len(s.secret) == 0 {
+	if len(p.secret) == 0 {
 		return nil, rpc.Errorf(rpc.CodeUnavailable, "web login is off: this server has no owner's secret, so no WebSocket may act for the owner")
 	}
-	now := s.n.now()
-	code, exp := newCredential(), now.Add(WebLoginTTL)
-	s.web.mu.Lock()
-	put(s.web.codes, code, exp, now, maxWebLogins)
-	s.web.mu.Unlock()
-	return &rpc.WebLoginResult{Code: code, ExpiresAt: ts(exp)}, nil
+	now := p.now()
+	code, exp := newCredential(), now.Add(LoginTTL)
+	p.web.mu.Lock()
+	put(p.web.codes, code, exp, now, maxWebLogins)
+	p.web.mu.Unlock()
+	return &rpc.WebLoginResult{Code: code, ExpiresAt: eventlog.FormatTime(exp)}, nil
 }
 
 // webAuth checks a login code (consuming it, and returning the new web
 // session and its expiry) or a web session (returning neither). Either
 // makes the connection the owner's. A code that c's handshake already
 // exchanged returns the session it was exchanged for, once.
-func (s *RPCServer) webAuth(c *jsonrpc.Conn, p *rpc.AuthParams) (session, expires string, err error) {
-	if p.Token != "" || p.OwnerSecret != "" || (p.LoginCode != "" && p.WebSession != "") {
-		return "", "", invalid("give one credential: a token, the owner's secret, a login code or a web session")
+func (p *Policy) webAuth(c *jsonrpc.Conn, a *rpc.AuthParams) (session, expires string, err error) {
+	if a.Token != "" || a.OwnerSecret != "" || (a.LoginCode != "" && a.WebSession != "") {
+		return "", "", rpc.Errorf(rpc.CodeInvalidParams, "give one credential: a token, the owner's secret, a login code or a web session")
 	}
-	if p.WebSession != "" {
-		if !s.webSession(p.WebSession) {
+	if a.WebSession != "" {
+		if !p.webSession(a.WebSession) {
 			return "", "", rpc.Errorf(rpc.CodeUnauthenticated, "web session expired or unknown: sign in again with a new login code")
 		}
 		return "", "", nil
@@ -104,17 +105,17 @@ func (s *RPCServer) webAuth(c *jsonrpc.Conn, p *rpc.AuthParams) (session, expire
 		st := stateOf(c)
 		st.mu.Lock()
 		x := st.exchanged
-		if x != nil && x.code == sha256.Sum256([]byte(p.LoginCode)) {
+		if x != nil && x.code == sha256.Sum256([]byte(a.LoginCode)) {
 			st.exchanged = nil
 			st.mu.Unlock()
-			if !s.webSession(x.session) { // expired, or pushed out, since
+			if !p.webSession(x.session) { // expired, or pushed out, since
 				return "", "", rpc.Errorf(rpc.CodeUnauthenticated, "the web session this connection's login code was traded for has expired: sign in again with a new login code")
 			}
 			return x.session, x.expires, nil
 		}
 		st.mu.Unlock()
 	}
-	session, expires, ok := s.exchangeCode(p.LoginCode)
+	session, expires, ok := p.exchangeCode(a.LoginCode)
 	if !ok {
 		return "", "", rpc.Errorf(rpc.CodeUnauthenticated, "login code expired, already used or unknown: ask for a new one")
 	}
@@ -122,33 +123,33 @@ func (s *RPCServer) webAuth(c *jsonrpc.Conn, p *rpc.AuthParams) (session, expire
 }
 
 // webSession reports whether cred is a live web session.
-func (s *RPCServer) webSession(cred string) bool {
-	now := s.n.now()
+func (p *Policy) webSession(cred string) bool {
+	now := p.now()
 	h := sha256.Sum256([]byte(cred))
-	s.web.mu.Lock()
-	defer s.web.mu.Unlock()
-	exp, ok := s.web.sessions[h]
+	p.web.mu.Lock()
+	defer p.web.mu.Unlock()
+	exp, ok := p.web.sessions[h]
 	if ok && !now.Before(exp) {
-		delete(s.web.sessions, h)
+		delete(p.web.sessions, h)
 	}
 	return ok && now.Before(exp)
 }
 
 // exchangeCode consumes code, used or not, late or not, and if it was a
 // live login code returns a new web session and its expiry.
-func (s *RPCServer) exchangeCode(code string) (session, expires string, ok bool) {
-	now := s.n.now()
+func (p *Policy) exchangeCode(code string) (session, expires string, ok bool) {
+	now := p.now()
 	h := sha256.Sum256([]byte(code))
-	s.web.mu.Lock()
-	defer s.web.mu.Unlock()
-	exp, ok := s.web.codes[h]
-	delete(s.web.codes, h) // one use, even a late one
+	p.web.mu.Lock()
+	defer p.web.mu.Unlock()
+	exp, ok := p.web.codes[h]
+	delete(p.web.codes, h) // one use, even a late one
 	if !ok || !now.Before(exp) {
 		return "", "", false
 	}
-	session, sexp := newCredential(), now.Add(WebSessionTTL)
-	put(s.web.sessions, session, sexp, now, maxWebSessions)
-	return session, ts(sexp), true
+	session, sexp := newCredential(), now.Add(SessionTTL)
+	put(p.web.sessions, session, sexp, now, maxWebSessions)
+	return session, eventlog.FormatTime(sexp), true
 }
 
 // exchanged is a login code a WebSocket's handshake traded for a web
