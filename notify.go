@@ -1,16 +1,13 @@
 package thrum
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"sort"
-	"strconv"
 	"sync"
 	"unicode/utf8"
 
 	"github.com/thrumhq/thrum/eventlog"
-	"github.com/thrumhq/thrum/internal/jsonrpc"
 	"github.com/thrumhq/thrum/rpc"
 )
 
@@ -27,15 +24,14 @@ var ErrSubscriptionClosed = errors.New("thrum: subscription closed")
 // bounded queue, and one policy when the queue is full: the node never
 // blocks on a subscriber, so the Subscription is closed, with Err
 // ErrSlowConsumer, and its filters are removed. The queue is either its
-// own channel (Listen: read C) or the consumer's (ListenFunc: an RPC
-// connection's outgoing queue, say). A Subscription may be used from
-// several goroutines.
+// own channel (Listen: read C) or, for an RPC connection's subscriptions,
+// the connection's outgoing queue (see connSink). A Subscription may be
+// used from several goroutines.
 type Subscription struct {
 	n  *Node
 	ch chan *rpc.MessageNotification
-	// deliver, if set, takes notifications instead of ch, without
-	// blocking; false means it could not (its queue is full).
-	deliver func(*rpc.MessageNotification) bool
+	// conn, if set, takes notifications instead of ch, without blocking.
+	conn *connSink
 
 	mu      sync.Mutex
 	closed  bool
@@ -52,18 +48,11 @@ func (n *Node) Listen(queue int) *Subscription {
 	return n.listen(make(chan *rpc.MessageNotification, queue), nil)
 }
 
-// ListenFunc returns a Subscription that hands each notification to
-// deliver, on the commit path: deliver must not block, and returns false
-// when it cannot take the notification now (its queue is full), which
-// closes the Subscription with ErrSlowConsumer. C stays empty and is
-// closed when the Subscription closes. RPCServer delivers onto each
-// connection's outgoing queue this way, with no goroutine in between.
-func (n *Node) ListenFunc(deliver func(*rpc.MessageNotification) bool) *Subscription {
-	return n.listen(make(chan *rpc.MessageNotification), deliver)
-}
-
-func (n *Node) listen(ch chan *rpc.MessageNotification, deliver func(*rpc.MessageNotification) bool) *Subscription {
-	s := &Subscription{n: n, ch: ch, deliver: deliver, filters: map[int64]*filter{}}
+// listen returns a Subscription that queues on ch or, if conn is set,
+// pushes to conn on the commit path (C then stays empty, and is closed
+// when the Subscription closes).
+func (n *Node) listen(ch chan *rpc.MessageNotification, conn *connSink) *Subscription {
+	s := &Subscription{n: n, ch: ch, conn: conn, filters: map[int64]*filter{}}
 	n.subs.mu.Lock()
 	n.subs.consumers[s] = struct{}{}
 	n.subs.mu.Unlock()
@@ -109,25 +98,29 @@ func (s *Subscription) markClosed(err error) (ids []int64, ok bool) {
 	return ids, true
 }
 
-// push queues a notification without blocking. A full queue closes the
+// push queues nt, with the match m, without blocking. nt is the
+// message's notification, shared by every subscriber and never changed:
+// a channel gets a copy with its match. A full queue closes the
 // Subscription: push then returns the IDs of its filters, which the
 // caller drops once it no longer holds the notifier's lock.
-func (s *Subscription) push(nt *rpc.MessageNotification) (dropped []int64, slow bool) {
+func (s *Subscription) push(nt *rpc.MessageNotification, m rpc.MatchedSubscription) (dropped []int64, slow bool) {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
 		return nil, false
 	}
-	if s.deliver != nil {
-		ok := s.deliver(nt)
+	if s.conn != nil {
+		ok := s.conn.notify(nt, m)
 		s.mu.Unlock()
 		if ok {
 			return nil, false
 		}
 		return s.markClosed(ErrSlowConsumer)
 	}
+	own := *nt
+	own.MatchedSubscription = m
 	select {
-	case s.ch <- nt:
+	case s.ch <- &own:
 		s.mu.Unlock()
 		return nil, false
 	default:
@@ -250,11 +243,7 @@ type published struct {
 }
 
 func (s *notifier) deliver(subs []*filter, m *published, at string, slow map[*Subscription][]int64) {
-	var (
-		author     *rpc.NotificationAuthor
-		scopes     []rpc.Pair
-		head, tail []byte // the notification encoded once, around its match
-	)
+	var nt *rpc.MessageNotification  // made at the first match, shared by every subscriber
 	targets := map[string][]string{} // mention_role → its targets, per publish
 	for _, sub := range subs {
 		if sub.agentID == m.author {
@@ -284,68 +273,23 @@ func (s *notifier) deliver(subs []*filter, m *published, at string, slow map[*Su
 		if match == "" {
 			continue
 		}
-		if author == nil {
+		if nt == nil {
 			a, _ := s.n.dirc.Agent(m.author)
-			author = &rpc.NotificationAuthor{AgentID: m.author, Role: a.Role, Module: a.Module}
-			scopes = make([]rpc.Pair, len(m.scopes))
+			scopes := make([]rpc.Pair, len(m.scopes))
 			for i, sc := range m.scopes {
 				scopes[i] = rpc.Pair(sc)
 			}
-			head, tail = encodeAround(&rpc.MessageNotification{
-				MessageID: m.id, ThreadID: m.thread, Author: *author,
+			nt = &rpc.MessageNotification{
+				MessageID: m.id, ThreadID: m.thread,
+				Author:  rpc.NotificationAuthor{AgentID: m.author, Role: a.Role, Module: a.Module},
 				Preview: preview(m.content, 100), Scopes: scopes, Timestamp: at,
-			})
+			}
 		}
-		nt := &rpc.MessageNotification{
-			MessageID:           m.id,
-			ThreadID:            m.thread,
-			Author:              *author,
-			Preview:             preview(m.content, 100),
-			Scopes:              scopes,
-			MatchedSubscription: rpc.MatchedSubscription{SubscriptionID: sub.info.ID, MatchType: match},
-			Timestamp:           at,
-		}
-		if head != nil {
-			nt.Frame = spliceMatch(head, tail, nt.MatchedSubscription)
-		}
-		ids, dropped := sub.s.push(nt)
+		ids, dropped := sub.s.push(nt, rpc.MatchedSubscription{SubscriptionID: sub.info.ID, MatchType: match})
 		if dropped {
 			slow[sub.s] = ids
 		}
 	}
-}
-
-// blankMatch is how an unset match encodes inside a notification: the
-// place where each subscriber's own match goes.
-const blankMatch = `"matched_subscription":{"subscription_id":0,"match_type":""}`
-
-// encodeAround encodes a notification.message with no match once, and
-// returns the bytes before and after the match's value, so that each
-// subscriber's frame is a splice rather than another encoding. Both are
-// nil if the encoding fails (callers then encode per subscriber).
-func encodeAround(nt *rpc.MessageNotification) (head, tail []byte) {
-	b, err := jsonrpc.EncodeNotification(rpc.NotificationMessage, nt)
-	if err != nil {
-		return nil, nil
-	}
-	i := bytes.Index(b, []byte(blankMatch))
-	if i < 0 {
-		return nil, nil
-	}
-	head = b[:i+len(`"matched_subscription":`)]
-	return head, b[i+len(blankMatch):]
-}
-
-// spliceMatch is head, the match as JSON, tail: a whole notification.
-func spliceMatch(head, tail []byte, m rpc.MatchedSubscription) []byte {
-	out := make([]byte, 0, len(head)+len(tail)+64)
-	out = append(out, head...)
-	out = append(out, `{"subscription_id":`...)
-	out = strconv.AppendInt(out, m.SubscriptionID, 10)
-	out = append(out, `,"match_type":`...)
-	out = strconv.AppendQuote(out, m.MatchType) // one of the rpc.Match* constants: plain ASCII
-	out = append(out, '}')
-	return append(out, tail...)
 }
 
 func intersects(a, b []string) bool {

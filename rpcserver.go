@@ -10,6 +10,7 @@ import (
 
 	"github.com/thrumhq/thrum/internal/access"
 	"github.com/thrumhq/thrum/internal/jsonrpc"
+	"github.com/thrumhq/thrum/internal/push"
 	"github.com/thrumhq/thrum/internal/unixsock"
 	"github.com/thrumhq/thrum/rpc"
 )
@@ -35,9 +36,10 @@ import (
 // ends another agent's session or deletes another agent. DESIGN.md, "Trust
 // boundary", has the whole model; package internal/access enforces it.
 type RPCServer struct {
-	eng *jsonrpc.Server
-	n   *Node
-	pol *access.Policy
+	eng    *jsonrpc.Server
+	n      *Node
+	pol    *access.Policy
+	frames push.Encoder // its notification.message pushes
 }
 
 // ErrServerClosed is returned by RPCServer.Serve after Shutdown or Close.
@@ -362,22 +364,31 @@ func (s *RPCServer) subscribe(ctx context.Context, p *rpc.SubscribeParams) (*rpc
 	// can be making its listener concurrently.
 	l, _ := c.Value(listenerKey{}).(*Subscription)
 	if l == nil {
-		// Notifications go straight onto the connection's queue (which
-		// never blocks: a full one closes the connection as a slow
-		// consumer, and the client catches up with message.list).
-		l = s.n.ListenFunc(func(nt *rpc.MessageNotification) bool {
-			if s.n.standing.claimedFor(nt.MessageID, c) {
-				return true // claimed for this connection: pushed whole (claims.go)
-			}
-			if nt.Frame != nil {
-				return c.NotifyEncoded(nt.Frame) == nil // encoded once by the notifier
-			}
-			return c.Notify(rpc.NotificationMessage, nt) == nil
-		})
+		l = s.n.listen(make(chan *rpc.MessageNotification), &connSink{c: c, s: s})
 		c.SetValue(listenerKey{}, l)
 		c.OnClose(l.Close)
 	}
 	return s.n.Subscribe(ctx, l, p)
+}
+
+// connSink is where a connection's Subscription delivers: straight onto
+// the connection's outgoing queue, on the commit path, with no goroutine
+// in between. The queue never blocks: a full one closes the connection as
+// a slow consumer, and its client catches up with message.list.
+type connSink struct {
+	c *jsonrpc.Conn
+	s *RPCServer
+}
+
+// notify pushes nt with the match m, encoded once per message for every
+// connection of the server (push.Encoder); it reports false when the
+// connection cannot take it.
+func (k *connSink) notify(nt *rpc.MessageNotification, m rpc.MatchedSubscription) bool {
+	if k.s.n.standing.claimedFor(nt.MessageID, k.c) {
+		return true // claimed for this connection: pushed whole (claims.go)
+	}
+	b, err := k.s.frames.Frame(nt, m)
+	return err == nil && k.c.NotifyEncoded(b) == nil
 }
 
 // standingKey keys a connection's standing claim (jsonrpc.Conn.Value).

@@ -856,13 +856,6 @@ type MessageNotification struct {
 	Scopes              []Pair              `json:"scopes"`
 	MatchedSubscription MatchedSubscription `json:"matched_subscription"`
 	Timestamp           string              `json:"timestamp"`
-
-	// Frame, if set, is this whole notification.message as a JSON-RPC
-	// message, for the RPC server to write as is: the node encodes a
-	// message's notification once and splices in each subscriber's match,
-	// instead of encoding it again per subscriber. It is not part of the
-	// JSON and must not be modified.
-	Frame []byte `json:"-"`
 }
 
 // NotificationAuthor is the author of a pushed message, with the role and
