@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -69,71 +68,6 @@ func NewProjector(st *store.Store, extra ...Projection) *Projector {
 	}
 }
 
-// Commit applies a committed batch, after the events still pending from
-// a failed apply: it is the log's eventlog.Options.OnCommit.
-func (p *Projector) Commit(batch []*eventlog.Event) error {
-	return p.Stage(batch, func() error { return nil })
-}
-
-// Stage is Commit while the batch is fsynced, the log's
-// eventlog.Options.Stage: it runs the batch's statements (after the
-// pending events) in a store transaction, then waits for durable. Once
-// the batch is durable it commits the transaction, and the extra
-// projections, the index and the notifier take the batch; if the fsync
-// failed it rolls the transaction back, leaving the store, its
-// checkpoint and the pending events as they were. Nothing else is
-// applied in between.
-func (p *Projector) Stage(batch []*eventlog.Event, durable func() error) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	evs := batch
-	if len(p.pending) > 0 {
-		evs = append(p.pending[:len(p.pending):len(p.pending)], batch...)
-	}
-	staged, err := p.store.Stage(context.Background(), evs)
-	if derr := durable(); derr != nil {
-		if err == nil {
-			staged.Rollback()
-		}
-		return nil // not in the log: nothing to apply
-	}
-	if err == nil {
-		err = staged.Commit()
-	}
-	if err == nil {
-		err = p.applyExtra(context.Background(), evs)
-	}
-	if err != nil {
-		return p.failed(batch, evs, err)
-	}
-	p.pending, p.applyErr = nil, nil
-	p.behind.Store(false)
-	p.published(evs)
-	return nil
-}
-
-// failed keeps evs, durable but not applied, pending, and returns the
-// error for the Append calls of batch. Called with p.mu held.
-func (p *Projector) failed(batch, evs []*eventlog.Event, err error) error {
-	if len(p.pending) == 0 { // the log reuses batch's array after we return
-		evs = append([]*eventlog.Event(nil), batch...)
-	}
-	p.pending, p.applyErr = evs, err
-	p.behind.Store(true)
-	if lg := p.logger(); lg != nil {
-		lg.Error("thrum: the projection failed to apply committed events; they are safe in the log, and writes are refused until a retry applies them",
-			"events", len(evs), "err", err)
-	}
-	select {
-	case p.kick <- struct{}{}:
-	default:
-	}
-	if n := p.n.Load(); n != nil {
-		return n.applyFailure(err)
-	}
-	return err
-}
-
 // retry tries once to apply the pending events; it reports whether none
 // are left.
 func (p *Projector) retry() bool {
@@ -152,7 +86,7 @@ func (p *Projector) retry() bool {
 	}
 	p.pending, p.applyErr = nil, nil
 	p.behind.Store(false)
-	p.published(evs)
+	p.inMemory(evs)
 	return true
 }
 
@@ -165,24 +99,6 @@ func (p *Projector) failure() (pending int, err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return len(p.pending), p.applyErr
-}
-
-// apply applies evs to the store, then to the extra projections.
-func (p *Projector) apply(ctx context.Context, evs []*eventlog.Event) error {
-	if err := p.store.Apply(ctx, evs); err != nil {
-		return err
-	}
-	return p.applyExtra(ctx, evs)
-}
-
-// applyExtra applies evs to the extra projections.
-func (p *Projector) applyExtra(ctx context.Context, evs []*eventlog.Event) error {
-	for _, x := range p.extra {
-		if err := x.Apply(ctx, evs); err != nil {
-			return fmt.Errorf("projection %T: %w", x, err)
-		}
-	}
-	return nil
 }
 
 // replayExtra applies the whole log to the extra projections, in
@@ -223,22 +139,6 @@ func changesDirectory(e *eventlog.Event) bool {
 		return true
 	}
 	return strings.HasPrefix(e.Type, "group.")
-}
-
-// published runs after a batch is applied, in log order: the in-memory
-// index and directory take it, then the node's caches and notifier.
-func (p *Projector) published(batch []*eventlog.Event) {
-	p.idx.Apply(batch)
-	if slices.ContainsFunc(batch, changesDirectory) {
-		if err := p.dirc.Apply(context.Background(), p.store, batch); err != nil {
-			if lg := p.logger(); lg != nil {
-				lg.Error("thrum: reload directory", "err", err)
-			}
-		}
-	}
-	if n := p.n.Load(); n != nil {
-		n.published(batch)
-	}
 }
 
 func (p *Projector) logger() *slog.Logger {

@@ -535,66 +535,6 @@ func (n *Node) Rebuild(ctx context.Context, path string) (*store.Store, error) {
 	return store.Rebuild(ctx, n.log, path, nil)
 }
 
-// append commits events: durable in the log, applied to the projection,
-// published to subscribers, all before it returns.
-// While committed events wait to be applied (storage.go), it refuses.
-func (n *Node) append(ctx context.Context, evs ...*eventlog.Event) error {
-	if err := n.refuseWrites(); err != nil {
-		return err
-	}
-	if err := n.log.Append(ctx, evs...); err != nil {
-		var re *rpc.Error
-		switch {
-		case errors.As(err, &re): // from the projector: durable, not applied
-			return err
-		case errors.Is(err, eventlog.ErrClosed):
-			return rpc.Errorf(rpc.CodeUnavailable, "thrum is shutting down")
-		case errors.Is(err, eventlog.ErrTooLarge):
-			return tooLarge("%v", err)
-		case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
-			return err
-		}
-		return n.writeFailure(err)
-	}
-	n.writeSucceeded()
-	return nil
-}
-
-// published runs after the projector applied a batch, in log order: it
-// drops the caches the batch made stale, publishes messages to
-// subscribers and signals a local commit.
-func (n *Node) published(batch []*eventlog.Event) {
-	reload, sessions := false, false
-	for _, e := range batch {
-		reload = reload || changesDirectory(e)
-		switch e.Type {
-		case eventlog.TypeAgentCleanup, eventlog.TypeSessionStart, eventlog.TypeSessionEnd:
-			sessions = true
-		}
-	}
-	if sessions || reload {
-		// Who is active changed: recipients' status must see it now.
-		n.seenMu.Lock()
-		n.seen = nil
-		n.seenMu.Unlock()
-	}
-	if sessions {
-		n.sessMu.Lock()
-		n.sessGen++
-		clear(n.sessCache)
-		n.sessMu.Unlock()
-	}
-	n.subs.publish(context.Background(), batch)
-	if n.opts.OnLocalCommit != nil {
-		for _, e := range batch {
-			if !e.Imported() {
-				n.opts.OnLocalCommit()
-				break
-			}
-		}
-	}
-}
-
 // Health reports the node's status.
 func (n *Node) Health(ctx context.Context, _ *rpc.HealthParams) (*rpc.HealthResult, error) {
 	status := "ok"

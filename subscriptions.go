@@ -5,9 +5,7 @@ import (
 	"errors"
 	"sort"
 	"sync"
-	"unicode/utf8"
 
-	"github.com/thrumhq/thrum/eventlog"
 	"github.com/thrumhq/thrum/rpc"
 )
 
@@ -98,37 +96,6 @@ func (s *Subscription) markClosed(err error) (ids []int64, ok bool) {
 	return ids, true
 }
 
-// push queues nt, with the match m, without blocking. nt is the
-// message's notification, shared by every subscriber and never changed:
-// a channel gets a copy with its match. A full queue closes the
-// Subscription: push then returns the IDs of its filters, which the
-// caller drops once it no longer holds the notifier's lock.
-func (s *Subscription) push(nt *rpc.MessageNotification, m rpc.MatchedSubscription) (dropped []int64, slow bool) {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return nil, false
-	}
-	if s.conn != nil {
-		ok := s.conn.notify(nt, m)
-		s.mu.Unlock()
-		if ok {
-			return nil, false
-		}
-		return s.markClosed(ErrSlowConsumer)
-	}
-	own := *nt
-	own.MatchedSubscription = m
-	select {
-	case s.ch <- &own:
-		s.mu.Unlock()
-		return nil, false
-	default:
-	}
-	s.mu.Unlock()
-	return s.markClosed(ErrSlowConsumer)
-}
-
 // filter is one subscription made by Node.Subscribe: what it matches,
 // whose session it belongs to, and the Subscription it delivers to.
 type filter struct {
@@ -173,149 +140,6 @@ func (s *notifier) closeAll() {
 	for _, c := range cs {
 		c.Close()
 	}
-}
-
-// publish matches the batch's message creates and edits against every
-// subscription and delivers one notification per match. It runs on the
-// commit path, so it never blocks: deliveries are non-blocking and
-// lookups hit memory or an indexed row.
-func (s *notifier) publish(ctx context.Context, batch []*eventlog.Event) {
-	slow := s.publishLocked(ctx, batch)
-	for c, ids := range slow {
-		s.drop(c, ids)
-	}
-}
-
-func (s *notifier) publishLocked(ctx context.Context, batch []*eventlog.Event) map[*Subscription][]int64 {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if len(s.subs) == 0 {
-		return nil
-	}
-	slow := map[*Subscription][]int64{}
-	subs := make([]*filter, 0, len(s.subs))
-	for _, sub := range s.subs {
-		subs = append(subs, sub)
-	}
-	sort.Slice(subs, func(i, j int) bool { return subs[i].info.ID < subs[j].info.ID })
-	for _, e := range batch {
-		var m published
-		switch e.Type {
-		case eventlog.TypeMessageCreate:
-			p, err := eventlog.PayloadAs[eventlog.MessageCreate](e)
-			if err != nil {
-				continue
-			}
-			m = published{id: p.MessageID, thread: p.ThreadID, author: p.AgentID, content: p.Content, scopes: p.Scopes}
-			for _, r := range p.Refs {
-				if r.Type == rpc.RefMention {
-					m.mentions = append(m.mentions, r.Value)
-				}
-			}
-		case eventlog.TypeMessageEdit:
-			p, err := eventlog.PayloadAs[eventlog.MessageEdit](e)
-			if err != nil {
-				continue
-			}
-			msg, err := s.n.store.Message(ctx, p.MessageID, "")
-			if err != nil {
-				continue
-			}
-			m = published{id: msg.MessageID, thread: msg.ThreadID, author: msg.AgentID, content: msg.Content}
-			m.scopes = msg.Scopes
-			for _, r := range msg.Refs {
-				if r.Type == rpc.RefMention {
-					m.mentions = append(m.mentions, r.Value)
-				}
-			}
-		default:
-			continue
-		}
-		s.deliver(subs, &m, e.Timestamp(), slow)
-	}
-	return slow
-}
-
-type published struct {
-	id, thread, author, content string
-	scopes                      []eventlog.Pair
-	mentions                    []string
-}
-
-func (s *notifier) deliver(subs []*filter, m *published, at string, slow map[*Subscription][]int64) {
-	var nt *rpc.MessageNotification  // made at the first match, shared by every subscriber
-	targets := map[string][]string{} // mention_role → its targets, per publish
-	for _, sub := range subs {
-		if sub.agentID == m.author {
-			continue // nobody is woken by their own message
-		}
-		match := ""
-		switch {
-		case sub.info.All:
-			match = rpc.MatchAll
-		case sub.info.ScopeType != "":
-			for _, sc := range m.scopes {
-				if sc.Type == sub.info.ScopeType && sc.Value == sub.info.ScopeValue {
-					match = rpc.MatchScope
-					break
-				}
-			}
-		case sub.info.MentionRole != "" && len(m.mentions) > 0:
-			ts, ok := targets[sub.info.MentionRole]
-			if !ok {
-				ts = s.n.dirc.MentionTargets(sub.info.MentionRole)
-				targets[sub.info.MentionRole] = ts
-			}
-			if intersects(m.mentions, ts) {
-				match = rpc.MatchMention
-			}
-		}
-		if match == "" {
-			continue
-		}
-		if nt == nil {
-			a, _ := s.n.dirc.Agent(m.author)
-			scopes := make([]rpc.Pair, len(m.scopes))
-			for i, sc := range m.scopes {
-				scopes[i] = rpc.Pair(sc)
-			}
-			nt = &rpc.MessageNotification{
-				MessageID: m.id, ThreadID: m.thread,
-				Author:  rpc.NotificationAuthor{AgentID: m.author, Role: a.Role, Module: a.Module},
-				Preview: preview(m.content, 100), Scopes: scopes, Timestamp: at,
-			}
-		}
-		ids, dropped := sub.s.push(nt, rpc.MatchedSubscription{SubscriptionID: sub.info.ID, MatchType: match})
-		if dropped {
-			slow[sub.s] = ids
-		}
-	}
-}
-
-func intersects(a, b []string) bool {
-	for _, x := range a {
-		for _, y := range b {
-			if x == y {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// preview returns the first n characters (runes) of s.
-func preview(s string, n int) string {
-	if utf8.RuneCountInString(s) <= n {
-		return s
-	}
-	i := 0
-	for j := range s {
-		if i == n {
-			return s[:j]
-		}
-		i++
-	}
-	return s
 }
 
 // Subscribe subscribes the caller's current session to messages matching
