@@ -73,16 +73,14 @@ func seedNode(tb testing.TB, dir string, msgs int) {
 		from := benchAgentName(r.IntN(benchAgents))
 		p := benchMessage(r, i, th.ThreadID)
 		refs := make([]eventlog.Pair, 0, len(p.Refs)+len(p.Mentions))
-		for _, x := range p.Refs {
-			refs = append(refs, eventlog.Pair(x))
-		}
+		refs = append(refs, p.Refs...)
 		for _, m := range p.Mentions {
 			refs = append(refs, eventlog.Pair{Type: "mention", Value: m[1:]})
 		}
 		id := "msg_" + eventlog.NewID()
 		batch = append(batch, &eventlog.Event{Type: eventlog.TypeMessageCreate, Shard: from, Payload: eventlog.MessageCreate{
 			MessageID: id, AgentID: from, SessionID: sessions[from], ThreadID: p.ThreadID, Format: "markdown",
-			Content: p.Content, Scopes: toEventPairs(p.Scopes), Refs: refs, Priority: "normal"}})
+			Content: p.Content, Scopes: p.Scopes, Refs: refs, Priority: "normal"}})
 		if i%3 == 0 {
 			readIDs = append(readIDs, id)
 		}
@@ -103,14 +101,6 @@ func seedNode(tb testing.TB, dir string, msgs int) {
 	}
 	lg.Close()
 	thrumtest.OpenNodeIn(tb, dir, nil).Close() // catches up
-}
-
-func toEventPairs(in []rpc.Pair) []eventlog.Pair {
-	out := make([]eventlog.Pair, len(in))
-	for i, p := range in {
-		out[i] = eventlog.Pair(p)
-	}
-	return out
 }
 
 func benchMessage(r *rand.Rand, i int, thread string) *rpc.SendMessageParams {

@@ -357,12 +357,10 @@ func claimedDetail(p eventlog.MessageCreate, at string) *rpc.MessageDetail {
 	return d
 }
 
-// pairsAsStored orders pairs and drops repeats, as the projection does.
-func pairsAsStored(ps []eventlog.Pair) []rpc.Pair {
-	out := make([]rpc.Pair, 0, len(ps))
-	for _, p := range ps {
-		out = append(out, rpc.Pair(p))
-	}
+// pairsAsStored orders a copy of pairs and drops repeats, as the
+// projection does.
+func pairsAsStored(ps []rpc.Pair) []rpc.Pair {
+	out := append(make([]rpc.Pair, 0, len(ps)), ps...)
 	slices.SortFunc(out, func(a, b rpc.Pair) int {
 		if c := strings.Compare(a.Type, b.Type); c != 0 {
 			return c

@@ -184,7 +184,7 @@ func TestCleanupSparesOtherWorktreesAndSaysWhy(t *testing.T) {
 	wt := filepath.Join(t.TempDir(), "gone")
 	thrumtest.Git(t, repo, "worktree", "add", "-q", "--detach", wt)
 	frank := thrumtest.Register(t, f.n, "frank", "tester", "core").ID
-	s, err := f.n.StartSession(f.ctx, &rpc.StartSessionParams{AgentID: frank, Refs: []rpc.Pair{{Type: thrum.RefWorktree, Value: wt}}})
+	s, err := f.n.StartSession(f.ctx, &rpc.StartSessionParams{AgentID: frank, Refs: []rpc.Pair{{Type: rpc.RefWorktree, Value: wt}}})
 	if err != nil {
 		t.Fatal(err)
 	}

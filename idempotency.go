@@ -205,7 +205,7 @@ func (n *Node) sendDiffers(m *store.Message, p *rpc.SendMessageParams, threadID 
 		return "recipients"
 	case !sameSet(refs, wantRefs):
 		return "refs"
-	case !sameSet(pairStrings(m.Scopes), pairStrings(toPairs(p.Scopes))):
+	case !sameSet(pairStrings(m.Scopes), pairStrings(p.Scopes)):
 		return "scopes"
 	case !slices.Equal(m.TagList(), p.Tags):
 		return "tags"
@@ -229,7 +229,7 @@ func (n *Node) mentionAddr(m string) string {
 	return addr
 }
 
-func pairStrings(ps []eventlog.Pair) []string {
+func pairStrings(ps []rpc.Pair) []string {
 	out := make([]string, len(ps))
 	for i, p := range ps {
 		out[i] = p.Type + "\x00" + p.Value

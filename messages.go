@@ -203,7 +203,7 @@ func (n *Node) prepareMessage(ctx context.Context, p *rpc.SendMessageParams, thr
 		return nil, err
 	}
 
-	refs := make([]eventlog.Pair, 0, len(p.Refs)+len(p.Mentions))
+	refs := make([]rpc.Pair, 0, len(p.Refs)+len(p.Mentions))
 	var mentions []string
 	for _, r := range p.Refs {
 		switch r.Type {
@@ -215,9 +215,9 @@ func (n *Node) prepareMessage(ctx context.Context, p *rpc.SendMessageParams, thr
 			} else if err != nil {
 				return nil, internal("send", err)
 			}
-			refs = append(refs, eventlog.Pair(r))
+			refs = append(refs, r)
 		default:
-			refs = append(refs, eventlog.Pair(r))
+			refs = append(refs, r)
 		}
 	}
 	mentions = append(mentions, p.Mentions...)
@@ -244,7 +244,7 @@ func (n *Node) prepareMessage(ctx context.Context, p *rpc.SendMessageParams, thr
 			continue
 		}
 		seen[addr] = true
-		refs = append(refs, eventlog.Pair{Type: rpc.RefMention, Value: addr})
+		refs = append(refs, rpc.Pair{Type: rpc.RefMention, Value: addr})
 		res.recipients = append(res.recipients, rc)
 	}
 	n.markActive(ctx, res.recipients)
@@ -253,7 +253,7 @@ func (n *Node) prepareMessage(ctx context.Context, p *rpc.SendMessageParams, thr
 	res.event = &eventlog.Event{Type: eventlog.TypeMessageCreate, Shard: shardOf(au.agentID), Payload: eventlog.MessageCreate{
 		MessageID: res.id, AgentID: au.agentID, SessionID: au.sessionID, ThreadID: threadID,
 		Format: format, Content: p.Content, Structured: normalizeStructured(p.Structured),
-		Scopes: toPairs(p.Scopes), Refs: refs, Tags: p.Tags, Priority: priority,
+		Scopes: p.Scopes, Refs: refs, Tags: p.Tags, Priority: priority,
 		ActingAs: au.actingAs, Disclose: p.Disclose && au.actingAs != "",
 		IdempotencyKey: p.IdempotencyKey,
 	}}
@@ -324,20 +324,12 @@ func body(m *store.Message) rpc.Body {
 	return rpc.Body{Format: m.Format, Content: m.Content, Structured: m.Structured}
 }
 
-func scopesOf(ps []eventlog.Pair) []rpc.Pair {
-	out := make([]rpc.Pair, len(ps))
-	for i, p := range ps {
-		out[i] = rpc.Pair(p)
+// pairs is scopes or refs as a result holds them: [] for none.
+func pairs(ps []rpc.Pair) []rpc.Pair {
+	if ps == nil {
+		return []rpc.Pair{}
 	}
-	return out
-}
-
-func refsOf(ps []eventlog.Pair) []rpc.Pair {
-	out := make([]rpc.Pair, len(ps))
-	for i, p := range ps {
-		out[i] = rpc.Pair(p)
-	}
-	return out
+	return ps
 }
 
 func tagsOf(m *store.Message) []string {
@@ -351,7 +343,7 @@ func summary(m *store.Message) rpc.MessageSummary {
 	return rpc.MessageSummary{
 		MessageID: m.MessageID, ThreadID: m.ThreadID, AgentID: m.AgentID, Body: body(m),
 		CreatedAt: m.CreatedAt, UpdatedAt: m.UpdatedAt, Deleted: m.Deleted, IsRead: m.IsRead,
-		Priority: m.Priority, Scopes: scopesOf(m.Scopes), Refs: refsOf(m.Refs), Tags: tagsOf(m), Version: m.Version,
+		Priority: m.Priority, Scopes: pairs(m.Scopes), Refs: pairs(m.Refs), Tags: tagsOf(m), Version: m.Version,
 	}
 }
 
@@ -389,7 +381,7 @@ func (n *Node) messageDetail(ctx context.Context, id, reader string) (*rpc.Messa
 	d := rpc.MessageDetail{
 		MessageID: m.MessageID, ThreadID: m.ThreadID,
 		Author: rpc.Author{AgentID: m.AgentID, SessionID: m.SessionID},
-		Body:   body(m), Scopes: scopesOf(m.Scopes), Refs: refsOf(m.Refs),
+		Body:   body(m), Scopes: pairs(m.Scopes), Refs: pairs(m.Refs),
 		Metadata:  rpc.MessageMetadata{DeletedAt: m.DeletedAt, DeleteReason: m.DeleteReason},
 		CreatedAt: m.CreatedAt, UpdatedAt: m.UpdatedAt, Deleted: m.Deleted,
 		Priority: m.Priority, Tags: tagsOf(m), Version: m.Version, IsRead: m.IsRead,
@@ -456,12 +448,7 @@ func (n *Node) ListMessages(ctx context.Context, p *rpc.ListMessagesParams) (*rp
 	default:
 		return nil, invalid("invalid sort_order %q: must be \"asc\" or \"desc\"", p.SortOrder)
 	}
-	if p.Scope != nil {
-		f.Scope = &eventlog.Pair{Type: p.Scope.Type, Value: p.Scope.Value}
-	}
-	if p.Ref != nil {
-		f.Ref = &eventlog.Pair{Type: p.Ref.Type, Value: p.Ref.Value}
-	}
+	f.Scope, f.Ref = p.Scope, p.Ref
 	f.Reader = readerOf(ctx)
 	if p.UnreadForAgent != "" {
 		f.Reader = identity.NormalizeAgentID(p.UnreadForAgent)

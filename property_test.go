@@ -667,7 +667,7 @@ func (g *propGen) startSession(ctx context.Context) {
 	}
 	p := &rpc.StartSessionParams{AgentID: id, Scopes: g.scopes(2), Refs: g.refs(2)}
 	if g.w.repo != "" && g.r.IntN(25) == 0 {
-		p.Refs = append(p.Refs, rpc.Pair{Type: thrum.RefWorktree, Value: g.w.repo})
+		p.Refs = append(p.Refs, rpc.Pair{Type: rpc.RefWorktree, Value: g.w.repo})
 	}
 	res, err := g.w.n.StartSession(ctx, p)
 	if g.w.outcome("session.start", err, rpc.CodeForbidden, rpc.CodeNotFound) {
@@ -713,10 +713,10 @@ func (g *propGen) heartbeat(ctx context.Context) {
 		SessionID: sid, AddScopes: g.scopes(2), RemoveScopes: g.scopes(2), AddRefs: g.refs(2), RemoveRefs: g.refs(1),
 	}
 	if g.w.repo != "" && g.r.IntN(15) == 0 {
-		p.AddRefs = append(p.AddRefs, rpc.Pair{Type: thrum.RefWorktree, Value: g.w.repo})
+		p.AddRefs = append(p.AddRefs, rpc.Pair{Type: rpc.RefWorktree, Value: g.w.repo})
 	}
 	if g.w.repo != "" && g.r.IntN(8) == 0 {
-		p.RemoveRefs = append(p.RemoveRefs, rpc.Pair{Type: thrum.RefWorktree, Value: g.w.repo})
+		p.RemoveRefs = append(p.RemoveRefs, rpc.Pair{Type: rpc.RefWorktree, Value: g.w.repo})
 	}
 	_, err := g.w.n.Heartbeat(ctx, p)
 	g.w.outcome("session.heartbeat", err, sessionErrs...)

@@ -45,12 +45,7 @@ func (n *Node) SearchMessages(ctx context.Context, p *rpc.SearchMessagesParams) 
 	if f.Since != "" && f.Until != "" && f.Since > f.Until {
 		return nil, invalid("since (%s) is after until (%s)", p.Since, p.Until)
 	}
-	if p.Scope != nil {
-		f.Scope = &eventlog.Pair{Type: p.Scope.Type, Value: p.Scope.Value}
-	}
-	if p.Ref != nil {
-		f.Ref = &eventlog.Pair{Type: p.Ref.Type, Value: p.Ref.Value}
-	}
+	f.Scope, f.Ref = p.Scope, p.Ref
 	reader := readerOf(ctx)
 	if f.Mentions, err = n.mentionFilter(ctx, p.MentionRole, p.Mentions); err != nil {
 		return nil, err

@@ -9,20 +9,6 @@ import (
 	"github.com/thrumhq/thrum/store"
 )
 
-// RefWorktree is the session ref whose value is a worktree path: a
-// heartbeat of such a session extracts the git work context there.
-const RefWorktree = "worktree"
-
-// toPairs converts a caller's scopes or refs to the one pair type below
-// the wire as they enter the node.
-func toPairs(in []rpc.Pair) []eventlog.Pair {
-	out := make([]eventlog.Pair, 0, len(in))
-	for _, p := range in {
-		out = append(out, eventlog.Pair(p))
-	}
-	return out
-}
-
 // checkPairs validates scopes or refs given by a caller.
 func checkPairs(what string, in []rpc.Pair) error {
 	if len(in) > maxPairs {
@@ -82,7 +68,7 @@ func (n *Node) StartSession(ctx context.Context, p *rpc.StartSessionParams) (*rp
 	}
 	sid := "ses_" + eventlog.NewID()
 	start := &eventlog.Event{Type: eventlog.TypeSessionStart, Payload: eventlog.SessionStart{
-		SessionID: sid, AgentID: id, Scopes: toPairs(p.Scopes), Refs: toPairs(p.Refs)}}
+		SessionID: sid, AgentID: id, Scopes: p.Scopes, Refs: p.Refs}}
 	evs = append(evs, start)
 	if err := n.append(ctx, evs...); err != nil {
 		return nil, err
@@ -160,8 +146,8 @@ func (n *Node) Heartbeat(ctx context.Context, p *rpc.HeartbeatParams) (*rpc.Hear
 	}
 	hb := &eventlog.Event{Type: eventlog.TypeSessionHeartbeat, Payload: eventlog.SessionHeartbeat{
 		SessionID: s.SessionID, AgentID: s.AgentID,
-		AddScopes: toPairs(p.AddScopes), RemoveScopes: toPairs(p.RemoveScopes),
-		AddRefs: toPairs(p.AddRefs), RemoveRefs: toPairs(p.RemoveRefs),
+		AddScopes: p.AddScopes, RemoveScopes: p.RemoveScopes,
+		AddRefs: p.AddRefs, RemoveRefs: p.RemoveRefs,
 	}}
 	evs := []*eventlog.Event{hb}
 	if wc, ok := n.workContext(ctx, n.worktreeOf(ctx, s.SessionID, p)); ok {
@@ -178,7 +164,7 @@ func (n *Node) Heartbeat(ctx context.Context, p *rpc.HeartbeatParams) (*rpc.Hear
 // changes, or "".
 func (n *Node) worktreeOf(ctx context.Context, sid string, p *rpc.HeartbeatParams) string {
 	for _, r := range p.AddRefs {
-		if r.Type == RefWorktree {
+		if r.Type == rpc.RefWorktree {
 			return r.Value
 		}
 	}
@@ -187,7 +173,7 @@ func (n *Node) worktreeOf(ctx context.Context, sid string, p *rpc.HeartbeatParam
 		return ""
 	}
 	for _, r := range refs {
-		if r.Type != RefWorktree {
+		if r.Type != rpc.RefWorktree {
 			continue
 		}
 		removed := false

@@ -40,7 +40,7 @@ func (n *Node) CreateThread(ctx context.Context, p *rpc.CreateThreadParams) (*rp
 	}
 	tid := "thr_" + eventlog.NewID()
 	te := &eventlog.Event{Type: eventlog.TypeThreadCreate, Payload: eventlog.ThreadCreate{
-		ThreadID: tid, Title: p.Title, Scopes: toPairs(p.Scopes), CreatedBy: me, IdempotencyKey: p.IdempotencyKey}}
+		ThreadID: tid, Title: p.Title, Scopes: p.Scopes, CreatedBy: me, IdempotencyKey: p.IdempotencyKey}}
 	evs, msgID := []*eventlog.Event{te}, ""
 	if p.Message != nil {
 		// Validate the first message the way SendMessage would, then commit
@@ -86,11 +86,7 @@ func (n *Node) ListThreads(ctx context.Context, p *rpc.ListThreadsParams) (*rpc.
 	if err != nil {
 		return nil, err
 	}
-	var scope *eventlog.Pair
-	if p.Scope != nil {
-		scope = &eventlog.Pair{Type: p.Scope.Type, Value: p.Scope.Value}
-	}
-	ts, total, err := n.store.Threads(ctx, scope, reader, size, offset)
+	ts, total, err := n.store.Threads(ctx, p.Scope, reader, size, offset)
 	if err != nil {
 		return nil, internal("list threads", err)
 	}

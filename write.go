@@ -263,7 +263,7 @@ func (s *notifier) publishLocked(ctx context.Context, batch []*eventlog.Event) m
 // payload, or the message an edit changed as the store holds it now.
 type published struct {
 	id, thread, author, content string
-	scopes                      []eventlog.Pair
+	scopes                      []rpc.Pair
 	mentions                    []string
 }
 
@@ -302,10 +302,7 @@ func (s *notifier) deliver(subs []*filter, m *published, at string, slow map[*Su
 		}
 		if nt == nil {
 			a, _ := s.n.dirc.Agent(m.author)
-			scopes := make([]rpc.Pair, len(m.scopes))
-			for i, sc := range m.scopes {
-				scopes[i] = rpc.Pair(sc)
-			}
+			scopes := append([]rpc.Pair{}, m.scopes...) // the payload's are shared with every projection
 			nt = &rpc.MessageNotification{
 				MessageID: m.id, ThreadID: m.thread,
 				Author:  rpc.NotificationAuthor{AgentID: m.author, Role: a.Role, Module: a.Module},

@@ -26,7 +26,8 @@ const (
 	TypeCredentialAdd    = "credential.add"          // Credential (the local shard only)
 )
 
-// Pair is a {type, value} scope or ref.
+// Pair is a {type, value} scope or ref, in events as in the RPC
+// contract (rpc.Pair is this type).
 type Pair struct {
 	Type  string `json:"type"`
 	Value string `json:"value"`

@@ -1,6 +1,10 @@
 package rpc
 
-import "encoding/json"
+import (
+	"encoding/json"
+
+	"github.com/thrumhq/thrum/eventlog"
+)
 
 // Method names of thrum's JSON-RPC API (the RPC contract, and the group.*
 // shapes of DESIGN.md), and the notifications the server pushes:
@@ -77,15 +81,19 @@ const (
 // "auth"}), and a ref, a link to something else ({"type":"issue",
 // "value":"beads-42"}). Mentions are refs of type RefMention; a reply
 // carries a RefReplyTo ref.
-type Pair struct {
-	Type  string `json:"type"`
-	Value string `json:"value"`
-}
+//
+// It is the event log's pair (eventlog.Pair), so that a scope or ref
+// goes from a caller's params into the log's events, and from the
+// projection into a result, with no conversion.
+type Pair = eventlog.Pair
 
 // Ref types with a meaning to thrum.
 const (
 	RefMention = "mention"
 	RefReplyTo = "reply_to"
+	// RefWorktree is a session ref whose value is a worktree path: a
+	// heartbeat of such a session records the git work context there.
+	RefWorktree = "worktree"
 )
 
 // ---- health and auth ----
@@ -347,7 +355,7 @@ type EndSessionResult struct {
 
 // HeartbeatParams are the params of session.heartbeat: the session, and
 // scopes and refs to add or remove. A ref of type "worktree"
-// (thrum.RefWorktree) names the worktree whose git state the node reads
+// (RefWorktree) names the worktree whose git state the node reads
 // into the session's WorkContext, if it is a worktree of the node's
 // repository.
 type HeartbeatParams struct {

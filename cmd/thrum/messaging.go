@@ -146,14 +146,6 @@ func parsePairs(flag string, in []string) ([]rpc.Pair, error) {
 	return out, nil
 }
 
-func toRefs(in []rpc.Pair) []rpc.Pair {
-	out := make([]rpc.Pair, len(in))
-	for i, p := range in {
-		out[i] = rpc.Pair(p)
-	}
-	return out
-}
-
 // SendCmd sends a message.
 type SendCmd struct {
 	Message    string   `arg:"" help:"Message text."`
@@ -194,7 +186,7 @@ func (c *SendCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	p := &rpc.SendMessageParams{Content: c.Message, Format: c.Format, Priority: c.Priority, ThreadID: c.Thread,
-		Scopes: scopes, Refs: toRefs(refs), Mentions: append(append([]string{}, c.To...), c.Mention...)}
+		Scopes: scopes, Refs: refs, Mentions: append(append([]string{}, c.To...), c.Mention...)}
 	if c.Broadcast {
 		g.hint("--broadcast is deprecated: use --to @everyone")
 		p.Mentions = append(p.Mentions, "@everyone")

@@ -255,14 +255,6 @@ func pairs(ps []rpc.Pair) string {
 	return strings.Join(s, ", ")
 }
 
-func refPairs(rs []rpc.Pair) string {
-	ps := make([]rpc.Pair, len(rs))
-	for i, r := range rs {
-		ps[i] = rpc.Pair(r)
-	}
-	return pairs(ps)
-}
-
 // renderMessage prints message get's view.
 func renderMessage(w io.Writer, m *rpc.MessageDetail, now time.Time) {
 	fmt.Fprintf(w, "Message: %s\n", m.MessageID)
@@ -294,7 +286,7 @@ func renderMessage(w io.Writer, m *rpc.MessageDetail, now time.Time) {
 		fmt.Fprintf(w, "  Scopes:  %s\n", pairs(m.Scopes))
 	}
 	if len(m.Refs) > 0 {
-		fmt.Fprintf(w, "  Refs:    %s\n", refPairs(m.Refs))
+		fmt.Fprintf(w, "  Refs:    %s\n", pairs(m.Refs))
 	}
 	if len(m.Tags) > 0 {
 		fmt.Fprintf(w, "  Tags:    %s\n", strings.Join(m.Tags, ", "))

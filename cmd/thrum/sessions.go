@@ -36,14 +36,14 @@ func (c *SessionStartCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	if c.Worktree != "" {
-		refs = append(refs, rpc.Pair{Type: "worktree", Value: c.Worktree})
+		refs = append(refs, rpc.Pair{Type: rpc.RefWorktree, Value: c.Worktree})
 	}
 	s, err := connectAs(ctx, g)
 	if err != nil {
 		return err
 	}
 	defer s.close()
-	r, err := s.c.StartSession(ctx, &rpc.StartSessionParams{AgentID: s.id.AgentID, Scopes: scopes, Refs: toRefs(refs)})
+	r, err := s.c.StartSession(ctx, &rpc.StartSessionParams{AgentID: s.id.AgentID, Scopes: scopes, Refs: refs})
 	if err != nil {
 		return err
 	}
@@ -133,7 +133,7 @@ func (c *SessionHeartbeatCmd) Run(ctx context.Context, g *Globals) error {
 			return nil, err
 		}
 		return s.c.Heartbeat(ctx, &rpc.HeartbeatParams{SessionID: id, AddScopes: lists[0], RemoveScopes: lists[1],
-			AddRefs: toRefs(lists[2]), RemoveRefs: toRefs(lists[3])})
+			AddRefs: lists[2], RemoveRefs: lists[3]})
 	}, func(w io.Writer, v any) {
 		fmt.Fprintf(w, "> Heartbeat: %s\n", v.(*rpc.HeartbeatResult).SessionID)
 	})
