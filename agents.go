@@ -233,7 +233,7 @@ func (n *Node) Whoami(ctx context.Context, _ *rpc.WhoamiParams) (*rpc.WhoamiResu
 
 // ListContext lists the work contexts of active sessions.
 func (n *Node) ListContext(ctx context.Context, p *rpc.ListContextParams) (*rpc.ListContextResult, error) {
-	wcs, err := n.store.WorkContexts(ctx, identity.NormalizeAgentID(p.AgentID), p.Branch, p.File)
+	wcs, err := n.store.SessionWork(ctx, identity.NormalizeAgentID(p.AgentID), p.Branch, p.File)
 	if err != nil {
 		return nil, internal("list contexts", err)
 	}
@@ -433,7 +433,7 @@ func (n *Node) CleanupAgents(ctx context.Context, p *rpc.CleanupAgentsParams) (*
 			o.DaysSinceLastSeen = int(now.Sub(t) / (24 * time.Hour))
 		}
 		wt := ""
-		if wcs, err := n.store.WorkContexts(ctx, a.AgentID, "", ""); err == nil && len(wcs) > 0 {
+		if wcs, err := n.store.SessionWork(ctx, a.AgentID, "", ""); err == nil && len(wcs) > 0 {
 			wt = wcs[0].WorktreePath
 			o.Worktree, o.Branch = filepath.Base(wt), wcs[0].Branch
 			if wt != "" {
@@ -524,12 +524,12 @@ func (n *Node) RegisterUser(ctx context.Context, p *rpc.RegisterUserParams) (*rp
 	return &rpc.RegisterUserResult{UserID: id, Username: p.Username, DisplayName: display, Token: token, Status: status}, nil
 }
 
-// IdentifyUser reads the user's name and email from Options.WorkContext
+// IdentifyUser reads the user's name and email from Options.GitRepo
 // (git config, for the reference binary).
 func (n *Node) IdentifyUser(ctx context.Context, _ *rpc.IdentifyUserParams) (*rpc.IdentifyUserResult, error) {
 	var name, email string
-	if n.opts.WorkContext != nil {
-		name, email = n.opts.WorkContext.User(ctx)
+	if n.opts.GitRepo != nil {
+		name, email = n.opts.GitRepo.User(ctx)
 	}
 	if name == "" {
 		return nil, notFound("git config user.name not set: run git config user.name \"Your Name\"")

@@ -50,7 +50,7 @@ func BenchmarkSendVsDisk(b *testing.B) {
 	// (RPC, log, projection, on these cores) allows when the disk costs
 	// nothing. A send rate can approach its fsync ceiling only where
 	// this is well above it.
-	free := startDaemonWith(b, &thrum.Options{WorkContext: gitwork.New(""), NoSync: true})
+	free := startDaemonWith(b, &thrum.Options{GitRepo: gitwork.New(""), NoSync: true})
 	freeAgents := senderAgents(b, free)
 	freeOne := sendRate(b, free, freeAgents[:1], b.N)
 	freeEight := sendRate(b, free, freeAgents, b.N)

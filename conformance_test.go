@@ -168,7 +168,7 @@ func TestCleanupSparesOtherWorktreesAndSaysWhy(t *testing.T) {
 	var offset time.Duration
 	var dirsErr error
 	opts := &thrum.Options{
-		WorkContext:  gitwork.New(repo),
+		GitRepo:      gitwork.New(repo),
 		IdentityDir:  mainIDs,
 		IdentityDirs: func(context.Context) ([]string, error) { return []string{mainIDs, featIDs}, dirsErr },
 		Now:          func() time.Time { return time.Now().Add(offset) },

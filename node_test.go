@@ -265,7 +265,7 @@ func TestHeartbeatExtractsGitContext(t *testing.T) {
 	git("commit", "-qm", "add b")
 	os.WriteFile(filepath.Join(repo, "c.go"), []byte("package a\n"), 0o644)
 
-	f := newFixture(t, &thrum.Options{WorkContext: gitwork.New(repo)})
+	f := newFixture(t, &thrum.Options{GitRepo: gitwork.New(repo)})
 	s, _ := f.n.StartSession(f.ctx, &rpc.StartSessionParams{AgentID: "alice", Refs: []rpc.Pair{{Type: rpc.RefWorktree, Value: repo}}})
 	if _, err := f.n.Heartbeat(f.ctx, &rpc.HeartbeatParams{SessionID: s.SessionID}); err != nil {
 		t.Fatal(err)

@@ -46,7 +46,7 @@ func FuzzMethodParams(f *testing.F) {
 			f.Add(uint8(i), []byte(p))
 		}
 	}
-	n := thrumtest.OpenNode(f, &thrum.Options{WorkContext: gitwork.New(f.TempDir())})
+	n := thrumtest.OpenNode(f, &thrum.Options{GitRepo: gitwork.New(f.TempDir())})
 	thrumtest.Register(f, n, "alice", "implementer", "auth")
 	thrumtest.Register(f, n, "bob", "reviewer", "auth")
 	ctx := context.Background()

@@ -62,7 +62,7 @@ func TestRebuildEqualsLive(t *testing.T) {
 		t.Helper()
 		return thrumtest.OpenNodeIn(t, logDir, &thrum.Options{
 			DBPath:          dbPath,
-			WorkContext:     gitwork.New(w.repo), // the node runs git only in its own repository's worktrees
+			GitRepo:         gitwork.New(w.repo), // the node runs git only in its own repository's worktrees
 			NoSync:          true,                // durability is TestCrashLosesNoAcknowledgedMessage's job
 			MaxContentBytes: 2048,                // so that the limit is reachable
 			Now:             func() time.Time { return time.Now().Add(time.Duration(w.skew.Load())) },

@@ -81,7 +81,7 @@ type RPCOptions struct {
 
 	// Sync, if set, answers sync.status and sync.force; without it those
 	// methods do not exist (-32601), as on a node that does not sync.
-	Sync Syncer
+	Sync SyncControl
 
 	// MaxRequestBytes caps one request: a line on a stream, a message on a
 	// WebSocket. A longer line is answered with -32600 and its connection
@@ -125,10 +125,10 @@ type RPCOptions struct {
 	MaxPendingBytes int64
 }
 
-// A Syncer reports on and triggers syncing of the node's log with a
+// A SyncControl reports on and triggers syncing of the node's log with a
 // remote, for the sync.status and sync.force methods (RPCOptions.Sync).
 // Its methods may be called concurrently.
-type Syncer interface {
+type SyncControl interface {
 	SyncStatus(ctx context.Context, p *rpc.SyncStatusParams) (*rpc.SyncStatusResult, error)
 	SyncForce(ctx context.Context, p *rpc.SyncForceParams) (*rpc.SyncForceResult, error)
 }
@@ -226,8 +226,8 @@ func (n *Node) Dial(opts *rpc.ClientOptions) *rpc.Client {
 
 // bindAll registers every method with the access it needs (and, where
 // the policy has a rule for it, behind that rule); sync.status and
-// sync.force only with a Syncer.
-func (s *RPCServer) bindAll(sy Syncer) {
+// sync.force only with a SyncControl.
+func (s *RPCServer) bindAll(sy SyncControl) {
 	n, pol := s.n, s.pol
 	bind(s, rpc.MethodHealth, access.Open, n.Health)
 	bind(s, rpc.MethodAuth, access.Open, pol.Auth)

@@ -38,7 +38,7 @@ func startDaemon(t testing.TB) *daemon { return startDaemonIn(t, "") }
 // ("" for the current directory's).
 func startDaemonIn(t testing.TB, repoDir string) *daemon {
 	t.Helper()
-	return startDaemonWith(t, &thrum.Options{WorkContext: gitwork.New(repoDir)})
+	return startDaemonWith(t, &thrum.Options{GitRepo: gitwork.New(repoDir)})
 }
 
 // startDaemonWith is startDaemon for a node opened with opts.
@@ -362,7 +362,7 @@ func TestRPCServerMethodsAreFixed(t *testing.T) {
 
 	f := newFixture(t, nil)
 	ctx := context.Background()
-	sy := &fakeSyncer{}
+	sy := &fakeSync{}
 	srv := f.n.RPCServer(&thrum.RPCOptions{Sync: sy})
 	hs := httptest.NewServer(srv)
 	a, b := net.Pipe()
@@ -374,13 +374,13 @@ func TestRPCServerMethodsAreFixed(t *testing.T) {
 	defer c.Close()
 	st, err := c.SyncStatus(ctx, &rpc.SyncStatusParams{})
 	if err != nil || st.SyncState != "synced" || !st.Running {
-		t.Fatalf("sync.status with a Syncer: %+v, %v", st, err)
+		t.Fatalf("sync.status with a SyncControl: %+v, %v", st, err)
 	}
 	if err := c.Call(ctx, rpc.MethodSyncForce, nil, nil); err != nil {
 		t.Fatalf("sync.force from the owner: %v", err)
 	}
 	if sy.forced.Load() != 1 {
-		t.Fatalf("sync.force reached the Syncer %d times, want 1", sy.forced.Load())
+		t.Fatalf("sync.force reached the SyncControl %d times, want 1", sy.forced.Load())
 	}
 
 	ws, err := rpc.DialWebSocket(ctx, "ws"+strings.TrimPrefix(hs.URL, "http")+"/ws", nil)
@@ -395,15 +395,15 @@ func TestRPCServerMethodsAreFixed(t *testing.T) {
 	}
 }
 
-// fakeSyncer stands in for gitsync behind RPCOptions.Sync; the real one
+// fakeSync stands in for gitsync behind RPCOptions.Sync; the real one
 // is driven end to end by cmd/thrum's TestSyncEndToEnd.
-type fakeSyncer struct{ forced atomic.Int32 }
+type fakeSync struct{ forced atomic.Int32 }
 
-func (s *fakeSyncer) SyncStatus(context.Context, *rpc.SyncStatusParams) (*rpc.SyncStatusResult, error) {
+func (s *fakeSync) SyncStatus(context.Context, *rpc.SyncStatusParams) (*rpc.SyncStatusResult, error) {
 	return &rpc.SyncStatusResult{Running: true, SyncState: "synced"}, nil
 }
 
-func (s *fakeSyncer) SyncForce(context.Context, *rpc.SyncForceParams) (*rpc.SyncForceResult, error) {
+func (s *fakeSync) SyncForce(context.Context, *rpc.SyncForceParams) (*rpc.SyncForceResult, error) {
 	s.forced.Add(1)
 	return &rpc.SyncForceResult{Triggered: true, SyncState: "synced"}, nil
 }

@@ -50,13 +50,13 @@ type Options struct {
 	// agent IDs). Default empty.
 	RepoID string
 
-	// WorkContext, if set, supplies the git work context: the user for
+	// GitRepo, if set, supplies the git work context: the user for
 	// user.identify, and the context a heartbeat records for a session's
 	// worktree, asked only about the worktrees of the node's repository
-	// (WorkContext.Worktrees), never another path a caller names. The
+	// (GitRepo.Worktrees), never another path a caller names. The
 	// library never runs git itself. Default: none (user.identify finds
 	// no user, heartbeats record no context).
-	WorkContext WorkContext
+	GitRepo GitRepo
 
 	// IdentityDir is where identity files live (.thrum/identities).
 	// agent.delete removes the agent's file from it, and agent.cleanup

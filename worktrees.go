@@ -10,13 +10,13 @@ import (
 	"github.com/thrumhq/thrum/eventlog"
 )
 
-// WorkContext tells a node about the git repository it serves: its
+// GitRepo tells a node about the git repository it serves: its
 // worktrees, what one of them is doing, and who the user is. The node
 // never runs git itself; the reference binary supplies an implementation
 // that does (internal/gitwork). The node asks Context only about the
 // worktrees Worktrees lists, so a worktree path a caller names can never
 // make it look anywhere else. Methods must return when ctx ends.
-type WorkContext interface {
+type GitRepo interface {
 	// Worktrees lists the worktrees of the node's repository.
 	Worktrees(ctx context.Context) ([]string, error)
 	// Context extracts the work context of one of them: branch, commits
@@ -28,7 +28,7 @@ type WorkContext interface {
 }
 
 // worktreeCache is the list of the node's own repository's worktrees, the
-// only directories the node asks the WorkContext about: a path a caller
+// only directories the node asks the GitRepo about: a path a caller
 // names (a session's worktree ref) is used only if it is one of them.
 type worktreeCache struct {
 	mu    sync.Mutex
@@ -41,9 +41,9 @@ type worktreeCache struct {
 const worktreeRefresh = time.Second
 
 // ownWorktree returns dir, cleaned, if it is a worktree of the node's
-// repository as Options.WorkContext lists them.
+// repository as Options.GitRepo lists them.
 func (n *Node) ownWorktree(ctx context.Context, dir string) (string, bool) {
-	if n.opts.WorkContext == nil || dir == "" || !filepath.IsAbs(dir) {
+	if n.opts.GitRepo == nil || dir == "" || !filepath.IsAbs(dir) {
 		return "", false
 	}
 	dir = filepath.Clean(dir)
@@ -57,7 +57,7 @@ func (n *Node) ownWorktree(ctx context.Context, dir string) (string, bool) {
 		return "", false
 	}
 	c.at = time.Now()
-	list, err := n.opts.WorkContext.Worktrees(ctx)
+	list, err := n.opts.GitRepo.Worktrees(ctx)
 	if err != nil {
 		c.paths = nil
 		return "", false
@@ -79,7 +79,7 @@ func (n *Node) workContext(ctx context.Context, dir string) (eventlog.SessionCon
 	if !own {
 		return eventlog.SessionContext{}, false
 	}
-	return n.opts.WorkContext.Context(ctx, wt)
+	return n.opts.GitRepo.Context(ctx, wt)
 }
 
 func decodeJSONInto(s string, v any) {

@@ -919,7 +919,7 @@ func replyTo(refs []rpc.Pair) string {
 }
 
 func (s *Server) listAgents(ctx context.Context, _ *mcp.CallToolRequest, in ListAgentsInput) (ListAgentsOutput, error) {
-	out := ListAgentsOutput{Agents: []AgentInfo{}}
+	out := ListAgentsOutput{Agents: []ListedAgent{}}
 	r, err := callRPC(ctx, s, func(ctx context.Context, c *rpc.Client) (*rpc.ListAgentsResult, error) {
 		return c.ListAgents(ctx, &rpc.ListAgentsParams{})
 	})
@@ -931,7 +931,7 @@ func (s *Server) listAgents(ctx context.Context, _ *mcp.CallToolRequest, in List
 		if a.Kind != "agent" || (!withOffline && a.Status != "active") {
 			continue
 		}
-		out.Agents = append(out.Agents, AgentInfo{Name: a.AgentID, Role: a.Role, Module: a.Module, Status: a.Status, LastSeenAt: a.LastSeenAt})
+		out.Agents = append(out.Agents, ListedAgent{Name: a.AgentID, Role: a.Role, Module: a.Module, Status: a.Status, LastSeenAt: a.LastSeenAt})
 	}
 	out.Count = len(out.Agents)
 	return out, nil

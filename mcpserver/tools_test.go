@@ -480,8 +480,8 @@ func TestListAgents(t *testing.T) {
 		t.Fatalf("register user: %v", err)
 	}
 
-	names := func(out mcpserver.ListAgentsOutput) map[string]mcpserver.AgentInfo {
-		m := map[string]mcpserver.AgentInfo{}
+	names := func(out mcpserver.ListAgentsOutput) map[string]mcpserver.ListedAgent {
+		m := map[string]mcpserver.ListedAgent{}
 		for _, a := range out.Agents {
 			m[a.Name] = a
 		}

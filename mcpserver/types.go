@@ -94,8 +94,8 @@ type ListAgentsInput struct {
 	IncludeOffline *bool `json:"include_offline,omitempty" jsonschema:"include agents not seen in the last 2 minutes (default true)"`
 }
 
-// AgentInfo is one agent as list_agents returns it.
-type AgentInfo struct {
+// ListedAgent is one agent as list_agents returns it.
+type ListedAgent struct {
 	Name       string `json:"name" jsonschema:"agent name (its ID)"`
 	Role       string `json:"role"`
 	Module     string `json:"module"`
@@ -105,8 +105,8 @@ type AgentInfo struct {
 
 // ListAgentsOutput is the result of list_agents.
 type ListAgentsOutput struct {
-	Agents []AgentInfo `json:"agents"`
-	Count  int         `json:"count"`
+	Agents []ListedAgent `json:"agents"`
+	Count  int           `json:"count"`
 }
 
 // BroadcastFilter narrows the recipients of broadcast_message.

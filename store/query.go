@@ -137,8 +137,8 @@ func (s *Store) SessionPairs(ctx context.Context, sessionID, which string) ([]ev
 	return out, err
 }
 
-// WorkContext is a session's work context joined with its intent and task.
-type WorkContext struct {
+// SessionWork is a session's work context joined with its intent and task.
+type SessionWork struct {
 	SessionID        string `db:"session_id"`
 	AgentID          string `db:"agent_id"`
 	Branch           string `db:"branch"`
@@ -153,9 +153,9 @@ type WorkContext struct {
 	IntentUpdatedAt  string `db:"intent_updated_at"`
 }
 
-// WorkContexts lists the work contexts of active sessions, filtered by
+// SessionWork lists the work contexts of active sessions, filtered by
 // agent, branch and a file among the changed or uncommitted ones.
-func (s *Store) WorkContexts(ctx context.Context, agentID, branch, file string) ([]WorkContext, error) {
+func (s *Store) SessionWork(ctx context.Context, agentID, branch, file string) ([]SessionWork, error) {
 	q := `SELECT s.session_id, s.agent_id, COALESCE(w.branch, '') AS branch,
 		COALESCE(w.worktree_path, '') AS worktree_path, COALESCE(w.unmerged_commits, '[]') AS unmerged_commits,
 		COALESCE(w.uncommitted_files, '[]') AS uncommitted_files, COALESCE(w.changed_files, '[]') AS changed_files,
@@ -176,7 +176,7 @@ func (s *Store) WorkContexts(ctx context.Context, agentID, branch, file string) 
 			OR EXISTS (SELECT 1 FROM json_each(w.uncommitted_files) WHERE value = ?))`
 		args = append(args, file, file)
 	}
-	var out []WorkContext
+	var out []SessionWork
 	err := s.sel(ctx, &out, q+` ORDER BY s.started_at DESC`, args...)
 	return out, err
 }

@@ -128,7 +128,7 @@ func (c *DaemonRunCmd) Run(ctx context.Context, g *Globals) error {
 	// through this pointer.
 	var syncer atomic.Pointer[gitsync.Syncer]
 	syncOn := l.Git && gitsync.HasRemote(ctx, l.Root, gitsync.DefaultRemote)
-	opts := &thrum.Options{Logger: logger, DBPath: l.DB, RepoID: l.RepoID(ctx), WorkContext: gitwork.New(l.Root), IdentityDir: l.IDs,
+	opts := &thrum.Options{Logger: logger, DBPath: l.DB, RepoID: l.RepoID(ctx), GitRepo: gitwork.New(l.Root), IdentityDir: l.IDs,
 		IdentityDirs: worktreeIdentityDirs(l)}
 	if syncOn {
 		opts.OnLocalCommit = func() {

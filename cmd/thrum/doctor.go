@@ -62,7 +62,7 @@ func (c *DoctorCmd) Run(ctx context.Context, g *Globals) error {
 		return withCode(exitError, "the daemon is running (pid %d): stop it with `thrum daemon stop`, run doctor, then `thrum daemon start`", readPID(l.PIDFile))
 	}
 	open := func() (*thrum.Node, error) {
-		return thrum.Open(ctx, l.LogDir, &thrum.Options{DBPath: l.DB, RepoID: l.RepoID(ctx), WorkContext: gitwork.New(l.Root), IdentityDir: l.IDs})
+		return thrum.Open(ctx, l.LogDir, &thrum.Options{DBPath: l.DB, RepoID: l.RepoID(ctx), GitRepo: gitwork.New(l.Root), IdentityDir: l.IDs})
 	}
 	removeDB := func() error {
 		for _, s := range []string{"", "-wal", "-shm"} {

@@ -1,7 +1,7 @@
 // Package gitwork reads a git repository's work context by running git:
 // the worktrees of the repository, what one worktree is doing (branch,
 // unmerged commits, changed files), and the user's name and email. The
-// reference binary hands it to the node as thrum.Options.WorkContext; the
+// reference binary hands it to the node as thrum.Options.GitRepo; the
 // thrum library itself never runs git.
 package gitwork
 
