@@ -132,23 +132,6 @@ var (
 	fixtureDirs = map[int]string{}
 )
 
-// TestMain removes the benchmark fixtures when the run ends. With
-// THRUM_BENCH_CACHE=DIR they are kept there and reused by later runs.
-// With fanoutEnv set, the binary is BenchmarkRPCSendFanout's process of
-// subscribers instead.
-func TestMain(m *testing.M) {
-	if cfg := os.Getenv(fanoutEnv); cfg != "" {
-		os.Exit(fanoutChild(cfg)) // BenchmarkRPCSendFanout's subscribers
-	}
-	code := m.Run()
-	if os.Getenv("THRUM_BENCH_CACHE") == "" {
-		for _, d := range fixtureDirs {
-			os.RemoveAll(d)
-		}
-	}
-	os.Exit(code)
-}
-
 // benchDir returns a fresh copy of a data directory seeded with msgs
 // messages.
 func benchDir(b *testing.B, msgs int) string {

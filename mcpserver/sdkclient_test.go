@@ -609,3 +609,29 @@ func TestHTTPSessionsCappedAndExpire(t *testing.T) {
 		}
 	}
 }
+
+// Close ends the HTTP sessions the server keeps: one whose client never
+// sent DELETE is gone with it, rather than left running until idle.
+func TestCloseEndsHTTPSessions(t *testing.T) {
+	n := newNode(t, nil)
+	id := addAgent(t, n, "bob", "reviewer", "auth")
+	srv, err := n.MCPServer(context.Background(), id, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv.HTTPHandler())
+	defer hs.Close()
+	raw := openRaw(t, hs.URL, id.Token)
+	if err := srv.Close(); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := raw.post(context.Background(), `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("a request in a session after Close: %s, want 404 (no such session)", resp.Status)
+	}
+}

@@ -439,7 +439,11 @@ func (s *Server) roster(ctx context.Context, name string) (map[string]string, ma
 	return s.roles, s.knownRoles
 }
 
-// Close ends the daemon connection and stops reconnecting. It is
+// Close ends the daemon connection, stops reconnecting and closes the
+// sessions HTTPHandler keeps, which a client that never sends DELETE
+// would otherwise leave running until they are idle for
+// Options.HTTPSessionIdle. A session Run or ServeStdio serves stays
+// open, its calls failing cleanly, until its transport ends. It is
 // idempotent.
 func (s *Server) Close() error {
 	s.mu.Lock()
@@ -456,6 +460,11 @@ func (s *Server) Close() error {
 		c.Close()
 	}
 	<-s.recDone
+	for ss := range s.mcp.Sessions() {
+		if ss.ID() != "" { // a Streamable HTTP session (Run's and ServeStdio's have no ID)
+			ss.Close()
+		}
+	}
 	return nil
 }
 

@@ -24,11 +24,14 @@ import (
 	"github.com/thrumhq/thrum/eventlog/gitsync"
 	"github.com/thrumhq/thrum/internal/thrumtest"
 	"github.com/thrumhq/thrum/rpc"
+	"go.uber.org/goleak"
 )
 
 // TestMain isolates git from the developer's configuration (signing,
 // hooks, templates), for the tests and for the git commands the Syncer
 // runs, and turns the test binary into the crash test's child when asked.
+// It fails the package if a goroutine outlives its tests (a Syncer's
+// loop, a git process's pipes).
 func TestMain(m *testing.M) {
 	os.Setenv("GIT_CONFIG_NOSYSTEM", "1")
 	os.Setenv("GIT_CONFIG_GLOBAL", os.DevNull)
@@ -39,7 +42,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(receivePackEnv) != "" {
 		os.Exit(receivePack())
 	}
-	os.Exit(m.Run())
+	goleak.VerifyTestMain(m)
 }
 
 // gitIn runs git in dir and returns its trimmed stdout.
