@@ -1025,8 +1025,13 @@ type SyncRefusal struct {
 	LastAt string `json:"last_at"` // when the latest was refused (RFC 3339)
 }
 
-// SyncForceParams are the params of sync.force: none. See HealthParams.
-type SyncForceParams struct{}
+// SyncForceParams are the params of sync.force. Wait (an extension of
+// the spec, which has none) makes the call return only once a round that
+// started after it has finished, so that the remote's events as of the
+// call are in the log and the local ones are pushed.
+type SyncForceParams struct {
+	Wait bool `json:"wait,omitempty"`
+}
 
 // SyncForceResult is the result of sync.force: whether a sync round was
 // started, and the state so far.
@@ -1034,4 +1039,6 @@ type SyncForceResult struct {
 	Triggered  bool   `json:"triggered"`
 	LastSyncAt string `json:"last_sync_at"`
 	SyncState  string `json:"sync_state"`
+	// LastError is the round's error, with Wait (an extension).
+	LastError string `json:"last_error,omitempty"`
 }

@@ -701,7 +701,19 @@ func syncRefusals(cs []gitsync.RefusalCount) []rpc.SyncRefusal {
 	return out
 }
 
-func (r rpcSync) SyncForce(context.Context, *rpc.SyncForceParams) (*rpc.SyncForceResult, error) {
+func (r rpcSync) SyncForce(ctx context.Context, p *rpc.SyncForceParams) (*rpc.SyncForceResult, error) {
+	if p.Wait {
+		err := r.s.Refresh(ctx) // a round that started after this call
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		st := r.s.Status()
+		res := &rpc.SyncForceResult{Triggered: true, LastSyncAt: syncTime(st.LastSyncAt), SyncState: st.State}
+		if err != nil {
+			res.LastError = err.Error()
+		}
+		return res, nil
+	}
 	triggered := r.s.Force()
 	st := r.s.Status()
 	return &rpc.SyncForceResult{Triggered: triggered, LastSyncAt: syncTime(st.LastSyncAt), SyncState: st.State}, nil
