@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// The client examples of spec/rpc-api.md ("From Other Languages"), run
+// The client examples of the RPC contract ("From Other Languages"), run
 // against a live daemon's socket: what the spec tells users to write must
 // work. The code is the spec's, verbatim, except the socket path.
 

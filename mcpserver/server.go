@@ -1,7 +1,7 @@
-// Package mcpserver gives AI agents thrum's messaging as native MCP tools
-// (spec/mcp-server.md): send_message, check_messages, wait_for_message,
-// list_agents, broadcast_message and six group tools, and get_message,
-// which shows a message in its conversation.
+// Package mcpserver gives AI agents thrum's messaging as native MCP tools:
+// send_message, check_messages, wait_for_message, list_agents,
+// broadcast_message and six group tools, get_message, which shows a
+// message in its conversation, and search_messages.
 //
 // A Server acts as one agent, resolved once by its caller. It holds one
 // persistent rpc.Client to a thrum daemon — a Unix socket, or an

@@ -18,7 +18,7 @@ import (
 	"github.com/thrumhq/thrum/rpc"
 )
 
-// specTools is spec/mcp-server.md's tool list: required inputs and what
+// specTools is the MCP contract's tool list: required inputs and what
 // each tool may do.
 var specTools = map[string]struct {
 	required    []string

@@ -2,7 +2,7 @@ package mcpserver
 
 import "github.com/thrumhq/thrum/rpc"
 
-// The inputs and outputs of the 12 tools (spec/mcp-server.md's 11 and
+// The inputs and outputs of the 12 tools (the MCP contract's 11 and
 // get_message; search_messages's are in search.go), as the spec names them. jsonschema tags are the
 // descriptions agents see; schema.go adds enums and bounds. Where a tool
 // takes or returns what an rpc method does (rpc.Recipient, rpc.GroupInfo,

@@ -10,7 +10,7 @@ import (
 )
 
 // TestCodesAreTheContract pins every error code to its value in
-// spec/rpc-api.md and DESIGN.md: the standard codes come from the engine,
+// the RPC contract: the standard codes come from the engine,
 // so a change there must not move the contract silently.
 func TestCodesAreTheContract(t *testing.T) {
 	for _, c := range []struct {

@@ -307,7 +307,7 @@ func followLiveHeap(ctx context.Context) {
 // hold at most thrum.DefaultMaxPendingBytes.
 const daemonMemoryLimit = 64 << 20
 
-// daemonGCPercent is the daemon's GOGC (see DESIGN.md, "Sync").
+// daemonGCPercent is the daemon's GOGC (see DESIGN.md, "Decisions").
 const daemonGCPercent = 50
 
 // daemonMaxHTTPConns caps the loopback port's TCP connections: WebSockets
