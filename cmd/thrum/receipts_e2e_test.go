@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/thrumhq/thrum/identity"
+	"github.com/thrumhq/thrum/internal/thrumtest"
 	"github.com/thrumhq/thrum/mcpserver"
 	"github.com/thrumhq/thrum/rpc"
 )
@@ -139,5 +140,82 @@ func TestReceiptsEndToEnd(t *testing.T) {
 	}
 	if out := e.thrum("bob", "inbox"); !strings.Contains(out, "[ack asked]") {
 		t.Errorf("bob's inbox does not show that an acknowledgement is asked:\n%s", out)
+	}
+}
+
+// TestReceiptsSyncAcrossClones: a message sent on clone a and delivered
+// and acknowledged on clone b (the recipient's events, in its own shard)
+// shows both on a after the clones sync through a bare remote.
+func TestReceiptsSyncAcrossClones(t *testing.T) {
+	t.Parallel()
+	thrumBin := thrumtest.Binary(t)
+	remote := thrumtest.GitRemote(t)
+	a := &syncCLI{thrumCLI: &thrumCLI{t: t, repo: remote.Clone("a"), bin: thrumBin}, name: "a"}
+	b := &syncCLI{thrumCLI: &thrumCLI{t: t, repo: remote.Clone("b"), bin: thrumBin}, name: "b"}
+	for _, c := range []*syncCLI{a, b} {
+		c.do("", "init")
+		c.startDaemon("--sync-interval", "1h")
+	}
+	a.do("", "quickstart", "--name", "alice", "--role", "implementer", "--module", "auth")
+	b.do("", "quickstart", "--name", "bob", "--role", "reviewer", "--module", "auth")
+	// Each round may miss what came after it started: at most two passes.
+	until := func(what string, done func() bool, rounds ...*syncCLI) {
+		t.Helper()
+		for pass := 1; !done(); pass++ {
+			if pass > 2 {
+				t.Fatalf("%s: not after %d passes of sync force", what, pass-1)
+			}
+			for _, c := range rounds {
+				c.forceSync()
+			}
+		}
+	}
+	knowsBob := func() bool {
+		var al rpc.ListAgentsResult
+		a.json(&al, "", "agent", "list")
+		for _, ag := range al.Agents {
+			if ag.AgentID == "bob" {
+				return true
+			}
+		}
+		return false
+	}
+	until("a knows bob", knowsBob, b, a)
+
+	var sent rpc.SendMessageResult
+	a.json(&sent, "alice", "send", "Ship the fix?", "--to", "@bob", "--ack-within", "2h")
+	bobHasIt := func() bool {
+		var in rpc.ListMessagesResult
+		b.json(&in, "bob", "inbox", "--unread")
+		for _, m := range in.Messages {
+			if m.MessageID == sent.MessageID {
+				return m.AckRequired
+			}
+		}
+		return false
+	}
+	until("b has the message, asking for an acknowledgement", bobHasIt, a, b)
+	b.do("bob", "inbox", "--unread", "--mark-read")
+	b.do("bob", "ack", sent.MessageID, "--note", "shipping")
+
+	bobsReceipt := func() rpc.Receipt {
+		var g rpc.GetMessageResult
+		a.json(&g, "alice", "message", "get", sent.MessageID)
+		if len(g.Message.Receipts) != 1 {
+			t.Fatalf("a: receipts %+v, want bob's", g.Message.Receipts)
+		}
+		return g.Message.Receipts[0]
+	}
+	if r := bobsReceipt(); r.State != rpc.ReceiptQueued {
+		t.Fatalf("a: bob's receipt before any sync: %+v, want queued", r)
+	}
+	until("a has bob's acknowledgement", func() bool { return bobsReceipt().State == rpc.ReceiptAcknowledged }, b, a)
+	if r := bobsReceipt(); r.AgentID != "bob" || r.Via != rpc.ViaMarkRead || r.At == "" || r.Note != "shipping" || r.AckedAt == "" {
+		t.Errorf("a: bob's receipt after sync: %+v, want delivered via mark_read and acknowledged with his note", r)
+	}
+	var unacked rpc.ListSentResult
+	a.json(&unacked, "alice", "sent", "--unacked")
+	if len(unacked.Messages) != 0 {
+		t.Errorf("a: thrum sent --unacked after sync: %+v", unacked.Messages)
 	}
 }
