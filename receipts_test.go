@@ -347,3 +347,17 @@ func TestReceiptNotifications(t *testing.T) {
 	_, err = f.n.Subscribe(f.as("alice"), mine, &rpc.SubscribeParams{Receipts: "mine"})
 	checkCode(t, "unknown receipts", err, rpc.CodeInvalidParams, "invalid receipts")
 }
+
+// A retried send asking for an acknowledgement is the first send; the
+// same key asking for another time is refused.
+func TestAckRetriedWithItsKey(t *testing.T) {
+	f := newFixture(t, nil)
+	p := rpc.SendMessageParams{Content: "x", Mentions: []string{"@bob"}, AckWithin: "30m", IdempotencyKey: "k"}
+	first := f.send("alice", p)
+	if again := f.send("alice", p); again.MessageID != first.MessageID {
+		t.Fatalf("the retry made %s, want %s", again.MessageID, first.MessageID)
+	}
+	p.AckWithin = "31m"
+	_, err := f.n.SendMessage(f.as("alice"), &p)
+	checkCode(t, "another ack_within", err, rpc.CodeIdempotencyKey, "ack_within")
+}
