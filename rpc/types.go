@@ -4,7 +4,8 @@ import "encoding/json"
 
 // Method names of thrum's JSON-RPC API (spec/rpc-api.md, and the group.*
 // shapes of DESIGN.md), and the notifications the server pushes:
-// NotificationMessage, and NotificationClaimed for a standing claim. Auth
+// NotificationMessage, NotificationClaimed for a standing claim and
+// NotificationReceipt for a subscription to receipts. Auth
 // is thrum's own: it binds a connection to an identity. Method X takes
 // XParams and returns XResult, as the Client method of the same name
 // shows.
