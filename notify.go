@@ -129,13 +129,19 @@ func (s *Subscription) markClosed(err error) (ids []int64, ok bool) {
 // Subscription: push then returns the IDs of its filters, which the
 // caller drops once it no longer holds the notifier's lock.
 func (s *Subscription) push(nt *rpc.MessageNotification) (dropped []int64, slow bool) {
+	return offer(s, s.deliver, s.ch, nt)
+}
+
+// offer is push for either kind of notification: to deliver if set, else
+// onto ch.
+func offer[T any](s *Subscription, deliver func(T) bool, ch chan T, nt T) (dropped []int64, slow bool) {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
 		return nil, false
 	}
-	if s.deliver != nil {
-		ok := s.deliver(nt)
+	if deliver != nil {
+		ok := deliver(nt)
 		s.mu.Unlock()
 		if ok {
 			return nil, false
@@ -143,7 +149,7 @@ func (s *Subscription) push(nt *rpc.MessageNotification) (dropped []int64, slow 
 		return s.markClosed(ErrSlowConsumer)
 	}
 	select {
-	case s.ch <- nt:
+	case ch <- nt:
 		s.mu.Unlock()
 		return nil, false
 	default:

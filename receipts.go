@@ -323,25 +323,5 @@ func (s *notifier) publishReceipts(ctx context.Context, batch []*eventlog.Event)
 
 // pushReceipt queues a receipt without blocking, as push does a message.
 func (s *Subscription) pushReceipt(nt *rpc.ReceiptNotification) (dropped []int64, slow bool) {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return nil, false
-	}
-	if s.deliverReceipt != nil {
-		ok := s.deliverReceipt(nt)
-		s.mu.Unlock()
-		if ok {
-			return nil, false
-		}
-		return s.markClosed(ErrSlowConsumer)
-	}
-	select {
-	case s.rch <- nt:
-		s.mu.Unlock()
-		return nil, false
-	default:
-	}
-	s.mu.Unlock()
-	return s.markClosed(ErrSlowConsumer)
+	return offer(s, s.deliverReceipt, s.rch, nt)
 }
