@@ -36,6 +36,10 @@ type Subscription struct {
 	// deliver, if set, takes notifications instead of ch, without
 	// blocking; false means it could not (its queue is full).
 	deliver func(*rpc.MessageNotification) bool
+	// rch and deliverReceipt are the same for receipts (receipts.go):
+	// rch is made by Listen; RPCServer sets deliverReceipt.
+	rch            chan *rpc.ReceiptNotification
+	deliverReceipt func(*rpc.ReceiptNotification) bool
 
 	mu      sync.Mutex
 	closed  bool
@@ -49,7 +53,9 @@ func (n *Node) Listen(queue int) *Subscription {
 	if queue <= 0 {
 		queue = n.opts.SubscriberQueue
 	}
-	return n.listen(make(chan *rpc.MessageNotification, queue), nil)
+	s := n.listen(make(chan *rpc.MessageNotification, queue), nil)
+	s.rch = make(chan *rpc.ReceiptNotification, queue)
+	return s
 }
 
 // ListenFunc returns a Subscription that hands each notification to
@@ -73,6 +79,13 @@ func (n *Node) listen(ch chan *rpc.MessageNotification, deliver func(*rpc.Messag
 // C returns the channel notifications arrive on. It is closed when the
 // Subscription closes.
 func (s *Subscription) C() <-chan *rpc.MessageNotification { return s.ch }
+
+// Receipts returns the channel the receipts of a subscription to them
+// (SubscribeParams.Receipts) arrive on, in commit order, with the same
+// bound and policy as C: a full one closes the Subscription. It is nil for
+// a Subscription made by ListenFunc, and closed when the Subscription
+// closes.
+func (s *Subscription) Receipts() <-chan *rpc.ReceiptNotification { return s.rch }
 
 // Err reports why the Subscription closed, or nil while it is open.
 func (s *Subscription) Err() error {
@@ -102,6 +115,9 @@ func (s *Subscription) markClosed(err error) (ids []int64, ok bool) {
 	s.closed = true
 	s.err = err
 	close(s.ch)
+	if s.rch != nil {
+		close(s.rch)
+	}
 	for id := range s.filters {
 		ids = append(ids, id)
 	}
@@ -113,13 +129,19 @@ func (s *Subscription) markClosed(err error) (ids []int64, ok bool) {
 // Subscription: push then returns the IDs of its filters, which the
 // caller drops once it no longer holds the notifier's lock.
 func (s *Subscription) push(nt *rpc.MessageNotification) (dropped []int64, slow bool) {
+	return offer(s, s.deliver, s.ch, nt)
+}
+
+// offer is push for either kind of notification: to deliver if set, else
+// onto ch.
+func offer[T any](s *Subscription, deliver func(T) bool, ch chan T, nt T) (dropped []int64, slow bool) {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
 		return nil, false
 	}
-	if s.deliver != nil {
-		ok := s.deliver(nt)
+	if deliver != nil {
+		ok := deliver(nt)
 		s.mu.Unlock()
 		if ok {
 			return nil, false
@@ -127,7 +149,7 @@ func (s *Subscription) push(nt *rpc.MessageNotification) (dropped []int64, slow 
 		return s.markClosed(ErrSlowConsumer)
 	}
 	select {
-	case s.ch <- nt:
+	case ch <- nt:
 		s.mu.Unlock()
 		return nil, false
 	default:
@@ -189,6 +211,9 @@ func (s *notifier) closeAll() {
 func (s *notifier) publish(ctx context.Context, batch []*eventlog.Event) {
 	slow := s.publishLocked(ctx, batch)
 	for c, ids := range slow {
+		s.drop(c, ids)
+	}
+	for c, ids := range s.publishReceipts(ctx, batch) {
 		s.drop(c, ids)
 	}
 }
@@ -394,11 +419,17 @@ func (n *Node) Subscribe(ctx context.Context, sub *Subscription, p *rpc.Subscrib
 	if p.All {
 		kinds++
 	}
+	if p.Receipts != "" {
+		kinds++
+		if p.Receipts != rpc.ReceiptsSent && p.Receipts != rpc.ReceiptsAll {
+			return nil, invalid("invalid receipts %q: use sent (your messages') or all", p.Receipts)
+		}
+	}
 	if kinds == 0 {
-		return nil, invalid("at least one of scope, mention_role, or all must be specified")
+		return nil, invalid("at least one of scope, mention_role, or all must be specified") // the contract's words; receipts is ours
 	}
 	if kinds > 1 {
-		return nil, invalid("only one of scope, mention_role, or all may be specified")
+		return nil, invalid("only one of scope, mention_role, all or receipts may be specified")
 	}
 	if sub == nil {
 		return nil, rpc.Errorf(rpc.CodeInvalidRequest, "subscribe needs a Subscription to deliver to: over RPC keep the connection open; in Go pass one from Node.Listen")
@@ -414,11 +445,16 @@ func (n *Node) Subscribe(ctx context.Context, sub *Subscription, p *rpc.Subscrib
 	}
 	f.info.MentionRole = trimAt(p.MentionRole)
 	f.info.All = p.All
+	f.info.Receipts = p.Receipts
 
 	sub.mu.Lock()
 	if sub.closed {
 		sub.mu.Unlock()
 		return nil, rpc.Errorf(rpc.CodeUnavailable, "subscription is closed")
+	}
+	if p.Receipts != "" && sub.rch == nil && sub.deliverReceipt == nil {
+		sub.mu.Unlock()
+		return nil, rpc.Errorf(rpc.CodeInvalidRequest, "this Subscription takes no receipts: make it with Node.Listen")
 	}
 	if len(sub.filters) >= n.opts.MaxSubscriptions {
 		sub.mu.Unlock()

@@ -411,6 +411,8 @@ func (s *RPCServer) bindAll(sy Syncer) {
 	bind(s, rpc.MethodMessageDelete, write, n.DeleteMessage)
 	bind(s, rpc.MethodMessageMarkRead, write, n.MarkRead)
 	bind(s, rpc.MethodMessageClaimNext, write, s.claimNext)
+	bind(s, rpc.MethodMessageAck, write, n.AckMessage)
+	bind(s, rpc.MethodMessageListSent, read, n.ListSent)
 	bind(s, rpc.MethodThreadCreate, write, s.createThread)
 	bind(s, rpc.MethodThreadList, read, n.ListThreads)
 	bind(s, rpc.MethodThreadGet, read, n.GetThread)
@@ -705,6 +707,7 @@ func (s *RPCServer) subscribe(ctx context.Context, p *rpc.SubscribeParams) (*rpc
 			}
 			return c.Notify(rpc.NotificationMessage, nt) == nil
 		})
+		l.deliverReceipt = func(nt *rpc.ReceiptNotification) bool { return c.Notify(rpc.NotificationReceipt, nt) == nil }
 		st.listener = l
 		c.OnClose(l.Close)
 	}

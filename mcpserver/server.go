@@ -173,6 +173,14 @@ type Server struct {
 	knownRoles map[string]bool
 	rosterAt   time.Time
 
+	// acks are the acknowledgements queued for a wait with acks, once
+	// wantAcks asked for them; acksOn is the connection subscribed to
+	// them (acks.go).
+	acksMu   sync.Mutex
+	wantAcks bool
+	acksOn   *rpc.Client
+	acks     []AckInfo
+
 	// since is how far the notifications are known complete: every
 	// message addressed to this agent created up to it was pushed to the
 	// queue. A reconnect re-reads what came after it.
@@ -475,6 +483,9 @@ func (s *Server) connect(ctx context.Context) (_ *rpc.Client, subAt time.Time, _
 		c.Close()
 		return nil, subAt, fmt.Errorf("mcpserver: subscribe: %w", err)
 	}
+	if err := s.subscribeAcks(ctx, c); err != nil {
+		s.log.Warn("mcpserver: subscribing to acknowledgements", "err", err)
+	}
 	return c, subAt, nil
 }
 
@@ -618,8 +629,12 @@ func (s *Server) conn(ctx context.Context) (*rpc.Client, error) {
 // onNotification queues notification.message pushes for the waiter. It
 // runs on the client's read goroutine and never blocks.
 func (s *Server) onNotification(method string, params json.RawMessage) {
-	if method == rpc.NotificationClaimed {
+	switch method {
+	case rpc.NotificationClaimed:
 		s.onClaimed(params)
+		return
+	case rpc.NotificationReceipt:
+		s.onReceipt(params)
 		return
 	}
 	if method != rpc.NotificationMessage {
