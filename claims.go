@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/thrumhq/thrum/eventlog"
 	"github.com/thrumhq/thrum/rpc"
@@ -162,7 +163,8 @@ func (a *agentClaims) decide(ctx context.Context, st claimReader, agent string, 
 // does.
 type standingClaim struct {
 	agent, session string
-	conn           any // the connection it pushes to, compared only
+	via            string // the consumer's delivery path, for the read
+	conn           any    // the connection it pushes to, compared only
 	push           func(*rpc.ClaimedNotification) bool
 
 	// Guarded by standingClaims.mu.
@@ -184,11 +186,11 @@ type standingClaims struct {
 // priorityRank orders the priorities, lowest first.
 var priorityRank = map[string]int{rpc.PriorityLow: 0, rpc.PriorityNormal: 1, rpc.PriorityHigh: 2, rpc.PriorityCritical: 3}
 
-// arm makes sc wanted at floor.
-func (c *standingClaims) arm(sc *standingClaim, floor int) {
+// arm makes sc wanted at floor, for a consumer that delivers via.
+func (c *standingClaims) arm(sc *standingClaim, floor int, via string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	sc.floor, sc.took = floor, ""
+	sc.floor, sc.via, sc.took = floor, via, ""
 	if sc.wanted {
 		return
 	}
@@ -268,7 +270,7 @@ func (c *standingClaims) reserve(id, author, priority string, recipients []rpc.R
 				sc.taking, sc.settled = id, make(chan struct{})
 				taken = append(taken, sc)
 				reads = append(reads, &eventlog.Event{Type: eventlog.TypeMessageRead, Shard: shardOf(agent), Payload: eventlog.MessageRead{
-					AgentID: agent, SessionID: sc.session, MessageIDs: []string{id}}})
+					AgentID: agent, SessionID: sc.session, MessageIDs: []string{id}, Via: sc.via}})
 				break
 			}
 		}
@@ -312,7 +314,7 @@ func (n *Node) settleClaims(taken []*standingClaim, id string, e *eventlog.Event
 		// now returns it — from the payload as committed and applied.
 		nt := &rpc.ClaimedNotification{MessageID: id}
 		if p, perr := eventlog.PayloadAs[eventlog.MessageCreate](e); perr == nil {
-			nt.Message = claimedDetail(p, e.Timestamp())
+			nt.Message = claimedDetail(p, e.Time)
 		}
 		for _, sc := range taken {
 			sc.push(nt) // before it is settled: a cancel's reply follows it
@@ -339,14 +341,16 @@ func (n *Node) settleClaims(taken []*standingClaim, id string, e *eventlog.Event
 // returns it to a reader who has read it — built from the event rather
 // than read back from the projection, which holds the same (scopes and
 // refs in order, once each; the structured payload trimmed; no edits
-// yet). TestClaimNextPushIsMessageGet holds the two equal.
-func claimedDetail(p eventlog.MessageCreate, at string) *rpc.MessageDetail {
+// yet). TestClaimNextPushIsMessageGet holds the two equal, but for the
+// receipts, which only message.get reports.
+func claimedDetail(p eventlog.MessageCreate, at time.Time) *rpc.MessageDetail {
 	d := &rpc.MessageDetail{
 		MessageID: p.MessageID, ThreadID: p.ThreadID,
 		Author: rpc.Author{AgentID: p.AgentID, SessionID: p.SessionID},
 		Body:   rpc.Body{Format: p.Format, Content: p.Content, Structured: nullJSON(p.Structured)},
 		Scopes: pairsAsStored(p.Scopes), Refs: pairsAsStored(p.Refs),
-		CreatedAt: at, Priority: p.Priority, Tags: slices.Clone(p.Tags), IsRead: true,
+		CreatedAt: ts(at), Priority: p.Priority, Tags: slices.Clone(p.Tags), IsRead: true,
+		AckRequired: p.AckRequired, AckDue: store.AckDue(p, at),
 	}
 	if d.Tags == nil {
 		d.Tags = []string{}

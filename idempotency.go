@@ -216,7 +216,24 @@ func (n *Node) sendDiffers(m *store.Message, p *rpc.SendMessageParams, threadID 
 	case m.Disclose != (p.Disclose && acting != ""):
 		return "disclose"
 	}
+	ack, within, err := ackWithin(p)
+	switch {
+	case m.AckRequired != ack:
+		return "ack_required"
+	case err != nil || m.AckDue != ackDueOf(ack, within, m.CreatedAt):
+		return "ack_within"
+	}
 	return ""
+}
+
+// ackDueOf is the ack_due of a message sent at created that asks for an
+// acknowledgement within, as the projection keeps it.
+func ackDueOf(ack bool, within, created string) string {
+	at, err := eventlog.ParseTime(created)
+	if err != nil {
+		return ""
+	}
+	return store.AckDue(eventlog.MessageCreate{AckRequired: ack, AckWithin: within}, at)
 }
 
 // mentionAddr is the address a mention resolves as (see resolveMention),

@@ -109,12 +109,13 @@ func TestIdempotencyKey(t *testing.T) {
 		"priority":   {Content: "once", Mentions: []string{"@bob"}, Priority: rpc.PriorityHigh},
 		"tags":       {Content: "once", Mentions: []string{"@bob"}, Tags: []string{"x"}},
 		"format":     {Content: "once", Mentions: []string{"@bob"}, Format: rpc.FormatPlain},
+		"ack":        {Content: "once", Mentions: []string{"@bob"}, AckWithin: "1h"},
 		"thread":     {Content: "once", Mentions: []string{"@bob"}, ThreadID: th.ThreadID},
 	} {
 		p.IdempotencyKey = "k1"
 		_, err := n.SendMessage(alice, p)
 		wantCode(t, err, rpc.CodeIdempotencyKey, first.MessageID)
-		if what != "none" && what != "thread" && !strings.Contains(err.Error(), map[string]string{"content": "content", "recipients": "recipients", "priority": "priority", "tags": "tags", "format": "format"}[what]) {
+		if what != "none" && what != "thread" && !strings.Contains(err.Error(), map[string]string{"content": "content", "recipients": "recipients", "priority": "priority", "tags": "tags", "format": "format", "ack": "ack_required"}[what]) {
 			t.Errorf("%s: %v does not say what differs", what, err)
 		}
 	}

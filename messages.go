@@ -198,6 +198,10 @@ func (n *Node) prepareMessage(ctx context.Context, p *rpc.SendMessageParams, thr
 	if len(p.Tags) > maxTags {
 		return nil, tooLarge("too many tags: at most %d", maxTags)
 	}
+	ackRequired, within, err := ackWithin(p)
+	if err != nil {
+		return nil, err
+	}
 	au, err := n.resolveAuthor(ctx, p.ActingAs)
 	if err != nil {
 		return nil, err
@@ -248,6 +252,10 @@ func (n *Node) prepareMessage(ctx context.Context, p *rpc.SendMessageParams, thr
 		res.recipients = append(res.recipients, rc)
 	}
 	n.markActive(ctx, res.recipients)
+	agents := recipientAgents(res.recipients, au.agentID)
+	if ackRequired && len(agents) == 0 {
+		return nil, invalid("ack_required needs a recipient: address the message to an agent, role or group other than yourself")
+	}
 
 	res.id, res.author, res.priority = "msg_"+eventlog.NewID(), au.agentID, priority
 	res.event = &eventlog.Event{Type: eventlog.TypeMessageCreate, Shard: shardOf(au.agentID), Payload: eventlog.MessageCreate{
@@ -256,6 +264,7 @@ func (n *Node) prepareMessage(ctx context.Context, p *rpc.SendMessageParams, thr
 		Scopes: p.Scopes, Refs: refs, Tags: p.Tags, Priority: priority,
 		ActingAs: au.actingAs, Disclose: p.Disclose && au.actingAs != "",
 		IdempotencyKey: p.IdempotencyKey,
+		Recipients:     agents, AckRequired: ackRequired, AckWithin: within,
 	}}
 	return res, nil
 }
@@ -344,6 +353,7 @@ func summary(m *store.Message) rpc.MessageSummary {
 		MessageID: m.MessageID, ThreadID: m.ThreadID, AgentID: m.AgentID, Body: body(m),
 		CreatedAt: m.CreatedAt, UpdatedAt: m.UpdatedAt, Deleted: m.Deleted, IsRead: m.IsRead,
 		Priority: m.Priority, Scopes: pairs(m.Scopes), Refs: pairs(m.Refs), Tags: tagsOf(m), Version: m.Version,
+		AckRequired: m.AckRequired,
 	}
 }
 
@@ -355,14 +365,17 @@ func readerOf(ctx context.Context) string {
 	return ""
 }
 
-// GetMessage returns one message in full, deleted or not. It does not
-// mark it read (the CLI does, with MarkRead).
+// GetMessage returns one message in full, deleted or not, with its
+// receipts. It marks nothing read: looking is not delivering.
 func (n *Node) GetMessage(ctx context.Context, p *rpc.GetMessageParams) (*rpc.GetMessageResult, error) {
 	if p.MessageID == "" {
 		return nil, invalid("message_id is required")
 	}
 	d, err := n.messageDetail(ctx, p.MessageID, readerOf(ctx))
 	if err != nil {
+		return nil, err
+	}
+	if d.Receipts, err = n.receipts(ctx, p.MessageID); err != nil {
 		return nil, err
 	}
 	return &rpc.GetMessageResult{Message: *d}, nil
@@ -385,6 +398,7 @@ func (n *Node) messageDetail(ctx context.Context, id, reader string) (*rpc.Messa
 		Metadata:  rpc.MessageMetadata{DeletedAt: m.DeletedAt, DeleteReason: m.DeleteReason},
 		CreatedAt: m.CreatedAt, UpdatedAt: m.UpdatedAt, Deleted: m.Deleted,
 		Priority: m.Priority, Tags: tagsOf(m), Version: m.Version, IsRead: m.IsRead,
+		AckRequired: m.AckRequired, AckDue: m.AckDue,
 	}
 	if m.Disclose {
 		d.DisclosedVia = m.ActingAs
@@ -647,6 +661,10 @@ func (n *Node) MarkRead(ctx context.Context, p *rpc.MarkReadParams) (*rpc.MarkRe
 	if len(p.MessageIDs) > maxMarkRead {
 		return nil, tooLarge("too many message_ids: at most %d per call", maxMarkRead)
 	}
+	via, err := checkVia(p.Via, rpc.ViaMarkRead)
+	if err != nil {
+		return nil, err
+	}
 	me, sid, err := n.readerSession(ctx, "marking messages read")
 	if err != nil {
 		return nil, err
@@ -672,7 +690,7 @@ func (n *Node) MarkRead(ctx context.Context, p *rpc.MarkReadParams) (*rpc.MarkRe
 	}
 	if len(claimed) > 0 {
 		e := &eventlog.Event{Type: eventlog.TypeMessageRead, Shard: shardOf(me), Payload: eventlog.MessageRead{
-			AgentID: me, SessionID: sid, MessageIDs: claimed}}
+			AgentID: me, SessionID: sid, MessageIDs: claimed, Via: via}}
 		err := n.append(ctx, e)
 		release() // applied, not written, or durable and pending (see readClaims)
 		if fetched != nil {

@@ -26,6 +26,7 @@ var fuzzMethods = []string{
 	rpc.MethodSubscriptionsList, rpc.MethodUserRegister, rpc.MethodUserIdentify, rpc.MethodGroupCreate,
 	rpc.MethodGroupDelete, rpc.MethodGroupMemberAdd, rpc.MethodGroupMemberRemove, rpc.MethodGroupList,
 	rpc.MethodGroupInfo, rpc.MethodGroupMembers, rpc.MethodWebLogin, rpc.MethodMessageClaimNext, rpc.MethodMessageSearch,
+	rpc.MethodMessageAck, rpc.MethodMessageListSent,
 }
 
 // surrogateEscape matches a \u escape of a UTF-16 surrogate, which the
@@ -42,7 +43,9 @@ func FuzzMethodParams(f *testing.F) {
 		for _, p := range []string{`{}`, `null`, `[]`, `{"caller_agent_id":1}`, `{"caller_agent_id":"alice"}`,
 			`{"caller_agent_id":"alice","content":"hi","mentions":["bob"]}`, `{"name":7}`, `{"page_size":"x"}`,
 			`{"session_id":{"a":1}}`, `{"scope":{"type":"module","value":"x"},"caller_agent_id":"bob"}`,
-			`{"message_ids":[1,2]}`, `{"login_code":"x"}`, `{"web_session":7}`, `{"query":"a (b OR \"c","page_size":-1}`, `{"query":7}`, `{"refs":[{"type":"worktree","value":"/"}],"caller_agent_id":"alice"}`} {
+			`{"message_ids":[1,2]}`, `{"login_code":"x"}`, `{"web_session":7}`, `{"query":"a (b OR \"c","page_size":-1}`, `{"query":7}`, `{"refs":[{"type":"worktree","value":"/"}],"caller_agent_id":"alice"}`,
+			`{"caller_agent_id":"alice","content":"hi","mentions":["bob"],"ack_within":"-3h"}`, `{"caller_agent_id":"bob","message_id":"msg_x","note":7}`,
+			`{"caller_agent_id":"alice","unacked":true,"overdue":"yes"}`, `{"caller_agent_id":"bob","receipts":"sent"}`, `{"message_ids":["m"],"via":"carrier pigeon"}`} {
 			f.Add(uint8(i), []byte(p))
 		}
 	}

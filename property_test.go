@@ -32,7 +32,7 @@ import (
 // TestRebuildEqualsLive drives a node through thousands of random
 // operations — every kind of write, valid and invalid, first from one
 // goroutine and then from several — and checks the projection's contract
-// (DESIGN.md, "Data flow of a write"):
+// (DESIGN.md, "The write path"):
 //
 //   - every failure is an *rpc.Error with a sensible code, never internal;
 //   - a projection rebuilt from the log equals the live one, table by table;

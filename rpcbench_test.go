@@ -185,7 +185,7 @@ func benchPushLatency(b *testing.B, transport string) {
 // (Linux), which fan-out multiplies: a notification costs the daemon a
 // write and its subscriber's client a read that takes it and one that
 // finds the socket empty, unless several share them (see DESIGN.md,
-// "Fan-out"). push-p50-ms and push-p99-ms are the time from just before
+// "Corking adapts"). push-p50-ms and push-p99-ms are the time from just before
 // a send to its notification's arrival at the last subscriber, the one
 // the daemon queues it for last.
 //

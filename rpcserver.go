@@ -251,6 +251,8 @@ func (s *RPCServer) bindAll(sy SyncControl) {
 	bind(s, rpc.MethodMessageDelete, access.Write, n.DeleteMessage)
 	bind(s, rpc.MethodMessageMarkRead, access.Write, n.MarkRead)
 	bind(s, rpc.MethodMessageClaimNext, access.Write, s.claimNext)
+	bind(s, rpc.MethodMessageAck, access.Write, n.AckMessage)
+	bind(s, rpc.MethodMessageListSent, access.Read, n.ListSent)
 	bind(s, rpc.MethodThreadCreate, access.Write, guarded(pol.CreateThread, n.CreateThread))
 	bind(s, rpc.MethodThreadList, access.Read, n.ListThreads)
 	bind(s, rpc.MethodThreadGet, access.Read, n.GetThread)
@@ -408,6 +410,10 @@ func (s *RPCServer) claimNext(ctx context.Context, p *rpc.ClaimNextParams) (*rpc
 		}
 		return &rpc.ClaimNextResult{ClaimedID: s.n.standing.cancel(ctx, sc)}, nil
 	}
+	via, err := checkVia(p.Via, rpc.ViaWaitForMessage)
+	if err != nil {
+		return nil, err
+	}
 	floor := 0
 	if p.MinPriority != "" {
 		f, ok := priorityRank[p.MinPriority]
@@ -430,6 +436,6 @@ func (s *RPCServer) claimNext(ctx context.Context, p *rpc.ClaimNextParams) (*rpc
 		c.SetValue(standingKey{}, sc)
 		c.OnClose(func() { s.n.standing.drop(sc) })
 	}
-	s.n.standing.arm(sc, floor)
+	s.n.standing.arm(sc, floor, via)
 	return &rpc.ClaimNextResult{Armed: true}, nil
 }

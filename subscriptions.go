@@ -28,7 +28,10 @@ var ErrSubscriptionClosed = errors.New("thrum: subscription closed")
 type Subscription struct {
 	n  *Node
 	ch chan *rpc.MessageNotification
-	// conn, if set, takes notifications instead of ch, without blocking.
+	// rch is ch for receipts (SubscribeParams.Receipts; receipts.go).
+	rch chan *rpc.ReceiptNotification
+	// conn, if set, takes notifications instead of ch and rch, without
+	// blocking.
 	conn *connSink
 
 	mu      sync.Mutex
@@ -43,7 +46,9 @@ func (n *Node) Listen(queue int) *Subscription {
 	if queue <= 0 {
 		queue = n.opts.SubscriberQueue
 	}
-	return n.listen(make(chan *rpc.MessageNotification, queue), nil)
+	s := n.listen(make(chan *rpc.MessageNotification, queue), nil)
+	s.rch = make(chan *rpc.ReceiptNotification, queue)
+	return s
 }
 
 // listen returns a Subscription that queues on ch or, if conn is set,
@@ -60,6 +65,12 @@ func (n *Node) listen(ch chan *rpc.MessageNotification, conn *connSink) *Subscri
 // C returns the channel notifications arrive on. It is closed when the
 // Subscription closes.
 func (s *Subscription) C() <-chan *rpc.MessageNotification { return s.ch }
+
+// Receipts returns the channel the receipts of a subscription to them
+// (SubscribeParams.Receipts) arrive on, in commit order, with the same
+// bound and policy as C: a full one closes the Subscription. It is closed
+// when the Subscription closes.
+func (s *Subscription) Receipts() <-chan *rpc.ReceiptNotification { return s.rch }
 
 // Err reports why the Subscription closed, or nil while it is open.
 func (s *Subscription) Err() error {
@@ -89,6 +100,9 @@ func (s *Subscription) markClosed(err error) (ids []int64, ok bool) {
 	s.closed = true
 	s.err = err
 	close(s.ch)
+	if s.rch != nil {
+		close(s.rch)
+	}
 	for id := range s.filters {
 		ids = append(ids, id)
 	}
@@ -162,11 +176,17 @@ func (n *Node) Subscribe(ctx context.Context, sub *Subscription, p *rpc.Subscrib
 	if p.All {
 		kinds++
 	}
+	if p.Receipts != "" {
+		kinds++
+		if p.Receipts != rpc.ReceiptsSent && p.Receipts != rpc.ReceiptsAll {
+			return nil, invalid("invalid receipts %q: use sent (your messages') or all", p.Receipts)
+		}
+	}
 	if kinds == 0 {
-		return nil, invalid("at least one of scope, mention_role, or all must be specified")
+		return nil, invalid("at least one of scope, mention_role, or all must be specified") // the contract's words; receipts is ours
 	}
 	if kinds > 1 {
-		return nil, invalid("only one of scope, mention_role, or all may be specified")
+		return nil, invalid("only one of scope, mention_role, all or receipts may be specified")
 	}
 	if sub == nil {
 		return nil, rpc.Errorf(rpc.CodeInvalidRequest, "subscribe needs a Subscription to deliver to: over RPC keep the connection open; in Go pass one from Node.Listen")
@@ -182,6 +202,7 @@ func (n *Node) Subscribe(ctx context.Context, sub *Subscription, p *rpc.Subscrib
 	}
 	f.info.MentionRole = trimAt(p.MentionRole)
 	f.info.All = p.All
+	f.info.Receipts = p.Receipts
 
 	sub.mu.Lock()
 	if sub.closed {

@@ -141,6 +141,7 @@ type Node struct {
 	stopBg    context.CancelFunc // cancels it
 
 	claims readClaims // arbitrates message.markRead (claims.go)
+	ackMu  sync.Mutex // serializes AckMessage (receipts.go)
 	// standing claims a send fills in its own commit (message.claimNext)
 	standing standingClaims
 

@@ -205,6 +205,9 @@ func (s *notifier) publish(ctx context.Context, batch []*eventlog.Event) {
 	for c, ids := range slow {
 		s.drop(c, ids)
 	}
+	for c, ids := range s.publishReceipts(ctx, batch) {
+		s.drop(c, ids)
+	}
 }
 
 // publishLocked is publish under the notifier's read lock; it returns
@@ -322,28 +325,35 @@ func (s *notifier) deliver(subs []*filter, m *published, at string, slow map[*Su
 // Subscription: push then returns the IDs of its filters, which the
 // caller drops once it no longer holds the notifier's lock.
 func (s *Subscription) push(nt *rpc.MessageNotification, m rpc.MatchedSubscription) (dropped []int64, slow bool) {
+	return s.offer(func() bool {
+		if s.conn != nil {
+			return s.conn.notify(nt, m)
+		}
+		own := *nt
+		own.MatchedSubscription = m
+		select {
+		case s.ch <- &own:
+			return true
+		default:
+			return false
+		}
+	})
+}
+
+// offer runs try, which hands a notification on without blocking, unless
+// the Subscription is closed; if try could not, the Subscription is
+// closed as a slow consumer and offer returns its filters to drop.
+func (s *Subscription) offer(try func() bool) (dropped []int64, slow bool) {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
 		return nil, false
 	}
-	if s.conn != nil {
-		ok := s.conn.notify(nt, m)
-		s.mu.Unlock()
-		if ok {
-			return nil, false
-		}
-		return s.markClosed(ErrSlowConsumer)
-	}
-	own := *nt
-	own.MatchedSubscription = m
-	select {
-	case s.ch <- &own:
-		s.mu.Unlock()
-		return nil, false
-	default:
-	}
+	ok := try()
 	s.mu.Unlock()
+	if ok {
+		return nil, false
+	}
 	return s.markClosed(ErrSlowConsumer)
 }
 

@@ -8,7 +8,7 @@ import (
 )
 
 // Authorship. Every event says who did it: its author (see Author). An
-// agent's message events (message.create, .edit, .delete, .read) live in
+// agent's message events (message.create, .edit, .delete, .read, .ack) live in
 // that agent's shard, messages/<agent>.jsonl, which only the agent's own
 // machine appends to; everything else (agent, session, thread and group
 // lifecycle, application events) lives in events.jsonl, which every
@@ -20,7 +20,7 @@ func AgentShard(agentID string) string { return strings.ReplaceAll(agentID, ":",
 
 // messageTypes are the types that live in their author's shard.
 var messageTypes = map[string]bool{
-	TypeMessageCreate: true, TypeMessageEdit: true, TypeMessageDelete: true, TypeMessageRead: true,
+	TypeMessageCreate: true, TypeMessageEdit: true, TypeMessageDelete: true, TypeMessageRead: true, TypeMessageAck: true,
 }
 
 // actors are the fields in which an event names who acted.

@@ -14,6 +14,9 @@ import (
 // shard files that may have been damaged or written by anything.
 func FuzzDecodeLine(f *testing.F) {
 	f.Add([]byte(`{"event_id":"01JAAAAAAAAAAAAAAAAAAAAAAA","type":"message.create","timestamp":"2025-01-02T03:04:05.000000006Z","content":"x"}`))
+	f.Add([]byte(`{"event_id":"01JAAAAAAAAAAAAAAAAAAAAAAA","type":"message.create","timestamp":"2025-01-02T03:04:05.000000006Z","content":"x","recipients":["bob","carol"],"ack_required":true,"ack_within":"30m0s"}`))
+	f.Add([]byte(`{"event_id":"01JAAAAAAAAAAAAAAAAAAAAAAA","type":"message.read","timestamp":"2025-01-02T03:04:05.000000006Z","agent_id":"bob","message_ids":["msg_1"],"via":"hook"}`))
+	f.Add([]byte(`{"event_id":"01JAAAAAAAAAAAAAAAAAAAAAAA","type":"message.ack","timestamp":"2025-01-02T03:04:05.000000006Z","agent_id":"bob","message_id":"msg_1","note":"ok"}`))
 	f.Fuzz(func(t *testing.T, line []byte) {
 		in := bytes.Clone(line)
 		ev, err := DecodeLine(line)

@@ -18,6 +18,7 @@ const (
 	TypeMessageEdit      = "message.edit"            // MessageEdit
 	TypeMessageDelete    = "message.delete"          // MessageDelete
 	TypeMessageRead      = "message.read"            // MessageRead
+	TypeMessageAck       = "message.ack"             // MessageAck
 	TypeThreadCreate     = "thread.create"           // ThreadCreate
 	TypeGroupCreate      = "group.create"            // GroupCreate
 	TypeGroupDelete      = "group.delete"            // GroupDelete
@@ -143,6 +144,13 @@ type MessageCreate struct {
 	// IdempotencyKey is the sender's key for safe retries: kept in the
 	// log so that deduplication survives restarts and rebuilds.
 	IdempotencyKey string `json:"idempotency_key,omitempty"`
+	// Recipients are the agents the mentions reached when it was sent
+	// (never its author): whose receipts it has.
+	Recipients []string `json:"recipients,omitempty"`
+	// AckRequired asks each recipient to acknowledge it, within
+	// AckWithin (a Go duration, "" for no deadline) if set.
+	AckRequired bool   `json:"ack_required,omitempty"`
+	AckWithin   string `json:"ack_within,omitempty"`
 }
 
 // MessageEdit replaces a message's content and/or structured data.
@@ -162,11 +170,24 @@ type MessageDelete struct {
 	Reason    string `json:"reason,omitempty"`
 }
 
-// MessageRead marks messages read by an agent in a session.
+// MessageRead marks messages read by an agent in a session: they are
+// delivered to it, by the path Via names ("" in events written before
+// receipts).
 type MessageRead struct {
 	AgentID    string   `json:"agent_id"`
 	SessionID  string   `json:"session_id"`
 	MessageIDs []string `json:"message_ids"`
+	Via        string   `json:"via,omitempty"`
+}
+
+// MessageAck is an agent's acknowledgement of a message addressed to it,
+// with an optional note. A reply acknowledges too, with no event of its
+// own: its message.create is the record.
+type MessageAck struct {
+	AgentID   string `json:"agent_id"`
+	SessionID string `json:"session_id"`
+	MessageID string `json:"message_id"`
+	Note      string `json:"note,omitempty"`
 }
 
 // ThreadCreate opens a thread.
@@ -221,6 +242,7 @@ var decoders = map[string]func([]byte) (any, error){
 	TypeMessageEdit:      decodeAs[MessageEdit],
 	TypeMessageDelete:    decodeAs[MessageDelete],
 	TypeMessageRead:      decodeAs[MessageRead],
+	TypeMessageAck:       decodeAs[MessageAck],
 	TypeThreadCreate:     decodeAs[ThreadCreate],
 	TypeGroupCreate:      decodeAs[GroupCreate],
 	TypeGroupDelete:      decodeAs[GroupDelete],

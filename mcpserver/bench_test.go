@@ -13,8 +13,8 @@ import (
 	"github.com/thrumhq/thrum/mcpserver"
 )
 
-// BenchmarkSendToWait measures DESIGN.md's budget "send → wait_for_message
-// return: p50 < 1 ms, p99 < 5 ms" end to end through MCP: bob's
+// BenchmarkSendToWait measures DESIGN.md's budget "send_message → woken
+// wait_for_message p99 < 10 ms" end to end through MCP: bob's
 // wait_for_message is already blocked, alice calls send_message, and the
 // time is from just before alice's call to bob's call returning the
 // message — which includes claiming it: bob's wait has a standing claim

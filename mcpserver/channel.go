@@ -72,6 +72,10 @@ func channelEvent(m *MessageInfo, more int) ChannelEvent {
 	if m.AddressedAs != nil {
 		meta["addressed_to"] = "@" + m.AddressedAs.Name
 	}
+	if m.AckRequired {
+		meta["ack"] = "requested"
+		meta["instructions"] += " The sender asks you to acknowledge it: a reply does."
+	}
 	return ChannelEvent{Content: m.Framed(false), Meta: meta}
 }
 
@@ -82,7 +86,7 @@ func channelEvent(m *MessageInfo, more int) ChannelEvent {
 // get_message. oneLine writes it on one line.
 func (m *MessageInfo) Framed(oneLine bool) string {
 	return frame.Frame(frame.Message{ID: m.MessageID, From: m.From, Priority: m.Priority, ThreadID: m.ThreadID,
-		ReplyTo: m.ReplyTo, Body: m.Content}, frame.Options{OneLine: oneLine})
+		ReplyTo: m.ReplyTo, Ack: m.AckRequired, Body: m.Content}, frame.Options{OneLine: oneLine})
 }
 
 // channel is one Run's channel: the connection it writes on, and whether

@@ -165,6 +165,18 @@ func TestChannelEvent(t *testing.T) {
 	if d := getMessage(t, n, "bob", first); !d.IsRead {
 		t.Errorf("a pushed message is unread: the push must claim it")
 	}
+	if r := receiptOf(t, n, first, "bob"); r.State != rpc.ReceiptDelivered || r.Via != rpc.ViaChannel {
+		t.Errorf("receipt of a pushed message: %+v, want delivered via channel", r)
+	}
+	asked, err := n.SendMessage(ctx, &rpc.SendMessageParams{Content: "ack, please", Mentions: []string{"@bob"}, AckRequired: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev = h.next(t)
+	if m, _, err := frame.Parse(ev.Content); err != nil || !m.Ack || ev.Meta["ack"] != "requested" ||
+		!strings.Contains(ev.Meta["instructions"], "acknowledge") || ev.Meta["message_id"] != asked.MessageID {
+		t.Errorf("event of a message asking for an acknowledgement: %+v (%v)", ev, err)
+	}
 
 	th, err := n.CreateThread(ctx, &rpc.CreateThreadParams{Title: "login"})
 	if err != nil {

@@ -25,7 +25,7 @@ var floorNames = []string{rpc.PriorityLow, rpc.PriorityNormal, rpc.PriorityHigh,
 // floor, unless it is armed there already, and reports whether it armed
 // it now. A failure is logged: the wait goes on without it, woken by
 // notification.message.
-func (s *Server) arm(ctx context.Context, floor int) bool {
+func (s *Server) arm(ctx context.Context, floor int, via string) bool {
 	c, err := s.conn(ctx)
 	if err != nil {
 		return false
@@ -44,7 +44,7 @@ func (s *Server) arm(ctx context.Context, floor int) bool {
 	s.armMu.Unlock()
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultCallTimeout)
 	defer cancel()
-	if _, err := c.ClaimNext(cctx, &rpc.ClaimNextParams{MinPriority: floorNames[floor]}); err != nil {
+	if _, err := c.ClaimNext(cctx, &rpc.ClaimNextParams{MinPriority: floorNames[floor], Via: via}); err != nil {
 		s.armMu.Lock()
 		if s.armedOn == c {
 			s.armedOn = nil
@@ -151,7 +151,7 @@ func (s *Server) adoptClaimed(ctx context.Context) {
 		if m.Deleted {
 			continue
 		}
-		info := s.info(ctx, m.MessageID, m.ThreadID, m.Author.AgentID, m.Body, m.Refs, m.Priority, m.CreatedAt, nil)
+		info := s.info(ctx, m.MessageID, m.ThreadID, m.Author.AgentID, m.Body, m.Refs, m.Priority, m.CreatedAt, m.AckRequired, nil)
 		s.heldMu.Lock()
 		s.held = append(s.held, info)
 		s.heldMu.Unlock()

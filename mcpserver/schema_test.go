@@ -7,12 +7,19 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/pkoukk/tiktoken-go"
+	tiktoken_loader "github.com/pkoukk/tiktoken-go-loader"
 )
+
+// maxToolTokens is the agents' budget for tools/list: what every session
+// of an agent pays in its context before it does anything.
+const maxToolTokens = 3200
 
 // TestToolSchemas checks what the schemas tell a client: enums for every closed set of strings, bounds on limit and timeout,
 // no nullable arrays where the tools always return [], one status per
 // tool where a shared type used to say two — and that tools/list stays
-// under 3,000 tokens, estimated as bytes/4 of its JSON.
+// within maxToolTokens, counted with the cl100k_base encoding.
 func TestToolSchemas(t *testing.T) {
 	n := newNode(t, nil)
 	alice := connect(t, n, addAgent(t, n, "alice", "implementer", "auth"), nil)
@@ -21,10 +28,15 @@ func TestToolSchemas(t *testing.T) {
 		t.Fatal(err)
 	}
 	raw, _ := json.Marshal(res)
-	tokens := len(raw) / 4
-	t.Logf("tools/list: %d bytes, about %d tokens (bytes/4)", len(raw), tokens)
-	if tokens >= 3000 {
-		t.Errorf("tools/list is about %d tokens, want under 3,000", tokens)
+	tiktoken.SetBpeLoader(tiktoken_loader.NewOfflineLoader())
+	enc, err := tiktoken.GetEncoding("cl100k_base")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens := len(enc.Encode(string(raw), nil, nil))
+	t.Logf("tools/list: %d bytes, %d tokens (cl100k_base)", len(raw), tokens)
+	if tokens > maxToolTokens {
+		t.Errorf("tools/list is %d tokens, want at most %d", tokens, maxToolTokens)
 	}
 
 	schemas := map[string]map[string]any{}
@@ -67,7 +79,7 @@ func TestToolSchemas(t *testing.T) {
 	enum("broadcast_message in", "filter.status", "all", "active")
 	enum("check_messages out", "messages.[].priority", prios...)
 	enum("wait_for_message out", "message.addressed_as.kind", "agent", "role", "group", "everyone")
-	enum("wait_for_message out", "status", "message_received", "timeout", "shutdown")
+	enum("wait_for_message out", "status", "message_received", "acknowledged", "timeout", "shutdown")
 	enum("create_group out", "status", "created")
 	enum("delete_group out", "status", "deleted")
 	enum("add_group_member out", "status", "added")

@@ -1,7 +1,7 @@
 // Package mcpserver gives AI agents thrum's messaging as native MCP tools
 // (the MCP contract): send_message, check_messages, wait_for_message,
-// list_agents, broadcast_message and six group tools, and get_message,
-// which shows a message in its conversation.
+// list_agents, broadcast_message and six group tools, get_message, which
+// shows a message in its conversation, and search_messages.
 //
 // A Server acts as one agent, resolved once by its caller. It holds one
 // persistent rpc.Client to a thrum daemon — a Unix socket, or an
@@ -172,6 +172,14 @@ type Server struct {
 	roles      map[string]string // agent ID → role
 	knownRoles map[string]bool
 	rosterAt   time.Time
+
+	// acks are the acknowledgements queued for a wait with acks, once
+	// wantAcks asked for them; acksOn is the connection subscribed to
+	// them (acks.go).
+	acksMu   sync.Mutex
+	wantAcks bool
+	acksOn   *rpc.Client
+	acks     []AckInfo
 
 	// since is how far the notifications are known complete: every
 	// message addressed to this agent created up to it was pushed to the
@@ -484,6 +492,9 @@ func (s *Server) connect(ctx context.Context) (_ *rpc.Client, subAt time.Time, _
 		c.Close()
 		return nil, subAt, fmt.Errorf("mcpserver: subscribe: %w", err)
 	}
+	if err := s.subscribeAcks(ctx, c); err != nil {
+		s.log.Warn("mcpserver: subscribing to acknowledgements", "err", err)
+	}
 	return c, subAt, nil
 }
 
@@ -627,8 +638,12 @@ func (s *Server) conn(ctx context.Context) (*rpc.Client, error) {
 // onNotification queues notification.message pushes for the waiter. It
 // runs on the client's read goroutine and never blocks.
 func (s *Server) onNotification(method string, params json.RawMessage) {
-	if method == rpc.NotificationClaimed {
+	switch method {
+	case rpc.NotificationClaimed:
 		s.onClaimed(params)
+		return
+	case rpc.NotificationReceipt:
+		s.onReceipt(params)
 		return
 	}
 	if method != rpc.NotificationMessage {

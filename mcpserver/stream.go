@@ -47,7 +47,7 @@ func (s *Server) stream(ctx context.Context, backlog int, deliver func(m *Messag
 	}
 	pause := streamPause
 	for !s.stopped(ctx) {
-		m, status, err := s.wait(ctx, MaxWaitTimeout, 0, nil)
+		m, status, err := s.wait(ctx, MaxWaitTimeout, 0, nil, s.streamVia(), false)
 		if status == "shutdown" || ctx.Err() != nil {
 			return nil
 		}
@@ -99,7 +99,7 @@ func (s *Server) streamBacklog(ctx context.Context, max int, deliver func(m *Mes
 		if s.stopped(ctx) {
 			return nil
 		}
-		m, claimed, err := s.claimOne(ctx, sm.MessageID)
+		m, claimed, err := s.claimOne(ctx, sm.MessageID, s.streamVia())
 		if err != nil {
 			s.log.Warn("mcpserver: claiming an unread message for the stream", "id", sm.MessageID, "err", err)
 			continue
@@ -107,7 +107,7 @@ func (s *Server) streamBacklog(ctx context.Context, max int, deliver func(m *Mes
 		if !claimed || m == nil || m.Deleted {
 			continue // another consumer has it, or it is gone
 		}
-		info := s.info(ctx, m.MessageID, m.ThreadID, m.Author.AgentID, m.Body, m.Refs, m.Priority, m.CreatedAt, nil)
+		info := s.info(ctx, m.MessageID, m.ThreadID, m.Author.AgentID, m.Body, m.Refs, m.Priority, m.CreatedAt, m.AckRequired, nil)
 		if err := deliver(&info, 0); err != nil {
 			return err
 		}
@@ -116,6 +116,16 @@ func (s *Server) streamBacklog(ctx context.Context, max int, deliver func(m *Mes
 		return deliver(nil, more)
 	}
 	return nil
+}
+
+// streamVia is how a Stream delivers, for the receipts: a channel
+// server's stream is its channel (Options.Channel), any other a stream of
+// the caller's (a monitor's lines).
+func (s *Server) streamVia() string {
+	if s.opts.Channel {
+		return rpc.ViaChannel
+	}
+	return rpc.ViaStream
 }
 
 // streamPause is how long Stream first waits before it looks again after

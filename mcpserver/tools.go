@@ -67,7 +67,7 @@ func (s *Server) register() {
 			"(oldest first, or the oldest passing priority_filter). One wait at a time."},
 		edits{"timeout": bounds(1, int(MaxWaitTimeout/time.Second)),
 			"priority_filter": enum(priorityFilterEnum)},
-		messageInfoEdits("message.", edits{"status": enum([]any{"message_received", "timeout", "shutdown"})}),
+		messageInfoEdits("message.", edits{"status": enum([]any{"message_received", statusAcknowledged, "timeout", "shutdown"})}),
 		s.waitForMessage)
 	add(s, &mcp.Tool{Name: "get_message", Annotations: annotate("Get a conversation", true, false, true),
 		Description: "Show a message in its conversation (thread or reply chain), oldest first. Marks nothing read."},
@@ -279,11 +279,11 @@ func unknownIDs(err error) []string {
 // server and connection. A message that vanished meanwhile (an unknown
 // ID) is left out. The claim runs to its end even if ctx is cancelled
 // meanwhile: a claim made must reach its caller, who returns it.
-func (s *Server) claim(ctx context.Context, ids []string) ([]string, error) {
+func (s *Server) claim(ctx context.Context, ids []string, via string) ([]string, error) {
 	ctx = context.WithoutCancel(ctx)
 	for len(ids) > 0 {
 		r, err := callRPC(ctx, s, func(ctx context.Context, c *rpc.Client) (*rpc.MarkReadResult, error) {
-			return c.MarkRead(ctx, &rpc.MarkReadParams{MessageIDs: ids})
+			return c.MarkRead(ctx, &rpc.MarkReadParams{MessageIDs: ids, Via: via})
 		})
 		if err == nil {
 			s.queue.remove(r.MarkedIDs...)
@@ -305,10 +305,10 @@ func (s *Server) claim(ctx context.Context, ids []string) ([]string, error) {
 // claim it (it is read, or another call is claiming it). An error after
 // the claim leaves the message read and returned to nobody, as a lost
 // reply to a claim does (DESIGN.md, "Delivery to agents").
-func (s *Server) claimOne(ctx context.Context, id string) (m *rpc.MessageDetail, claimed bool, err error) {
+func (s *Server) claimOne(ctx context.Context, id, via string) (m *rpc.MessageDetail, claimed bool, err error) {
 	ctx = context.WithoutCancel(ctx) // as in claim: a claim made must reach its caller
 	r, err := callRPC(ctx, s, func(ctx context.Context, c *rpc.Client) (*rpc.MarkReadResult, error) {
-		return c.MarkRead(ctx, &rpc.MarkReadParams{MessageIDs: []string{id}, WithMessages: true})
+		return c.MarkRead(ctx, &rpc.MarkReadParams{MessageIDs: []string{id}, WithMessages: true, Via: via})
 	})
 	if len(unknownIDs(err)) > 0 {
 		s.queue.remove(id)
@@ -411,7 +411,11 @@ func (s *Server) sendMessage(ctx context.Context, _ *mcp.CallToolRequest, in Sen
 	}
 	// One key per tool call: a retry after a dropped connection cannot
 	// send the message twice.
-	p := &rpc.SendMessageParams{Content: in.Content, Priority: pri, Mentions: []string{to}, IdempotencyKey: newKey()}
+	p := &rpc.SendMessageParams{Content: in.Content, Priority: pri, Mentions: []string{to}, IdempotencyKey: newKey(),
+		AckRequired: in.AckRequired, AckWithin: in.AckWithin}
+	if p.AckRequired || p.AckWithin != "" {
+		s.watchAcks(ctx) // before the send: its acknowledgement may come at once
+	}
 	if in.ReplyTo != "" {
 		p.Refs = []rpc.Pair{{Type: rpc.RefReplyTo, Value: in.ReplyTo}}
 	}
@@ -470,13 +474,13 @@ func (s *Server) checkMessages(ctx context.Context, req *mcp.CallToolRequest, in
 	}
 	var claimed []string
 	if len(ids) > 0 {
-		if claimed, err = s.claim(ctx, ids); err != nil {
+		if claimed, err = s.claim(ctx, ids, rpc.ViaCheckMessages); err != nil {
 			return s.heldOr(out, err)
 		}
 	}
 	for i := range r.Messages {
 		if m := &r.Messages[i]; slices.Contains(claimed, m.MessageID) {
-			out.Messages = append(out.Messages, s.info(ctx, m.MessageID, m.ThreadID, m.AgentID, m.Body, m.Refs, m.Priority, m.CreatedAt, nil))
+			out.Messages = append(out.Messages, s.info(ctx, m.MessageID, m.ThreadID, m.AgentID, m.Body, m.Refs, m.Priority, m.CreatedAt, m.AckRequired, nil))
 		}
 	}
 	if ctx.Err() != nil {
@@ -544,13 +548,19 @@ func (s *Server) waitForMessage(ctx context.Context, req *mcp.CallToolRequest, i
 	ctx, stop := s.requestContext(ctx, req, true)
 	defer stop()
 	start := time.Now()
-	m, status, err := s.wait(ctx, timeout, floor, s.progress(ctx, req, start, timeout))
+	if in.Acks {
+		s.watchAcks(ctx)
+	}
+	m, status, err := s.wait(ctx, timeout, floor, s.progress(ctx, req, start, timeout), rpc.ViaWaitForMessage, in.Acks)
 	out.WaitedSeconds = int(time.Since(start).Round(time.Second) / time.Second)
 	out.QueueOverflow = s.queue.takeDropped()
 	if err != nil {
 		return out, err
 	}
 	out.Status, out.Message = status, m
+	if status == statusAcknowledged {
+		out.Ack = s.takeAck()
+	}
 	return out, nil
 }
 
@@ -577,10 +587,12 @@ func (s *Server) progress(ctx context.Context, req *mcp.CallToolRequest, start t
 	}
 }
 
-// wait blocks until a queued message passes the filter and is claimed,
-// the timeout passes ("timeout"), or the server ends its waits
-// ("shutdown"). A cancelled ctx returns its error and claims nothing.
-func (s *Server) wait(ctx context.Context, timeout time.Duration, floor int, tick func()) (*MessageInfo, string, error) {
+// wait blocks until a queued message passes the filter and is claimed
+// (for delivery via), the timeout passes ("timeout"), the server ends its
+// waits ("shutdown"), or, with acks, an acknowledgement of a message the
+// agent sent is queued (statusAcknowledged: takeAck has it). A cancelled
+// ctx returns its error and claims nothing.
+func (s *Server) wait(ctx context.Context, timeout time.Duration, floor int, tick func(), via string, acks bool) (*MessageInfo, string, error) {
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	var ticks <-chan time.Time
@@ -602,11 +614,16 @@ func (s *Server) wait(ctx context.Context, timeout time.Duration, floor int, tic
 	}()
 	for {
 		changed := s.queue.changed() // before looking: a wake after the look ends the select
-		m, err := s.takeQueued(ctx, floor)
+		// An acknowledgement first: it is pushed before the reply that
+		// made it is handed over, which the next call then returns.
+		if acks && s.hasAck() {
+			return nil, statusAcknowledged, nil
+		}
+		m, err := s.takeQueued(ctx, floor, via)
 		if err != nil || m != nil {
 			return m, "message_received", err
 		}
-		if s.arm(ctx, floor) {
+		if s.arm(ctx, floor, via) {
 			continue // a message may have been queued just before
 		}
 		select {
@@ -652,7 +669,7 @@ func (s *Server) stopped(ctx context.Context) bool {
 // takeQueued claims the oldest queued message that passes the filter, and
 // returns it; nil if there is none (or the wait was stopped). Messages
 // below the filter stay queued, in order; read or deleted ones leave.
-func (s *Server) takeQueued(ctx context.Context, floor int) (*MessageInfo, error) {
+func (s *Server) takeQueued(ctx context.Context, floor int, via string) (*MessageInfo, error) {
 	if m := s.unhold(ctx, 1, floor); len(m) > 0 {
 		return &m[0], nil
 	}
@@ -665,14 +682,14 @@ func (s *Server) takeQueued(ctx context.Context, floor int) (*MessageInfo, error
 		}
 		if floor == 0 {
 			// Every message passes: claim it and get it in one call.
-			m, claimed, err := s.claimOne(ctx, it.id)
+			m, claimed, err := s.claimOne(ctx, it.id, via)
 			if err != nil {
 				return nil, err
 			}
 			if !claimed {
 				// Read already, or being claimed by another call: look
 				// at it the long way, which drops what is read.
-				if m, err := s.takeOne(ctx, it, floor); m != nil || err != nil {
+				if m, err := s.takeOne(ctx, it, floor, via); m != nil || err != nil {
 					return m, err
 				}
 				continue
@@ -685,7 +702,7 @@ func (s *Server) takeQueued(ctx context.Context, floor int) (*MessageInfo, error
 			}
 			return nil, nil
 		}
-		if m, err := s.takeOne(ctx, it, floor); m != nil || err != nil {
+		if m, err := s.takeOne(ctx, it, floor, via); m != nil || err != nil {
 			return m, err
 		}
 	}
@@ -694,7 +711,7 @@ func (s *Server) takeQueued(ctx context.Context, floor int) (*MessageInfo, error
 
 // takeOne fetches one queued message, and claims and returns it if it
 // passes the filter and is unread. nil if not, or the wait was stopped.
-func (s *Server) takeOne(ctx context.Context, it queued, floor int) (*MessageInfo, error) {
+func (s *Server) takeOne(ctx context.Context, it queued, floor int, via string) (*MessageInfo, error) {
 	g, err := callRPC(ctx, s, func(ctx context.Context, c *rpc.Client) (*rpc.GetMessageResult, error) {
 		return c.GetMessage(ctx, &rpc.GetMessageParams{MessageID: it.id})
 	})
@@ -720,7 +737,7 @@ func (s *Server) takeOne(ctx context.Context, it queued, floor int) (*MessageInf
 	if s.stopped(ctx) {
 		return nil, nil // a stopped wait claims nothing
 	}
-	claimed, err := s.claim(ctx, []string{it.id})
+	claimed, err := s.claim(ctx, []string{it.id}, via)
 	if err != nil {
 		return nil, err
 	}
@@ -734,7 +751,7 @@ func (s *Server) takeOne(ctx context.Context, it queued, floor int) (*MessageInf
 // left meanwhile: the next call of this server returns it. (A server that
 // is ending answers with it instead: no later call would come.)
 func (s *Server) claimedInfo(ctx context.Context, m *rpc.MessageDetail) *MessageInfo {
-	info := s.info(ctx, m.MessageID, m.ThreadID, m.Author.AgentID, m.Body, m.Refs, m.Priority, m.CreatedAt, nil)
+	info := s.info(ctx, m.MessageID, m.ThreadID, m.Author.AgentID, m.Body, m.Refs, m.Priority, m.CreatedAt, m.AckRequired, nil)
 	if ctx.Err() != nil {
 		s.hold(info)
 		return nil
@@ -768,9 +785,9 @@ func (s *Server) unhold(ctx context.Context, n, floor int) []MessageInfo {
 // info builds a MessageInfo. inGroup says whether this agent is in a
 // group; nil means the message is known to have reached the agent (it was
 // pushed to it or is in its inbox), so a mention of a group is one it is in.
-func (s *Server) info(ctx context.Context, id, thread, from string, body rpc.Body, refs []rpc.Pair, priority, at string, inGroup func(string) bool) MessageInfo {
+func (s *Server) info(ctx context.Context, id, thread, from string, body rpc.Body, refs []rpc.Pair, priority, at string, ack bool, inGroup func(string) bool) MessageInfo {
 	mi := MessageInfo{MessageID: id, ThreadID: thread, From: from, FromRole: s.roleOf(ctx, from),
-		Content: body.Content, Priority: priority, Timestamp: at}
+		Content: body.Content, Priority: priority, Timestamp: at, AckRequired: ack}
 	if body.Structured != "" && json.Valid([]byte(body.Structured)) {
 		mi.Metadata = json.RawMessage(body.Structured)
 	}
@@ -904,7 +921,7 @@ func (s *Server) getMessage(ctx context.Context, _ *mcp.CallToolRequest, in GetM
 	}
 	for i := range conv {
 		c := &conv[i]
-		out.Conversation = append(out.Conversation, s.info(ctx, c.MessageID, c.ThreadID, c.AgentID, c.Body, c.Refs, c.Priority, c.CreatedAt, inGroup))
+		out.Conversation = append(out.Conversation, s.info(ctx, c.MessageID, c.ThreadID, c.AgentID, c.Body, c.Refs, c.Priority, c.CreatedAt, c.AckRequired, inGroup))
 	}
 	return out, nil
 }

@@ -22,6 +22,7 @@ type MessageInfo struct {
 	Metadata    any        `json:"metadata,omitempty" jsonschema:"the sender's metadata (structured data), if any"`
 	Priority    string     `json:"priority" jsonschema:"message priority"`
 	Timestamp   string     `json:"timestamp" jsonschema:"when it was sent, RFC 3339"`
+	AckRequired bool       `json:"ack_required,omitempty" jsonschema:"the sender asks you to acknowledge it: reply to it"`
 }
 
 // Addressed says how a message reached the agent.
@@ -37,6 +38,9 @@ type SendMessageInput struct {
 	ReplyTo  string         `json:"reply_to,omitempty" jsonschema:"message ID this replies to"`
 	Priority string         `json:"priority,omitempty" jsonschema:"message priority (default normal)"`
 	Metadata map[string]any `json:"metadata,omitempty" jsonschema:"key-value data for the recipient"`
+	// AckRequired and AckWithin ask for an acknowledgement, as message.send's do.
+	AckRequired bool   `json:"ack_required,omitempty" jsonschema:"ask each recipient to acknowledge (a reply does); wait_for_message with acks returns it"`
+	AckWithin   string `json:"ack_within,omitempty" jsonschema:"time to acknowledge, e.g. 30m"`
 }
 
 // SendMessageOutput is the result of send_message: the new message and
@@ -65,15 +69,26 @@ type CheckMessagesOutput struct {
 type WaitForMessageInput struct {
 	Timeout        *int   `json:"timeout,omitempty" jsonschema:"max seconds to wait (default 300)"`
 	PriorityFilter string `json:"priority_filter,omitempty" jsonschema:"lowest priority to return (default all); others stay queued"`
+	Acks           bool   `json:"acks,omitempty" jsonschema:"also return when a message you sent with ack_required is acknowledged"`
 }
 
 // WaitForMessageOutput is the result of wait_for_message: the message
 // this wait claimed, or why it ended without one.
 type WaitForMessageOutput struct {
-	Status        string       `json:"status" jsonschema:"message_received, timeout, or shutdown (the server is stopping)"`
+	Status        string       `json:"status" jsonschema:"message_received, acknowledged (see ack), timeout, or shutdown (the server is stopping)"`
 	Message       *MessageInfo `json:"message" jsonschema:"the message, now marked read; null otherwise"`
+	Ack           *AckInfo     `json:"ack,omitempty"`
 	WaitedSeconds int          `json:"waited_seconds" jsonschema:"how long the wait lasted"`
 	QueueOverflow int          `json:"queue_overflow,omitempty" jsonschema:"queue overflow since the last wait: those messages are unread, for check_messages"`
+}
+
+// AckInfo is an acknowledgement of a message the agent sent with
+// ack_required, as a wait with acks returns it.
+type AckInfo struct {
+	MessageID string `json:"message_id" jsonschema:"your message"`
+	By        string `json:"by" jsonschema:"who acknowledged it"`
+	Note      string `json:"note,omitempty"`
+	ReplyID   string `json:"reply_id,omitempty" jsonschema:"the reply that acknowledged it"`
 }
 
 // GetMessageInput is the input of get_message.

@@ -27,7 +27,8 @@ type ClientOptions struct {
 	// goroutine. Nil drops notifications. thrum sends NotificationMessage,
 	// whose params are a MessageNotification, and, to a connection with a
 	// standing claim (ClaimNext), NotificationClaimed, whose params are a
-	// ClaimedNotification.
+	// ClaimedNotification, and, to a subscription to receipts,
+	// NotificationReceipt, whose params are a ReceiptNotification.
 	OnNotification func(method string, params json.RawMessage)
 
 	// MaxLineBytes caps one incoming line or WebSocket message; a longer one

@@ -123,6 +123,16 @@ func (c *Client) ClaimNext(ctx context.Context, p *ClaimNextParams) (*ClaimNextR
 	return call[ClaimNextResult](ctx, c, MethodMessageClaimNext, p)
 }
 
+// AckMessage calls the "message.ack" method.
+func (c *Client) AckMessage(ctx context.Context, p *AckMessageParams) (*AckMessageResult, error) {
+	return call[AckMessageResult](ctx, c, MethodMessageAck, p)
+}
+
+// ListSent calls the "message.listSent" method.
+func (c *Client) ListSent(ctx context.Context, p *ListSentParams) (*ListSentResult, error) {
+	return call[ListSentResult](ctx, c, MethodMessageListSent, p)
+}
+
 // CreateThread calls the "thread.create" method.
 func (c *Client) CreateThread(ctx context.Context, p *CreateThreadParams) (*CreateThreadResult, error) {
 	return call[CreateThreadResult](ctx, c, MethodThreadCreate, p)

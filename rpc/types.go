@@ -6,9 +6,9 @@ import (
 	"github.com/thrumhq/thrum/eventlog"
 )
 
-// Method names of thrum's JSON-RPC API (the RPC contract, and the group.*
-// shapes of DESIGN.md), and the notifications the server pushes:
-// NotificationMessage, and NotificationClaimed for a standing claim. Auth
+// Method names of thrum's JSON-RPC API, and the notifications the server
+// pushes: NotificationMessage, NotificationClaimed for a standing claim and
+// NotificationReceipt for a subscription to receipts. Auth
 // is thrum's own: it binds a connection to an identity. Method X takes
 // XParams and returns XResult, as the Client method of the same name
 // shows.
@@ -59,6 +59,14 @@ const (
 	// commit and pushed whole as NotificationClaimed (ClaimNextParams).
 	MethodMessageClaimNext = "message.claimNext"
 	NotificationClaimed    = "notification.claimed"
+
+	// MethodMessageAck acknowledges a message addressed to the caller;
+	// MethodMessageListSent lists the caller's messages with their
+	// receipts; NotificationReceipt pushes a change of a receipt to a
+	// subscription with Receipts set.
+	MethodMessageAck      = "message.ack"
+	MethodMessageListSent = "message.listSent"
+	NotificationReceipt   = "notification.receipt"
 )
 
 // Message body formats.
@@ -450,7 +458,15 @@ type SendMessageParams struct {
 	// idempotency window) returns the first send's result instead of
 	// storing a second message.
 	IdempotencyKey string `json:"idempotency_key,omitempty"`
+	// AckRequired asks each recipient to acknowledge the message
+	// (message.ack, or a reply). AckWithin, a duration such as "30m"
+	// (1s to MaxAckWithin), gives them that long; it implies AckRequired.
+	AckRequired bool   `json:"ack_required,omitempty"`
+	AckWithin   string `json:"ack_within,omitempty"`
 }
+
+// MaxAckWithin is the longest AckWithin a send may give.
+const MaxAckWithin = "720h"
 
 // SendMessageResult is the result of message.send.
 type SendMessageResult struct {
@@ -522,6 +538,50 @@ type MessageDetail struct {
 	// DisclosedVia is set when a user sent the message as this agent with
 	// disclose on: the user's ID, for a "[via user:X]" tag.
 	DisclosedVia string `json:"disclosed_via,omitempty"`
+	// AckRequired says the sender asked for an acknowledgement, due by
+	// AckDue if it gave a time.
+	AckRequired bool   `json:"ack_required,omitempty"`
+	AckDue      string `json:"ack_due,omitempty"`
+	// Receipts say where the message stands with each recipient resolved
+	// at send, in that order (message.get only; empty for a message
+	// addressed to no one).
+	Receipts []Receipt `json:"receipts,omitempty"`
+}
+
+// Receipt states, in the order a receipt moves through them.
+const (
+	ReceiptQueued       = "queued"
+	ReceiptDelivered    = "delivered"
+	ReceiptAcknowledged = "acknowledged"
+)
+
+// Delivery paths (Receipt.Via, MarkReadParams.Via, ClaimNextParams.Via):
+// how a message was handed to its recipient.
+const (
+	ViaWaitForMessage = "wait_for_message" // the MCP tool
+	ViaCheckMessages  = "check_messages"   // the MCP tool
+	ViaChannel        = "channel"          // a Claude Code channel push
+	ViaHook           = "hook"             // a host hook's context
+	ViaStream         = "stream"           // a stream of lines (a monitor)
+	ViaMarkRead       = "mark_read"        // message.markRead itself (the default)
+	ViaReply          = "reply"            // marked read by the recipient's reply
+	ViaAck            = "ack"              // marked read by the recipient's acknowledgement
+)
+
+// Receipt is where a message stands with one recipient: queued, then
+// delivered (Via says how, At when), then acknowledged (AckedAt, with
+// the recipient's Note, or ReplyID when a reply acknowledged it). A
+// state never goes back. A recipient may acknowledge what no path
+// delivered to it (it saw the message some other way): Via and At are
+// then empty.
+type Receipt struct {
+	AgentID string `json:"agent_id"`
+	State   string `json:"state"`
+	Via     string `json:"via,omitempty"`
+	At      string `json:"at,omitempty"`
+	AckedAt string `json:"acked_at,omitempty"`
+	Note    string `json:"note,omitempty"`
+	ReplyID string `json:"reply_id,omitempty"`
 }
 
 // ListMessagesParams are the params of message.list: filters, all
@@ -622,6 +682,8 @@ type MessageSummary struct {
 	Refs      []Pair   `json:"refs"`
 	Tags      []string `json:"tags"`
 	Version   int      `json:"version"`
+	// AckRequired says the sender asked for an acknowledgement.
+	AckRequired bool `json:"ack_required,omitempty"`
 }
 
 // EditMessageParams are the params of message.edit: a new Content, a new
@@ -658,6 +720,9 @@ type DeleteMessageResult struct {
 type MarkReadParams struct {
 	MessageIDs   []string `json:"message_ids"`
 	WithMessages bool     `json:"with_messages,omitempty"`
+	// Via names the path that hands the messages to the agent, for their
+	// receipts (one of the Via constants; default ViaMarkRead).
+	Via string `json:"via,omitempty"`
 }
 
 // MarkReadResult says what one message.markRead call did. MarkedIDs are
@@ -688,6 +753,9 @@ type MarkReadResult struct {
 type ClaimNextParams struct {
 	MinPriority string `json:"min_priority,omitempty"`
 	Cancel      bool   `json:"cancel,omitempty"`
+	// Via names the consumer that waits, for the receipt of what the
+	// claim takes (as in MarkReadParams; default ViaWaitForMessage).
+	Via string `json:"via,omitempty"`
 }
 
 // ClaimNextResult is the result of message.claimNext. Armed says whether
@@ -706,6 +774,62 @@ type ClaimNextResult struct {
 type ClaimedNotification struct {
 	MessageID string         `json:"message_id"`
 	Message   *MessageDetail `json:"message,omitempty"`
+}
+
+// AckMessageParams are the params of message.ack: the message to
+// acknowledge, which must be addressed to the caller, and an optional
+// short note for the sender.
+type AckMessageParams struct {
+	MessageID string `json:"message_id"`
+	Note      string `json:"note,omitempty"`
+}
+
+// AckMessageResult is the result of message.ack: the acknowledgement
+// that stands. Already says it was acknowledged before (by an ack or a
+// reply), which this call changed nothing of.
+type AckMessageResult struct {
+	MessageID string  `json:"message_id"`
+	Receipt   Receipt `json:"receipt"`
+	Already   bool    `json:"already,omitempty"`
+}
+
+// ListSentParams are the params of message.listSent: the caller's
+// messages, newest first. Unacked keeps those that ask for an
+// acknowledgement some recipient has not given; Overdue those of them
+// whose time to acknowledge is up.
+type ListSentParams struct {
+	Unacked  bool `json:"unacked,omitempty"`
+	Overdue  bool `json:"overdue,omitempty"`
+	PageSize int  `json:"page_size,omitempty"`
+	Page     int  `json:"page,omitempty"`
+}
+
+// ListSentResult is one page of message.listSent.
+type ListSentResult struct {
+	Messages   []SentMessage `json:"messages"`
+	Total      int           `json:"total"`
+	Page       int           `json:"page"`
+	PageSize   int           `json:"page_size"`
+	TotalPages int           `json:"total_pages"`
+}
+
+// SentMessage is one of the caller's messages with its receipts and their
+// counts: of Recipients, how many were Delivered (or acknowledged) and
+// how many Acknowledged. Overdue says an acknowledgement is missing past
+// AckDue.
+type SentMessage struct {
+	MessageID    string    `json:"message_id"`
+	ThreadID     string    `json:"thread_id"`
+	CreatedAt    string    `json:"created_at"`
+	Preview      string    `json:"preview"`
+	Priority     string    `json:"priority"`
+	AckRequired  bool      `json:"ack_required"`
+	AckDue       string    `json:"ack_due,omitempty"`
+	Overdue      bool      `json:"overdue,omitempty"`
+	Recipients   int       `json:"recipients"`
+	Delivered    int       `json:"delivered"`
+	Acknowledged int       `json:"acknowledged"`
+	Receipts     []Receipt `json:"receipts"`
 }
 
 // ---- threads ----
@@ -801,13 +925,23 @@ type GetThreadResult struct {
 // ---- subscriptions and push ----
 
 // SubscribeParams are the params of subscribe: exactly one of Scope,
-// MentionRole or All. Matching messages are pushed to the connection as
-// NotificationMessage until it closes.
+// MentionRole, All or Receipts. Matching messages are pushed to the
+// connection as NotificationMessage until it closes. Receipts subscribes
+// to receipts instead, pushed as NotificationReceipt when a message is
+// delivered to or acknowledged by a recipient: ReceiptsSent those of the
+// caller's own messages, ReceiptsAll those of every message.
 type SubscribeParams struct {
 	Scope       *Pair  `json:"scope,omitempty"`
 	MentionRole string `json:"mention_role,omitempty"`
 	All         bool   `json:"all,omitempty"`
+	Receipts    string `json:"receipts,omitempty"`
 }
+
+// Receipt subscriptions (SubscribeParams.Receipts).
+const (
+	ReceiptsSent = "sent"
+	ReceiptsAll  = "all"
+)
 
 // SubscribeResult is the result of subscribe.
 type SubscribeResult struct {
@@ -844,6 +978,7 @@ type SubscriptionInfo struct {
 	ScopeValue  string `json:"scope_value"`
 	MentionRole string `json:"mention_role"`
 	All         bool   `json:"all"`
+	Receipts    string `json:"receipts,omitempty"`
 	CreatedAt   string `json:"created_at"`
 }
 
@@ -864,6 +999,17 @@ type MessageNotification struct {
 	Scopes              []Pair              `json:"scopes"`
 	MatchedSubscription MatchedSubscription `json:"matched_subscription"`
 	Timestamp           string              `json:"timestamp"`
+}
+
+// ReceiptNotification is the params of a NotificationReceipt push: a
+// receipt of a message that changed (delivered or acknowledged), for the
+// subscription SubscriptionID.
+type ReceiptNotification struct {
+	MessageID      string  `json:"message_id"`
+	AuthorID       string  `json:"author_id"`
+	AckRequired    bool    `json:"ack_required,omitempty"`
+	Receipt        Receipt `json:"receipt"`
+	SubscriptionID int64   `json:"subscription_id"`
 }
 
 // NotificationAuthor is the author of a pushed message, with the role and
@@ -1032,8 +1178,13 @@ type SyncRefusal struct {
 	LastAt string `json:"last_at"` // when the latest was refused (RFC 3339)
 }
 
-// SyncForceParams are the params of sync.force: none. See HealthParams.
-type SyncForceParams struct{}
+// SyncForceParams are the params of sync.force. Wait (an extension of
+// the spec, which has none) makes the call return only once a round that
+// started after it has finished, so that the remote's events as of the
+// call are in the log and the local ones are pushed.
+type SyncForceParams struct {
+	Wait bool `json:"wait,omitempty"`
+}
 
 // SyncForceResult is the result of sync.force: whether a sync round was
 // started, and the state so far.
@@ -1041,4 +1192,6 @@ type SyncForceResult struct {
 	Triggered  bool   `json:"triggered"`
 	LastSyncAt string `json:"last_sync_at"`
 	SyncState  string `json:"sync_state"`
+	// LastError is the round's error, with Wait (an extension).
+	LastError string `json:"last_error,omitempty"`
 }

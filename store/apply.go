@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/jmoiron/sqlx"
 
@@ -68,6 +69,7 @@ var applySQL = map[string]string{
 	"message.edited": `UPDATE messages SET body_content = ?, body_structured = ?, updated_at = ?, version = version + 1
 		WHERE message_id = ?`,
 	"message.delete": `UPDATE messages SET deleted = 1, deleted_at = ?, delete_reason = ? WHERE message_id = ? AND deleted = 0`,
+	"message.ack":    `INSERT OR IGNORE INTO message_acks(message_id, agent_id, acked_at, note, reply_id) VALUES(?, ?, ?, ?, ?)`,
 
 	"thread.create": `INSERT OR IGNORE INTO threads(thread_id, title, created_by, created_at) VALUES(?, ?, ?, ?)`,
 	"thread.scope":  `INSERT OR IGNORE INTO thread_scopes(thread_id, scope_type, scope_value) VALUES(?, ?, ?)`,
@@ -207,11 +209,12 @@ type txApplier struct {
 
 // The hot tables' row buffers, empty.
 var (
-	msgRows = rowBuf{cols: 12, head: `INSERT OR IGNORE INTO messages(message_id, agent_id, session_id, thread_id, created_at,
-			body_format, body_content, body_structured, priority, tags, acting_as, disclose) VALUES`}
+	msgRows = rowBuf{cols: 15, head: `INSERT OR IGNORE INTO messages(message_id, agent_id, session_id, thread_id, created_at,
+			body_format, body_content, body_structured, priority, tags, acting_as, disclose,
+			recipients, ack_required, ack_due) VALUES`}
 	scopeRows = rowBuf{cols: 3, head: `INSERT OR IGNORE INTO message_scopes(message_id, scope_type, scope_value) VALUES`}
 	refRows   = rowBuf{cols: 3, head: `INSERT OR IGNORE INTO message_refs(message_id, ref_type, ref_value) VALUES`}
-	readRows  = rowBuf{cols: 4, head: `INSERT OR IGNORE INTO message_reads(message_id, session_id, agent_id, read_at) VALUES`}
+	readRows  = rowBuf{cols: 5, head: `INSERT OR IGNORE INTO message_reads(message_id, session_id, agent_id, read_at, via) VALUES`}
 )
 
 // rowBuf collects rows for multi-row INSERT OR IGNOREs.
@@ -419,13 +422,25 @@ func (t *txApplier) event(ctx context.Context, e *eventlog.Event) error {
 		if len(p.Tags) > 0 {
 			tags = jsonText(p.Tags)
 		}
+		recipients := ""
+		if len(p.Recipients) > 0 {
+			recipients = jsonText(p.Recipients)
+		}
 		t.msgRows.add(p.MessageID, p.AgentID, p.SessionID, p.ThreadID, ts,
-			p.Format, p.Content, nullJSON(p.Structured), p.Priority, tags, p.ActingAs, p.Disclose)
+			p.Format, p.Content, nullJSON(p.Structured), p.Priority, tags, p.ActingAs, p.Disclose,
+			recipients, p.AckRequired, AckDue(p, e.Time))
 		for _, sc := range p.Scopes {
 			t.scopeRows.add(p.MessageID, sc.Type, sc.Value)
 		}
 		for _, r := range p.Refs {
 			t.refRows.add(p.MessageID, r.Type, r.Value)
+			if r.Type == refReplyTo {
+				// A reply acknowledges what it answers, for its author
+				// (counted if the author is among its recipients).
+				if err := t.exec(ctx, "message.ack", r.Value, p.AgentID, ts, "", p.MessageID); err != nil {
+					return err
+				}
+			}
 		}
 		if p.IdempotencyKey != "" {
 			caller := p.AgentID
@@ -498,7 +513,17 @@ func (t *txApplier) event(ctx context.Context, e *eventlog.Event) error {
 			return err
 		}
 		for _, id := range p.MessageIDs {
-			t.readRows.add(id, p.SessionID, p.AgentID, ts)
+			t.readRows.add(id, p.SessionID, p.AgentID, ts, p.Via)
+		}
+		return t.seen(ctx, p.AgentID, "", ts)
+
+	case eventlog.TypeMessageAck:
+		p, err := payload[eventlog.MessageAck](e)
+		if err != nil {
+			return err
+		}
+		if err := t.exec(ctx, "message.ack", p.MessageID, p.AgentID, ts, p.Note, ""); err != nil {
+			return err
 		}
 		return t.seen(ctx, p.AgentID, "", ts)
 
@@ -545,6 +570,23 @@ func (t *txApplier) event(ctx context.Context, e *eventlog.Event) error {
 		return t.exec(ctx, "member.del", p.Group, p.MemberType, p.MemberID)
 	}
 	return nil
+}
+
+// refReplyTo is the ref type of a reply (rpc.RefReplyTo).
+const refReplyTo = "reply_to"
+
+// AckDue is when an acknowledgement of p, sent at at, is due, as the
+// projection keeps it: "" if none is asked for within a time (or the
+// log's duration does not parse).
+func AckDue(p eventlog.MessageCreate, at time.Time) string {
+	if !p.AckRequired || p.AckWithin == "" {
+		return ""
+	}
+	d, err := time.ParseDuration(p.AckWithin)
+	if err != nil || d <= 0 {
+		return ""
+	}
+	return eventlog.FormatTime(at.Add(d))
 }
 
 // payload returns the event's payload as T, decoded once by the log.

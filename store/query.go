@@ -200,6 +200,8 @@ type Message struct {
 	ActingAs     string `db:"acting_as"`
 	Disclose     bool   `db:"disclose"`
 	Version      int    `db:"version"`
+	AckRequired  bool   `db:"ack_required"`
+	AckDue       string `db:"ack_due"` // "" if no deadline
 	IsRead       bool   `db:"is_read"`
 
 	Scopes []eventlog.Pair `db:"-"`
@@ -218,7 +220,7 @@ func (m *Message) TagList() []string {
 const messageCols = `m.message_id, m.agent_id, m.session_id, m.thread_id, m.created_at, COALESCE(m.updated_at, '') AS updated_at,
 	COALESCE(m.deleted, 0) AS deleted, COALESCE(m.deleted_at, '') AS deleted_at, COALESCE(m.delete_reason, '') AS delete_reason,
 	m.body_format, m.body_content, COALESCE(m.body_structured, '') AS body_structured,
-	m.priority, m.tags, m.acting_as, m.disclose, m.version`
+	m.priority, m.tags, m.acting_as, m.disclose, m.version, m.ack_required, m.ack_due`
 
 // readExpr is true when reader has read message m or wrote it (a message
 // a user sent as the reader does not count as written by it). Its two

@@ -12,10 +12,12 @@ package store
 // 5 = messages_fts_plain (prefix search). 6 = tokens from the local shard
 // only (a credential.add there); an older projection holds tokens applied
 // from synced agent.register events, which its rebuild drops.
+// 7 = receipts: messages' recipients, ack_required and ack_due,
+// message_reads.via, message_acks.
 // Adding an index needs no new version: every open runs the index DDL
 // (IF NOT EXISTS), so a projection made before idx_messages_session gains
 // it in place, and an older thrum ignores an index it does not know.
-const schemaVersion = 6
+const schemaVersion = 7
 
 const schema = `
 CREATE TABLE IF NOT EXISTS meta (
@@ -113,7 +115,10 @@ CREATE TABLE IF NOT EXISTS messages (
   tags TEXT NOT NULL DEFAULT '',
   acting_as TEXT NOT NULL DEFAULT '',
   disclose INTEGER NOT NULL DEFAULT 0,
-  version INTEGER NOT NULL DEFAULT 0
+  version INTEGER NOT NULL DEFAULT 0,
+  recipients TEXT NOT NULL DEFAULT '', -- JSON array of agent IDs, '' for none
+  ack_required INTEGER NOT NULL DEFAULT 0,
+  ack_due TEXT NOT NULL DEFAULT '' -- created_at + ack_within, '' for no deadline
 );
 
 CREATE TABLE IF NOT EXISTS message_scopes (
@@ -148,7 +153,21 @@ CREATE TABLE IF NOT EXISTS message_reads (
   session_id TEXT NOT NULL,
   agent_id TEXT NOT NULL,
   read_at TEXT NOT NULL,
+  via TEXT NOT NULL DEFAULT '', -- the path that delivered it
   PRIMARY KEY (message_id, session_id)
+) WITHOUT ROWID;
+
+-- The first acknowledgement of a message by each agent: a message.ack, or
+-- a reply (reply_id). Rows of agents that are not among the message's
+-- recipients are kept too (the message may be applied later, from
+-- another shard) and left out when receipts are read.
+CREATE TABLE IF NOT EXISTS message_acks (
+  message_id TEXT NOT NULL,
+  agent_id TEXT NOT NULL,
+  acked_at TEXT NOT NULL,
+  note TEXT NOT NULL DEFAULT '',
+  reply_id TEXT NOT NULL DEFAULT '',
+  PRIMARY KEY (message_id, agent_id)
 ) WITHOUT ROWID;
 
 CREATE TABLE IF NOT EXISTS threads (
@@ -227,12 +246,13 @@ CREATE INDEX IF NOT EXISTS idx_message_reads_message ON message_reads(message_id
 CREATE INDEX IF NOT EXISTS idx_thread_scopes_lookup ON thread_scopes(scope_type, scope_value);
 CREATE INDEX IF NOT EXISTS idx_group_members_member ON group_members(member_type, member_id);
 CREATE INDEX IF NOT EXISTS idx_messages_deleted ON messages(deleted) WHERE deleted = 1;
+CREATE INDEX IF NOT EXISTS idx_messages_ack ON messages(agent_id, created_at) WHERE ack_required = 1;
 `
 
 // Tables lists the projection's tables (for Dump and comparisons).
 var Tables = []string{
 	"agents", "tokens", "sessions", "session_scopes", "session_refs", "work_contexts",
 	"messages", "message_scopes", "message_refs", "message_edits", "message_reads",
-	"threads", "thread_scopes", "groups", "group_members", "checkpoints",
+	"message_acks", "threads", "thread_scopes", "groups", "group_members", "checkpoints",
 	"idempotency_keys", "messages_fts_terms", "messages_fts_plain_terms",
 }

@@ -88,9 +88,8 @@ func TestMessagesSessionIndex(t *testing.T) {
 	}
 }
 
-// message_reads has no foreign key to
-// messages (DESIGN.md, "Projection schema notes"). A read synced from
-// another clone can be applied before the message it reads; it must be
+// message_reads has no foreign key to messages (DESIGN.md, "Decisions").
+// A read synced from another clone can be applied before the message it reads; it must be
 // kept, not refused, and count once the message arrives.
 func TestReadBeforeItsMessageIsKept(t *testing.T) {
 	ctx := context.Background()

@@ -261,8 +261,8 @@ const (
 // the database file's fsync), never in SQLite's busy handler, whose
 // back-off (sleeps of 1, 2, 5, 10 ms...) made a commit wait 10–20 ms behind
 // a TRUNCATE checkpoint, which holds the write lock while it copies, syncs
-// and truncates (about 10 ms): the tail of send → woken wait (DESIGN.md,
-// "Latency, send to woken wait"). A reader holding an old snapshot can keep
+// and truncates (about 10 ms): the tail of send → woken wait (see
+// docs/performance.md, "WAL checkpoints"). A reader holding an old snapshot can keep
 // any checkpoint from finishing, so when the store has been idle for
 // idleTicks, or the WAL file has grown past walHardMax, the loop runs a
 // TRUNCATE checkpoint, which waits for readers and empties the file.

@@ -55,7 +55,9 @@ type CLI struct {
 	Daemon     DaemonCmd     `cmd:"" help:"Start, stop and inspect the daemon."`
 	Quickstart QuickstartCmd `cmd:"" help:"Register an agent, start its session and write its identity file."`
 	Send       SendCmd       `cmd:"" help:"Send a message."`
-	Reply      ReplyCmd      `cmd:"" help:"Reply to a message."`
+	Reply      ReplyCmd      `cmd:"" help:"Reply to a message (which acknowledges it)."`
+	Ack        AckCmd        `cmd:"" help:"Acknowledge a message addressed to you."`
+	Sent       SentCmd       `cmd:"" help:"List your sent messages with their receipts."`
 	Inbox      InboxCmd      `cmd:"" help:"List messages with read/unread indicators."`
 	Search     SearchCmd     `cmd:"" help:"Find messages by their words."`
 	Message    MessageCmd    `cmd:"" help:"Get, edit, delete or mark messages read."`

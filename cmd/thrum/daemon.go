@@ -308,7 +308,7 @@ func followLiveHeap(ctx context.Context) {
 // hold at most thrum.DefaultMaxPendingBytes.
 const daemonMemoryLimit = 64 << 20
 
-// daemonGCPercent is the daemon's GOGC (see DESIGN.md, "Sync").
+// daemonGCPercent is the daemon's GOGC (see DESIGN.md, "Decisions").
 const daemonGCPercent = 50
 
 // daemonMaxHTTPConns caps the loopback port's TCP connections: WebSockets
@@ -702,7 +702,19 @@ func syncRefusals(cs []gitsync.RefusalCount) []rpc.SyncRefusal {
 	return out
 }
 
-func (r rpcSync) SyncForce(context.Context, *rpc.SyncForceParams) (*rpc.SyncForceResult, error) {
+func (r rpcSync) SyncForce(ctx context.Context, p *rpc.SyncForceParams) (*rpc.SyncForceResult, error) {
+	if p.Wait {
+		err := r.s.Refresh(ctx) // a round that started after this call
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		st := r.s.Status()
+		res := &rpc.SyncForceResult{Triggered: true, LastSyncAt: syncTime(st.LastSyncAt), SyncState: st.State}
+		if err != nil {
+			res.LastError = err.Error()
+		}
+		return res, nil
+	}
 	triggered := r.s.Force()
 	st := r.s.Status()
 	return &rpc.SyncForceResult{Triggered: triggered, LastSyncAt: syncTime(st.LastSyncAt), SyncState: st.State}, nil

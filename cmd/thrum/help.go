@@ -60,7 +60,7 @@ func (c *SyncStatusCmd) Help() string {
 }
 
 func (c *SyncForceCmd) Help() string {
-	return "Starts a sync round now and returns; watch it with thrum sync status.\n\nExamples:\n  thrum sync force\n  thrum sync force && thrum sync status"
+	return "Starts a sync round now and returns; watch it with thrum sync status.\nWith --wait it returns once that round is done: the remote's events are\nthen in the log and the local ones pushed.\n\nExamples:\n  thrum sync force\n  thrum sync force --wait\n  thrum sync force && thrum sync status"
 }
 
 func (c *VersionCmd) Help() string { return "Examples:\n  thrum version\n  thrum version --json" }

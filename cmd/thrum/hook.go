@@ -242,7 +242,7 @@ func hookContext(ctx context.Context, s *session) (string, error) {
 	var ids []string
 	for _, m := range r.Messages {
 		f := frame.Frame(frame.Message{ID: m.MessageID, From: m.AgentID, Priority: m.Priority, ThreadID: m.ThreadID,
-			ReplyTo: replyTo(m.Refs), Body: m.Body.Content}, frame.Options{Max: hookBodyMax})
+			ReplyTo: replyTo(m.Refs), Ack: m.AckRequired, Body: m.Body.Content}, frame.Options{Max: hookBodyMax})
 		n := utf8.RuneCountInString(f) + 1
 		if used+n > hookContextMax-slack {
 			break
@@ -251,7 +251,7 @@ func hookContext(ctx context.Context, s *session) (string, error) {
 		frames[m.MessageID] = f
 		ids = append(ids, m.MessageID)
 	}
-	mr, err := s.c.MarkRead(ctx, &rpc.MarkReadParams{MessageIDs: ids})
+	mr, err := s.c.MarkRead(ctx, &rpc.MarkReadParams{MessageIDs: ids, Via: rpc.ViaHook})
 	if err != nil {
 		return "", err
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/thrumhq/thrum/internal/frame"
 	"github.com/thrumhq/thrum/internal/thrumtest"
+	"github.com/thrumhq/thrum/rpc"
 )
 
 // hookRig is a repository whose daemon runs, with alice in the main
@@ -104,6 +105,20 @@ func (h *hookRig) send(args ...string) string {
 	return strings.TrimSpace(h.main.ok("alice", append([]string{"send", "--quiet"}, args...)...).stdout)
 }
 
+// via returns how message id was delivered to bob, as its receipt says.
+func (h *hookRig) via(id string) string {
+	h.t.Helper()
+	var g rpc.GetMessageResult
+	h.main.okJSON(&g, "alice", "message", "get", id)
+	for _, r := range g.Message.Receipts {
+		if r.AgentID == "bob" {
+			return r.Via
+		}
+	}
+	h.t.Fatalf("%s has no receipt for bob: %+v", id, g.Message.Receipts)
+	return ""
+}
+
 // unread returns bob's unread message IDs, oldest first.
 func (h *hookRig) unread() []string {
 	h.t.Helper()
@@ -153,6 +168,9 @@ func TestHookGolden(t *testing.T) {
 					t.Errorf("unread after the context hook: %v, want both claimed", left)
 				}
 				checkFrames(t, text, m1, m2)
+				if via := h.via(m1); via != rpc.ViaHook {
+					t.Errorf("receipt of a message a hook showed: via %q, want hook", via)
+				}
 				again := h.hook(nil, hookInputFor(t, spec, h.bobs, false), spec.host, spec.event)
 				if strings.TrimSpace(again.stdout) != "{}" {
 					t.Errorf("second run shows %s, want {} (each message shown once)", again.stdout)

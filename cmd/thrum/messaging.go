@@ -159,6 +159,8 @@ type SendCmd struct {
 	Thread     string   `help:"Thread ID to send in."`
 	Broadcast  bool     `hidden:"" help:"Deprecated: use --to @everyone."`
 	Key        string   `name:"idempotency-key" help:"Key that makes retries safe: a send repeating the key of one in the last 24h returns the first (default: a random key, reused when send retries after a lost connection)."`
+	Ack        bool     `help:"Ask each recipient to acknowledge the message (thrum ack, or a reply); thrum sent --unacked lists it until they all have."`
+	AckWithin  string   `name:"ack-within" placeholder:"DURATION" help:"Give the recipients this long to acknowledge, e.g. 30m or 2h (implies --ack); thrum sent --overdue lists it after."`
 }
 
 func (c *SendCmd) Help() string {
@@ -173,6 +175,7 @@ Examples:
   thrum send "Auth module complete" --to @reviewer --scope module:auth --ref issue:beads-42
   thrum send "Deploy complete" --to @everyone --priority high
   thrum send "Test results" --structured '{"type":"test_result","passed":45,"failed":2}'
+  thrum send "Please review #42" --to @reviewer --ack --ack-within 30m
   MSG=$(thrum send "Ready for review" --to @reviewer --quiet)   # --quiet prints just the ID`
 }
 
@@ -186,7 +189,8 @@ func (c *SendCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	p := &rpc.SendMessageParams{Content: c.Message, Format: c.Format, Priority: c.Priority, ThreadID: c.Thread,
-		Scopes: scopes, Refs: refs, Mentions: append(append([]string{}, c.To...), c.Mention...)}
+		Scopes: scopes, Refs: refs, Mentions: append(append([]string{}, c.To...), c.Mention...),
+		AckRequired: c.Ack, AckWithin: c.AckWithin}
 	if c.Broadcast {
 		g.hint("--broadcast is deprecated: use --to @everyone")
 		p.Mentions = append(p.Mentions, "@everyone")
@@ -217,6 +221,9 @@ func (c *SendCmd) Run(ctx context.Context, g *Globals) error {
 		for _, rc := range r.Recipients {
 			fmt.Fprintf(w, "  To @%s (%s): %s\n", rc.Address, rc.Kind, reach(rc))
 		}
+		if c.Ack || c.AckWithin != "" {
+			fmt.Fprintf(w, "  Acknowledgement asked: thrum sent --unacked lists it until every recipient has acknowledged\n")
+		}
 	})
 }
 
@@ -242,7 +249,8 @@ type ReplyCmd struct {
 
 func (c *ReplyCmd) Help() string {
 	return `Sends a message with a reply_to ref to the original, addressed to its
-author and in its thread, and marks the original read.
+author and in its thread, and marks the original read. The reply
+acknowledges the original for you, if it was addressed to you.
 
 With --quiet it prints just the reply's ID.
 
@@ -271,7 +279,7 @@ func (c *ReplyCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	_, _ = s.c.MarkRead(ctx, &rpc.MarkReadParams{MessageIDs: []string{c.MessageID}}) // best effort
+	_, _ = s.c.MarkRead(ctx, &rpc.MarkReadParams{MessageIDs: []string{c.MessageID}, Via: rpc.ViaReply}) // best effort
 	return g.out(map[string]any{"message_id": r.MessageID, "reply_to": c.MessageID, "thread_id": r.ThreadID, "created_at": r.CreatedAt}, func(w io.Writer) {
 		if g.Quiet {
 			fmt.Fprintln(w, r.MessageID)
@@ -446,7 +454,8 @@ type MessageGetCmd struct {
 
 func (c *MessageGetCmd) Help() string {
 	return "Shows the message and whether you have read it, and marks nothing read:\n" +
-		"mark it with thrum message read.\n\n" +
+		"mark it with thrum message read. Receipts say, for each recipient resolved\n" +
+		"at send, whether it is queued, delivered (how and when) or acknowledged.\n\n" +
 		"Examples:\n  thrum message get msg_01HXE...\n  thrum message get msg_01HXE... --json"
 }
 

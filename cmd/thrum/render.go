@@ -160,6 +160,9 @@ func entry(w io.Writer, lead string, m rpc.MessageSummary, now time.Time, indent
 	if m.UpdatedAt != "" {
 		head += "  (edited)"
 	}
+	if m.AckRequired {
+		head += "  [ack asked]"
+	}
 	if lead[0] == ' ' {
 		head = strings.TrimLeft(head, " ")
 	}
@@ -294,6 +297,7 @@ func renderMessage(w io.Writer, m *rpc.MessageDetail, now time.Time) {
 	if m.UpdatedAt != "" {
 		fmt.Fprintf(w, "  Edited:  %s (version %d)\n", ago(m.UpdatedAt, now), m.Version)
 	}
+	renderReceipts(w, m, now)
 	fmt.Fprintf(w, "\n%s\n", m.Body.Content)
 	if m.Body.Structured != "" {
 		fmt.Fprintf(w, "\nStructured: %s\n", m.Body.Structured)

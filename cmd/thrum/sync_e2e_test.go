@@ -100,27 +100,38 @@ func (c *syncCLI) syncStatus() map[string]any {
 	return st
 }
 
-// forceSync runs `thrum sync force` and waits until sync status shows a
-// round that finished after it.
+// forceSync runs `thrum sync force --wait` and checks that it returned
+// after a round that finished after it.
 func (c *syncCLI) forceSync() map[string]any {
 	c.t.Helper()
 	last := str(c.syncStatus(), "last_sync_at")
 	var f map[string]any
-	c.json(&f, "", "sync", "force")
+	c.json(&f, "", "sync", "force", "--wait")
 	hasKeys(c.t, "sync force", f, "triggered", "last_sync_at", "sync_state")
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		st := c.syncStatus()
-		if at := str(st, "last_sync_at"); at != "" && at != last {
-			return st
-		}
-		if e := str(st, "last_error"); e != "" {
-			c.t.Fatalf("%s: sync failed: %v", c.name, st)
-		}
-		if time.Now().After(deadline) {
-			c.t.Fatalf("%s: no sync round finished within 30s of sync force: %v", c.name, st)
-		}
-		time.Sleep(20 * time.Millisecond)
+	// --wait returns once a round that started after the call is done: a
+	// round already running when it came is not the one it waits for.
+	if at := str(f, "last_sync_at"); at == "" || at == last || str(f, "sync_state") != "synced" {
+		c.t.Fatalf("%s: sync force --wait returned before a new round was done: %v (last sync before: %q)", c.name, f, last)
+	}
+	return c.syncStatus()
+}
+
+// TestSyncForceWaitSaysWhenItFails: with --wait, a round that fails (the
+// remote is gone) is an error with git's words, exit 1.
+func TestSyncForceWaitSaysWhenItFails(t *testing.T) {
+	t.Parallel()
+	remote := thrumtest.GitRemote(t)
+	c := &syncCLI{thrumCLI: &thrumCLI{t: t, repo: remote.Clone("a"), bin: thrumtest.Binary(t)}, name: "a",
+		allowed: []string{"gitsync: sync failed; will retry", "final sync failed"}}
+	c.do("", "init")
+	c.startDaemon("--sync-interval", "1h")
+	c.forceSync()
+	if err := os.Rename(remote.Path, remote.Path+".gone"); err != nil {
+		t.Fatal(err)
+	}
+	r := c.run("sync", "force", "--wait")
+	if r.code != 1 || !strings.Contains(r.stderr, "sync failed") {
+		t.Fatalf("sync force --wait with the remote gone:\n%s", r)
 	}
 }
 
@@ -143,9 +154,9 @@ func TestSyncEndToEnd(t *testing.T) {
 	a.do("", "quickstart", "--name", "alice", "--role", "implementer", "--module", "auth")
 	b.do("", "quickstart", "--name", "bob", "--role", "reviewer", "--module", "auth")
 
-	// bob reaches a through the remote. A round may have been under way
-	// (the debounce after quickstart) when force was asked, and finish
-	// without what came after: allow a second pass, never more.
+	// bob reaches a through the remote: sync force --wait returns once a
+	// round that started after it is done, so one pass in b then a is
+	// enough, whatever rounds were under way.
 	knows := func(c *syncCLI, agent string) bool {
 		var al map[string]any
 		c.json(&al, "", "agent", "list")
@@ -156,15 +167,10 @@ func TestSyncEndToEnd(t *testing.T) {
 		}
 		return false
 	}
-	for pass := 1; !knows(a, "bob"); pass++ {
-		if pass > 2 {
-			t.Fatalf("a does not know bob after %d passes of sync force in b then a", pass-1)
-		}
-		if pass > 1 {
-			t.Logf("a second pass of sync force for bob to reach a")
-		}
-		b.forceSync()
-		a.forceSync()
+	b.forceSync()
+	a.forceSync()
+	if !knows(a, "bob") {
+		t.Fatal("a does not know bob after sync force --wait in b, then in a")
 	}
 
 	// alice (a) writes to bob (b).
@@ -190,18 +196,9 @@ func TestSyncEndToEnd(t *testing.T) {
 	if inboxHas() {
 		t.Fatal("b: bob has the message before any sync")
 	}
-	for pass := 1; ; pass++ {
-		a.forceSync()
-		st := b.forceSync()
-		if inboxHas() {
-			if pass > 1 {
-				t.Logf("the message reached b in pass %d", pass)
-			}
-			break
-		}
-		if pass == 2 {
-			t.Fatalf("b: bob's inbox lacks %s after %d passes of sync force in a then b (b's sync status %v)", id, pass, st)
-		}
+	a.forceSync()
+	if st := b.forceSync(); !inboxHas() {
+		t.Fatalf("b: bob's inbox lacks %s after sync force --wait in a, then in b (b's sync status %v)", id, st)
 	}
 
 	// sync status, both forms, and health's sync_state.

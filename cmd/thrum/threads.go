@@ -120,7 +120,7 @@ func countUnread(ms []rpc.MessageSummary) int {
 // SyncCmd groups git sync commands.
 type SyncCmd struct {
 	Status SyncStatusCmd `cmd:"" help:"Show the sync loop's state."`
-	Force  SyncForceCmd  `cmd:"" help:"Sync now (does not wait for it to finish)."`
+	Force  SyncForceCmd  `cmd:"" help:"Sync now (--wait: until the round is done)."`
 }
 
 // syncOff turns method-not-found into what it means here.
@@ -161,15 +161,22 @@ func printRefusals(w io.Writer, refused int, rs []rpc.SyncRefusal) {
 	}
 }
 
-type SyncForceCmd struct{}
+type SyncForceCmd struct {
+	Wait bool `help:"Return once a round started now has finished (exit 1 if it failed)."`
+}
 
 func (c *SyncForceCmd) Run(ctx context.Context, g *Globals) error {
 	return call(ctx, g, false, func(s *session) (any, error) {
-		r, err := s.c.SyncForce(ctx, &rpc.SyncForceParams{})
+		r, err := s.c.SyncForce(ctx, &rpc.SyncForceParams{Wait: c.Wait})
+		if err == nil && r.LastError != "" {
+			return r, fmt.Errorf("sync failed: %s", r.LastError)
+		}
 		return r, syncOff(err)
 	}, func(w io.Writer, v any) {
 		r := v.(*rpc.SyncForceResult)
-		if r.Triggered {
+		if c.Wait {
+			fmt.Fprintf(w, "> Synced (%s)\n", r.SyncState)
+		} else if r.Triggered {
 			fmt.Fprintln(w, "> Sync triggered")
 		} else {
 			fmt.Fprintf(w, "> Sync already running (%s)\n", r.SyncState)

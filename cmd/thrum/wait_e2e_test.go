@@ -15,6 +15,7 @@ import (
 	"github.com/thrumhq/thrum/internal/frame"
 	"github.com/thrumhq/thrum/internal/thrumtest"
 	"github.com/thrumhq/thrum/mcpserver"
+	"github.com/thrumhq/thrum/rpc"
 )
 
 // follow starts `thrum wait --follow args...` as bob, in his worktree,
@@ -118,6 +119,9 @@ func TestWaitFollow(t *testing.T) {
 	}
 	if left := h.unread(); len(left) != 0 {
 		t.Errorf("unread while following: %v, want every streamed message claimed", left)
+	}
+	if via := h.via(before); via != rpc.ViaStream {
+		t.Errorf("receipt of a streamed message: via %q, want stream", via)
 	}
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)

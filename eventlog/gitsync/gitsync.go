@@ -382,6 +382,12 @@ func (s *Syncer) SyncOnce(ctx context.Context) (err error) {
 	s.mu.Lock()
 	s.status.Pending = false
 	s.started++
+	// This round commits every event notified so far: a trigger queued
+	// before it would only start a second round with nothing new.
+	select {
+	case <-s.trigger:
+	default:
+	}
 	before := s.status.Commits + s.status.Imported
 	s.mu.Unlock()
 	// Deferred in this order so that the round is recorded (which ends a

@@ -35,7 +35,10 @@ type Message struct {
 	Priority string
 	ThreadID string
 	ReplyTo  string
-	Body     string
+	// Ack says the sender asks for an acknowledgement: the frame says
+	// ack="requested".
+	Ack  bool
+	Body string
 }
 
 // Options say how to write a frame. The zero value is a multi-line frame
@@ -53,11 +56,11 @@ type Options struct {
 
 // Frame writes m as one <thrum-message> element:
 //
-//	<thrum-message id="msg_…" from="alice" priority="high" thread_id="…" reply_to="…">
+//	<thrum-message id="msg_…" from="alice" priority="high" thread_id="…" reply_to="…" ack="requested">
 //	body
 //	</thrum-message>
 //
-// (thread_id and reply_to only when set). A body cut to Options.Max has
+// (thread_id, reply_to and ack only when set). A body cut to Options.Max has
 // the attribute cut="N", N its full length in characters, and ends with
 // the note that CutNote writes.
 func Frame(m Message, o Options) string {
@@ -74,6 +77,9 @@ func Frame(m Message, o Options) string {
 	attr(&b, "priority", m.Priority, true)
 	attr(&b, "thread_id", m.ThreadID, false)
 	attr(&b, "reply_to", m.ReplyTo, false)
+	if m.Ack {
+		attr(&b, "ack", ackRequested, true)
+	}
 	if cut {
 		attr(&b, "cut", strconv.Itoa(total), true)
 	}
@@ -96,6 +102,9 @@ func Frame(m Message, o Options) string {
 	b.WriteString("</" + Tag + ">")
 	return b.String()
 }
+
+// ackRequested is the ack attribute's value.
+const ackRequested = "requested"
 
 // CutNote is the note that ends a cut body: its full length and where to
 // read all of it.
@@ -233,6 +242,12 @@ func Parse(s string) (m Message, total int, err error) {
 		return m, 0, errors.New("frame: raw newline in a one-line frame")
 	}
 	m = Message{ID: attrs["id"], From: attrs["from"], Priority: attrs["priority"], ThreadID: attrs["thread_id"], ReplyTo: attrs["reply_to"]}
+	if a, ok := attrs["ack"]; ok {
+		if a != ackRequested {
+			return m, 0, fmt.Errorf("frame: ack=%q is not %q", a, ackRequested)
+		}
+		m.Ack = true
+	}
 	if c, ok := attrs["cut"]; ok {
 		total, err = strconv.Atoi(c)
 		if err != nil || total < 0 {

@@ -82,6 +82,11 @@ func TestFrameLayout(t *testing.T) {
 		"<thrum-message id=\"msg_1\" from=\"alice\" priority=\"normal\">Is &lt;T&gt; ready?&#xA;See a&amp;b.</thrum-message>"; got != want {
 		t.Errorf("one-line frame:\n got %q\nwant %q", got, want)
 	}
+	m.Ack, m.ReplyTo = true, "msg_0"
+	if got, want := frame.Frame(m, frame.Options{OneLine: true}),
+		"<thrum-message id=\"msg_1\" from=\"alice\" priority=\"normal\" reply_to=\"msg_0\" ack=\"requested\">Is &lt;T&gt; ready?&#xA;See a&amp;b.</thrum-message>"; got != want {
+		t.Errorf("frame asking for an acknowledgement:\n got %q\nwant %q", got, want)
+	}
 }
 
 // TestFrameCut cuts a long body to Max written characters, counting the
@@ -122,6 +127,7 @@ func TestParseRefusesWhatFrameNeverWrites(t *testing.T) {
 		strings.Replace(one, "\nb\n", "\n<b>\n", 1),
 		strings.Replace(one, "\nb\n", "\n&bogus;\n", 1),
 		strings.Replace(one, `id="a"`, `id="a" id="b"`, 1),
+		strings.Replace(one, `id="a"`, `id="a" ack="maybe"`, 1),
 		"<thrum-message>b</thrum-message",
 	} {
 		if _, _, err := frame.Parse(s); err == nil {
@@ -141,7 +147,8 @@ func FuzzFrame(f *testing.F) {
 	f.Add("", "", "", uint16(1), false)
 	f.Add(strings.Repeat("&<>", 100), "x", "y", uint16(7), true)
 	f.Fuzz(func(t *testing.T, body, from, id string, max uint16, oneLine bool) {
-		m := frame.Message{ID: id, From: from, Priority: "normal", ReplyTo: from, Body: body}
+		ack := max%2 == 1 // an odd bound asks for an acknowledgement too
+		m := frame.Message{ID: id, From: from, Priority: "normal", ReplyTo: from, Ack: ack, Body: body}
 		o := frame.Options{Max: int(max), OneLine: oneLine}
 		s := frame.Frame(m, o)
 		checkOneFrame(t, s, oneLine)
@@ -150,7 +157,7 @@ func FuzzFrame(f *testing.F) {
 			t.Fatalf("Parse(Frame(...)) = %v\nframe: %q", err, s)
 		}
 		clean := func(s string) string { return string([]rune(s)) }
-		if got.ID != clean(id) || got.From != clean(from) || got.ReplyTo != clean(from) || got.Priority != "normal" {
+		if got.ID != clean(id) || got.From != clean(from) || got.ReplyTo != clean(from) || got.Priority != "normal" || got.Ack != ack {
 			t.Fatalf("attributes came back as %+v from %q", got, s)
 		}
 		if total != utf8.RuneCountInString(body) {

@@ -678,6 +678,36 @@ func TestConsoleInBrowser(t *testing.T) {
 		do(t, tab, "feed", chromedp.Click(chromedp.CSS(`.tabs button[data-view="feed"]`)))
 	})
 
+	t.Run("receipt marks update live", func(t *testing.T) {
+		id := c.thrum(t, "alice", "send", "--quiet", "--to", "@bob", "--ack-within", "1h", "Receipts, please")
+		item := fmt.Sprintf(`document.querySelector('#feed li[data-id=%q]')`, id)
+		marks := item + `.querySelector('footer > .receipts')`
+		waitFor(t, tab, "the queued marks", item+` && `+marks+` && `+marks+`.dataset.delivered === '0' && `+marks+`.textContent.includes('ack asked')`)
+		// The same element must change: pushed receipts redraw the marks
+		// in place, with no reload of the message.
+		eval[bool](t, tab, `(`+item+`.dataset.probe = 'kept', true)`)
+		c.thrum(t, "bob", "inbox", "--unread", "--mark-read")
+		waitFor(t, tab, "the delivery mark", marks+`.dataset.delivered === '1' && `+marks+`.dataset.acked === '0'`)
+		c.thrum(t, "bob", "ack", id, "--note", "on it")
+		waitFor(t, tab, "the acknowledgement mark", marks+`.dataset.acked === '1'`)
+		if probe := eval[string](t, tab, item+`.dataset.probe`); probe != "kept" {
+			t.Fatalf("the message was rendered anew (probe %q): the marks must update in place", probe)
+		}
+		summary := eval[string](t, tab, marks+`.querySelector('summary').textContent`)
+		if summary != "✓ 1/1 delivered · ✓✓ 1/1 acknowledged" {
+			t.Errorf("marks %q", summary)
+		}
+		line := eval[string](t, tab, marks+`.querySelector('.receipt[data-agent="bob"]').textContent`)
+		for _, want := range []string{"bob: acknowledged", "via mark read", "“on it”"} {
+			if !strings.Contains(line, want) {
+				t.Errorf("bob's receipt line %q lacks %q", line, want)
+			}
+		}
+		if title := eval[string](t, tab, marks+`.querySelector('summary').title`); title != line {
+			t.Errorf("hover text %q, want the receipt line %q", title, line)
+		}
+	})
+
 	t.Run("layout", func(t *testing.T) {
 		dir, err := os.MkdirTemp("", "thrum-webui-")
 		if err != nil {

@@ -2,9 +2,10 @@
 // URL's fragment, which never reaches a server) or, after that, with the
 // web session the code was exchanged for (kept in this tab's
 // sessionStorage, never in a URL); then everything goes over JSON-RPC on
-// the daemon's WebSocket. New messages arrive by push (subscribe all).
-// Nothing here marks a message read: watching never consumes an agent's
-// messages.
+// the daemon's WebSocket. New messages arrive by push (subscribe all), and
+// so do the receipts of every message (subscribe receipts: all), which
+// update each message's marks in place. Nothing here marks a message
+// read: watching never consumes an agent's messages.
 
 import { Rpc, RpcError } from './rpc.js';
 import { render } from './markdown.js';
@@ -22,6 +23,7 @@ const state = {
   groups: new Map(), // name → GroupInfo with .members
   threads: new Map(), // thread_id → title
   feed: new Map(),   // message_id → message (MessageDetail shape)
+  receipts: new Map(), // message_id → {receipts, ack_required, ack_due}, as message.get and pushes say
   view: 'feed',
   replyTo: null,
   thread: '',        // open thread
@@ -98,6 +100,7 @@ async function connect(code) {
   }
   await becomeMe();
   await rpc.call('subscribe', { all: true });
+  await rpc.call('subscribe', { receipts: 'all' });
   state.retry = 0;
   setConn('live', 'live');
   $('signin').hidden = true;
@@ -172,6 +175,7 @@ async function loadFeed() {
   const res = await call('message.list', { page_size: 100, sort_order: 'desc' });
   const details = await Promise.all(res.messages.map((m) => getMessage(m.message_id).catch(() => null)));
   state.feed = new Map();
+  state.receipts = new Map(); // pushes were missed while disconnected: what message.get says now
   $('feed').replaceChildren();
   for (const d of details.reverse()) if (d) addToFeed(d, false);
 }
@@ -183,6 +187,7 @@ async function getMessage(id, as) {
 }
 
 function onNotify(method, params) {
+  if (method === 'notification.receipt' && params) return onReceipt(params);
   if (method !== 'notification.message' || !params) return;
   getMessage(params.message_id).then((m) => {
     addToFeed(m, true);
@@ -190,6 +195,24 @@ function onNotify(method, params) {
     if (m.thread_id && !state.threads.has(m.thread_id)) loadThreads();
     refreshOpenView();
   }).catch(() => {});
+}
+
+// onReceipt puts a pushed receipt in its message's receipts and redraws
+// the message's marks wherever it is shown.
+function onReceipt(p) {
+  const known = state.receipts.get(p.message_id);
+  if (!known) return; // not shown: its marks are read when it is
+  const i = known.receipts.findIndex((r) => r.agent_id === p.receipt.agent_id);
+  if (i < 0) known.receipts.push(p.receipt);
+  else known.receipts[i] = p.receipt;
+  redrawReceipts(p.message_id);
+}
+
+function redrawReceipts(id) {
+  const known = state.receipts.get(id);
+  for (const old of document.querySelectorAll(`li.msg[data-id="${CSS.escape(id)}"] > footer > .receipts`)) {
+    old.replaceWith(receiptMarks(known, old.open));
+  }
 }
 
 function refreshOpenView() {
@@ -333,8 +356,69 @@ function messageItem(m, opts = {}) {
   const readby = el('span', 'readby');
   reads.addEventListener('click', () => showReadBy(m, readby));
   foot.append(reply, reads, readby);
+  // The receipts known are kept current by the pushes, so a message
+  // object (fetched earlier) only fills in what is not known yet.
+  if (m.receipts && !state.receipts.has(m.message_id)) {
+    state.receipts.set(m.message_id, { receipts: m.receipts.map((r) => ({ ...r })), ack_required: !!m.ack_required, ack_due: m.ack_due || '' });
+  }
+  const known = state.receipts.get(m.message_id);
+  foot.append(receiptMarks(known || { receipts: [] }, false));
+  if (!known && !m.deleted) {
+    // A listing's summary has no receipts: message.get has them.
+    getMessage(m.message_id).then((d) => {
+      state.receipts.set(d.message_id, { receipts: d.receipts || [], ack_required: !!d.ack_required, ack_due: d.ack_due || '' });
+      redrawReceipts(d.message_id);
+    }).catch(() => {});
+  }
   li.append(foot);
   return li;
+}
+
+// receiptMarks shows where a message stands with the recipients its
+// address reached: ✓ delivered, ✓✓ acknowledged, with who and how on
+// hover and in the list it expands to. Nothing for a message addressed to
+// no one.
+function receiptMarks(k, open) {
+  const d = el('details', 'receipts');
+  d.open = open;
+  const rs = k.receipts;
+  if (!rs.length) {
+    d.hidden = true;
+    return d;
+  }
+  const delivered = rs.filter((r) => r.state !== 'queued').length;
+  const acked = rs.filter((r) => r.state === 'acknowledged').length;
+  let text = `✓ ${delivered}/${rs.length} delivered`;
+  if (acked || k.ack_required) text += ` · ✓✓ ${acked}/${rs.length} acknowledged`;
+  if (k.ack_required && acked < rs.length) {
+    text += k.ack_due && new Date(k.ack_due) < new Date() ? ' · overdue' : ' · ack asked';
+  }
+  d.dataset.delivered = String(delivered);
+  d.dataset.acked = String(acked);
+  const summary = el('summary', '', text);
+  summary.title = rs.map(receiptLine).join('\n');
+  d.append(summary);
+  // divs, not a list: a message is one li, and views count them.
+  const list = el('div', 'receipt-list');
+  for (const r of rs) {
+    const line = el('div', `receipt ${r.state}`, receiptLine(r));
+    line.dataset.agent = r.agent_id;
+    list.append(line);
+  }
+  d.append(list);
+  return d;
+}
+
+function receiptLine(r) {
+  let s = `${agentName(r.agent_id)}: ${r.state}`;
+  if (r.via) s += ` via ${r.via.replaceAll('_', ' ')}`;
+  if (r.at) s += `, ${when(r.at)}`;
+  if (r.state === 'acknowledged') {
+    s += ` · acknowledged ${when(r.acked_at)}`;
+    if (r.reply_id) s += ' by a reply';
+    if (r.note) s += `: “${r.note}”`;
+  }
+  return s;
 }
 
 // showReadBy asks, for every agent, whether it has read the message
