@@ -325,7 +325,7 @@ func (s *notifier) publishReceipts(ctx context.Context, batch []*eventlog.Event)
 func (s *Subscription) pushReceipt(nt *rpc.ReceiptNotification) (dropped []int64, slow bool) {
 	return s.offer(func() bool {
 		if s.conn != nil {
-			return s.conn.c.Notify(rpc.NotificationReceipt, nt) == nil
+			return s.conn.notifyReceipt(nt)
 		}
 		select {
 		case s.rch <- nt:

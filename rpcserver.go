@@ -355,7 +355,8 @@ func (s *RPCServer) registerUser(ctx context.Context, p *rpc.RegisterUserParams)
 type listenerKey struct{}
 
 // subscribe attaches a subscription to this connection: its notifications
-// are pushed as notification.message. The connection's listener is made
+// are pushed as notification.message (notification.receipt for
+// receipts). The connection's listener is made
 // on the first subscribe and closed with the connection.
 func (s *RPCServer) subscribe(ctx context.Context, p *rpc.SubscribeParams) (*rpc.SubscribeResult, error) {
 	c := jsonrpc.ConnFromContext(ctx)
@@ -391,6 +392,12 @@ func (k *connSink) notify(nt *rpc.MessageNotification, m rpc.MatchedSubscription
 	}
 	b, err := k.s.frames.Frame(nt, m)
 	return err == nil && k.c.NotifyEncoded(b) == nil
+}
+
+// notifyReceipt pushes a receipt; it reports false when the connection
+// cannot take it.
+func (k *connSink) notifyReceipt(nt *rpc.ReceiptNotification) bool {
+	return k.c.Notify(rpc.NotificationReceipt, nt) == nil
 }
 
 // standingKey keys a connection's standing claim (jsonrpc.Conn.Value).
