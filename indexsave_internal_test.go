@@ -8,15 +8,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/thrumhq/thrum/internal/msgindex"
 	"github.com/thrumhq/thrum/rpc"
 )
 
 // fastIndexSaves makes nodes opened during the test check every 5 ms
 // whether to save their message index, and save it past 10 events.
 func fastIndexSaves(t *testing.T) {
-	check, age, least := indexSaveCheck, indexSaveAge, indexSaveMin
-	t.Cleanup(func() { indexSaveCheck, indexSaveAge, indexSaveMin = check, age, least })
-	indexSaveCheck, indexSaveAge, indexSaveMin = 5*time.Millisecond, time.Hour, 10
+	was := indexSavePolicy
+	t.Cleanup(func() { indexSavePolicy = was })
+	indexSavePolicy = msgindex.SavePolicy{Min: 10, Age: time.Hour, Check: 5 * time.Millisecond}
 }
 
 // A running node saves its message index as the log grows, without a
@@ -79,7 +80,7 @@ func TestIndexSavedWhileRunning(t *testing.T) {
 }
 
 // The save policy promises that a start after a crash replays at most
-// indexSaveMin events (or indexSaveAge's worth) of the log past the
+// SavePolicy.Min events (or Age's worth) of the log past the
 // snapshot. Load replays every event past the snapshot's positions, of
 // any type, so every event must count toward the next save, not only
 // message events: a node that logs only heartbeats, session starts,

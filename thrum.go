@@ -5,11 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
@@ -209,7 +207,7 @@ func Open(ctx context.Context, dir string, opts *Options) (*Node, error) {
 	}
 	// The message index's snapshot needs only its file to be read and
 	// decoded: that runs while the projection and the log open.
-	pre := readIndexSnapshot(indexSnapshotOf(o.DBPath))
+	pre := msgindex.StartReading(msgindex.SnapshotPath(o.DBPath))
 	st, err := store.Open(o.DBPath, &store.Options{Logger: o.Logger})
 	if errors.Is(err, store.ErrOutdated) {
 		// The projection is a cache of the log: drop it and replay.
@@ -256,7 +254,7 @@ func New(ctx context.Context, lg *EventLog, p *Projector, opts *Options) (*Node,
 }
 
 // newNode assembles a node; on failure it closes lg, p's store and lock.
-func newNode(ctx context.Context, lg *eventlog.Log, p *Projector, opts *Options, lock io.Closer, pre *indexRead) (*Node, error) {
+func newNode(ctx context.Context, lg *eventlog.Log, p *Projector, opts *Options, lock io.Closer, pre *msgindex.Reading) (*Node, error) {
 	if p.n.Load() != nil {
 		return nil, errors.New("thrum: the projector already serves a node")
 	}
@@ -296,10 +294,14 @@ func newNode(ctx context.Context, lg *eventlog.Log, p *Projector, opts *Options,
 	// both.
 	caughtUp := make(chan struct{})
 	n.bg.Add(2)
-	go n.saveIndexLoop(bg) // before the load: it reads the save policy now
+	policy := indexSavePolicy
 	go func() {
 		defer n.bg.Done()
-		if n.loadIndex(bg, pre) {
+		n.idx.SaveLoop(bg, n.indexSnapshot(), policy, n.opts.Logger)
+	}()
+	go func() {
+		defer n.bg.Done()
+		if n.idx.Restore(bg, n.indexSnapshot(), pre, n.log, n.opts.Logger) {
 			return
 		}
 		select {
@@ -357,7 +359,7 @@ func (n *Node) Close() error {
 		if n.log != nil {
 			errs = append(errs, n.log.Close())
 		}
-		n.saveIndex() // nothing commits now
+		n.idx.SaveIfChanged(n.indexSnapshot(), n.opts.Logger) // nothing commits now
 		n.idx.Close()
 		if n.store != nil {
 			errs = append(errs, n.store.Close())
@@ -370,62 +372,6 @@ func (n *Node) Close() error {
 	return n.closeErr
 }
 
-// An indexRead is the message index's snapshot, being read.
-type indexRead struct {
-	done chan struct{}
-	snap *msgindex.Snapshot
-	err  error
-}
-
-// readIndexSnapshot starts reading the snapshot at path ("" for none).
-func readIndexSnapshot(path string) *indexRead {
-	r := &indexRead{done: make(chan struct{})}
-	if path == "" {
-		r.err = fs.ErrNotExist
-		close(r.done)
-		return r
-	}
-	go func() {
-		defer close(r.done)
-		r.snap, r.err = msgindex.ReadSnapshot(path)
-	}()
-	return r
-}
-
-// loadIndex loads the message index's snapshot, if there is a usable one:
-// the one pre is reading, or else the file's.
-func (n *Node) loadIndex(ctx context.Context, pre *indexRead) bool {
-	snap := n.indexSnapshot()
-	if snap == "" {
-		return false
-	}
-	start := time.Now()
-	if pre == nil {
-		pre = readIndexSnapshot(snap)
-	}
-	<-pre.done
-	// A save cut short by a crash leaves its temporary file.
-	tmps, _ := filepath.Glob(snap + ".*.tmp")
-	for _, t := range tmps {
-		os.Remove(t)
-	}
-	err := pre.err
-	if err == nil {
-		err = n.idx.LoadSnapshot(ctx, pre.snap, n.log)
-	}
-	lg := n.opts.Logger
-	switch {
-	case err == nil:
-		if lg != nil {
-			lg.Debug("thrum: message index loaded", "snapshot", snap, "took", time.Since(start))
-		}
-		return true
-	case lg != nil && !errors.Is(err, fs.ErrNotExist):
-		lg.Info("thrum: building the message index from the projection", "reason", err)
-	}
-	return false
-}
-
 // Warm is closed once listings no longer wait for the node's start: the
 // message index is loaded from its snapshot and made current with the
 // log, or (with no usable snapshot) it has begun to build from the
@@ -435,80 +381,19 @@ func (n *Node) loadIndex(ctx context.Context, pre *indexRead) bool {
 // collection.
 func (n *Node) Warm() <-chan struct{} { return n.idx.Settled() }
 
-// indexSnapshot is the file where the node saves the message index for the
-// next Open, beside the projection's database; "" if the database has no
-// file.
-func (n *Node) indexSnapshot() string { return indexSnapshotOf(n.store.Path()) }
-
-// indexSnapshotOf is indexSnapshot for the database at p.
-func indexSnapshotOf(p string) string {
-	if p == "" || strings.HasPrefix(p, ":") || strings.HasPrefix(p, "file:") {
+// indexSnapshot is the file where the node saves the message index for
+// the next Open, beside the projection's database; "" if the database has
+// no file.
+func (n *Node) indexSnapshot() string {
+	if n.store == nil {
 		return ""
 	}
-	return p + ".index"
+	return msgindex.SnapshotPath(n.store.Path())
 }
 
-// saveIndex saves the message index for the next Open, if it is built
-// and has changed since its snapshot on disk. The snapshot carries the
-// index's positions in the log, so it stays usable as the log grows: the
-// next Open applies the log past them. A failure costs only the next
-// start's speed; it is logged and returned.
-func (n *Node) saveIndex() error {
-	snap := n.indexSnapshot()
-	if n.store == nil || snap == "" || !n.idx.Built() {
-		return nil
-	}
-	if unsaved, onDisk := n.idx.Unsaved(); onDisk && unsaved == 0 {
-		return nil
-	}
-	err := n.idx.Save(snap)
-	if err != nil && n.opts.Logger != nil {
-		n.opts.Logger.Warn("thrum: could not save the message index for the next start", "err", err)
-	}
-	return err
-}
-
-// When the message index is saved while the node runs: once the log
-// events (of any kind) taken since the last save reach a fiftieth of the
-// messages indexed (at least indexSaveMin), or, if anything changed,
-// indexSaveAge after the last save. A start after a crash thus replays
-// at most that much of the log, and saving (about 12 ms at 100,000 messages, in the
-// background) costs a few microseconds per event at any size.
-// (Variables so that a test can shorten them; a node reads them once, at
-// open.)
-var (
-	indexSaveMin   = 2000
-	indexSaveAge   = 30 * time.Second
-	indexSaveCheck = time.Second
-)
-
-// saveIndexLoop saves the message index as the log grows, until ctx ends.
-func (n *Node) saveIndexLoop(ctx context.Context) {
-	defer n.bg.Done()
-	least, age, check := indexSaveMin, indexSaveAge, indexSaveCheck
-	if n.indexSnapshot() == "" {
-		return
-	}
-	t := time.NewTicker(check)
-	defer t.Stop()
-	at, failed := time.Now(), false
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		unsaved, onDisk := n.idx.Unsaved()
-		if onDisk && unsaved == 0 || !n.idx.Built() {
-			continue
-		}
-		if (onDisk || failed) && unsaved < uint64(max(least, n.idx.Len()/50)) && time.Since(at) < age {
-			continue // a failure is retried only with the next save
-		}
-		at = time.Now()
-		failed = n.saveIndex() != nil
-	}
-}
+// indexSavePolicy is when a running node saves its message index (a
+// variable so that a test can shorten it; a node reads it once, at open).
+var indexSavePolicy = msgindex.DefaultSavePolicy
 
 // Dir returns the data directory (the log's home).
 func (n *Node) Dir() string { return n.dir }
