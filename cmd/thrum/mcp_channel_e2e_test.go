@@ -119,11 +119,7 @@ func TestMCPChannelEndToEnd(t *testing.T) {
 		t.Skip("builds and runs the binary")
 	}
 	t.Parallel()
-	e := newMCPE2E(t)
-	e.thrum("", "init")
-	e.startDaemon()
-	e.thrum("alice", "quickstart", "--name", "alice", "--role", "implementer", "--module", "auth")
-	e.thrum("bob", "quickstart", "--name", "bob", "--role", "reviewer", "--module", "auth")
+	e := newMCPPair(t)
 	alice := e.serve("alice")
 	bob, events := e.serveTapped("bob", nil, "--channel")
 

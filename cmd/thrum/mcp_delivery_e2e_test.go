@@ -33,11 +33,7 @@ func TestMCPServeDelivery(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binary")
 	}
-	e := newMCPE2E(t)
-	e.thrum("", "init")
-	e.startDaemon()
-	e.thrum("alice", "quickstart", "--name", "alice", "--role", "implementer", "--module", "auth")
-	e.thrum("bob", "quickstart", "--name", "bob", "--role", "reviewer", "--module", "auth")
+	e := newMCPPair(t)
 	alice := e.serve("alice")
 
 	// Two servers of bob, each checking and waiting at once.

@@ -34,11 +34,7 @@ func TestMCPServeEndToEnd(t *testing.T) {
 		t.Skip("builds and runs the binary")
 	}
 	t.Parallel() // its own repository, daemon and servers
-	e := newMCPE2E(t)
-	e.thrum("", "init")
-	e.startDaemon()
-	e.thrum("alice", "quickstart", "--name", "alice", "--role", "implementer", "--module", "auth")
-	e.thrum("bob", "quickstart", "--name", "bob", "--role", "reviewer", "--module", "auth")
+	e := newMCPPair(t)
 
 	alice := e.serve("alice")
 	bob := e.serve("bob")
@@ -156,6 +152,19 @@ type mcpE2E struct {
 func newMCPE2E(t *testing.T) *mcpE2E {
 	t.Helper()
 	return &mcpE2E{t: t, bin: thrumtest.Binary(t), repo: thrumtest.GitRepo(t), stderrs: map[string]*bytes.Buffer{}}
+}
+
+// newMCPPair is newMCPE2E with the log made, the daemon running and two
+// agents registered: alice (implementer) and bob (reviewer), both of
+// module auth.
+func newMCPPair(t *testing.T) *mcpE2E {
+	t.Helper()
+	e := newMCPE2E(t)
+	e.thrum("", "init")
+	e.startDaemon()
+	e.thrum("alice", "quickstart", "--name", "alice", "--role", "implementer", "--module", "auth")
+	e.thrum("bob", "quickstart", "--name", "bob", "--role", "reviewer", "--module", "auth")
+	return e
 }
 
 // env is the environment of every process: no THRUM_* variables but

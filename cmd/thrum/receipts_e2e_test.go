@@ -28,11 +28,7 @@ func TestReceiptsEndToEnd(t *testing.T) {
 		t.Skip("builds and runs the binary")
 	}
 	t.Parallel()
-	e := newMCPE2E(t)
-	e.thrum("", "init")
-	e.startDaemon()
-	e.thrum("alice", "quickstart", "--name", "alice", "--role", "implementer", "--module", "auth")
-	e.thrum("bob", "quickstart", "--name", "bob", "--role", "reviewer", "--module", "auth")
+	e := newMCPPair(t)
 
 	// alice's WebSocket, subscribed to the receipts of her messages.
 	var st struct {
