@@ -1,12 +1,12 @@
 package thrum_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"runtime"
 	"sort"
 	"strconv"
@@ -534,17 +534,14 @@ func TestFloodMalformedFrames(t *testing.T) {
 	}
 }
 
-// dialOwnerWS opens a raw WebSocket authenticated with the owner's
-// secret: it may then do what the Unix socket may.
+// dialOwnerWS opens a raw WebSocket with the owner's secret in its
+// handshake: it may then do what the Unix socket may, and is never closed
+// for failing to authenticate in time.
 func dialOwnerWS(t testing.TB, d *daemon) *thrumtest.RawWS {
 	t.Helper()
-	ws := dialRawWS(t, d.wsURL)
-	if err := ws.Send([]byte(`{"jsonrpc":"2.0","id":0,"method":"auth","params":{"owner_secret":"` + d.secret + `"}}`)); err != nil {
-		t.Fatal(err)
-	}
-	b, err := ws.ReadReply()
-	if err != nil || !bytes.Contains(b, []byte(`"owner":true`)) {
-		t.Fatalf("auth with the owner's secret: %s, %v", b, err)
+	resp, body, ws := wsHandshake(t, d.wsURL, "", http.Header{"Authorization": {"Bearer " + d.secret}})
+	if ws == nil {
+		t.Fatalf("websocket handshake with the owner's secret refused: %s %q", resp.Status, body)
 	}
 	return ws
 }

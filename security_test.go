@@ -47,17 +47,6 @@ func wsHandshake(t testing.TB, wsURL, host string, hdr http.Header) (resp *http.
 	return resp, body, ws
 }
 
-// dialRawWS opens a WebSocket to the daemon with no Origin header and
-// fails the test unless the upgrade succeeds.
-func dialRawWS(t testing.TB, wsURL string) *thrumtest.RawWS {
-	t.Helper()
-	resp, body, ws := wsHandshake(t, wsURL, "", nil)
-	if ws == nil {
-		t.Fatalf("websocket handshake refused: %s %q", resp.Status, body)
-	}
-	return ws
-}
-
 // rawUnix is a newline-delimited JSON connection spoken by hand.
 type rawUnix struct {
 	nc net.Conn
@@ -270,11 +259,16 @@ func paddedHealth(n int) []byte {
 	return append(b, '}')
 }
 
+// TestSecurityOversizeWebSocketFrame: a frame over the limit closes the
+// WebSocket with 1009. The connections are the owner's, presenting the
+// secret in the handshake, so that only the frame limit can close them:
+// a stranger's is closed after DefaultAuthTimeout, which a slow machine
+// can reach while the test is still sending.
 func TestSecurityOversizeWebSocketFrame(t *testing.T) {
 	d := startDaemon(t)
 
 	// Exactly at the limit: still served.
-	ws := dialRawWS(t, d.wsURL)
+	ws := dialOwnerWS(t, d)
 	if err := ws.Send(paddedHealth(thrum.DefaultMaxRequestBytes)); err != nil {
 		t.Fatal(err)
 	}
@@ -299,7 +293,7 @@ func TestSecurityOversizeWebSocketFrame(t *testing.T) {
 
 	// A much larger frame, announced but only partly sent: refused as soon
 	// as the limit is passed, not after buffering it all.
-	ws = dialRawWS(t, d.wsURL)
+	ws = dialOwnerWS(t, d)
 	go func() {
 		big := make([]byte, 8*thrum.DefaultMaxRequestBytes)
 		errc <- ws.Send(big)
