@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -306,6 +307,40 @@ func TestSecurityOversizeWebSocketFrame(t *testing.T) {
 	<-errc
 
 	wantHealthy(t, d)
+}
+
+// A peer that announces a frame over the limit, sends past the limit and
+// then goes silent without answering the 1009 close: the server still
+// ends the connection once the request timeout has passed, rather than
+// wait forever for the rest of the frame, holding the connection's slot.
+func TestSecurityOversizeWebSocketFrameLeftUnfinished(t *testing.T) {
+	const limit = 4 << 10
+	n := thrumtest.OpenNode(t, nil)
+	s := thrumtest.Serve(t, n, &thrum.RPCOptions{MaxRequestBytes: limit, RequestTimeout: time.Second})
+	resp, body, ws := wsHandshake(t, s.WSURL, "", http.Header{"Authorization": {"Bearer " + s.Secret}})
+	if ws == nil {
+		t.Fatalf("websocket handshake with the owner's secret refused: %s %q", resp.Status, body)
+	}
+	// A text frame announcing 2*limit bytes, masked with a zero key, of
+	// which limit+1 are sent.
+	frame := []byte{0x80 | thrumtest.WSOpText, 0x80 | 127}
+	frame = binary.BigEndian.AppendUint64(frame, 2*limit)
+	frame = append(frame, 0, 0, 0, 0)
+	frame = append(frame, bytes.Repeat([]byte{' '}, limit+1)...)
+	ws.Conn.SetWriteDeadline(time.Now().Add(rawIOTimeout))
+	if _, err := ws.Conn.Write(frame); err != nil {
+		t.Fatal(err)
+	}
+	_, err := ws.ReadReply()
+	var closed *thrumtest.WSClosed
+	if !errors.As(err, &closed) || closed.Code != thrumtest.WSStatusMessageBig {
+		t.Fatalf("after an oversize frame: %v, want close %d (message too big)", err, thrumtest.WSStatusMessageBig)
+	}
+	// Neither the rest of the frame nor a close frame follows: the server
+	// must hang up by itself, well within the read's deadline.
+	if _, err := ws.ReadReply(); !errors.Is(err, io.EOF) && !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("the server kept a connection whose peer went silent mid-frame: %v, want it closed", err)
+	}
 }
 
 func TestSecurityOversizeUnixLine(t *testing.T) {

@@ -363,7 +363,13 @@ func (t *wsTransport) interrupt(wg *sync.WaitGroup) {
 	}()
 }
 
+// close starts the close handshake and waits for the peer's answer. The
+// library reads the rest of a frame it stopped reading (one over the
+// limit) before it looks for that answer, and with no deadline of its
+// own: a peer gone silent mid-frame would hold the connection forever.
+// The peer has the request timeout to finish; then the socket is closed.
 func (t *wsTransport) close(shutdown bool) {
+	_ = t.cork.SetReadDeadline(time.Now().Add(t.timeout))
 	if shutdown {
 		_ = t.ws.Close(websocket.StatusGoingAway, "server shutting down")
 		return
