@@ -329,7 +329,11 @@ func TestChannelBesideAFilteredWait(t *testing.T) {
 		res, _ := bob.rawCall(ctx, "wait_for_message", args{"timeout": 60, "priority_filter": "critical"})
 		waiting <- res
 	}()
-	time.Sleep(50 * time.Millisecond) // the wait reaches the server
+	for deadline := time.Now().Add(10 * time.Second); !mcpserver.Waiting(bob.srv); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the filtered wait did not reach the server within 10 s")
+		}
+	}
 	for i := range 10 {
 		id := send(t, n, "alice", "@bob", fmt.Sprint("normal ", i), "normal")
 		if ev := h.next(t); ev.Meta["message_id"] != id {

@@ -151,9 +151,8 @@ func (s *Server) adoptClaimed(ctx context.Context) {
 		if m.Deleted {
 			continue
 		}
-		info := s.info(ctx, m.MessageID, m.ThreadID, m.Author.AgentID, m.Body, m.Refs, m.Priority, m.CreatedAt, m.AckRequired, nil)
-		s.heldMu.Lock()
-		s.held = append(s.held, info)
-		s.heldMu.Unlock()
+		// Held with a wake: another wait may have looked at held while
+		// this one was turning the notification into a result.
+		s.hold(s.info(ctx, m.MessageID, m.ThreadID, m.Author.AgentID, m.Body, m.Refs, m.Priority, m.CreatedAt, m.AckRequired, nil))
 	}
 }
