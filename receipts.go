@@ -22,10 +22,11 @@ import (
 // maxAckNote bounds the note of an acknowledgement.
 const maxAckNote = 500
 
-// vias are the delivery paths a read may name.
+// vias are the delivery paths a read may name. ViaAck is not one: only
+// AckMessage's own claim records it, with the acknowledgement.
 var vias = map[string]bool{
 	rpc.ViaWaitForMessage: true, rpc.ViaCheckMessages: true, rpc.ViaChannel: true, rpc.ViaHook: true,
-	rpc.ViaStream: true, rpc.ViaMarkRead: true, rpc.ViaReply: true, rpc.ViaAck: true,
+	rpc.ViaStream: true, rpc.ViaMarkRead: true, rpc.ViaReply: true,
 }
 
 // checkVia validates a read's delivery path, def if none is given.
@@ -34,7 +35,7 @@ func checkVia(via, def string) (string, error) {
 		return def, nil
 	}
 	if !vias[via] {
-		return "", invalid("invalid via %q: use wait_for_message, check_messages, channel, hook, stream, mark_read, reply or ack", via)
+		return "", invalid("invalid via %q: use wait_for_message, check_messages, channel, hook, stream, mark_read or reply", via)
 	}
 	return via, nil
 }
@@ -258,28 +259,20 @@ func receiptChanges(batch []*eventlog.Event) []receiptChange {
 }
 
 // publishReceipts pushes, to the subscriptions to receipts, each receipt
-// the batch changed: a recipient's first delivery or its first
-// acknowledgement, as the projection now holds it (once per message and
-// recipient per batch). It runs on the commit path after publish, and
-// costs nothing while no one subscribes to receipts; else one indexed
-// lookup per batch with reads, acknowledgements or replies.
+// the batch changed: a recipient's first delivery and its first
+// acknowledgement, each once, with the change named and the receipt as
+// the projection now holds it. It runs on the commit path after publish and costs nothing while no
+// one subscribes to receipts; else the store reads the receipts of the
+// batch's messages (store.Receipts: three indexed queries) before the
+// notifier's lock is taken, so subscribing never waits for them.
 func (s *notifier) publishReceipts(ctx context.Context, batch []*eventlog.Event) map[*Subscription][]int64 {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	var subs []*filter
-	for _, f := range s.subs {
-		if f.info.Receipts != "" {
-			subs = append(subs, f)
-		}
-	}
-	if len(subs) == 0 {
+	if !s.anyReceipts() {
 		return nil
 	}
 	changes := receiptChanges(batch)
 	if len(changes) == 0 {
 		return nil
 	}
-	sort.Slice(subs, func(i, j int) bool { return subs[i].info.ID < subs[j].info.ID })
 	ids := make([]string, 0, len(changes))
 	for _, c := range changes {
 		ids = append(ids, c.id)
@@ -291,11 +284,20 @@ func (s *notifier) publishReceipts(ctx context.Context, batch []*eventlog.Event)
 		}
 		return nil
 	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var subs []*filter
+	for _, f := range s.subs {
+		if f.info.Receipts != "" {
+			subs = append(subs, f)
+		}
+	}
+	sort.Slice(subs, func(i, j int) bool { return subs[i].info.ID < subs[j].info.ID })
 	slow := map[*Subscription][]int64{}
-	pushed := map[[2]string]bool{}
+	pushed := map[receiptChange]bool{}
 	for _, c := range changes {
 		m := rs[c.id]
-		if m == nil || pushed[[2]string{c.id, c.agent}] {
+		if m == nil || pushed[receiptChange{id: c.id, agent: c.agent, ack: c.ack}] {
 			continue
 		}
 		i := slices.IndexFunc(m.Recipients, func(x store.Receipt) bool { return x.AgentID == c.agent })
@@ -303,22 +305,38 @@ func (s *notifier) publishReceipts(ctx context.Context, batch []*eventlog.Event)
 			continue // not a recipient: no receipt
 		}
 		r := m.Recipients[i]
+		change := rpc.ReceiptDelivered
+		if c.ack {
+			change = rpc.ReceiptAcknowledged
+		}
 		if c.ack && r.AckedAt != c.at || !c.ack && r.ReadAt != c.at {
 			continue // delivered or acknowledged before: nothing changed
 		}
-		pushed[[2]string{c.id, c.agent}] = true
+		pushed[receiptChange{id: c.id, agent: c.agent, ack: c.ack}] = true
 		for _, f := range subs {
 			if f.info.Receipts == rpc.ReceiptsSent && f.agentID != m.AuthorID && f.agentID != m.ActingAs {
 				continue
 			}
 			nt := &rpc.ReceiptNotification{MessageID: c.id, AuthorID: m.AuthorID, AckRequired: m.AckRequired,
-				Receipt: receiptOf(r), SubscriptionID: f.info.ID}
+				Change: change, Receipt: receiptOf(r), SubscriptionID: f.info.ID}
 			if ids, dropped := f.s.pushReceipt(nt); dropped {
 				slow[f.s] = ids
 			}
 		}
 	}
 	return slow
+}
+
+// anyReceipts reports whether any subscription takes receipts.
+func (s *notifier) anyReceipts() bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for _, f := range s.subs {
+		if f.info.Receipts != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // pushReceipt queues a receipt without blocking, as push does a message.

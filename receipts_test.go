@@ -199,6 +199,9 @@ func TestAckBadInput(t *testing.T) {
 	checkCode(t, "no caller", err, rpc.CodeUnauthenticated, "")
 	_, err = f.n.MarkRead(f.as("bob"), &rpc.MarkReadParams{MessageIDs: []string{id}, Via: "pigeon"})
 	checkCode(t, "unknown via", err, rpc.CodeInvalidParams, "invalid via")
+	// Only an acknowledgement records a delivery by ack.
+	_, err = f.n.MarkRead(f.as("bob"), &rpc.MarkReadParams{MessageIDs: []string{id}, Via: rpc.ViaAck})
+	checkCode(t, "a read claiming to be an ack", err, rpc.CodeInvalidParams, "invalid via")
 
 	after := dump(t, f.n)
 	for _, table := range []string{"messages", "message_reads", "message_acks"} {
@@ -321,7 +324,7 @@ func TestReceiptNotifications(t *testing.T) {
 			case nt := <-l.Receipts():
 				got := nt.Receipt
 				if nt.MessageID != id || nt.AuthorID != "alice" || !nt.AckRequired || got.AgentID != want.AgentID ||
-					got.State != want.State || got.Via != want.Via || got.Note != want.Note {
+					nt.Change != want.State || got.State != want.State || got.Via != want.Via || got.Note != want.Note {
 					t.Errorf("receipt %+v, want %+v", nt, want)
 				}
 			case <-time.After(5 * time.Second):
@@ -341,6 +344,39 @@ func TestReceiptNotifications(t *testing.T) {
 	}
 	_, err := f.n.Subscribe(f.as("alice"), mine, &rpc.SubscribeParams{Receipts: "mine"})
 	checkCode(t, "unknown receipts", err, rpc.CodeInvalidParams, "invalid receipts")
+}
+
+// A reply acknowledges before the reader's read delivers (thrum reply
+// marks the message read after it sends): the two pushes say which
+// change each is, so the acknowledgement is pushed as one once, though
+// the delivery's receipt is acknowledged too.
+func TestReceiptPushesSayWhatChanged(t *testing.T) {
+	f := newFixture(t, nil)
+	l := f.n.Listen(0)
+	t.Cleanup(l.Close)
+	if _, err := f.n.Subscribe(f.as("alice"), l, &rpc.SubscribeParams{Receipts: rpc.ReceiptsSent}); err != nil {
+		t.Fatal(err)
+	}
+	id := f.send("alice", rpc.SendMessageParams{Content: "x", Mentions: []string{"@bob"}, AckRequired: true}).MessageID
+	reply := f.send("bob", rpc.SendMessageParams{Content: "done", Refs: []rpc.Pair{{Type: rpc.RefReplyTo, Value: id}}}).MessageID
+	if _, err := f.n.MarkRead(f.as("bob"), &rpc.MarkReadParams{MessageIDs: []string{id}, Via: rpc.ViaReply}); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{rpc.ReceiptAcknowledged, rpc.ReceiptDelivered} {
+		select {
+		case nt := <-l.Receipts():
+			if nt.Change != want || nt.Receipt.State != rpc.ReceiptAcknowledged || nt.Receipt.ReplyID != reply {
+				t.Errorf("push %+v: want change %s, state acknowledged by reply %s", nt, want, reply)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("no %s push", want)
+		}
+	}
+	select {
+	case nt := <-l.Receipts():
+		t.Errorf("an extra push: %+v", nt)
+	case <-time.After(50 * time.Millisecond):
+	}
 }
 
 // A retried send asking for an acknowledgement is the first send; the

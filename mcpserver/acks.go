@@ -27,9 +27,9 @@ const maxAcks = 100
 // watchAcks subscribes the current connection to the agent's receipts,
 // once. A failure is logged: sends and waits go on without it.
 func (s *Server) watchAcks(ctx context.Context) {
-	s.acksMu.Lock()
+	s.subMu.Lock()
 	s.wantAcks = true
-	s.acksMu.Unlock()
+	s.subMu.Unlock()
 	c, err := s.conn(ctx)
 	if err != nil {
 		return
@@ -42,8 +42,8 @@ func (s *Server) watchAcks(ctx context.Context) {
 // subscribeAcks subscribes c to the agent's receipts, unless it is
 // already or the server has not asked for them.
 func (s *Server) subscribeAcks(ctx context.Context, c *rpc.Client) error {
-	s.acksMu.Lock()
-	defer s.acksMu.Unlock()
+	s.subMu.Lock()
+	defer s.subMu.Unlock()
 	if !s.wantAcks || s.acksOn == c {
 		return nil
 	}
@@ -68,8 +68,8 @@ func (s *Server) onReceipt(params json.RawMessage) {
 		s.log.Warn("mcpserver: bad receipt notification", "err", err)
 		return
 	}
-	if !n.AckRequired || n.Receipt.State != rpc.ReceiptAcknowledged {
-		return
+	if !n.AckRequired || n.Change != rpc.ReceiptAcknowledged {
+		return // a delivery, even one after the acknowledgement
 	}
 	s.acksMu.Lock()
 	if len(s.acks) == maxAcks {

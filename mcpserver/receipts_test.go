@@ -113,3 +113,34 @@ func waitUntil(t testing.TB, what string, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// One acknowledgement is returned once: a reply acknowledges, and the
+// read that thrum reply makes after it (delivery by reply) pushes the
+// receipt again, acknowledged, but as a delivery, which a wait with acks
+// does not return.
+func TestAckReturnedOnceWhenTheReplyIsReadAfter(t *testing.T) {
+	n := newNode(t, nil)
+	alice := connect(t, n, addAgent(t, n, "alice", "implementer", "auth"), nil)
+	addAgent(t, n, "bob", "reviewer", "auth")
+	sent := call[mcpserver.SendMessageOutput](t, alice, "send_message", args{"to": "@bob", "content": "ship it?", "ack_required": true})
+	bob := thrum.AsAgent(context.Background(), "bob")
+	reply, err := n.SendMessage(bob, &rpc.SendMessageParams{Content: "yes", Mentions: []string{"@alice"},
+		Refs: []rpc.Pair{{Type: rpc.RefReplyTo, Value: sent.MessageID}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.MarkRead(bob, &rpc.MarkReadParams{MessageIDs: []string{sent.MessageID}, Via: rpc.ViaReply}); err != nil {
+		t.Fatal(err)
+	}
+	got := call[mcpserver.WaitForMessageOutput](t, alice, "wait_for_message", args{"timeout": 10, "acks": true})
+	if got.Status != "acknowledged" || got.Ack == nil || got.Ack.ReplyID != reply.MessageID {
+		t.Fatalf("alice's wait: %+v, want bob's acknowledgement by reply", got)
+	}
+	// The reply is a message for alice; take it, then nothing is left.
+	if got := call[mcpserver.WaitForMessageOutput](t, alice, "wait_for_message", args{"timeout": 10, "acks": true}); got.Message == nil || got.Message.MessageID != reply.MessageID {
+		t.Fatalf("alice's second wait: %+v (ack %+v), want bob's reply", got, got.Ack)
+	}
+	if got := call[mcpserver.WaitForMessageOutput](t, alice, "wait_for_message", args{"timeout": 1, "acks": true}); got.Ack != nil || got.Message != nil {
+		t.Fatalf("alice's third wait: %+v (ack %+v), want nothing: the acknowledgement was returned", got, got.Ack)
+	}
+}

@@ -173,12 +173,15 @@ type Server struct {
 	knownRoles map[string]bool
 	rosterAt   time.Time
 
-	// acks are the acknowledgements queued for a wait with acks, once
-	// wantAcks asked for them; acksOn is the connection subscribed to
-	// them (acks.go).
-	acksMu   sync.Mutex
+	// wantAcks says the agent's receipts were asked for; acksOn is the
+	// connection subscribed to them. subMu guards both and is held while
+	// subscribing (a call to the daemon); acksMu guards only the queue of
+	// acknowledgements for a wait with acks, which the client's read
+	// goroutine fills, so that a push never waits for a call (acks.go).
+	subMu    sync.Mutex
 	wantAcks bool
 	acksOn   *rpc.Client
+	acksMu   sync.Mutex
 	acks     []AckInfo
 
 	// since is how far the notifications are known complete: every

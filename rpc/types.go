@@ -1002,12 +1002,16 @@ type MessageNotification struct {
 }
 
 // ReceiptNotification is the params of a NotificationReceipt push: a
-// receipt of a message that changed (delivered or acknowledged), for the
-// subscription SubscriptionID.
+// receipt of a message that changed, for the subscription
+// SubscriptionID. Change is what happened (ReceiptDelivered or
+// ReceiptAcknowledged); Receipt is the recipient's state after it, which
+// may say more: a delivery that comes after a reply acknowledged the
+// message is pushed with Change "delivered" and State "acknowledged".
 type ReceiptNotification struct {
 	MessageID      string  `json:"message_id"`
 	AuthorID       string  `json:"author_id"`
 	AckRequired    bool    `json:"ack_required,omitempty"`
+	Change         string  `json:"change"`
 	Receipt        Receipt `json:"receipt"`
 	SubscriptionID int64   `json:"subscription_id"`
 }
