@@ -163,11 +163,11 @@ func (a *agentClaims) decide(ctx context.Context, st claimReader, agent string, 
 // does.
 type standingClaim struct {
 	agent, session string
-	via            string // the consumer's delivery path, for the read
-	conn           any    // the connection it pushes to, compared only
+	conn           any // the connection it pushes to, compared only
 	push           func(*rpc.ClaimedNotification) bool
 
 	// Guarded by standingClaims.mu.
+	via     string // the consumer's delivery path, for the read (arm sets it)
 	floor   int
 	wanted  bool          // armed by its consumer, not cancelled, not fired
 	taking  string        // the message a send in flight claims for it

@@ -39,7 +39,7 @@ type RPCServer struct {
 	eng    *jsonrpc.Server
 	n      *Node
 	pol    *access.Policy
-	frames push.Encoder // its notification.message pushes
+	pushes push.Encoder // its notification.message pushes
 }
 
 // ErrServerClosed is returned by RPCServer.Serve after Shutdown or Close.
@@ -367,7 +367,7 @@ func (s *RPCServer) subscribe(ctx context.Context, p *rpc.SubscribeParams) (*rpc
 	// can be making its listener concurrently.
 	l, _ := c.Value(listenerKey{}).(*Subscription)
 	if l == nil {
-		l = s.n.listen(make(chan *rpc.MessageNotification), &connSink{c: c, s: s})
+		l = s.n.listen(0, &connSink{c: c, s: s})
 		c.SetValue(listenerKey{}, l)
 		c.OnClose(l.Close)
 	}
@@ -390,7 +390,7 @@ func (k *connSink) notify(nt *rpc.MessageNotification, m rpc.MatchedSubscription
 	if k.s.n.standing.claimedFor(nt.MessageID, k.c) {
 		return true // claimed for this connection: pushed whole (claims.go)
 	}
-	b, err := k.s.frames.Frame(nt, m)
+	b, err := k.s.pushes.Encode(nt, m)
 	return err == nil && k.c.NotifyEncoded(b) == nil
 }
 

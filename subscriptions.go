@@ -18,13 +18,13 @@ var ErrSlowConsumer = errors.New("thrum: subscriber fell behind and was closed")
 var ErrSubscriptionClosed = errors.New("thrum: subscription closed")
 
 // A Subscription is one consumer of notifications: every filter added to
-// it with Node.Subscribe delivers to it, in commit order. It has one
-// bounded queue, and one policy when the queue is full: the node never
-// blocks on a subscriber, so the Subscription is closed, with Err
-// ErrSlowConsumer, and its filters are removed. The queue is either its
-// own channel (Listen: read C) or, for an RPC connection's subscriptions,
-// the connection's outgoing queue (see connSink). A Subscription may be
-// used from several goroutines.
+// it with Node.Subscribe delivers to it, in commit order. Its queues are
+// bounded, with one policy when one is full: the node never blocks on a
+// subscriber, so the Subscription is closed, with Err ErrSlowConsumer,
+// and its filters are removed. The queues are its own channels (Listen:
+// messages on C, receipts on Receipts) or, for an RPC connection's
+// subscriptions, the connection's outgoing queue (see connSink). A
+// Subscription may be used from several goroutines.
 type Subscription struct {
 	n  *Node
 	ch chan *rpc.MessageNotification
@@ -40,22 +40,23 @@ type Subscription struct {
 	filters map[int64]*filter
 }
 
-// Listen returns a Subscription whose notifications queue on C, up to
-// queue of them (0 means Options.SubscriberQueue).
+// Listen returns a Subscription whose messages queue on C and receipts
+// on Receipts, up to queue of each (0 means Options.SubscriberQueue).
 func (n *Node) Listen(queue int) *Subscription {
 	if queue <= 0 {
 		queue = n.opts.SubscriberQueue
 	}
-	s := n.listen(make(chan *rpc.MessageNotification, queue), nil)
-	s.rch = make(chan *rpc.ReceiptNotification, queue)
-	return s
+	return n.listen(queue, nil)
 }
 
-// listen returns a Subscription that queues on ch or, if conn is set,
-// pushes to conn on the commit path (C then stays empty, and is closed
-// when the Subscription closes).
-func (n *Node) listen(ch chan *rpc.MessageNotification, conn *connSink) *Subscription {
-	s := &Subscription{n: n, ch: ch, conn: conn, filters: map[int64]*filter{}}
+// listen returns a Subscription that queues on its channels or, if conn
+// is set, pushes to conn on the commit path (C then stays empty, and is
+// closed when the Subscription closes).
+func (n *Node) listen(queue int, conn *connSink) *Subscription {
+	s := &Subscription{n: n, ch: make(chan *rpc.MessageNotification, queue), conn: conn, filters: map[int64]*filter{}}
+	if conn == nil {
+		s.rch = make(chan *rpc.ReceiptNotification, queue)
+	}
 	n.subs.mu.Lock()
 	n.subs.consumers[s] = struct{}{}
 	n.subs.mu.Unlock()

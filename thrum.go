@@ -220,12 +220,14 @@ func Open(ctx context.Context, dir string, opts *Options) (*Node, error) {
 		st, err = store.Open(o.DBPath, &store.Options{Logger: o.Logger})
 	}
 	if err != nil {
+		pre.Wait()
 		lock.Close()
 		return nil, fmt.Errorf("thrum: open: %w", err)
 	}
 	p := NewProjector(st)
 	lg, err := eventlog.Open(dir, &eventlog.Options{Logger: o.Logger, Stage: p.Stage, NoSync: o.NoSync})
 	if err != nil {
+		pre.Wait()
 		st.Close()
 		lock.Close()
 		return nil, fmt.Errorf("thrum: open: %w", err)

@@ -46,6 +46,10 @@ func StartReading(path string) *Reading {
 	return r
 }
 
+// Wait waits until the read has ended: a start that fails before it
+// restores calls it, so that no read outlives the start.
+func (r *Reading) Wait() { <-r.done }
+
 // Restore loads the snapshot r is reading (or, if r is nil, the one at path)
 // and makes it current with lg, removing any temporary file a save cut
 // short by a crash left beside it. It reports whether the index was
