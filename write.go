@@ -31,7 +31,9 @@ import (
 //     then Node.applied: the caches it made stale are dropped and
 //     notifier.publish matches its messages against every subscription
 //     and pushes each match without blocking (Subscription.push: a
-//     channel, or an RPC connection's queue through connSink.notify).
+//     channel, or an RPC connection's queue through connSink.notify),
+//     then pushes the receipts the batch changed to the subscriptions to
+//     receipts (publishReceipts, receipts.go).
 //   - Back in Node.append, which returns once the batch is durable and
 //     applied everywhere: the caller's result is the reply.
 
@@ -197,9 +199,10 @@ func (n *Node) applied(batch []*eventlog.Event) {
 }
 
 // publish matches the batch's message creates and edits against every
-// subscription and delivers one notification per match. It runs on the
-// commit path, so it never blocks: deliveries are non-blocking and
-// lookups hit memory or an indexed row.
+// subscription and delivers one notification per match, then the
+// batch's receipts (publishReceipts). It runs on the commit path, so it
+// never blocks: deliveries are non-blocking and lookups hit memory or
+// indexed rows.
 func (s *notifier) publish(ctx context.Context, batch []*eventlog.Event) {
 	slow := s.publishLocked(ctx, batch)
 	for c, ids := range slow {

@@ -28,11 +28,11 @@ type Encoder struct {
 // place where each subscriber's own match goes.
 const blankMatch = `"matched_subscription":{"subscription_id":0,"match_type":""}`
 
-// Frame returns the push of nt with the match m, as a whole JSON-RPC
+// Encode returns the push of nt with the match m, as a whole JSON-RPC
 // message for jsonrpc.Conn.NotifyEncoded: exactly the bytes of encoding
 // nt with m whole. nt's own match must be unset, and nt unchanged while
 // it is pushed: the encoding is kept for the next call with the same nt.
-func (e *Encoder) Frame(nt *rpc.MessageNotification, m rpc.MatchedSubscription) ([]byte, error) {
+func (e *Encoder) Encode(nt *rpc.MessageNotification, m rpc.MatchedSubscription) ([]byte, error) {
 	e.mu.Lock()
 	if e.last != nt {
 		e.last, e.head, e.tail = nt, nil, nil

@@ -28,7 +28,7 @@ func TestFrameIsTheWholeEncoding(t *testing.T) {
 			Scopes: []rpc.Pair{{Type: "module", Value: content}},
 		}
 		for _, m := range matches {
-			got, err := e.Frame(nt, m)
+			got, err := e.Encode(nt, m)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -52,7 +52,7 @@ func TestFrameOfANotificationWithAMatch(t *testing.T) {
 	nt := &rpc.MessageNotification{MessageID: "msg_2", Scopes: []rpc.Pair{},
 		MatchedSubscription: rpc.MatchedSubscription{SubscriptionID: 9, MatchType: rpc.MatchAll}}
 	m := rpc.MatchedSubscription{SubscriptionID: 3, MatchType: rpc.MatchScope}
-	got, err := e.Frame(nt, m)
+	got, err := e.Encode(nt, m)
 	if err != nil {
 		t.Fatal(err)
 	}
