@@ -61,15 +61,25 @@ func TestSyncFigures100k(t *testing.T) {
 	gitT(t, remote, "repack", "-a", "-d", "-q")
 	clone0, remote0 := objectBytes(t, a.gitDir), objectBytes(t, remote)
 	// The remote's side of each push (receive-pack and what it runs) is
-	// this process's grandchild, counted with git children: run it
-	// through this test binary, which records its CPU apart.
+	// this process's grandchild, counted with git children. git looks
+	// for the programs it starts (the remote's git-receive-pack, or the
+	// shell's git) in its exec path first: there they are this test
+	// binary, which runs the real one and records receive-pack's CPU
+	// and its own apart.
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
+	wrappers := t.TempDir()
+	for _, name := range []string{"git", "git-receive-pack"} {
+		if err := os.Symlink(self, filepath.Join(wrappers, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
 	remoteCPU := filepath.Join(t.TempDir(), "receive-pack-cpu")
 	t.Setenv(receivePackFileEnv, remoteCPU)
-	gitT(t, a.dir, "config", "remote.origin.receivepack", receivePackEnv+"=1 "+self)
+	t.Setenv(gitExecPathEnv, gitT(t, a.dir, "--exec-path"))
+	t.Setenv("GIT_EXEC_PATH", wrappers)
 
 	var self0, kids0 syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &self0)
@@ -150,18 +160,41 @@ func vmRSS(t *testing.T) string {
 	return "unknown"
 }
 
-// Running the remote's receive-pack through the test binary (see
+// Running the git programs git starts through the test binary (see
 // TestSyncFigures100k).
 const (
-	receivePackEnv     = "GITSYNC_RECEIVE_PACK" // set: this process is the wrapper
+	gitExecPathEnv     = "GITSYNC_GIT_EXEC_PATH" // git's own exec path
 	receivePackFileEnv = "GITSYNC_RECEIVE_PACK_CPU"
 )
 
-// receivePack runs git receive-pack with this process's arguments and
-// standard streams, and appends to the file named by receivePackFileEnv
-// the CPU time of receive-pack (with what it waited for) and its own.
-func receivePack() int {
-	cmd := exec.Command("git", append([]string{"receive-pack"}, os.Args[1:]...)...)
+// isGitWrapper reports whether this process was started as one of the
+// git programs of TestSyncFigures100k's exec path.
+func isGitWrapper() bool {
+	name := filepath.Base(os.Args[0])
+	return os.Getenv(gitExecPathEnv) != "" && (name == "git" || name == "git-receive-pack")
+}
+
+// gitWrapper runs the git program it was started as, with this process's
+// arguments and standard streams and git's own exec path, and appends to
+// the file named by receivePackFileEnv the CPU time of the program (with
+// what it waited for) if it is receive-pack, and its own.
+func gitWrapper() int {
+	exe := os.Getenv(gitExecPathEnv)
+	args := os.Args[1:]
+	receive := filepath.Base(os.Args[0]) == "git-receive-pack"
+	if receive {
+		args = append([]string{"receive-pack"}, args...)
+	}
+	for i := 0; i < len(args) && !receive; i++ {
+		if args[i] == "-c" {
+			i++
+			continue
+		}
+		receive = args[i] == "receive-pack"
+		break
+	}
+	cmd := exec.Command(filepath.Join(exe, "git"), args...)
+	cmd.Env = append(os.Environ(), "GIT_EXEC_PATH="+exe)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	err := cmd.Run()
 	code := 0
@@ -173,11 +206,14 @@ func receivePack() int {
 		}
 		code = cmd.ProcessState.ExitCode()
 	}
-	ru, _ := cmd.ProcessState.SysUsage().(*syscall.Rusage)
+	var program time.Duration
+	if ru, _ := cmd.ProcessState.SysUsage().(*syscall.Rusage); ru != nil && receive {
+		program = cpu(*ru)
+	}
 	var own syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &own)
-	if f, err := os.OpenFile(os.Getenv(receivePackFileEnv), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err == nil && ru != nil {
-		fmt.Fprintf(f, "%d %d\n", cpu(*ru), cpu(own))
+	if f, err := os.OpenFile(os.Getenv(receivePackFileEnv), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err == nil {
+		fmt.Fprintf(f, "%d %d\n", program, cpu(own))
 		f.Close()
 	}
 	return code
@@ -188,7 +224,7 @@ func receivePack() int {
 func receivePackCPU(t *testing.T, path string) (remote, wrapper time.Duration) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		t.Fatalf("no receive-pack ran through the wrapper: %v", err)
+		t.Fatalf("no git program ran through the wrapper: %v", err)
 	}
 	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
 		var r, w int64
@@ -197,6 +233,9 @@ func receivePackCPU(t *testing.T, path string) (remote, wrapper time.Duration) {
 		}
 		remote += time.Duration(r)
 		wrapper += time.Duration(w)
+	}
+	if remote == 0 {
+		t.Fatal("no receive-pack ran through the wrapper")
 	}
 	return remote, wrapper
 }

@@ -45,6 +45,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -62,6 +63,9 @@ const (
 	DefaultDebounce  = 500 * time.Millisecond
 	DefaultPackEvery = 8
 	maxPushTries     = 5
+	// remoteGCEvery is how many pushes to a remote on disk pass between
+	// those that let its receive-pack run git gc --auto (see push).
+	remoteGCEvery = 8
 )
 
 // Options configure a Syncer. A nil *Options means all defaults.
@@ -123,6 +127,7 @@ type Status struct {
 // may be called concurrently with Run.
 type Syncer struct {
 	dir    string // the worktree (the log's directory)
+	config string // the repository's config file
 	log    *eventlog.Log
 	opts   Options
 	branch string // the ref HEAD names: what the Syncer commits to
@@ -159,6 +164,20 @@ type Syncer struct {
 	// Packing (see maybePack): rounds that committed or imported since the
 	// last repack.
 	sincePack int
+
+	// The remote's repository when it is on this machine (see
+	// remoteOnDisk), and pushes to it so far.
+	disk       diskRemote
+	diskPushes int
+}
+
+// diskRemote is what the repository's config said of the remote when it
+// had the given modification time and size.
+type diskRemote struct {
+	path  string // the remote's repository, "" if not on disk
+	mod   time.Time
+	size  int64
+	known bool
 }
 
 // mergedBlob is what a round remembers of the remote version of a shard
@@ -209,6 +228,11 @@ func New(log *eventlog.Log, opts *Options) (*Syncer, error) {
 	if s.branch = lines[3]; !strings.HasPrefix(s.branch, "refs/heads/") {
 		return nil, fmt.Errorf("gitsync: the worktree %s has no branch checked out (HEAD is detached): check out the sync branch %s there", s.dir, s.opts.Branch)
 	}
+	common := lines[2]
+	if !filepath.IsAbs(common) {
+		common = filepath.Join(s.dir, common)
+	}
+	s.config = filepath.Join(common, "config")
 	if err := s.removeStaleLocks(lines[1], lines[2]); err != nil {
 		return nil, fmt.Errorf("gitsync: %w", err)
 	}
@@ -518,8 +542,22 @@ func (s *Syncer) attempt(ctx context.Context, first bool) (pushed bool, rejected
 // push pushes HEAD to the remote's sync branch. pushed is false when the
 // remote refused it as not a fast-forward (rejected says how). Hooks of
 // the user's repository (pre-push) are not run for the sync branch.
+//
+// A push to a remote on disk runs the remote's receive-pack with
+// receive.autogc off, except every remoteGCEvery-th push: its git gc
+// --auto (a process that mostly finds nothing to do) then runs once per
+// remoteGCEvery pushes instead of after each, and still packs the
+// remote's loose objects when there are enough of them.
 func (s *Syncer) push(ctx context.Context) (pushed bool, rejected, err error) {
-	if _, err := s.git(ctx, "push", "--quiet", "--no-verify", s.opts.Remote, s.head+":refs/heads/"+s.opts.Branch); err != nil {
+	args := []string{"push", "--quiet", "--no-verify"}
+	if s.remoteOnDisk(ctx) != "" {
+		if s.diskPushes++; s.diskPushes%remoteGCEvery != 0 {
+			args = append(args, "--receive-pack=git -c receive.autogc=false receive-pack")
+		}
+	}
+	args = append(args, s.opts.Remote, s.head+":refs/heads/"+s.opts.Branch)
+	if _, err := s.git(ctx, args...); err != nil {
+		s.disk.known = false // read the remote's config again
 		if strings.Contains(err.Error(), "rejected") || strings.Contains(err.Error(), "fetch first") || strings.Contains(err.Error(), "non-fast-forward") {
 			return false, err, nil
 		}
@@ -530,9 +568,23 @@ func (s *Syncer) push(ctx context.Context) (pushed bool, rejected, err error) {
 }
 
 // lsRemote returns the commit of the remote's sync branch ("" if it has
-// none).
+// none). A remote on disk is asked with one git rev-parse in its
+// repository, instead of git ls-remote and the shell and upload-pack it
+// starts; if that fails, git ls-remote is asked.
 func (s *Syncer) lsRemote(ctx context.Context) (string, error) {
 	ref := "refs/heads/" + s.opts.Branch
+	if path := s.remoteOnDisk(ctx); path != "" {
+		cmd := s.command(ctx, nil, "--git-dir="+path, "rev-parse", "--verify", "--quiet", "--end-of-options", ref+"^{commit}")
+		out, err := cmd.Output()
+		var exit *exec.ExitError
+		switch {
+		case err == nil:
+			return strings.TrimSpace(string(out)), nil
+		case errors.As(err, &exit) && exit.ExitCode() == 1:
+			return "", nil // no such branch
+		}
+		s.disk.known = false
+	}
 	out, err := s.git(ctx, "ls-remote", s.opts.Remote, ref)
 	if err != nil {
 		return "", fmt.Errorf("ls-remote: %w", err)
@@ -543,6 +595,52 @@ func (s *Syncer) lsRemote(ctx context.Context) (string, error) {
 		}
 	}
 	return "", nil
+}
+
+// remoteOnDisk returns the path of the remote's repository if the
+// remote is one on this machine, plainly configured: one URL, an
+// absolute path or a file:// URL, no push URL, no receive-pack or
+// upload-pack command of its own and no url.* rewriting anywhere
+// ("" otherwise). It reads the configuration again only when the
+// repository's config file changed (git remote set-url, git config).
+func (s *Syncer) remoteOnDisk(ctx context.Context) string {
+	st, err := os.Stat(s.config)
+	if err != nil {
+		return ""
+	}
+	if s.disk.known && st.ModTime().Equal(s.disk.mod) && st.Size() == s.disk.size {
+		return s.disk.path
+	}
+	s.disk = diskRemote{mod: st.ModTime(), size: st.Size(), known: true}
+	prefix := "remote." + s.opts.Remote + "."
+	out, err := s.gitIO(ctx, nil, "config", "-z", "--get-regexp", `^(remote\.`+regexp.QuoteMeta(s.opts.Remote)+`\.|url\.)`)
+	if err != nil {
+		return "" // nothing configured (exit 1), or unreadable
+	}
+	var urls []string
+	for _, rec := range strings.Split(string(out), "\x00") {
+		key, value, _ := strings.Cut(rec, "\n")
+		switch key {
+		case "":
+		case prefix + "url":
+			urls = append(urls, value)
+		case prefix + "pushurl", prefix + "receivepack", prefix + "uploadpack":
+			return ""
+		default:
+			if strings.HasPrefix(key, "url.") {
+				return ""
+			}
+		}
+	}
+	if len(urls) != 1 {
+		return ""
+	}
+	path := strings.TrimPrefix(urls[0], "file://")
+	if !filepath.IsAbs(path) {
+		return ""
+	}
+	s.disk.path = path
+	return path
 }
 
 // commitLocal commits the segment files that changed since HEAD on

@@ -39,8 +39,8 @@ func TestMain(m *testing.M) {
 	if os.Getenv(crashChildEnv) != "" {
 		os.Exit(crashChild())
 	}
-	if os.Getenv(receivePackEnv) != "" {
-		os.Exit(receivePack())
+	if isGitWrapper() {
+		os.Exit(gitWrapper())
 	}
 	goleak.VerifyTestMain(m)
 }
