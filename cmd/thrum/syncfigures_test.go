@@ -60,7 +60,9 @@ func TestSyncFiguresDaemon(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rc.Close()
+	polls := 0
 	lastSync := func() string {
+		polls++
 		st, err := rc.SyncStatus(ctx, &rpc.SyncStatusParams{})
 		if err != nil {
 			t.Fatal(err)
@@ -77,6 +79,15 @@ func TestSyncFiguresDaemon(t *testing.T) {
 			}
 		}
 	}
+	// What the watching costs the daemon, per sync.status call.
+	const probes = 1000
+	p0 := daemonCPU(t, pid)
+	for range probes {
+		lastSync()
+	}
+	pollCPU := (daemonCPU(t, pid)[0] - p0[0]) / probes
+	polls = 0
+
 	var sendCPU, forceCPU [2]time.Duration // the daemon's own, its children's
 	start := time.Now()
 	for i := 0; i < rounds; i++ {
@@ -101,6 +112,8 @@ func TestSyncFiguresDaemon(t *testing.T) {
 	t.Logf("%d messages stored, then %d times a send and a forced round, in %v (binary %s)", stored, rounds, elapsed.Round(time.Millisecond), bin)
 	t.Logf("per message: the send and its round: daemon %s + git children %s; the forced round: daemon %s + git children %s; in all %s",
 		per(sendCPU[0]), per(sendCPU[1]), per(forceCPU[0]), per(forceCPU[1]), per(sendCPU[0]+sendCPU[1]+forceCPU[0]+forceCPU[1]))
+	t.Logf("of the daemon's own CPU, about %s per message went to this test's %.1f sync.status calls per message (%.2f ms each, over %d calls)",
+		per(time.Duration(polls)*pollCPU), float64(polls)/float64(rounds), float64(pollCPU)/float64(time.Millisecond), probes)
 }
 
 // daemonCPU returns a process's CPU time so far: its own, and that of
