@@ -557,10 +557,10 @@ func (s *Syncer) push(ctx context.Context) (pushed bool, rejected, err error) {
 	}
 	args = append(args, s.opts.Remote, s.head+":refs/heads/"+s.opts.Branch)
 	if _, err := s.git(ctx, args...); err != nil {
-		s.disk.known = false // read the remote's config again
 		if strings.Contains(err.Error(), "rejected") || strings.Contains(err.Error(), "fetch first") || strings.Contains(err.Error(), "non-fast-forward") {
 			return false, err, nil
 		}
+		s.disk.path = "" // plain pushes until the config changes
 		return false, nil, fmt.Errorf("push: %w", err)
 	}
 	s.remoteSeen, s.remoteHas = s.head, s.head
@@ -583,7 +583,7 @@ func (s *Syncer) lsRemote(ctx context.Context) (string, error) {
 		case errors.As(err, &exit) && exit.ExitCode() == 1:
 			return "", nil // no such branch
 		}
-		s.disk.known = false
+		s.disk.path = "" // (not a repository, not ours) ls-remote until the config changes
 	}
 	out, err := s.git(ctx, "ls-remote", s.opts.Remote, ref)
 	if err != nil {
@@ -613,9 +613,11 @@ func (s *Syncer) remoteOnDisk(ctx context.Context) string {
 	}
 	s.disk = diskRemote{mod: st.ModTime(), size: st.Size(), known: true}
 	prefix := "remote." + s.opts.Remote + "."
-	out, err := s.gitIO(ctx, nil, "config", "-z", "--get-regexp", `^(remote\.`+regexp.QuoteMeta(s.opts.Remote)+`\.|url\.)`)
-	if err != nil {
-		return "" // nothing configured (exit 1), or unreadable
+	out, err := s.command(ctx, nil, "config", "-z", "--get-regexp", `^(remote\.`+regexp.QuoteMeta(s.opts.Remote)+`\.|url\.)`).Output()
+	var exit *exec.ExitError
+	if err != nil && !(errors.As(err, &exit) && exit.ExitCode() == 1) { // 1: nothing configured
+		s.disk.known = false // ask again next time
+		return ""
 	}
 	var urls []string
 	for _, rec := range strings.Split(string(out), "\x00") {
