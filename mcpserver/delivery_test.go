@@ -244,9 +244,17 @@ func TestDeliveryExactlyOnce(t *testing.T) {
 			t.Fatalf("wait after the cancelled ones: %v %s", err, resultText(res))
 		}
 	}
-	// With the tool consumers gone, the channel alone takes what comes.
+	// With the tool consumers gone, the channel alone takes what comes:
+	// each message is pushed before the next is sent (the stream re-arms
+	// its claim between two, so a burst could leave one to the drain).
 	for i := range 5 {
-		sent = append(sent, send(t, n, "alice", "@bob", fmt.Sprintf("for the channel %d", i), "normal"))
+		id := send(t, n, "alice", "@bob", fmt.Sprintf("for the channel %d", i), "normal")
+		sent = append(sent, id)
+		waitUntil(t, "the channel to push "+id, func() bool {
+			rec.mu.Lock()
+			defer rec.mu.Unlock()
+			return rec.times[id] > 0
+		})
 	}
 	// Drain what is left through the servers.
 	for _, cs := range []*mcp.ClientSession{csA, csB, csC, csA} {
