@@ -7,6 +7,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/bits"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -24,9 +26,12 @@ var ErrClosed = errors.New("msgindex: closed")
 var ErrBuilding = errors.New("msgindex: building")
 
 // An Index is an in-memory index of every message, for message.list and
-// thread.get: a filter, its counts and a page are a scan over compact
-// structs in created order, which beats SQLite's per-row work by two
-// orders of magnitude at 100,000 messages. It is derived state, like the
+// thread.get. Each key (scope, ref, mention), author and thread has the
+// list of its messages' slots; a filter intersects those lists (a union
+// for mentions) into a bitset over the slots, so that its counts are
+// popcounts and its page a walk of the created (or updated) order that
+// stops at the page's end. A listing then costs what its lists and page
+// do, not the number of messages. It is derived state, like the
 // projection: built from a snapshot of the projection at open, then kept
 // current by the commit path (every update is idempotent, so an event
 // that is both in the snapshot and applied after it does no harm). The
@@ -40,6 +45,7 @@ type Index struct {
 
 	slots   []imsg           // by slot: append order
 	order   []int32          // slots sorted by (created, message_id)
+	byUpd   []int32          // slots sorted by (updated or else created, created, message_id)
 	sorted  []int32          // slots sorted by message_id: those a snapshot brought
 	byID    map[string]int32 // message_id → slot, for the others
 	strs    map[string]uint32
@@ -53,6 +59,18 @@ type Index struct {
 	onDisk  bool                // a snapshot of it (saved or loaded) is on disk
 	closed  bool
 	bulk    bool // building: add appends to order, sorted once at the end
+
+	// What a listing counts and pages with, derived from the slots once
+	// they are all in (Build, load) and kept current by every change
+	// from then on (indexed): the slots of each key, author and thread
+	// (ascending, as slots are only appended), and the deleted and
+	// proxied slots as bitsets.
+	indexed  bool
+	byKey    map[uint32][]int32
+	byAuthor map[uint32][]int32
+	byThread map[uint32][]int32
+	deleted  bitset
+	proxied  bitset
 }
 
 // A Position is how far into one shard of the log (eventlog.ShardPath)
@@ -70,6 +88,7 @@ func (x *Index) Close() {
 	x.mu.Lock()
 	x.closed = true
 	x.slots, x.order, x.sorted, x.byID, x.reads = nil, nil, nil, nil, nil
+	x.byUpd, x.byKey, x.byAuthor, x.byThread, x.deleted, x.proxied = nil, nil, nil, nil, nil, nil
 	x.mu.Unlock()
 	// A listing waiting for a load or build that will now never come
 	// gets ErrClosed instead.
@@ -231,6 +250,7 @@ func (x *Index) Build(ctx context.Context, st *store.Store) {
 		sort.Slice(b.order, func(i, j int) bool { return b.less(b.order[i], b.order[j]) })
 		b.bulk = false
 	}
+	b.derive()
 	x.install(b, err)
 }
 
@@ -248,6 +268,7 @@ func (x *Index) install(b *Index, err error) {
 		return
 	}
 	x.slots, x.order, x.sorted, x.byID, x.strs, x.strList, x.reads, x.early = b.slots, b.order, b.sorted, b.byID, b.strs, b.strList, b.reads, b.early
+	x.indexed, x.byUpd, x.byKey, x.byAuthor, x.byThread, x.deleted, x.proxied = b.indexed, b.byUpd, b.byKey, b.byAuthor, b.byThread, b.deleted, b.proxied
 	for _, e := range x.pending { // idempotent: some may be in the snapshot too
 		x.applyLocked(e)
 	}
@@ -285,26 +306,134 @@ func (x *Index) add(id, author, thread string, created int64, deleted bool) int3
 		return s
 	}
 	slot := int32(len(x.slots))
-	x.slots = append(x.slots, imsg{id: id, created: created, author: x.intern(author), thread: x.intern(thread), deleted: deleted})
+	m := imsg{id: id, created: created, author: x.intern(author), thread: x.intern(thread)}
+	x.slots = append(x.slots, m)
 	x.byID[id] = slot
+	if x.bulk {
+		x.order = append(x.order, slot) // sorted once at the end
+	} else {
+		x.order = insertSorted(x.order, slot, x.less)
+	}
+	if x.indexed {
+		x.byAuthor[m.author] = append(x.byAuthor[m.author], slot)
+		if m.thread != 0 {
+			x.byThread[m.thread] = append(x.byThread[m.thread], slot)
+		}
+		x.byUpd = insertSorted(x.byUpd, slot, x.lessUpd)
+	}
+	if deleted {
+		x.setDeleted(slot)
+	}
 	if readers, ok := x.early[id]; ok {
 		delete(x.early, id)
 		for _, r := range readers {
 			x.markRead(r, id)
 		}
 	}
-	// Almost always the newest: append. A message synced from elsewhere
-	// may be older than some already here: insert it in place.
-	n := len(x.order)
-	if x.bulk || n == 0 || x.less(x.order[n-1], slot) {
-		x.order = append(x.order, slot)
-		return slot
-	}
-	i := sort.Search(n, func(i int) bool { return x.less(slot, x.order[i]) })
-	x.order = append(x.order, 0)
-	copy(x.order[i+1:], x.order[i:])
-	x.order[i] = slot
 	return slot
+}
+
+// insertSorted inserts s into list, sorted by less. It is almost always
+// the newest: appended. A message synced from elsewhere may be older
+// than some already here: it is inserted in place.
+func insertSorted(list []int32, s int32, less func(a, b int32) bool) []int32 {
+	n := len(list)
+	if n == 0 || less(list[n-1], s) {
+		return append(list, s)
+	}
+	i := sort.Search(n, func(i int) bool { return less(s, list[i]) })
+	list = append(list, 0)
+	copy(list[i+1:], list[i:])
+	list[i] = s
+	return list
+}
+
+// derive computes what listings use from the slots and order, and has
+// every later change keep it current.
+func (x *Index) derive() {
+	x.byKey, x.byAuthor, x.byThread = map[uint32][]int32{}, map[uint32][]int32{}, map[uint32][]int32{}
+	x.deleted, x.proxied = nil, nil
+	var edited []int32
+	for i := range x.slots {
+		s, m := int32(i), &x.slots[i]
+		x.byAuthor[m.author] = append(x.byAuthor[m.author], s)
+		if m.thread != 0 {
+			x.byThread[m.thread] = append(x.byThread[m.thread], s)
+		}
+		for _, k := range m.keys {
+			x.byKey[k] = append(x.byKey[k], s)
+		}
+		if m.deleted {
+			x.deleted.set(s)
+		}
+		if m.proxied {
+			x.proxied.set(s)
+		}
+		if m.updated != 0 {
+			edited = append(edited, s)
+		}
+	}
+	// A message never edited sorts by its created time in both orders:
+	// the edited ones are taken out of the created order, sorted, and
+	// merged back in.
+	slices.SortFunc(edited, func(a, b int32) int {
+		if x.lessUpd(a, b) {
+			return -1
+		}
+		return 1
+	})
+	x.byUpd = make([]int32, 0, len(x.order))
+	for _, s := range x.order {
+		if x.slots[s].updated != 0 {
+			continue
+		}
+		for len(edited) > 0 && x.lessUpd(edited[0], s) {
+			x.byUpd, edited = append(x.byUpd, edited[0]), edited[1:]
+		}
+		x.byUpd = append(x.byUpd, s)
+	}
+	x.byUpd = append(x.byUpd, edited...)
+	x.indexed = true
+}
+
+// lessUpd orders slots as a listing by updated_at does: by the time of
+// the last edit, or else of creation, then as less.
+func (x *Index) lessUpd(a, b int32) bool {
+	ka, kb := x.slots[a].updated, x.slots[b].updated
+	if ka == 0 {
+		ka = x.slots[a].created
+	}
+	if kb == 0 {
+		kb = x.slots[b].created
+	}
+	if ka != kb {
+		return ka < kb
+	}
+	return x.less(a, b)
+}
+
+// setUpdated records an edit of slot s at t, moving it in the updated
+// order.
+func (x *Index) setUpdated(s int32, t int64) {
+	if !x.indexed {
+		x.slots[s].updated = t
+		return
+	}
+	u := x.byUpd
+	i := sort.Search(len(u), func(i int) bool { return !x.lessUpd(u[i], s) })
+	x.slots[s].updated = t
+	if i == len(u) || u[i] != s { // not there: never, as every slot is
+		return
+	}
+	copy(u[i:], u[i+1:])
+	x.byUpd = insertSorted(u[:len(u)-1], s, x.lessUpd)
+}
+
+func (x *Index) setDeleted(s int32) {
+	x.slots[s].deleted = true
+	if x.indexed {
+		x.deleted.set(s)
+	}
 }
 
 func (x *Index) less(a, b int32) bool {
@@ -327,11 +456,8 @@ func (x *Index) markRead(agent, id string) {
 		return
 	}
 	r := x.intern(agent)
-	bits := x.reads[r]
-	if need := int(s)/64 + 1; len(bits) < need {
-		bits = append(bits, make([]uint64, need-len(bits)+len(bits)/4)...)
-	}
-	bits[s/64] |= 1 << (uint(s) % 64)
+	bits := bitset(x.reads[r])
+	bits.set(s)
 	x.reads[r] = bits
 }
 
@@ -415,25 +541,35 @@ func (x *Index) applyLocked(e *eventlog.Event) {
 		}
 		s := x.add(p.MessageID, p.AgentID, p.ThreadID, e.Time.UnixNano(), false)
 		m := &x.slots[s]
-		m.proxied = p.ActingAs != ""
 		for _, sc := range p.Scopes {
 			m.keys = append(m.keys, x.intern(pairKey("s", sc.Type, sc.Value)))
 		}
 		for _, r := range p.Refs {
 			m.keys = append(m.keys, x.intern(pairKey("r", r.Type, r.Value)))
 		}
+		if x.indexed {
+			for _, k := range m.keys {
+				x.byKey[k] = append(x.byKey[k], s)
+			}
+		}
+		if p.ActingAs != "" {
+			m.proxied = true
+			if x.indexed {
+				x.proxied.set(s)
+			}
+		}
 	case eventlog.TypeMessageEdit:
 		p, err := eventlog.PayloadAs[eventlog.MessageEdit](e)
 		if err == nil {
 			if s, ok := x.slotOf(p.MessageID); ok && x.slots[s].updated < e.Time.UnixNano() {
-				x.slots[s].updated = e.Time.UnixNano()
+				x.setUpdated(s, e.Time.UnixNano())
 			}
 		}
 	case eventlog.TypeMessageDelete:
 		p, err := eventlog.PayloadAs[eventlog.MessageDelete](e)
 		if err == nil {
 			if s, ok := x.slotOf(p.MessageID); ok {
-				x.slots[s].deleted = true
+				x.setDeleted(s)
 			}
 		}
 	case eventlog.TypeMessageRead:
@@ -446,109 +582,145 @@ func (x *Index) applyLocked(e *eventlog.Event) {
 	}
 }
 
-// query is a compiled filter.
-type query struct {
-	keys           []uint32 // a message must hold every one of these (scope, ref)
-	mentions       []uint32 // and, if mentionFilter, at least one of these
-	mentionFilter  bool
-	thread, author uint32
-	hasThread      bool
-	hasAuthor      bool
-	reader         uint32
-	hasReader      bool
-	readBits       []uint64
-	unread         bool
-	withDeleted    bool
-	none           bool // a filter value nothing has: no match
-}
-
-func (x *Index) compile(f store.MessageFilter) query {
-	var q query
-	need := func(s string) uint32 {
-		id, ok := x.lookup(s)
-		if !ok {
-			q.none = true
+// matches returns the slots that match f, but for its unread filter: a
+// bitset of len(x.slots) bits, each filter's slots intersected, so that
+// it costs the size of those lists, not a look at every message.
+func (x *Index) matches(f store.MessageFilter) bitset {
+	words := (len(x.slots) + 63) / 64
+	slotsOf := func(m map[uint32][]int32, s string) []int32 {
+		if id, ok := x.lookup(s); ok {
+			return m[id]
 		}
-		return id
+		return nil
 	}
+	var every [][]int32 // a match is in each
 	if f.Scope != nil {
-		q.keys = append(q.keys, need(pairKey("s", f.Scope.Type, f.Scope.Value)))
+		every = append(every, slotsOf(x.byKey, pairKey("s", f.Scope.Type, f.Scope.Value)))
 	}
 	if f.Ref != nil {
-		q.keys = append(q.keys, need(pairKey("r", f.Ref.Type, f.Ref.Value)))
+		every = append(every, slotsOf(x.byKey, pairKey("r", f.Ref.Type, f.Ref.Value)))
 	}
 	if f.ThreadID != "" {
-		q.thread, q.hasThread = need(f.ThreadID), true
+		every = append(every, slotsOf(x.byThread, f.ThreadID))
 	}
 	if f.AuthorID != "" {
-		q.author, q.hasAuthor = need(f.AuthorID), true
+		every = append(every, slotsOf(x.byAuthor, f.AuthorID))
 	}
-	if f.Mentions != nil {
-		q.mentionFilter = true
+	slices.SortFunc(every, func(a, b []int32) int { return len(a) - len(b) })
+	r := make(bitset, words)
+	switch {
+	case f.Mentions != nil: // any one of them
 		for _, t := range f.Mentions {
-			if id, ok := x.lookup(pairKey("r", "mention", t)); ok {
-				q.mentions = append(q.mentions, id)
+			for _, s := range slotsOf(x.byKey, pairKey("r", "mention", t)) {
+				r.set(s)
 			}
 		}
-		if len(q.mentions) == 0 {
-			q.none = true
+	case len(every) > 0:
+		for _, s := range every[0] {
+			r.set(s)
 		}
+		every = every[1:]
+	default:
+		r.fill(len(x.slots))
 	}
-	if f.Reader != "" {
-		if id, ok := x.lookup(f.Reader); ok {
-			q.reader, q.hasReader, q.readBits = id, true, x.reads[id]
-		}
+	for _, list := range every {
+		r.andList(list)
 	}
-	q.unread, q.withDeleted = f.Unread, f.IncludeDeleted
-	return q
+	if !f.IncludeDeleted {
+		r.andNot(x.deleted)
+	}
+	return r
 }
 
-func (q *query) read(x *Index, s int32) bool {
-	if !q.hasReader {
-		return false
+// countRead returns how many of r's slots reader has read, and with
+// drop removes them from r: those it marked read, and those it wrote
+// itself (not as a user's proxy).
+func (x *Index) countRead(r bitset, reader string, drop bool) int {
+	id, ok := x.lookup(reader)
+	if reader == "" || !ok {
+		return 0
 	}
-	if m := &x.slots[s]; m.author == q.reader && !m.proxied {
-		return true
+	marked := bitset(x.reads[id])
+	n := r.count() - r.countNot(marked)
+	for _, s := range x.byAuthor[id] {
+		if r.has(s) && !marked.has(s) && !x.proxied.has(s) {
+			n++
+			if drop {
+				r.clear(s)
+			}
+		}
 	}
+	if drop {
+		r.andNot(marked)
+	}
+	return n
+}
+
+// A bitset is a set of slots: slot s is bit s%64 of word s/64.
+type bitset []uint64
+
+func (b bitset) has(s int32) bool {
 	w := int(s) / 64
-	return w < len(q.readBits) && q.readBits[w]&(1<<(uint(s)%64)) != 0
+	return w < len(b) && b[w]&(1<<(uint(s)%64)) != 0
 }
 
-func (q *query) match(x *Index, s int32) bool {
-	m := &x.slots[s]
-	if m.deleted && !q.withDeleted {
-		return false
+// set adds s, growing b (by a quarter more than needed) if it is short.
+func (b *bitset) set(s int32) {
+	if need := int(s)/64 + 1; len(*b) < need {
+		*b = append(*b, make([]uint64, need-len(*b)+len(*b)/4)...)
 	}
-	if q.hasThread && m.thread != q.thread || q.hasAuthor && m.author != q.author {
-		return false
-	}
-	for _, k := range q.keys {
-		if !has(m.keys, k) {
-			return false
-		}
-	}
-	if q.mentionFilter {
-		hit := false
-		for _, k := range q.mentions {
-			if has(m.keys, k) {
-				hit = true
-				break
-			}
-		}
-		if !hit {
-			return false
-		}
-	}
-	return true
+	(*b)[s/64] |= 1 << (uint(s) % 64)
 }
 
-func has(keys []uint32, k uint32) bool {
-	for _, x := range keys {
-		if x == k {
-			return true
-		}
+// fill adds slots 0 to n-1; b has room for them.
+func (b bitset) fill(n int) {
+	for i := range n / 64 {
+		b[i] = ^uint64(0)
 	}
-	return false
+	if n%64 != 0 {
+		b[n/64] = 1<<(n%64) - 1
+	}
+}
+
+func (b bitset) clear(s int32) { b[s/64] &^= 1 << (uint(s) % 64) }
+
+// andList keeps only the slots of b that are in list, which is sorted.
+func (b bitset) andList(list []int32) {
+	i := 0
+	for w := range b {
+		var in uint64
+		for ; i < len(list) && int(list[i])/64 == w; i++ {
+			in |= 1 << (uint(list[i]) % 64)
+		}
+		b[w] &= in
+	}
+}
+
+// andNot removes c's slots from b.
+func (b bitset) andNot(c bitset) {
+	for i := range min(len(b), len(c)) {
+		b[i] &^= c[i]
+	}
+}
+
+func (b bitset) count() int {
+	n := 0
+	for _, w := range b {
+		n += bits.OnesCount64(w)
+	}
+	return n
+}
+
+// countNot returns how many of b's slots are not in c.
+func (b bitset) countNot(c bitset) int {
+	n := 0
+	for i, w := range b {
+		if i < len(c) {
+			w &^= c[i]
+		}
+		n += bits.OnesCount64(w)
+	}
+	return n
 }
 
 // Built reports whether the index is built (by Load or Build) and usable.
@@ -594,56 +766,36 @@ func (x *Index) List(ctx context.Context, f store.MessageFilter) (ids []string, 
 	if x.closed {
 		return nil, 0, 0, ErrClosed
 	}
-	q := x.compile(f)
-	if q.none {
+	f.Offset, f.Limit = max(f.Offset, 0), max(f.Limit, 0) // a bad page is empty, not a panic
+	if f.Mentions != nil && len(f.Mentions) == 0 {
 		return nil, 0, 0, nil
 	}
-	f.Offset, f.Limit = max(f.Offset, 0), max(f.Limit, 0) // a bad page is empty, not a panic
-	byUpdated := f.SortBy == "updated_at"
-	var matches []int32 // only kept when the page cannot be cut in one pass
-	if byUpdated {
-		matches = make([]int32, 0, 1024)
+	r := x.matches(f)
+	total = r.count()
+	unread = total - x.countRead(r, f.Reader, f.Unread)
+	if f.Unread {
+		total = unread
 	}
-	page := make([]string, 0, f.Limit)
-	for i := range x.order {
-		s := x.order[len(x.order)-1-i] // newest first
+	// The page: the matches met walking the order from the chosen end,
+	// past the offset; the walk stops at the page's end or the last match.
+	order := x.order
+	if f.SortBy == "updated_at" {
+		order = x.byUpd
+	}
+	page := make([]string, 0, min(f.Limit, max(total-f.Offset, 0)))
+	seen, end := 0, min(total, f.Offset+f.Limit)
+	for i := 0; i < len(order) && seen < end; i++ {
+		s := order[len(order)-1-i] // newest first
 		if f.Asc {
-			s = x.order[i]
+			s = order[i]
 		}
-		if !q.match(x, s) {
+		if !r.has(s) {
 			continue
 		}
-		isRead := q.read(x, s)
-		if q.unread && isRead {
-			continue
-		}
-		if !isRead {
-			unread++
-		}
-		if byUpdated {
-			matches = append(matches, s)
-		} else if total >= f.Offset && len(page) < f.Limit {
+		if seen >= f.Offset {
 			page = append(page, x.slots[s].id)
 		}
-		total++
-	}
-	if byUpdated {
-		key := func(s int32) int64 {
-			if u := x.slots[s].updated; u != 0 {
-				return u
-			}
-			return x.slots[s].created
-		}
-		sort.SliceStable(matches, func(i, j int) bool {
-			ki, kj := key(matches[i]), key(matches[j])
-			if f.Asc {
-				return ki < kj
-			}
-			return ki > kj
-		})
-		for i := f.Offset; i < len(matches) && len(page) < f.Limit; i++ {
-			page = append(page, x.slots[matches[i]].id)
-		}
+		seen++
 	}
 	return page, total, unread, nil
 }

@@ -447,5 +447,6 @@ func (x *Index) decode(b []byte) error {
 		strList[i] = s
 	}
 	x.slots, x.order, x.sorted, x.byID, x.strs, x.strList, x.reads, x.early, x.pos = slots, tail.Order, tail.ByID, map[string]int32{}, strs, strList, reads, early, pos
+	x.derive()
 	return nil
 }

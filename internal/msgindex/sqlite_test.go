@@ -95,6 +95,13 @@ func listingFixture(t testing.TB, msgs int) (*store.Store, *eventlog.Log, *msgin
 	x := msgindex.New()
 	x.Build(ctx, st)
 
+	return st, lg, x, listingFilters()
+}
+
+// listingFilters returns over 500 filters of the fixtures' agents,
+// threads, scopes, refs and mentions, with every sort, and pages at the
+// start, the middle and past the end.
+func listingFilters() []store.MessageFilter {
 	var filters []store.MessageFilter
 	for _, reader := range []string{"", "bob", "nobody"} {
 		for _, unread := range []bool{false, true} {
@@ -138,5 +145,5 @@ func listingFixture(t testing.TB, msgs int) (*store.Store, *eventlog.Log, *msgin
 			all = append(all, narrow(f, i+j))
 		}
 	}
-	return st, lg, x, all
+	return all
 }
