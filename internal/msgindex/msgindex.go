@@ -66,9 +66,9 @@ type Index struct {
 	// (ascending, as slots are only appended), and the deleted and
 	// proxied slots as bitsets.
 	indexed  bool
-	byKey    map[uint32][]int32
-	byAuthor map[uint32][]int32
-	byThread map[uint32][]int32
+	byKey    postings
+	byAuthor postings
+	byThread postings
 	deleted  bitset
 	proxied  bitset
 }
@@ -315,9 +315,9 @@ func (x *Index) add(id, author, thread string, created int64, deleted bool) int3
 		x.order = insertSorted(x.order, slot, x.less)
 	}
 	if x.indexed {
-		x.byAuthor[m.author] = append(x.byAuthor[m.author], slot)
+		x.byAuthor.add(m.author, slot)
 		if m.thread != 0 {
-			x.byThread[m.thread] = append(x.byThread[m.thread], slot)
+			x.byThread.add(m.thread, slot)
 		}
 		x.byUpd = insertSorted(x.byUpd, slot, x.lessUpd)
 	}
@@ -348,10 +348,41 @@ func insertSorted(list []int32, s int32, less func(a, b int32) bool) []int32 {
 	return list
 }
 
+// postings are lists of slots by string ID (of a key, author or thread),
+// each ascending.
+type postings [][]int32
+
+func (p *postings) add(id uint32, s int32) {
+	if int(id) >= len(*p) {
+		*p = append(*p, make([][]int32, int(id)+1-len(*p))...)
+	}
+	(*p)[id] = append((*p)[id], s)
+}
+
+func (p postings) of(id uint32) []int32 {
+	if int(id) < len(p) {
+		return p[id]
+	}
+	return nil
+}
+
 // derive computes what listings use from the slots and order, and has
 // every later change keep it current.
 func (x *Index) derive() {
-	x.byKey, x.byAuthor, x.byThread = map[uint32][]int32{}, map[uint32][]int32{}, map[uint32][]int32{}
+	// Each list is sized first and cut from one array for them all: a
+	// load then makes three allocations, not one per list and growth.
+	n := len(x.strList)
+	authors, threads, keys := make([]int32, n), make([]int32, n), make([]int32, n)
+	for i := range x.slots {
+		m := &x.slots[i]
+		authors[m.author]++
+		threads[m.thread]++
+		for _, k := range m.keys {
+			keys[k]++
+		}
+	}
+	threads[0] = 0 // not in a thread
+	x.byAuthor, x.byThread, x.byKey = carve(authors), carve(threads), carve(keys)
 	x.deleted, x.proxied = nil, nil
 	var edited []int32
 	for i := range x.slots {
@@ -394,6 +425,21 @@ func (x *Index) derive() {
 	}
 	x.byUpd = append(x.byUpd, edited...)
 	x.indexed = true
+}
+
+// carve returns empty lists with room for counts[id] slots each, all in
+// one array; a list that outgrows its room moves out of it.
+func carve(counts []int32) postings {
+	total := 0
+	for _, c := range counts {
+		total += int(c)
+	}
+	all := make([]int32, total)
+	p := make(postings, len(counts))
+	for id, c := range counts {
+		p[id], all = all[:0:c], all[c:]
+	}
+	return p
 }
 
 // lessUpd orders slots as a listing by updated_at does: by the time of
@@ -549,7 +595,7 @@ func (x *Index) applyLocked(e *eventlog.Event) {
 		}
 		if x.indexed {
 			for _, k := range m.keys {
-				x.byKey[k] = append(x.byKey[k], s)
+				x.byKey.add(k, s)
 			}
 		}
 		if p.ActingAs != "" {
@@ -587,9 +633,9 @@ func (x *Index) applyLocked(e *eventlog.Event) {
 // it costs the size of those lists, not a look at every message.
 func (x *Index) matches(f store.MessageFilter) bitset {
 	words := (len(x.slots) + 63) / 64
-	slotsOf := func(m map[uint32][]int32, s string) []int32 {
+	slotsOf := func(p postings, s string) []int32 {
 		if id, ok := x.lookup(s); ok {
-			return m[id]
+			return p.of(id)
 		}
 		return nil
 	}
@@ -642,7 +688,7 @@ func (x *Index) countRead(r bitset, reader string, drop bool) int {
 	}
 	marked := bitset(x.reads[id])
 	n := r.count() - r.countNot(marked)
-	for _, s := range x.byAuthor[id] {
+	for _, s := range x.byAuthor.of(id) {
 		if r.has(s) && !marked.has(s) && !x.proxied.has(s) {
 			n++
 			if drop {
