@@ -30,8 +30,9 @@ var ErrBuilding = errors.New("msgindex: building")
 // list of its messages' slots; a filter intersects those lists (a union
 // for mentions) into a bitset over the slots, so that its counts are
 // popcounts and its page a walk of the created (or updated) order that
-// stops at the page's end. A listing then costs what its lists and page
-// do, not the number of messages. It is derived state, like the
+// stops at the page's end or the last match. A listing then costs its
+// lists, a few passes over words of 64 messages each, and that walk: a
+// bit test per message, not a look at each message's fields. It is derived state, like the
 // projection: built from a snapshot of the projection at open, then kept
 // current by the commit path (every update is idempotent, so an event
 // that is both in the snapshot and applied after it does no harm). The
