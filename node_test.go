@@ -555,6 +555,42 @@ func TestThreads(t *testing.T) {
 	}
 }
 
+// A mention of a group reaches whoever is in it when the inbox is read:
+// a member added after the message finds it, with its counts, and one
+// removed no longer does.
+func TestGroupMentionReachesTheMembersOfTheListing(t *testing.T) {
+	f := newFixture(t, nil)
+	a := f.as("alice")
+	if _, err := f.n.CreateGroup(a, &rpc.CreateGroupParams{Name: "backend"}); err != nil {
+		t.Fatal(err)
+	}
+	carol := &rpc.GroupMembership{Group: "backend", MemberType: rpc.MemberAgent, MemberID: "carol"}
+	bob := &rpc.GroupMembership{Group: "backend", MemberType: rpc.MemberAgent, MemberID: "bob"}
+	if _, err := f.n.AddGroupMember(a, carol); err != nil {
+		t.Fatal(err)
+	}
+	f.send("alice", rpc.SendMessageParams{Content: "to backend", Mentions: []string{"@backend"}})
+	inbox := func(as string) (total, unread int) {
+		r := f.list(as, rpc.ListMessagesParams{Mentions: true, Unread: true})
+		return r.Total, r.Unread
+	}
+	if total, unread := inbox("bob"); total != 0 || unread != 0 {
+		t.Fatalf("bob outside backend: %d/%d, want 0/0", total, unread)
+	}
+	if _, err := f.n.AddGroupMember(a, bob); err != nil {
+		t.Fatal(err)
+	}
+	if total, unread := inbox("bob"); total != 1 || unread != 1 {
+		t.Fatalf("bob added to backend: %d/%d, want 1/1", total, unread)
+	}
+	if _, err := f.n.RemoveGroupMember(a, carol); err != nil {
+		t.Fatal(err)
+	}
+	if total, unread := inbox("carol"); total != 0 || unread != 0 {
+		t.Fatalf("carol removed from backend: %d/%d, want 0/0", total, unread)
+	}
+}
+
 func TestGroups(t *testing.T) {
 	f := newFixture(t, nil)
 	a := f.as("alice")
