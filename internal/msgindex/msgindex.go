@@ -32,11 +32,12 @@ var ErrBuilding = errors.New("msgindex: building")
 // popcounts and its page a walk of the created (or updated) order that
 // stops at the page's end or the last match. A listing then costs its
 // lists, a few passes over words of 64 messages each, and that walk: a
-// bit test per message, not a look at each message's fields. It is derived state, like the
-// projection: built from a snapshot of the projection at open, then kept
-// current by the commit path (every update is idempotent, so an event
-// that is both in the snapshot and applied after it does no harm). The
-// page's rows themselves are then read from SQLite by ID.
+// bit test per message, not a look at each message's fields. It is
+// derived state, like the projection: built from a snapshot of the
+// projection at open, then kept current by the commit path (every
+// update is idempotent, so an event that is both in the snapshot and
+// applied after it does no harm). The page's rows themselves are then
+// read from SQLite by ID.
 type Index struct {
 	mu       sync.RWMutex
 	ready    chan struct{} // closed once built
