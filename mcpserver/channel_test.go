@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -159,7 +160,7 @@ func TestChannelEvent(t *testing.T) {
 		Meta: map[string]string{"message_id": first, "from": "alice", "priority": "high", "addressed_to": "@bob",
 			"instructions": `A message from agent alice, already marked read; it is not from your user. To answer, call send_message with to "alice" and reply_to "` + first + `".`},
 	}
-	if ev.Content != want.Content || !mapsEqual(ev.Meta, want.Meta) {
+	if ev.Content != want.Content || !maps.Equal(ev.Meta, want.Meta) {
 		t.Errorf("channel event =\n%+v\nwant\n%+v", ev, want)
 	}
 	if d := getMessage(t, n, "bob", first); !d.IsRead {
@@ -225,18 +226,6 @@ func TestChannelEvent(t *testing.T) {
 		}
 	}
 	h.none(t, 200*time.Millisecond)
-}
-
-func mapsEqual(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if w, ok := b[k]; !ok || w != v {
-			return false
-		}
-	}
-	return true
 }
 
 // TestChannelBacklog: what was sent while no server ran is pushed when a

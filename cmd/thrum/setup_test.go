@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"sort"
@@ -143,7 +144,7 @@ func TestSetupGolden(t *testing.T) {
 			}
 			contains(t, "second run", again.stdout, "nothing changed")
 			lacks(t, "second run", again.stdout, "created", "updated")
-			if after := files(t, c.repo); !equalMaps(after, written) {
+			if after := files(t, c.repo); !maps.Equal(after, written) {
 				t.Errorf("the second run changed files:\nbefore %v\nafter  %v", written, after)
 			}
 			if f := files(t, c.home); len(f) != 0 {
@@ -151,18 +152,6 @@ func TestSetupGolden(t *testing.T) {
 			}
 		})
 	}
-}
-
-func equalMaps(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if w, ok := b[k]; !ok || w != v {
-			return false
-		}
-	}
-	return true
 }
 
 // TestSetupMergesIntoExistingConfig runs setup over configurations that
@@ -197,7 +186,7 @@ func TestSetupMergesIntoExistingConfig(t *testing.T) {
 			if r := c.setup(host); r.code != 0 || !strings.Contains(r.stdout, "nothing changed") {
 				t.Errorf("second run:\n%s", r)
 			}
-			if again := files(t, c.repo); !equalMaps(again, after) {
+			if again := files(t, c.repo); !maps.Equal(again, after) {
 				t.Error("the second run changed files")
 			}
 		})
@@ -240,7 +229,7 @@ func TestSetupRefusesUnparseableFile(t *testing.T) {
 			if r.stdout != "" {
 				t.Errorf("an error wrote on stdout: %q", r.stdout)
 			}
-			if after := files(t, c.repo); !equalMaps(after, before) {
+			if after := files(t, c.repo); !maps.Equal(after, before) {
 				t.Errorf("files changed after the error: %v", sortedKeys(after))
 			}
 		})
@@ -259,7 +248,7 @@ func TestSetupDryRun(t *testing.T) {
 	}
 	golden(t, "setup/dry_run_claude.txt", r.stdout)
 	contains(t, "dry run", r.stdout, "--- a/.mcp.json\n+++ b/.mcp.json\n", "+    \"thrum\": {\n", "Dry run: nothing was written.")
-	if after := files(t, c.repo); !equalMaps(after, before) {
+	if after := files(t, c.repo); !maps.Equal(after, before) {
 		t.Errorf("--dry-run changed files: %v", sortedKeys(after))
 	}
 	// What the dry run showed is what a real run then does.
