@@ -104,6 +104,7 @@ func (d *Doc) parse() error {
 	}
 	// The text is valid: walk its tokens again to learn where each value is.
 	p := &walker{clean: d.clean, dec: json.NewDecoder(bytes.NewReader(d.clean))}
+	p.dec.UseNumber() // a number too large for a float64 (1E700) is still valid JSON
 	root, err := p.value()
 	if err != nil {
 		return fmt.Errorf("jsonedit: walking a valid document: %w", err)
