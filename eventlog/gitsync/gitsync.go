@@ -171,12 +171,11 @@ type Syncer struct {
 	diskPushes int
 }
 
-// diskRemote is what the repository's config said of the remote when it
-// had the given modification time and size.
+// diskRemote is what the repository's config said of the remote when
+// the config file was info.
 type diskRemote struct {
 	path  string // the remote's repository, "" if not on disk
-	mod   time.Time
-	size  int64
+	info  os.FileInfo
 	known bool
 }
 
@@ -544,23 +543,26 @@ func (s *Syncer) attempt(ctx context.Context, first bool) (pushed bool, rejected
 // the user's repository (pre-push) are not run for the sync branch.
 //
 // A push to a remote on disk runs the remote's receive-pack with
-// receive.autogc off, except every remoteGCEvery-th push: its git gc
-// --auto (a process that mostly finds nothing to do) then runs once per
-// remoteGCEvery pushes instead of after each, and still packs the
-// remote's loose objects when there are enough of them.
+// receive.autogc off, except on the Syncer's first push and every
+// remoteGCEvery-th after it: its git gc --auto (a process that mostly
+// finds nothing to do) then runs once per remoteGCEvery pushes instead of
+// after each, and still packs the remote's loose objects when there are
+// enough of them. The first push runs it so that a daemon restarted
+// often still lets the remote's gc policy decide.
 func (s *Syncer) push(ctx context.Context) (pushed bool, rejected, err error) {
 	args := []string{"push", "--quiet", "--no-verify"}
 	if s.remoteOnDisk(ctx) != "" {
-		if s.diskPushes++; s.diskPushes%remoteGCEvery != 0 {
+		if s.diskPushes%remoteGCEvery != 0 {
 			args = append(args, "--receive-pack=git -c receive.autogc=false receive-pack")
 		}
+		s.diskPushes++
 	}
 	args = append(args, s.opts.Remote, s.head+":refs/heads/"+s.opts.Branch)
 	if _, err := s.git(ctx, args...); err != nil {
 		if strings.Contains(err.Error(), "rejected") || strings.Contains(err.Error(), "fetch first") || strings.Contains(err.Error(), "non-fast-forward") {
 			return false, err, nil
 		}
-		s.disk.path = "" // plain pushes until the config changes
+		s.plainRemote("push", err)
 		return false, nil, fmt.Errorf("push: %w", err)
 	}
 	s.remoteSeen, s.remoteHas = s.head, s.head
@@ -583,7 +585,7 @@ func (s *Syncer) lsRemote(ctx context.Context) (string, error) {
 		case errors.As(err, &exit) && exit.ExitCode() == 1:
 			return "", nil // no such branch
 		}
-		s.disk.path = "" // (not a repository, not ours) ls-remote until the config changes
+		s.plainRemote("rev-parse", err) // not a repository, or not ours
 	}
 	out, err := s.git(ctx, "ls-remote", s.opts.Remote, ref)
 	if err != nil {
@@ -597,21 +599,35 @@ func (s *Syncer) lsRemote(ctx context.Context) (string, error) {
 	return "", nil
 }
 
+// plainRemote stops treating the remote as one on disk, after what
+// failed there, until its configuration changes; every round is then
+// asked the plain way (ls-remote, a push with the remote's own
+// receive-pack), only slower.
+func (s *Syncer) plainRemote(what string, err error) {
+	if s.disk.path != "" && s.opts.Logger != nil {
+		s.opts.Logger.Info("gitsync: asking the remote through git's transport until its configuration changes", "remote", s.disk.path, "failed", what, "err", err)
+	}
+	s.disk.path = ""
+}
+
 // remoteOnDisk returns the path of the remote's repository if the
 // remote is one on this machine, plainly configured: one URL, an
 // absolute path or a file:// URL, no push URL, no receive-pack or
 // upload-pack command of its own and no url.* rewriting anywhere
 // ("" otherwise). It reads the configuration again only when the
-// repository's config file changed (git remote set-url, git config).
+// repository's config file changed (git remote set-url, git config:
+// git replaces the file on every write, so a new file is a change).
+// Changes to the global or system configuration, or an included file,
+// are seen after a restart, or at once if a push or rev-parse fails.
 func (s *Syncer) remoteOnDisk(ctx context.Context) string {
 	st, err := os.Stat(s.config)
 	if err != nil {
 		return ""
 	}
-	if s.disk.known && st.ModTime().Equal(s.disk.mod) && st.Size() == s.disk.size {
+	if old := s.disk.info; s.disk.known && os.SameFile(old, st) && st.ModTime().Equal(old.ModTime()) && st.Size() == old.Size() {
 		return s.disk.path
 	}
-	s.disk = diskRemote{mod: st.ModTime(), size: st.Size(), known: true}
+	s.disk = diskRemote{info: st, known: true}
 	prefix := "remote." + s.opts.Remote + "."
 	out, err := s.command(ctx, nil, "config", "-z", "--get-regexp", `^(remote\.`+regexp.QuoteMeta(s.opts.Remote)+`\.|url\.)`).Output()
 	var exit *exec.ExitError
