@@ -14,10 +14,11 @@ import (
 )
 
 // An index kept current by Apply lists what SQLite lists, page and
-// counts, whatever order the events come in: messages older than some
+// counts, with events out of time order: messages older than some
 // already there, reads before their message, edits that move a message
-// in the updated order (some back in time), deletes, messages written as
-// a user's proxy, and mentions of names, roles and groups in any mix
+// in the updated order (some back in time), deletes (edits and deletes
+// come after their message), messages written as a user's proxy, and
+// mentions of names, roles and groups in any mix
 // (a group is resolved by the caller, so a change of its members is a
 // change of the filter's mentions). So does the same index built from
 // SQLite, and saved and loaded.
@@ -87,8 +88,8 @@ func shuffledEvents(r *rand.Rand, msgs int) []*eventlog.Event {
 	at := func() time.Time { return base.Add(time.Duration(r.IntN(msgs/2)) * time.Second) }
 	edited := "e"
 	var ids, made []string // every message, and those created so far
-	// A message's edits are in its author's shard, in time order (the
-	// projection keeps the last edit's time, the index the latest).
+	// A message's edits come in time order (the projection keeps the last
+	// edit's time, the index the latest), all from ann's shard.
 	lastEdit := map[string]time.Time{}
 	for i := range msgs {
 		ids = append(ids, fmt.Sprintf("msg_%d_%06d", r.IntN(1e6), i))

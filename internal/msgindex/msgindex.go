@@ -631,8 +631,9 @@ func (x *Index) applyLocked(e *eventlog.Event) {
 }
 
 // matches returns the slots that match f, but for its unread filter: a
-// bitset of len(x.slots) bits, each filter's slots intersected, so that
-// it costs the size of those lists, not a look at every message.
+// bitset of len(x.slots) bits, each filter's slots intersected. It costs
+// the size of those lists plus a few passes over the bitset's words (a
+// 64th of the messages each), not a test of every message's fields.
 func (x *Index) matches(f store.MessageFilter) bitset {
 	words := (len(x.slots) + 63) / 64
 	slotsOf := func(p postings, s string) []int32 {
