@@ -23,8 +23,9 @@ import (
 type Doc struct {
 	src    []byte
 	jsonc  bool
-	clean  []byte // src with comments and trailing commas blanked to spaces
-	commas []int  // offsets of the trailing commas blanked in clean
+	clean  []byte   // src with comments and trailing commas blanked to spaces
+	commas []int    // offsets of the trailing commas blanked in clean
+	blocks [][2]int // where each /* */ comment starts and ends in src
 	root   *node
 	unit   string // one level of indentation, as the document writes it
 	nl     string // the document's line ending
@@ -86,10 +87,10 @@ func Parse(src []byte, jsonc bool) (*Doc, error) {
 func (d *Doc) Bytes() []byte { return d.src }
 
 func (d *Doc) parse() error {
-	d.clean, d.commas = d.src, nil
+	d.clean, d.commas, d.blocks = d.src, nil, nil
 	if d.jsonc {
 		var err error
-		if d.clean, d.commas, err = blank(d.src); err != nil {
+		if d.clean, d.commas, d.blocks, err = blank(d.src); err != nil {
 			return err
 		}
 	}
@@ -191,10 +192,11 @@ func (p *walker) value() (*node, error) {
 }
 
 // blank returns src with comments and trailing commas replaced by spaces
-// (newlines kept, so offsets and line numbers stay), and where the commas
-// were.
-func blank(src []byte) ([]byte, []int, error) {
+// (newlines kept, so offsets and line numbers stay), where the commas
+// were, and where each block comment was.
+func blank(src []byte) ([]byte, []int, [][2]int, error) {
 	b := bytes.Clone(src)
+	var blocks [][2]int
 	for i := 0; i < len(b); i++ {
 		switch {
 		case b[i] == '"':
@@ -211,13 +213,14 @@ func blank(src []byte) ([]byte, []int, error) {
 			end := bytes.Index(b[i+2:], []byte("*/"))
 			if end < 0 {
 				line := bytes.Count(src[:i], []byte("\n")) + 1
-				return nil, nil, &SyntaxError{Line: line, Column: i - bytes.LastIndexByte(src[:i], '\n'), Msg: "comment not closed with */"}
+				return nil, nil, nil, &SyntaxError{Line: line, Column: i - bytes.LastIndexByte(src[:i], '\n'), Msg: "comment not closed with */"}
 			}
 			for j := i; j < i+2+end+2; j++ {
 				if b[j] != '\n' && b[j] != '\r' {
 					b[j] = ' '
 				}
 			}
+			blocks = append(blocks, [2]int{i, i + 2 + end + 2})
 			i += 2 + end + 1
 		}
 	}
@@ -241,7 +244,7 @@ func blank(src []byte) ([]byte, []int, error) {
 			}
 		}
 	}
-	return b, commas, nil
+	return b, commas, blocks, nil
 }
 
 // Get returns the value at path — object keys as strings, array indexes
@@ -406,14 +409,19 @@ func (d *Doc) add(n *node, key string, raw []byte) error {
 	for eol < len(d.clean) && (d.clean[eol] == ' ' || d.clean[eol] == '\t') {
 		eol++
 	}
-	if eol < len(d.clean) && (d.clean[eol] == '\n' || d.clean[eol] == '\r') {
+	if eol < len(d.clean) && (d.clean[eol] == '\n' || d.clean[eol] == '\r') && !d.inBlock(eol) {
 		for eol > pos && d.clean[eol-1] == d.src[eol-1] {
 			eol-- // before blanks that are not a comment's
 		}
 	} else {
-		eol = pos
+		eol = pos // the line goes on, or a block comment does: add before it
 	}
 	return d.replace(edit{eol, eol, member}, edit{pos, pos, comma})
+}
+
+// inBlock reports whether offset i is inside a /* */ comment.
+func (d *Doc) inBlock(i int) bool {
+	return slices.ContainsFunc(d.blocks, func(b [2]int) bool { return b[0] < i && i < b[1] })
 }
 
 // edit replaces src[i:j] with text.
