@@ -56,7 +56,7 @@ var applySQL = map[string]string{
 		unmerged_commits = excluded.unmerged_commits, uncommitted_files = excluded.uncommitted_files,
 		changed_files = excluded.changed_files, git_updated_at = excluded.git_updated_at`,
 
-	"message.body": `SELECT rowid, body_content, body_structured FROM messages WHERE message_id = ?`,
+	"message.body": `SELECT rowid, body_content, body_structured, COALESCE(updated_at, '') AS updated_at FROM messages WHERE message_id = ?`,
 	// An edit of a message the search index holds: its old words out,
 	// the new in (an external content index is told the old text).
 	"search.mark":         `SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'search_indexed'`,
@@ -68,8 +68,9 @@ var applySQL = map[string]string{
 		old_content, new_content, old_structured, new_structured) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 	"message.edited": `UPDATE messages SET body_content = ?, body_structured = ?, updated_at = ?, version = version + 1
 		WHERE message_id = ?`,
-	"message.delete": `UPDATE messages SET deleted = 1, deleted_at = ?, delete_reason = ? WHERE message_id = ? AND deleted = 0`,
-	"message.ack":    `INSERT OR IGNORE INTO message_acks(message_id, agent_id, acked_at, note, reply_id) VALUES(?, ?, ?, ?, ?)`,
+	"message.stale-edit": `UPDATE messages SET version = version + 1 WHERE message_id = ?`,
+	"message.delete":     `UPDATE messages SET deleted = 1, deleted_at = ?, delete_reason = ? WHERE message_id = ? AND deleted = 0`,
+	"message.ack":        `INSERT OR IGNORE INTO message_acks(message_id, agent_id, acked_at, note, reply_id) VALUES(?, ?, ?, ?, ?)`,
 
 	"thread.create": `INSERT OR IGNORE INTO threads(thread_id, title, created_by, created_at) VALUES(?, ?, ?, ?)`,
 	"thread.scope":  `INSERT OR IGNORE INTO thread_scopes(thread_id, scope_type, scope_value) VALUES(?, ?, ?)`,
@@ -462,6 +463,7 @@ func (t *txApplier) event(ctx context.Context, e *eventlog.Event) error {
 			RowID      int64          `db:"rowid"`
 			Content    string         `db:"body_content"`
 			Structured sql.NullString `db:"body_structured"`
+			UpdatedAt  string         `db:"updated_at"`
 		}
 		if err := t.stmt(ctx, "message.body").GetContext(ctx, &old, p.MessageID); err != nil {
 			if err == sql.ErrNoRows {
@@ -483,6 +485,11 @@ func (t *txApplier) event(ctx context.Context, e *eventlog.Event) error {
 		}
 		if n, _ := res.RowsAffected(); n == 0 {
 			return nil // this edit was applied before
+		}
+		if ts < old.UpdatedAt {
+			// Synced in after a later edit: the later one's text stands, on
+			// every machine whatever order its edits arrived in.
+			return t.exec(ctx, "message.stale-edit", p.MessageID)
 		}
 		var mark int64
 		if err := t.stmt(ctx, "search.mark").GetContext(ctx, &mark); err != nil {

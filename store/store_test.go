@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"testing"
+	"time"
 
 	"github.com/thrumhq/thrum/eventlog"
 	"github.com/thrumhq/thrum/store"
@@ -138,5 +139,54 @@ func TestClosedAndOutdated(t *testing.T) {
 	store.SetVersion(t, path, "99")
 	if _, err := store.Open(path, nil); err == nil || errors.Is(err, store.ErrOutdated) {
 		t.Fatalf("open of a newer schema: %v", err)
+	}
+}
+
+// Two edits of one message that sync in either order leave the same
+// text and edit time: the later edit's, on every machine.
+func TestEditsInEitherOrderConverge(t *testing.T) {
+	ctx := context.Background()
+	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	first, second := "first", "second"
+	create := &eventlog.Event{ID: "evt_c", Type: eventlog.TypeMessageCreate, Shard: "alice", Time: at, Payload: eventlog.MessageCreate{
+		MessageID: "msg_1", AgentID: "alice", Format: "markdown", Content: "hi", Priority: "normal"}}
+	edit := func(id, text string, d time.Duration) *eventlog.Event {
+		return &eventlog.Event{ID: id, Type: eventlog.TypeMessageEdit, Shard: "alice", Time: at.Add(d),
+			Payload: eventlog.MessageEdit{MessageID: "msg_1", AgentID: "alice", Content: &text}}
+	}
+	e1, e2 := edit("evt_1", first, time.Second), edit("evt_2", second, 2*time.Second)
+	var dumps [][]string
+	for _, order := range [][]*eventlog.Event{{create, e1, e2}, {create, e2, e1}} {
+		st, err := store.Open(filepath.Join(t.TempDir(), "p.db"), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close()
+		for _, e := range order {
+			if err := st.Apply(ctx, []*eventlog.Event{e}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		m, err := st.Message(ctx, "msg_1", "alice")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := eventlog.FormatTime(at.Add(2 * time.Second)); m.Content != second || m.UpdatedAt != want || m.Version != 2 {
+			t.Errorf("edits applied as %s, %s: content %q, updated %s, version %d; want %q, %s, 2",
+				order[1].ID, order[2].ID, m.Content, m.UpdatedAt, m.Version, second, want)
+		}
+		for q, want := range map[string]int{second: 1, first: 0} {
+			if _, n, _, err := st.Search(ctx, store.SearchFilter{Query: q}); err != nil || n != want {
+				t.Errorf("edits applied as %s, %s: search for %q finds %d (%v), want %d", order[1].ID, order[2].ID, q, n, err, want)
+			}
+		}
+		d, err := st.Dump(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dumps = append(dumps, d["messages"])
+	}
+	if !reflect.DeepEqual(dumps[0], dumps[1]) {
+		t.Errorf("the projections differ by the order the edits came in:\n%v\n%v", dumps[0], dumps[1])
 	}
 }
