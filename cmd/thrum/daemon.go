@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -615,15 +616,18 @@ func (c *DaemonStopCmd) Run(ctx context.Context, g *Globals) error {
 	})
 }
 
-// zombie reports a process that exited but was not reaped (a child of
-// the caller, as in tests): it is stopped for our purposes.
+// zombie reports a process that exited but is not gone yet: not reaped
+// (Z, as a child of a caller that has not waited, or of a slow init), or
+// being reaped (X, while its parent's wait returns). Either is stopped
+// for our purposes, though signalling it still succeeds.
 func zombie(pid int) bool {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return false
 	}
-	f := strings.Fields(string(b))
-	return len(f) > 2 && f[2] == "Z"
+	// pid (comm) state ...: comm may hold spaces and parentheses.
+	_, after, ok := bytes.Cut(b[bytes.LastIndexByte(b, ')')+1:], []byte(" "))
+	return ok && len(after) > 0 && (after[0] == 'Z' || after[0] == 'X')
 }
 
 // DaemonStatusCmd reports on the daemon.

@@ -106,3 +106,42 @@ func waitProcState(t *testing.T, pid int, state byte) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// A process that exited and was not reaped is stopped, though signal 0
+// still finds it; a running one is not. Both names hold a space and a
+// parenthesis, as /proc/PID/stat shows them.
+func TestZombieIsStopped(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	odd, oddTrue := filepath.Join(dir, "a b)"), filepath.Join(dir, "x) Z")
+	for name, target := range map[string]string{odd: "sleep", oddTrue: "true"} {
+		path, err := exec.LookPath(target)
+		if err != nil {
+			t.Skip(err)
+		}
+		if err := os.Symlink(path, name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	running := exec.Command(odd, "60")
+	if err := running.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { running.Process.Kill(); running.Wait() })
+	done := exec.Command(oddTrue)
+	if err := done.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { done.Wait() })
+	for deadline := time.Now().Add(10 * time.Second); !zombie(done.Process.Pid); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("an exited child not waited for is never a zombie")
+		}
+	}
+	if !alive(done.Process.Pid) {
+		t.Error("signal 0 no longer finds a zombie: the stop loop's zombie check is moot")
+	}
+	if zombie(running.Process.Pid) {
+		t.Errorf("a running process named %q counts as exited", filepath.Base(odd))
+	}
+}
