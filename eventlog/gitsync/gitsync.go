@@ -782,26 +782,33 @@ func (s *Syncer) readHead(ctx context.Context) error {
 // batch still being written, which may yet be undone, is never committed:
 // only the durable bytes.
 func (s *Syncer) fastImport(ctx context.Context, paths []string, files map[string]int64, parents []string) error {
-	var in bytes.Buffer
+	// The input streams to fast-import a file at a time: a first commit
+	// of a whole log is never held in memory.
+	var head bytes.Buffer
 	msg := s.message(parents)
-	fmt.Fprintf(&in, "commit %s\nmark :1\ncommitter thrum <thrum@localhost> %d +0000\ndata %d\n%s\nfrom %s\n",
+	fmt.Fprintf(&head, "commit %s\nmark :1\ncommitter thrum <thrum@localhost> %d +0000\ndata %d\n%s\nfrom %s\n",
 		s.branch, time.Now().Unix(), len(msg), msg, parents[0])
 	for _, p := range parents[1:] {
-		fmt.Fprintf(&in, "merge %s\n", p)
+		fmt.Fprintf(&head, "merge %s\n", p)
 	}
-	for _, rel := range paths {
-		n := files[rel]
-		fmt.Fprintf(&in, "M 100644 inline %s\ndata %d\n", rel, n)
-		if err := readPrefix(&in, filepath.Join(s.dir, filepath.FromSlash(rel)), n); err != nil {
-			return fmt.Errorf("commit %s: %w", rel, err)
-		}
-		in.WriteByte('\n')
+	in := []io.Reader{&head}
+	prefixes := make([]*filePrefix, len(paths))
+	for i, rel := range paths {
+		prefixes[i] = &filePrefix{path: filepath.Join(s.dir, filepath.FromSlash(rel)), left: files[rel]}
+		defer prefixes[i].close()
+		in = append(in, strings.NewReader(fmt.Sprintf("M 100644 inline %s\ndata %d\n", rel, files[rel])), prefixes[i], strings.NewReader("\n"))
 	}
-	in.WriteString("\nget-mark :1\ndone\n")
+	in = append(in, strings.NewReader("\nget-mark :1\ndone\n"))
 	// The commit stays a pack, however small: exploding it into loose
 	// objects (fast-import's default under 100 objects) costs another
 	// process and a file per object.
-	out, err := s.gitIO(ctx, &in, "-c", "fastimport.unpackLimit=0", "fast-import", "--quiet", "--done", "--date-format=raw")
+	out, err := s.gitIO(ctx, io.MultiReader(in...), "-c", "fastimport.unpackLimit=0", "fast-import", "--quiet", "--done", "--date-format=raw")
+	for i, p := range prefixes {
+		if p.err != nil { // the cause: fast-import saw only its input end early
+			err = fmt.Errorf("commit %s: %w", paths[i], p.err)
+			break
+		}
+	}
 	if err != nil {
 		s.head, s.staged = "", nil // read them again next time
 		return fmt.Errorf("fast-import: %w", err)
@@ -816,18 +823,42 @@ func (s *Syncer) fastImport(ctx context.Context, paths []string, files map[strin
 	return nil
 }
 
-// readPrefix appends the first n bytes of the file at path to b.
-func readPrefix(b *bytes.Buffer, path string, n int64) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return err
+// filePrefix reads the first left bytes of the file at path, opening it
+// at its first Read and closing it once they are read.
+type filePrefix struct {
+	path string
+	left int64
+	f    *os.File
+	err  error // why it stopped short
+}
+
+func (p *filePrefix) Read(b []byte) (int, error) {
+	if p.left == 0 {
+		p.close()
+		return 0, io.EOF
 	}
-	defer f.Close()
-	got, err := b.ReadFrom(io.LimitReader(f, n))
-	if err == nil && got != n {
-		err = fmt.Errorf("%d bytes, want %d", got, n)
+	if p.f == nil {
+		if p.f, p.err = os.Open(p.path); p.err != nil {
+			return 0, p.err
+		}
 	}
-	return err
+	n, err := p.f.Read(b[:min(int64(len(b)), p.left)])
+	p.left -= int64(n)
+	if err == io.EOF && p.left > 0 {
+		err = fmt.Errorf("the file ends %d bytes short of what is committed", p.left)
+	}
+	if err != nil && err != io.EOF {
+		p.err = err
+		return n, err
+	}
+	return n, nil
+}
+
+func (p *filePrefix) close() {
+	if p.f != nil {
+		p.f.Close()
+		p.f = nil
+	}
 }
 
 func (s *Syncer) message(parents []string) string {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -203,4 +204,31 @@ func TestStagedBlobsMatchTheLog(t *testing.T) {
 		t.Errorf("bob's inbox on b has %d messages, want 5", got)
 	}
 	sameShards(t, "a", a.logIDs(), "b", b.logIDs())
+}
+
+// A push streams the files it commits to git: a first push of a log of
+// 8 MB allocates far less than the log, however large.
+func TestFirstPushStreamsTheLog(t *testing.T) {
+	a := newClone(t, newRemote(t), "a", nil)
+	a.register("alice", "implementer")
+	a.register("bob", "reviewer")
+	big := strings.Repeat("x", 200<<10)
+	for i := range 40 {
+		a.send("alice", "bob", big+strconv.Itoa(i))
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	a.sync()
+	runtime.ReadMemStats(&after)
+	got := after.TotalAlloc - before.TotalAlloc
+	t.Logf("the first push of 8 MB of messages allocated %.2f MB", float64(got)/(1<<20))
+	if got > 4<<20 {
+		t.Errorf("the first push of 8 MB of messages allocated %.1f MB", float64(got)/(1<<20))
+	}
+	if n := gitT(t, a.wt, "rev-list", "--count", "HEAD"); n == "0" {
+		t.Fatal("nothing was committed")
+	}
+	if got := len(strings.Fields(gitT(t, a.wt, "ls-tree", "-r", "--name-only", "HEAD", "messages/alice"))); got < 10 {
+		t.Errorf("HEAD holds %d of alice's segments, want at least 10", got)
+	}
 }
