@@ -17,7 +17,9 @@ import (
 // repository with a bare remote and 100,000 stored messages, waits for
 // its first sync round (which commits and pushes the whole log), then
 // for a second, forced one, and reports its resident memory when idle
-// after each.
+// after each; then restarts it, as a daemon usually starts (its index
+// loaded from what the stop saved), and reports the same after a forced
+// round.
 func BenchmarkDaemonSyncRSS(b *testing.B) {
 	bin := filepath.Join(b.TempDir(), "thrum")
 	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/thrum").CombinedOutput(); err != nil {
@@ -34,7 +36,7 @@ func BenchmarkDaemonSyncRSS(b *testing.B) {
 		}
 		return strings.TrimSpace(string(out))
 	}
-	var firstMiB, idleMiB, roundMs float64
+	var firstMiB, idleMiB, restartMiB, roundMs float64
 	for i := 0; i < b.N; i++ {
 		top := b.TempDir()
 		remote := filepath.Join(top, "remote.git")
@@ -60,25 +62,30 @@ func BenchmarkDaemonSyncRSS(b *testing.B) {
 		}
 		os.Remove(filepath.Join(logDir, "complete"))
 		sock := filepath.Join(root, ".thrum", "var", "thrum.sock")
-		cmd := exec.Command(bin, "--repo", root, "daemon", "run")
-		if err := cmd.Start(); err != nil {
-			b.Fatal(err)
-		}
 		ctx := context.Background()
+		var cmd *exec.Cmd
 		var c *rpc.Client
-		for start := time.Now(); c == nil; time.Sleep(time.Millisecond) {
-			if cl, err := rpc.Dial(ctx, sock, nil); err == nil {
-				if _, err := cl.Health(ctx, &rpc.HealthParams{}); err == nil {
-					c = cl
-					break
-				}
-				cl.Close()
+		start := func() {
+			cmd = exec.Command(bin, "--repo", root, "daemon", "run")
+			if err := cmd.Start(); err != nil {
+				b.Fatal(err)
 			}
-			if time.Since(start) > time.Minute {
-				cmd.Process.Kill()
-				b.Fatal("daemon never answered")
+			c = nil
+			for start := time.Now(); c == nil; time.Sleep(time.Millisecond) {
+				if cl, err := rpc.Dial(ctx, sock, nil); err == nil {
+					if _, err := cl.Health(ctx, &rpc.HealthParams{}); err == nil {
+						c = cl
+						break
+					}
+					cl.Close()
+				}
+				if time.Since(start) > time.Minute {
+					cmd.Process.Kill()
+					b.Fatal("daemon never answered")
+				}
 			}
 		}
+		start()
 		synced := func(after string) string {
 			for start := time.Now(); ; time.Sleep(20 * time.Millisecond) {
 				st, err := c.SyncStatus(ctx, &rpc.SyncStatusParams{})
@@ -102,19 +109,31 @@ func BenchmarkDaemonSyncRSS(b *testing.B) {
 		}
 		time.Sleep(time.Second)
 		firstMiB += rssMiB(cmd.Process.Pid)
-		start := time.Now()
+		t0 := time.Now()
+		if _, err := c.SyncForce(ctx, &rpc.SyncForceParams{}); err != nil {
+			b.Fatal(err)
+		}
+		last = synced(last)
+		roundMs += float64(time.Since(t0).Microseconds()) / 1000
+		time.Sleep(time.Second)
+		idleMiB += rssMiB(cmd.Process.Pid)
+		c.Close()
+		cmd.Process.Signal(os.Interrupt)
+		cmd.Wait()
+
+		start()
 		if _, err := c.SyncForce(ctx, &rpc.SyncForceParams{}); err != nil {
 			b.Fatal(err)
 		}
 		synced(last)
-		roundMs += float64(time.Since(start).Microseconds()) / 1000
 		time.Sleep(time.Second)
-		idleMiB += rssMiB(cmd.Process.Pid)
+		restartMiB += rssMiB(cmd.Process.Pid)
 		c.Close()
 		cmd.Process.Signal(os.Interrupt)
 		cmd.Wait()
 	}
 	b.ReportMetric(firstMiB/float64(b.N), "rss-after-first-push-MiB")
 	b.ReportMetric(idleMiB/float64(b.N), "rss-idle-synced-MiB")
+	b.ReportMetric(restartMiB/float64(b.N), "rss-restarted-synced-MiB")
 	b.ReportMetric(roundMs/float64(b.N), "idle-round-ms")
 }
