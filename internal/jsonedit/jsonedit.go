@@ -206,7 +206,10 @@ func blank(src []byte) ([]byte, []int, [][2]int, error) {
 				}
 			}
 		case b[i] == '/' && i+1 < len(b) && b[i+1] == '/':
-			for ; i < len(b) && b[i] != '\n'; i++ {
+			// To the line's end: \r or \n, as JSONC hosts read it. The \r
+			// of a \r\n stays, so that a member added after the comment
+			// goes before the whole line ending, not between its bytes.
+			for ; i < len(b) && b[i] != '\n' && b[i] != '\r'; i++ {
 				b[i] = ' '
 			}
 		case b[i] == '/' && i+1 < len(b) && b[i+1] == '*':
