@@ -622,6 +622,11 @@ func (n *Node) EditMessage(ctx context.Context, p *rpc.EditMessageParams) (*rpc.
 		MessageID: m.MessageID, AgentID: au.agentID, SessionID: au.sessionID,
 		Content: p.Content, Structured: normalizeStructured(p.Structured),
 	}}
+	// The latest edit stands (by time): this one is dated after the one
+	// shown, even when that came from a machine whose clock is ahead.
+	if last, err := eventlog.ParseTime(m.UpdatedAt); err == nil && !time.Now().After(last) {
+		e.Time = last.Add(time.Nanosecond)
+	}
 	if err := n.append(ctx, e); err != nil {
 		return nil, err
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/thrumhq/thrum"
+	"github.com/thrumhq/thrum/eventlog"
 	"github.com/thrumhq/thrum/identity"
 	"github.com/thrumhq/thrum/internal/gitwork"
 	"github.com/thrumhq/thrum/internal/thrumtest"
@@ -923,4 +924,30 @@ func TestSecondOpenIsRefused(t *testing.T) {
 		t.Fatalf("open after close: %v", err)
 	}
 	n2.Close()
+}
+
+// An edit made here stands even after an edit of the same message dated
+// ahead of this machine's clock (synced from a machine whose clock is
+// ahead): it is dated after it.
+func TestEditAfterOneDatedAheadStands(t *testing.T) {
+	f := newFixture(t, nil)
+	m := f.send("alice", rpc.SendMessageParams{Content: "the first draft"})
+	ahead, later := "from a clock an hour ahead", "the final text"
+	at := time.Now().Add(time.Hour)
+	if err := f.n.EventLog().Append(f.ctx, &eventlog.Event{Type: eventlog.TypeMessageEdit, Shard: "alice", Time: at,
+		Payload: eventlog.MessageEdit{MessageID: m.MessageID, AgentID: "alice", Content: &ahead}}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := f.n.EditMessage(f.as("alice"), &rpc.EditMessageParams{MessageID: m.MessageID, Content: &later})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := f.n.GetMessage(f.as("bob"), &rpc.GetMessageParams{MessageID: m.MessageID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Message.Body.Content != later || got.Message.UpdatedAt != res.UpdatedAt || res.UpdatedAt <= eventlog.FormatTime(at) || res.Version != 2 {
+		t.Errorf("after an edit dated %s and one made here: content %q updated %s (the edit said %s, version %d); want %q after it",
+			eventlog.FormatTime(at), got.Message.Body.Content, got.Message.UpdatedAt, res.UpdatedAt, res.Version, later)
+	}
 }

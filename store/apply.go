@@ -56,7 +56,7 @@ var applySQL = map[string]string{
 		unmerged_commits = excluded.unmerged_commits, uncommitted_files = excluded.uncommitted_files,
 		changed_files = excluded.changed_files, git_updated_at = excluded.git_updated_at`,
 
-	"message.body": `SELECT rowid, body_content, body_structured, COALESCE(updated_at, '') AS updated_at FROM messages WHERE message_id = ?`,
+	"message.body": `SELECT rowid, body_content, body_structured FROM messages WHERE message_id = ?`,
 	// An edit of a message the search index holds: its old words out,
 	// the new in (an external content index is told the old text).
 	"search.mark":         `SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'search_indexed'`,
@@ -65,12 +65,15 @@ var applySQL = map[string]string{
 	"search.plain.delete": `INSERT INTO messages_fts_plain(messages_fts_plain, rowid, body_content, body_structured) VALUES('delete', ?, ?, ?)`,
 	"search.plain.insert": `INSERT INTO messages_fts_plain(rowid, body_content, body_structured) VALUES(?, ?, ?)`,
 	"message.edit": `INSERT OR IGNORE INTO message_edits(event_id, message_id, edited_at, edited_by, session_id,
-		old_content, new_content, old_structured, new_structured) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-	"message.edited": `UPDATE messages SET body_content = ?, body_structured = ?, updated_at = ?, version = version + 1
-		WHERE message_id = ?`,
-	"message.stale-edit": `UPDATE messages SET version = version + 1 WHERE message_id = ?`,
-	"message.delete":     `UPDATE messages SET deleted = 1, deleted_at = ?, delete_reason = ? WHERE message_id = ? AND deleted = 0`,
-	"message.ack":        `INSERT OR IGNORE INTO message_acks(message_id, agent_id, acked_at, note, reply_id) VALUES(?, ?, ?, ?, ?)`,
+		old_content, new_content, old_structured, new_structured, sets) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+	// Which fields an edit later than (edited_at, event_id) has set.
+	"message.later-edits": `SELECT COALESCE(MAX(sets & 1), 0) != 0 AS content, COALESCE(MAX(sets & 2), 0) != 0 AS structured
+		FROM message_edits WHERE message_id = ? AND (edited_at > ? OR (edited_at = ? AND event_id > ?))`,
+	// updated_at is the latest edit's time, version the number of edits.
+	"message.edited": `UPDATE messages SET body_content = ?, body_structured = ?,
+		updated_at = MAX(COALESCE(updated_at, ''), ?), version = version + 1 WHERE message_id = ?`,
+	"message.delete": `UPDATE messages SET deleted = 1, deleted_at = ?, delete_reason = ? WHERE message_id = ? AND deleted = 0`,
+	"message.ack":    `INSERT OR IGNORE INTO message_acks(message_id, agent_id, acked_at, note, reply_id) VALUES(?, ?, ?, ?, ?)`,
 
 	"thread.create": `INSERT OR IGNORE INTO threads(thread_id, title, created_by, created_at) VALUES(?, ?, ?, ?)`,
 	"thread.scope":  `INSERT OR IGNORE INTO thread_scopes(thread_id, scope_type, scope_value) VALUES(?, ?, ?)`,
@@ -463,7 +466,6 @@ func (t *txApplier) event(ctx context.Context, e *eventlog.Event) error {
 			RowID      int64          `db:"rowid"`
 			Content    string         `db:"body_content"`
 			Structured sql.NullString `db:"body_structured"`
-			UpdatedAt  string         `db:"updated_at"`
 		}
 		if err := t.stmt(ctx, "message.body").GetContext(ctx, &old, p.MessageID); err != nil {
 			if err == sql.ErrNoRows {
@@ -471,25 +473,47 @@ func (t *txApplier) event(ctx context.Context, e *eventlog.Event) error {
 			}
 			return err
 		}
-		newContent, newStructured := old.Content, old.Structured
+		var sets int
 		if p.Content != nil {
-			newContent = *p.Content
+			sets |= setsContent
 		}
 		if len(p.Structured) > 0 {
+			sets |= setsStructured
+		}
+		newContent, newStructured := old.Content, old.Structured
+		if sets&setsContent != 0 {
+			newContent = *p.Content
+		}
+		if sets&setsStructured != 0 {
 			newStructured = nullJSON(p.Structured)
 		}
 		res, err := t.stmt(ctx, "message.edit").ExecContext(ctx, e.ID, p.MessageID, ts, p.AgentID, p.SessionID,
-			old.Content, newContent, old.Structured, newStructured)
+			old.Content, newContent, old.Structured, newStructured, sets)
 		if err != nil {
 			return err
 		}
 		if n, _ := res.RowsAffected(); n == 0 {
 			return nil // this edit was applied before
 		}
-		if ts < old.UpdatedAt {
-			// Synced in after a later edit: the later one's text stands, on
-			// every machine whatever order its edits arrived in.
-			return t.exec(ctx, "message.stale-edit", p.MessageID)
+		// Each field holds the value of the latest edit that set it, by
+		// time then event ID, on every machine whatever order its edits
+		// arrived in: an edit synced in after a later one that set the
+		// same field leaves that field alone.
+		var later struct {
+			Content    bool `db:"content"`
+			Structured bool `db:"structured"`
+		}
+		if err := t.stmt(ctx, "message.later-edits").GetContext(ctx, &later, p.MessageID, ts, ts, e.ID); err != nil {
+			return err
+		}
+		if later.Content {
+			newContent = old.Content
+		}
+		if later.Structured {
+			newStructured = old.Structured
+		}
+		if newContent == old.Content && newStructured == old.Structured {
+			return t.exec(ctx, "message.edited", newContent, newStructured, ts, p.MessageID)
 		}
 		var mark int64
 		if err := t.stmt(ctx, "search.mark").GetContext(ctx, &mark); err != nil {
@@ -644,6 +668,12 @@ func jsonText(v any) string {
 }
 
 // nullJSON stores structured data as compact JSON text, or NULL if absent.
+// The fields an edit sets (message_edits.sets).
+const (
+	setsContent    = 1
+	setsStructured = 2
+)
+
 func nullJSON(raw json.RawMessage) sql.NullString {
 	s := strings.TrimSpace(string(raw))
 	if s == "" || s == "null" {

@@ -13,11 +13,13 @@ package store
 // only (a credential.add there); an older projection holds tokens applied
 // from synced agent.register events, which its rebuild drops.
 // 7 = receipts: messages' recipients, ack_required and ack_due,
-// message_reads.via, message_acks.
+// message_reads.via, message_acks. 8 = message_edits.sets: the fields
+// an edit set, so each field keeps its latest edit's value whatever
+// order edits sync in.
 // Adding an index needs no new version: every open runs the index DDL
 // (IF NOT EXISTS), so a projection made before idx_messages_session gains
 // it in place, and an older thrum ignores an index it does not know.
-const schemaVersion = 7
+const schemaVersion = 8
 
 const schema = `
 CREATE TABLE IF NOT EXISTS meta (
@@ -145,7 +147,8 @@ CREATE TABLE IF NOT EXISTS message_edits (
   old_content TEXT,
   new_content TEXT,
   old_structured TEXT,
-  new_structured TEXT
+  new_structured TEXT,
+  sets INTEGER NOT NULL DEFAULT 0
 );
 
 CREATE TABLE IF NOT EXISTS message_reads (

@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"path/filepath"
 	"reflect"
@@ -142,51 +143,79 @@ func TestClosedAndOutdated(t *testing.T) {
 	}
 }
 
-// Two edits of one message that sync in either order leave the same
-// text and edit time: the later edit's, on every machine.
+// Edits of one message that sync in either order leave the same message:
+// each field holds the value of the latest edit that set it (by time,
+// then event ID), and updated_at is the latest edit's time.
 func TestEditsInEitherOrderConverge(t *testing.T) {
 	ctx := context.Background()
 	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	first, second := "first", "second"
-	create := &eventlog.Event{ID: "evt_c", Type: eventlog.TypeMessageCreate, Shard: "alice", Time: at, Payload: eventlog.MessageCreate{
+	create := &eventlog.Event{ID: "evt_0", Type: eventlog.TypeMessageCreate, Shard: "alice", Time: at, Payload: eventlog.MessageCreate{
 		MessageID: "msg_1", AgentID: "alice", Format: "markdown", Content: "hi", Priority: "normal"}}
-	edit := func(id, text string, d time.Duration) *eventlog.Event {
-		return &eventlog.Event{ID: id, Type: eventlog.TypeMessageEdit, Shard: "alice", Time: at.Add(d),
-			Payload: eventlog.MessageEdit{MessageID: "msg_1", AgentID: "alice", Content: &text}}
+	edit := func(id string, d time.Duration, text, structured string) *eventlog.Event {
+		p := eventlog.MessageEdit{MessageID: "msg_1", AgentID: "alice"}
+		if text != "" {
+			p.Content = &text
+		}
+		if structured != "" {
+			p.Structured = json.RawMessage(structured)
+		}
+		return &eventlog.Event{ID: id, Type: eventlog.TypeMessageEdit, Shard: "alice", Time: at.Add(d), Payload: p}
 	}
-	e1, e2 := edit("evt_1", first, time.Second), edit("evt_2", second, 2*time.Second)
-	var dumps [][]string
-	for _, order := range [][]*eventlog.Event{{create, e1, e2}, {create, e2, e1}} {
-		st, err := store.Open(filepath.Join(t.TempDir(), "p.db"), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer st.Close()
-		for _, e := range order {
-			if err := st.Apply(ctx, []*eventlog.Event{e}); err != nil {
-				t.Fatal(err)
+	for _, tc := range []struct {
+		name                string
+		a, b                *eventlog.Event
+		content, structured string
+		updated             time.Duration
+	}{
+		{"the later text", edit("evt_1", time.Second, "first", ""), edit("evt_2", 2*time.Second, "second", ""), "second", "", 2 * time.Second},
+		{"each field its latest", edit("evt_1", time.Second, "first", ""), edit("evt_2", 2*time.Second, "", `{"k":1}`), "first", `{"k":1}`, 2 * time.Second},
+		{"a tie by event ID", edit("evt_a", time.Second, "alpha", ""), edit("evt_b", time.Second, "beta", ""), "beta", "", time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var rows [][]string
+			for _, order := range [][]*eventlog.Event{{create, tc.a, tc.b}, {create, tc.b, tc.a}} {
+				st, err := store.Open(filepath.Join(t.TempDir(), "p.db"), nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer st.Close()
+				for _, e := range order {
+					if err := st.Apply(ctx, []*eventlog.Event{e}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				m, err := st.Message(ctx, "msg_1", "alice")
+				if err != nil {
+					t.Fatal(err)
+				}
+				how := order[1].ID + " then " + order[2].ID
+				if want := eventlog.FormatTime(at.Add(tc.updated)); m.Content != tc.content || string(m.Structured) != tc.structured ||
+					m.UpdatedAt != want || m.Version != 2 {
+					t.Errorf("%s: content %q, structured %s, updated %s, version %d; want %q, %s, %s, 2",
+						how, m.Content, m.Structured, m.UpdatedAt, m.Version, tc.content, tc.structured, want)
+				}
+				for _, e := range []*eventlog.Event{tc.a, tc.b} {
+					text := e.Payload.(eventlog.MessageEdit).Content
+					if text == nil {
+						continue
+					}
+					want := 0
+					if *text == tc.content {
+						want = 1
+					}
+					if _, n, _, err := st.Search(ctx, store.SearchFilter{Query: *text}); err != nil || n != want {
+						t.Errorf("%s: search for %q finds %d (%v), want %d", how, *text, n, err, want)
+					}
+				}
+				d, err := st.Dump(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				rows = append(rows, d["messages"])
 			}
-		}
-		m, err := st.Message(ctx, "msg_1", "alice")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if want := eventlog.FormatTime(at.Add(2 * time.Second)); m.Content != second || m.UpdatedAt != want || m.Version != 2 {
-			t.Errorf("edits applied as %s, %s: content %q, updated %s, version %d; want %q, %s, 2",
-				order[1].ID, order[2].ID, m.Content, m.UpdatedAt, m.Version, second, want)
-		}
-		for q, want := range map[string]int{second: 1, first: 0} {
-			if _, n, _, err := st.Search(ctx, store.SearchFilter{Query: q}); err != nil || n != want {
-				t.Errorf("edits applied as %s, %s: search for %q finds %d (%v), want %d", order[1].ID, order[2].ID, q, n, err, want)
+			if !reflect.DeepEqual(rows[0], rows[1]) {
+				t.Errorf("the message differs by the order its edits came in:\n%v\n%v", rows[0], rows[1])
 			}
-		}
-		d, err := st.Dump(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		dumps = append(dumps, d["messages"])
-	}
-	if !reflect.DeepEqual(dumps[0], dumps[1]) {
-		t.Errorf("the projections differ by the order the edits came in:\n%v\n%v", dumps[0], dumps[1])
+		})
 	}
 }
