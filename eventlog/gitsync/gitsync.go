@@ -794,7 +794,15 @@ func (s *Syncer) fastImport(ctx context.Context, paths []string, files map[strin
 	in := []io.Reader{&head}
 	prefixes := make([]*filePrefix, len(paths))
 	for i, rel := range paths {
-		prefixes[i] = &filePrefix{path: filepath.Join(s.dir, filepath.FromSlash(rel)), left: files[rel]}
+		path := filepath.Join(s.dir, filepath.FromSlash(rel))
+		// A file cut short is refused here: fast-import, given less than
+		// it was promised, would fail and leave a crash report each round.
+		if fi, err := os.Stat(path); err != nil {
+			return fmt.Errorf("commit %s: %w", rel, err)
+		} else if fi.Size() < files[rel] {
+			return fmt.Errorf("commit %s: the file is %d bytes, shorter than the %d to commit", rel, fi.Size(), files[rel])
+		}
+		prefixes[i] = &filePrefix{path: path, left: files[rel]}
 		defer prefixes[i].close()
 		in = append(in, strings.NewReader(fmt.Sprintf("M 100644 inline %s\ndata %d\n", rel, files[rel])), prefixes[i], strings.NewReader("\n"))
 	}

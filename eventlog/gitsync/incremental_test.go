@@ -2,6 +2,7 @@ package gitsync_test
 
 import (
 	"bytes"
+	"context"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -230,5 +231,36 @@ func TestFirstPushStreamsTheLog(t *testing.T) {
 	}
 	if got := len(strings.Fields(gitT(t, a.wt, "ls-tree", "-r", "--name-only", "HEAD", "messages/alice"))); got < 10 {
 		t.Errorf("HEAD holds %d of alice's segments, want at least 10", got)
+	}
+}
+
+// A segment cut short behind the log's back is refused before git runs,
+// naming the file, and leaves no fast-import crash report.
+func TestShortSegmentRefusedBeforeGit(t *testing.T) {
+	t.Parallel()
+	a := newClone(t, newRemote(t), "a", nil)
+	a.register("alice", "implementer")
+	a.register("bob", "reviewer")
+	a.sync()
+	a.send("alice", "bob", "a message whose file is then cut short")
+	rel := eventlog.SegmentPath("alice", 0)
+	path := filepath.Join(a.wt, filepath.FromSlash(rel))
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(path, fi.Size()-10); err != nil {
+		t.Fatal(err)
+	}
+	head := gitT(t, a.wt, "rev-parse", "HEAD")
+	err = a.s.SyncOnce(context.Background())
+	if err == nil || !strings.Contains(err.Error(), rel) || !strings.Contains(err.Error(), "shorter") {
+		t.Fatalf("a round over a cut segment: %v; want an error naming %s", err, rel)
+	}
+	if got := gitT(t, a.wt, "rev-parse", "HEAD"); got != head {
+		t.Errorf("the branch moved from %s to %s", head, got)
+	}
+	if crashes, _ := filepath.Glob(filepath.Join(a.gitDir, "fast_import_crash_*")); len(crashes) > 0 {
+		t.Errorf("fast-import left crash reports: %v", crashes)
 	}
 }
