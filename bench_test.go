@@ -505,6 +505,7 @@ func BenchmarkDaemonColdStart(b *testing.B) {
 				cmd.Process.Signal(syscall.SIGTERM)
 				cmd.Wait()
 
+				os.Remove(snap) // if the stop above saved one: this start builds
 				cmd, c, start = startColdDaemon(b, bin, root, sock)
 				startMs += float64(time.Since(start).Microseconds()) / 1000
 				idle, busy := burstRSS(c, cmd.Process.Pid, stored)

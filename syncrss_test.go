@@ -121,11 +121,13 @@ func BenchmarkDaemonSyncRSS(b *testing.B) {
 		cmd.Process.Signal(os.Interrupt)
 		cmd.Wait()
 
+		if _, err := os.Stat(filepath.Join(root, ".thrum", "var", thrum.DefaultDBName+".index")); err != nil {
+			b.Fatalf("the stop saved no index, so the restart would build one: %v", err)
+		}
 		start()
-		if _, err := c.SyncForce(ctx, &rpc.SyncForceParams{}); err != nil {
+		if _, err := c.SyncForce(ctx, &rpc.SyncForceParams{Wait: true}); err != nil {
 			b.Fatal(err)
 		}
-		synced(last)
 		time.Sleep(time.Second)
 		restartMiB += rssMiB(cmd.Process.Pid)
 		c.Close()
