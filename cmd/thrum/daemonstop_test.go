@@ -113,7 +113,7 @@ func waitProcState(t *testing.T, pid int, state byte) {
 func TestZombieIsStopped(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	odd, oddTrue := filepath.Join(dir, "a b)"), filepath.Join(dir, "x) Z")
+	odd, oddTrue := filepath.Join(dir, "a b) Z"), filepath.Join(dir, "x) Z")
 	for name, target := range map[string]string{odd: "sleep", oddTrue: "true"} {
 		path, err := exec.LookPath(target)
 		if err != nil {
