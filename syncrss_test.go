@@ -113,7 +113,7 @@ func BenchmarkDaemonSyncRSS(b *testing.B) {
 		if _, err := c.SyncForce(ctx, &rpc.SyncForceParams{}); err != nil {
 			b.Fatal(err)
 		}
-		last = synced(last)
+		synced(last)
 		roundMs += float64(time.Since(t0).Microseconds()) / 1000
 		time.Sleep(time.Second)
 		idleMiB += rssMiB(cmd.Process.Pid)
