@@ -667,13 +667,13 @@ func jsonText(v any) string {
 	return string(b)
 }
 
-// nullJSON stores structured data as compact JSON text, or NULL if absent.
 // The fields an edit sets (message_edits.sets).
 const (
 	setsContent    = 1
 	setsStructured = 2
 )
 
+// nullJSON stores structured data as compact JSON text, or NULL if absent.
 func nullJSON(raw json.RawMessage) sql.NullString {
 	s := strings.TrimSpace(string(raw))
 	if s == "" || s == "null" {
