@@ -792,8 +792,13 @@ func (s *Syncer) fastImport(ctx context.Context, paths []string, files map[strin
 		fmt.Fprintf(&head, "merge %s\n", p)
 	}
 	in := []io.Reader{&head}
-	prefixes := make([]*filePrefix, len(paths))
-	for i, rel := range paths {
+	prefixes := make([]*filePrefix, 0, len(paths))
+	defer func() { // those a failed fast-import left open
+		for _, p := range prefixes {
+			p.close()
+		}
+	}()
+	for _, rel := range paths {
 		path := filepath.Join(s.dir, filepath.FromSlash(rel))
 		// A file cut short is refused here: fast-import, given less than
 		// it was promised, would fail and leave a crash report each round.
@@ -802,9 +807,9 @@ func (s *Syncer) fastImport(ctx context.Context, paths []string, files map[strin
 		} else if fi.Size() < files[rel] {
 			return fmt.Errorf("commit %s: the file is %d bytes, shorter than the %d to commit", rel, fi.Size(), files[rel])
 		}
-		prefixes[i] = &filePrefix{path: path, left: files[rel]}
-		defer prefixes[i].close()
-		in = append(in, strings.NewReader(fmt.Sprintf("M 100644 inline %s\ndata %d\n", rel, files[rel])), prefixes[i], strings.NewReader("\n"))
+		p := &filePrefix{path: path, left: files[rel]}
+		prefixes = append(prefixes, p)
+		in = append(in, strings.NewReader(fmt.Sprintf("M 100644 inline %s\ndata %d\n", rel, files[rel])), p, strings.NewReader("\n"))
 	}
 	in = append(in, strings.NewReader("\nget-mark :1\ndone\n"))
 	// The commit stays a pack, however small: exploding it into loose
