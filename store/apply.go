@@ -473,19 +473,12 @@ func (t *txApplier) event(ctx context.Context, e *eventlog.Event) error {
 			}
 			return err
 		}
-		var sets int
+		sets, newContent, newStructured := 0, old.Content, old.Structured
 		if p.Content != nil {
-			sets |= setsContent
+			sets, newContent = sets|setsContent, *p.Content
 		}
 		if len(p.Structured) > 0 {
-			sets |= setsStructured
-		}
-		newContent, newStructured := old.Content, old.Structured
-		if sets&setsContent != 0 {
-			newContent = *p.Content
-		}
-		if sets&setsStructured != 0 {
-			newStructured = nullJSON(p.Structured)
+			sets, newStructured = sets|setsStructured, nullJSON(p.Structured)
 		}
 		res, err := t.stmt(ctx, "message.edit").ExecContext(ctx, e.ID, p.MessageID, ts, p.AgentID, p.SessionID,
 			old.Content, newContent, old.Structured, newStructured, sets)
