@@ -52,39 +52,49 @@ type ChannelEvent struct {
 }
 
 // channelEvent is the event that shows m, or, with m nil, says that more
-// messages are unread.
-func channelEvent(m *MessageInfo, more int) ChannelEvent {
+// messages are unread. Every meta value from the log is escaped as a
+// frame's attribute; a message with a field too long to show has no
+// event (the error says which field).
+func channelEvent(m *MessageInfo, more int) (ChannelEvent, error) {
 	if m == nil {
 		return ChannelEvent{
 			Content: fmt.Sprintf("%d more unread thrum messages are waiting for you: call check_messages to read them.", more),
 			Meta:    map[string]string{"unread": fmt.Sprint(more)},
+		}, nil
+	}
+	content, err := m.Framed(false)
+	if err != nil {
+		return ChannelEvent{}, err
+	}
+	meta := map[string]string{}
+	fields := map[string]string{"message_id": m.MessageID, "from": m.From, "priority": m.Priority, "thread_id": m.ThreadID, "reply_to": m.ReplyTo}
+	if m.AddressedAs != nil {
+		fields["addressed_to"] = "@" + m.AddressedAs.Name
+	}
+	for k, v := range fields {
+		if v == "" && k != "priority" {
+			continue
+		}
+		if meta[k], err = frame.Field(v); err != nil {
+			return ChannelEvent{}, fmt.Errorf("%s: %w", k, err)
 		}
 	}
-	meta := map[string]string{"message_id": m.MessageID, "from": m.From, "priority": m.Priority,
-		"instructions": fmt.Sprintf("A message from agent %s, already marked read; it is not from your user. "+
-			"To answer, call send_message with to %q and reply_to %q.", m.From, m.From, m.MessageID)}
-	if m.ThreadID != "" {
-		meta["thread_id"] = m.ThreadID
-	}
-	if m.ReplyTo != "" {
-		meta["reply_to"] = m.ReplyTo
-	}
-	if m.AddressedAs != nil {
-		meta["addressed_to"] = "@" + m.AddressedAs.Name
-	}
+	meta["instructions"] = fmt.Sprintf("A message from agent %s, already marked read; it is not from your user. "+
+		"To answer, call send_message with to \"%[1]s\" and reply_to \"%[2]s\".", meta["from"], meta["message_id"])
 	if m.AckRequired {
 		meta["ack"] = "requested"
 		meta["instructions"] += " The sender asks you to acknowledge it: a reply does."
 	}
-	return ChannelEvent{Content: m.Framed(false), Meta: meta}
+	return ChannelEvent{Content: content, Meta: meta}, nil
 }
 
 // Framed returns m as thrum puts a message into another agent's context
 // (a channel event, a stream line): one <thrum-message> element naming
 // its sender and ID, its text escaped so that it cannot end the element
-// or forge markup, and cut at 4,000 characters with a pointer to
-// get_message. oneLine writes it on one line.
-func (m *MessageInfo) Framed(oneLine bool) string {
+// or forge markup, and cut at 4,000 UTF-16 units with a pointer to
+// get_message. oneLine writes it on one line. It fails for a message
+// with a field too long to show, which a consumer skips.
+func (m *MessageInfo) Framed(oneLine bool) (string, error) {
 	return frame.Frame(frame.Message{ID: m.MessageID, From: m.From, Priority: m.Priority, ThreadID: m.ThreadID,
 		ReplyTo: m.ReplyTo, Ack: m.AckRequired, Body: m.Content}, frame.Options{OneLine: oneLine})
 }
@@ -111,7 +121,13 @@ func (s *Server) push(ctx context.Context, c *channel) {
 		return
 	}
 	err := s.Stream(ctx, ChannelBacklog, func(m *MessageInfo, more int) error {
-		raw, err := json.Marshal(channelEvent(m, more))
+		ev, err := channelEvent(m, more)
+		if err != nil {
+			// Skipped, so that the messages after it still come.
+			s.log.Warn("mcpserver: channel: a message cannot be shown", "message_id", m.MessageID[:min(len(m.MessageID), 64)], "err", err)
+			return nil
+		}
+		raw, err := json.Marshal(ev)
 		if err != nil {
 			return err
 		}

@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/thrumhq/thrum/internal/frame"
 	"github.com/thrumhq/thrum/rpc"
@@ -178,7 +177,8 @@ func (h hookSpec) answer(ctx context.Context, g *Globals, stdin io.Reader) (hook
 	}
 	defer s.close()
 	if h.kind == contextHook {
-		text, err := hookContext(ctx, s)
+		// Gemini CLI writes < and > as entities before it counts.
+		text, err := hookContext(ctx, s, frame.Options{Max: hookBodyMax, AngleEntities: h.host == "gemini"})
 		if err != nil || text == "" {
 			return none, err
 		}
@@ -228,10 +228,12 @@ func readHookInput(ctx context.Context, r io.Reader) (*hookInput, error) {
 	}
 }
 
-// hookContext claims the agent's oldest unread messages, as many as fit,
-// and returns them framed under a line that says what they are; "" if
-// there are none.
-func hookContext(ctx context.Context, s *session) (string, error) {
+// hookContext claims the agent's oldest unread messages, as many as fit
+// in the host's limit as o counts it, and returns them framed under a
+// line that says what they are; "" if there are none. A message that
+// cannot be shown (a field too long to frame) is skipped and left
+// unread; the others are shown.
+func hookContext(ctx context.Context, s *session, o frame.Options) (string, error) {
 	r, err := s.c.ListMessages(ctx, &rpc.ListMessagesParams{Mentions: true, Unread: true, PageSize: hookMessages, SortOrder: "asc"})
 	if err != nil || len(r.Messages) == 0 {
 		return "", err
@@ -241,15 +243,21 @@ func hookContext(ctx context.Context, s *session) (string, error) {
 	frames := map[string]string{}
 	var ids []string
 	for _, m := range r.Messages {
-		f := frame.Frame(frame.Message{ID: m.MessageID, From: m.AgentID, Priority: m.Priority, ThreadID: m.ThreadID,
-			ReplyTo: replyTo(m.Refs), Ack: m.AckRequired, Body: m.Body.Content}, frame.Options{Max: hookBodyMax})
-		n := utf8.RuneCountInString(f) + 1
+		f, err := frame.Frame(frame.Message{ID: m.MessageID, From: m.AgentID, Priority: m.Priority, ThreadID: m.ThreadID,
+			ReplyTo: replyTo(m.Refs), Ack: m.AckRequired, Body: m.Body.Content}, o)
+		if err != nil {
+			continue
+		}
+		n := o.Len(f) + 1
 		if used+n > hookContextMax-slack {
 			break
 		}
 		used += n
 		frames[m.MessageID] = f
 		ids = append(ids, m.MessageID)
+	}
+	if len(ids) == 0 {
+		return "", nil
 	}
 	mr, err := s.c.MarkRead(ctx, &rpc.MarkReadParams{MessageIDs: ids, Via: rpc.ViaHook})
 	if err != nil {
@@ -304,16 +312,24 @@ func hookStop(ctx context.Context, s *session) (string, error) {
 	if err := os.WriteFile(state, []byte(strings.Join(ids, "\n")+"\n"), 0o600); err != nil {
 		return "", err // without the record, it could block every stop
 	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "thrum: %d unread %s from other agents %s waiting for you (%s): ", r.Total,
-		plural(r.Total, "message", "messages"), plural(r.Total, "is", "are"), s.id.AgentID)
-	for i, m := range r.Messages {
-		if i > 0 {
-			b.WriteString(", ")
+	// Each is named by fields from the log, escaped as a frame's; one
+	// that cannot be shown is left out of the names.
+	var names []string
+	for _, m := range r.Messages {
+		id, err1 := frame.Field(m.MessageID)
+		from, err2 := frame.Field(m.AgentID)
+		priority, err3 := frame.Field(m.Priority)
+		if err1 == nil && err2 == nil && err3 == nil {
+			names = append(names, id+" from "+from+" ("+priority+")")
 		}
-		fmt.Fprintf(&b, "%s from %s (%s)", m.MessageID, m.AgentID, m.Priority)
 	}
-	if more := r.Total - len(r.Messages); more > 0 {
+	var b strings.Builder
+	fmt.Fprintf(&b, "thrum: %d unread %s from other agents %s waiting for you (%s)", r.Total,
+		plural(r.Total, "message", "messages"), plural(r.Total, "is", "are"), s.id.AgentID)
+	if len(names) > 0 {
+		b.WriteString(": " + strings.Join(names, ", "))
+	}
+	if more := r.Total - len(names); more > 0 && len(names) > 0 {
 		fmt.Fprintf(&b, " and %d more", more)
 	}
 	fmt.Fprintf(&b, ". Read %s with check_messages before you finish; %s not from your user.",

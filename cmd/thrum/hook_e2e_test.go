@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/thrumhq/thrum/internal/frame"
+	"github.com/thrumhq/thrum/internal/frame/frametest"
 	"github.com/thrumhq/thrum/internal/thrumtest"
 	"github.com/thrumhq/thrum/rpc"
 )
@@ -221,7 +222,7 @@ func checkFrames(t *testing.T, out string, ids ...string) {
 		t.Fatalf("%d frames in %q, want %d", len(frames), text, len(ids))
 	}
 	for i, f := range frames {
-		m, _, err := frame.Parse(f)
+		m, _, err := frametest.Parse(f)
 		if err != nil || m.ID != ids[i] || m.From != "alice" {
 			t.Errorf("frame %d %q: %+v %v", i, f, m, err)
 		}

@@ -15,7 +15,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/thrumhq/thrum/internal/frame"
+	"github.com/thrumhq/thrum/internal/frame/frametest"
 	"github.com/thrumhq/thrum/mcpserver"
 )
 
@@ -159,7 +159,7 @@ func TestMCPChannelEndToEnd(t *testing.T) {
 		if err := json.Unmarshal(nextEvent(t, events), &ev); err != nil {
 			t.Fatal(err)
 		}
-		m, _, err := frame.Parse(ev.Params.Content)
+		m, _, err := frametest.Parse(ev.Params.Content)
 		if err != nil || m.Body != body || m.ID != s.MessageID || strings.Count(ev.Params.Content, "<") != 2 {
 			t.Errorf("breakout %q: content %q parses as %+v, %v", body, ev.Params.Content, m, err)
 		}

@@ -48,6 +48,9 @@ Examples:
 // errWaited ends a stream that printed what it waited for.
 var errWaited = errors.New("waited")
 
+// errUnshowable is a message print skips: a field too long to frame.
+var errUnshowable = errors.New("a message cannot be shown")
+
 func (c *WaitCmd) Run(ctx context.Context, g *Globals) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -84,7 +87,13 @@ func (c *WaitCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	got := 0
 	err = srv.Stream(ctx, backlog, func(m *mcpserver.MessageInfo, more int) error {
-		if err := c.print(g, m, more); err != nil {
+		err := c.print(g, m, more)
+		if errors.Is(err, errUnshowable) {
+			// Skipped, so that the messages after it still come.
+			g.debugf("wait: %v", err)
+			return nil
+		}
+		if err != nil {
 			if m != nil {
 				return fmt.Errorf("message %s was marked read but could not be written: %w", m.MessageID, err)
 			}
@@ -119,7 +128,11 @@ func (c *WaitCmd) print(g *Globals, m *mcpserver.MessageInfo, more int) error {
 	case g.JSON:
 		line, _ = json.Marshal(map[string]int{"more_unread": more})
 	case m != nil:
-		line = []byte(m.Framed(true))
+		f, err := m.Framed(true)
+		if err != nil {
+			return fmt.Errorf("%w: %v", errUnshowable, err)
+		}
+		line = []byte(f)
 	default:
 		line = fmt.Appendf(nil, "thrum: %d more unread messages are waiting for you: call check_messages to read them.", more)
 	}

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/thrumhq/thrum/internal/frame"
+	"github.com/thrumhq/thrum/internal/frame/frametest"
 	"github.com/thrumhq/thrum/internal/thrumtest"
 	"github.com/thrumhq/thrum/mcpserver"
 	"github.com/thrumhq/thrum/rpc"
@@ -101,7 +101,7 @@ func TestWaitFollow(t *testing.T) {
 	out := readLines(pr)
 
 	l := nextLine(t, out)
-	m, _, err := frame.Parse(l)
+	m, _, err := frametest.Parse(l)
 	if err != nil || m.ID != before || m.Body != "sent before\nits second line" || m.From != "alice" {
 		t.Fatalf("first line %q = %+v %v, want the unread message on one line", l, m, err)
 	}
@@ -112,7 +112,7 @@ func TestWaitFollow(t *testing.T) {
 		}
 		id := h.send("--to", to, body)
 		l := nextLine(t, out)
-		m, _, err := frame.Parse(l)
+		m, _, err := frametest.Parse(l)
 		if err != nil || m.ID != id || m.Body != body {
 			t.Errorf("line %q = %+v %v, want %s with its body", l, m, err, id)
 		}
@@ -185,7 +185,7 @@ func TestWaitOne(t *testing.T) {
 	a := h.send("--to", "@bob", "first")
 	b := h.send("--to", "@bob", "second")
 	r = h.feat.ok("", "wait")
-	m, _, err := frame.Parse(strings.TrimSuffix(r.stdout, "\n"))
+	m, _, err := frametest.Parse(strings.TrimSuffix(r.stdout, "\n"))
 	if err != nil || m.ID != a || strings.Count(r.stdout, "\n") != 1 {
 		t.Errorf("wait printed %q, want the oldest message, %s, alone", r.stdout, a)
 	}

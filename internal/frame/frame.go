@@ -2,22 +2,31 @@
 // context — a Claude Code channel event, a host hook's context, a
 // monitor's stream line — as one <thrum-message> element that names its
 // sender and ID, is cut to a size with a pointer to get_message, and
-// whose body cannot close the element or forge any markup around it:
-// every "<", ">" and "&" of the body is written as an entity, and so are
-// the control and direction characters a terminal or a model could take
-// for structure. Parse reads a frame back; the fuzz test holds that any
-// body gives exactly one frame that parses back to it.
+// whose text cannot close the element or forge any markup around it:
+// every "<", ">" and "&" is written as an entity, and so is every
+// character that Hidden reports, which a terminal or a model could take
+// for structure or not see at all. Field escapes the same way the text a
+// host shows outside a frame (a stop hook's reason, a channel's meta).
+//
+// Lengths are counted as hosts count them: in UTF-16 code units (Claude
+// Code's limits are JavaScript string lengths), after the host's own
+// rewrite where it has one (Options.AngleEntities).
+//
+// An item with a field longer than MaxField as written cannot be shown:
+// Frame and Field return an error for it, and every consumer skips such
+// an item and shows the rest, so one bad message never takes the place
+// of the others.
 //
 // Every path that puts a message in a host's context calls Frame, so the
 // rules live here once.
 package frame
 
 import (
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
-	"unicode/utf8"
+	"unicode"
+	"unicode/utf16"
 )
 
 // Tag is the element's name.
@@ -25,6 +34,11 @@ const Tag = "thrum-message"
 
 // DefaultMax is Options.Max when it is 0.
 const DefaultMax = 4000
+
+// MaxField is the longest field (an ID, a name, a priority) a frame or a
+// host's text shows, in UTF-16 code units as written (escaped). IDs and
+// names are far shorter; a longer one is not a field thrum wrote.
+const MaxField = 256
 
 // Message is what a frame shows of a message. Every field is text from
 // outside (the sender chose the body; IDs and names come from the log),
@@ -41,17 +55,37 @@ type Message struct {
 	Body string
 }
 
-// Options say how to write a frame. The zero value is a multi-line frame
-// of at most DefaultMax body characters.
+// Options say how to write a frame and how the host counts it. The zero
+// value is a multi-line frame of at most DefaultMax body units.
 type Options struct {
-	// Max bounds the body as written (escaped), in characters. A longer
-	// body is cut at a character boundary and followed by a note saying
-	// how long it is and that get_message shows all of it. 0 means
-	// DefaultMax.
+	// Max bounds the body as written (escaped), in UTF-16 code units. A
+	// longer body is cut at a character boundary and followed by a note
+	// saying how long it is and that get_message shows all of it. 0
+	// means DefaultMax.
 	Max int
 	// OneLine writes the frame on one line, newlines of the body
 	// escaped: for a stream whose reader takes each line as one event.
 	OneLine bool
+	// AngleEntities says the host writes each "<" and ">" as an entity
+	// before it counts (Gemini CLI does): Len counts them so.
+	AngleEntities bool
+}
+
+// Len is the length of s as the host counts it: UTF-16 code units, after
+// the host's rewrite.
+func (o Options) Len(s string) int {
+	n := 0
+	for _, r := range s {
+		switch {
+		case o.AngleEntities && (r == '<' || r == '>'):
+			n += len("&lt;")
+		case r >= 0x10000:
+			n += 2
+		default:
+			n++
+		}
+	}
+	return n
 }
 
 // Frame writes m as one <thrum-message> element:
@@ -62,26 +96,34 @@ type Options struct {
 //
 // (thread_id, reply_to and ack only when set). A body cut to Options.Max has
 // the attribute cut="N", N its full length in characters, and ends with
-// the note that CutNote writes.
-func Frame(m Message, o Options) string {
+// the note that CutNote writes. It fails, writing nothing, when a field
+// is longer than MaxField as written.
+func Frame(m Message, o Options) (string, error) {
 	max := o.Max
 	if max <= 0 {
 		max = DefaultMax
 	}
-	body, total, cut := escapeBody(m.Body, max, o.OneLine)
 	var b strings.Builder
-	b.Grow(len(body) + 160)
 	b.WriteString("<" + Tag)
-	attr(&b, "id", m.ID, true)
-	attr(&b, "from", m.From, true)
-	attr(&b, "priority", m.Priority, true)
-	attr(&b, "thread_id", m.ThreadID, false)
-	attr(&b, "reply_to", m.ReplyTo, false)
-	if m.Ack {
-		attr(&b, "ack", ackRequested, true)
+	for _, a := range [...]struct {
+		name, value string
+		always      bool
+	}{{"id", m.ID, true}, {"from", m.From, true}, {"priority", m.Priority, true}, {"thread_id", m.ThreadID, false}, {"reply_to", m.ReplyTo, false}} {
+		if a.value == "" && !a.always {
+			continue
+		}
+		v, err := Field(a.value)
+		if err != nil {
+			return "", fmt.Errorf("%s: %w", a.name, err)
+		}
+		b.WriteString(" " + a.name + `="` + v + `"`)
 	}
+	if m.Ack {
+		b.WriteString(` ack="` + ackRequested + `"`)
+	}
+	body, total, cut := escapeBody(m.Body, max, o.OneLine)
 	if cut {
-		attr(&b, "cut", strconv.Itoa(total), true)
+		b.WriteString(` cut="` + strconv.Itoa(total) + `"`)
 	}
 	b.WriteString(">")
 	sep := "\n"
@@ -100,27 +142,32 @@ func Frame(m Message, o Options) string {
 	}
 	b.WriteString(sep)
 	b.WriteString("</" + Tag + ">")
-	return b.String()
+	return b.String(), nil
 }
 
 // ackRequested is the ack attribute's value.
 const ackRequested = "requested"
 
 // CutNote is the note that ends a cut body: its full length and where to
-// read all of it.
+// read all of it. Frame calls it only with an ID Field accepts.
 func CutNote(id string, total int) string {
 	return fmt.Sprintf(`[cut: the message has %d characters; get_message with message_id "%s" shows all of it]`, total, escapeText(id, true))
 }
 
-func attr(b *strings.Builder, name, value string, always bool) {
-	if value == "" && !always {
-		return
+// Field escapes s as the frame writes an attribute's value: for a field
+// a host shows, in a frame or outside one (a stop hook's reason, a
+// channel event's meta). It fails when s, escaped, is longer than
+// MaxField UTF-16 code units: the item it belongs to cannot be shown.
+func Field(s string) (string, error) {
+	e := escapeText(s, true)
+	if n := (Options{}).Len(e); n > MaxField {
+		return "", fmt.Errorf("frame: a field of %d UTF-16 units (escaped) cannot be shown: at most %d are", n, MaxField)
 	}
-	b.WriteString(" " + name + `="` + escapeText(value, true) + `"`)
+	return e, nil
 }
 
 // escapeBody escapes s and cuts it so that what is written has at most
-// max characters; it returns the escaped text, the length of s in
+// max UTF-16 units; it returns the escaped text, the length of s in
 // characters, and whether it was cut.
 func escapeBody(s string, max int, oneLine bool) (string, int, bool) {
 	var b strings.Builder
@@ -131,9 +178,9 @@ func escapeBody(s string, max int, oneLine bool) (string, int, bool) {
 			continue
 		}
 		e := escapeRune(r, oneLine, false)
-		n := 1
+		n := utf16.RuneLen(r) // a string's runes are valid: 1 or 2
 		if e != "" {
-			n = len(e) // entities are ASCII: bytes are characters
+			n = len(e) // entities are ASCII: one unit a byte
 		}
 		if written+n > max {
 			cut = true
@@ -176,170 +223,29 @@ func escapeRune(r rune, escapeNewline, attr bool) string {
 		return "&gt;"
 	case r == '"' && attr:
 		return "&quot;"
-	case r == '\n':
-		if escapeNewline {
-			return "&#xA;"
-		}
+	case r == '\n' && !escapeNewline, r == '\t' && !attr:
 		return ""
-	case r == '\t':
-		if attr {
-			return "&#x9;"
-		}
-		return ""
-	case hidden(r):
+	case Hidden(r):
 		return fmt.Sprintf("&#x%X;", r)
 	}
 	return ""
 }
 
-// hidden reports whether r is a character that shows as nothing, or
-// moves or reorders what follows, rather than as itself: C0 and C1
-// controls (carriage return and escape included), DEL, line and paragraph
-// separators, bidirectional controls, zero-width characters and the byte
-// order mark.
-func hidden(r rune) bool {
-	switch {
-	case r < 0x20, r >= 0x7F && r <= 0x9F:
-		return true
-	case r >= 0x200B && r <= 0x200F, r >= 0x2028 && r <= 0x202E, r >= 0x2060 && r <= 0x2069, r == 0xFEFF:
-		return true
+// Hidden reports whether r shows as nothing, or moves, reorders, joins or
+// changes what is around it, rather than showing as itself: every code
+// point of the general categories Cc (C0 and C1 controls, DEL), Cf
+// (format: bidirectional controls, zero-width characters, the byte order
+// mark, soft hyphen, Unicode tags, interlinear annotation), Zl and Zp
+// (line and paragraph separators), and of the properties
+// Other_Default_Ignorable_Code_Point (Hangul fillers, reserved ignorable
+// ranges), Variation_Selector and Bidi_Control. The frame writes each as
+// a numeric entity; the CLI writes each as an escape.
+func Hidden(r rune) bool {
+	if r >= 0x20 && r < 0x7F {
+		return false // printable ASCII: the common case, in no table
 	}
-	return false
+	return unicode.In(r, hiddenTables...)
 }
 
-// Parse reads s, which must be exactly one frame and nothing else, back
-// into the message it shows: the body as it was (the part shown, if it
-// was cut) and its full length in characters.
-func Parse(s string) (m Message, total int, err error) {
-	open := "<" + Tag
-	if !strings.HasPrefix(s, open) {
-		return m, 0, errors.New("frame: does not start with <" + Tag)
-	}
-	end := strings.IndexByte(s, '>')
-	if end < 0 {
-		return m, 0, errors.New("frame: open tag does not end")
-	}
-	attrs, err := parseAttrs(s[len(open):end])
-	if err != nil {
-		return m, 0, err
-	}
-	rest := s[end+1:]
-	closeTag := "</" + Tag + ">"
-	if !strings.HasSuffix(rest, closeTag) {
-		return m, 0, errors.New("frame: does not end with " + closeTag)
-	}
-	rest = strings.TrimSuffix(rest, closeTag)
-	if strings.ContainsAny(rest, "<>") {
-		return m, 0, errors.New("frame: markup inside the body")
-	}
-	oneLine := !strings.HasPrefix(rest, "\n")
-	if !oneLine {
-		if len(rest) < 2 || !strings.HasSuffix(rest, "\n") {
-			return m, 0, errors.New("frame: multi-line body is not between newlines")
-		}
-		rest = rest[1 : len(rest)-1]
-	} else if strings.Contains(rest, "\n") {
-		return m, 0, errors.New("frame: raw newline in a one-line frame")
-	}
-	m = Message{ID: attrs["id"], From: attrs["from"], Priority: attrs["priority"], ThreadID: attrs["thread_id"], ReplyTo: attrs["reply_to"]}
-	if a, ok := attrs["ack"]; ok {
-		if a != ackRequested {
-			return m, 0, fmt.Errorf("frame: ack=%q is not %q", a, ackRequested)
-		}
-		m.Ack = true
-	}
-	if c, ok := attrs["cut"]; ok {
-		total, err = strconv.Atoi(c)
-		if err != nil || total < 0 {
-			return m, 0, fmt.Errorf("frame: cut=%q is not a length", c)
-		}
-		sep := "\n"
-		if oneLine {
-			sep = " "
-		}
-		note := sep + CutNote(m.ID, total)
-		if !strings.HasSuffix(rest, note) {
-			return m, 0, errors.New("frame: cut body without its note")
-		}
-		rest = strings.TrimSuffix(rest, note)
-	}
-	m.Body, err = unescape(rest)
-	if err != nil {
-		return m, 0, err
-	}
-	if _, ok := attrs["cut"]; !ok {
-		total = utf8.RuneCountInString(m.Body)
-	}
-	return m, total, nil
-}
-
-// parseAttrs reads ` name="value"` pairs.
-func parseAttrs(s string) (map[string]string, error) {
-	out := map[string]string{}
-	for s != "" {
-		if s[0] != ' ' {
-			return nil, fmt.Errorf("frame: unexpected %q in the open tag", s)
-		}
-		s = s[1:]
-		eq := strings.Index(s, `="`)
-		if eq <= 0 {
-			return nil, errors.New("frame: attribute without a value")
-		}
-		name := s[:eq]
-		s = s[eq+2:]
-		q := strings.IndexByte(s, '"')
-		if q < 0 {
-			return nil, errors.New("frame: attribute value does not end")
-		}
-		v, err := unescape(s[:q])
-		if err != nil {
-			return nil, err
-		}
-		if _, dup := out[name]; dup {
-			return nil, fmt.Errorf("frame: attribute %s twice", name)
-		}
-		out[name] = v
-		s = s[q+1:]
-	}
-	return out, nil
-}
-
-// unescape decodes the entities escapeRune writes, and only those.
-func unescape(s string) (string, error) {
-	if !strings.Contains(s, "&") {
-		return s, nil
-	}
-	var b strings.Builder
-	for {
-		i := strings.IndexByte(s, '&')
-		if i < 0 {
-			b.WriteString(s)
-			return b.String(), nil
-		}
-		b.WriteString(s[:i])
-		s = s[i:]
-		semi := strings.IndexByte(s, ';')
-		if semi < 0 {
-			return "", errors.New("frame: entity does not end")
-		}
-		ent := s[1:semi]
-		s = s[semi+1:]
-		switch ent {
-		case "amp":
-			b.WriteByte('&')
-		case "lt":
-			b.WriteByte('<')
-		case "gt":
-			b.WriteByte('>')
-		case "quot":
-			b.WriteByte('"')
-		default:
-			hex, ok := strings.CutPrefix(ent, "#x")
-			v, err := strconv.ParseUint(hex, 16, 32)
-			if !ok || err != nil || v > utf8.MaxRune {
-				return "", fmt.Errorf("frame: unknown entity &%s;", ent)
-			}
-			b.WriteRune(rune(v))
-		}
-	}
-}
+var hiddenTables = []*unicode.RangeTable{unicode.Cc, unicode.Cf, unicode.Zl, unicode.Zp,
+	unicode.Other_Default_Ignorable_Code_Point, unicode.Variation_Selector, unicode.Bidi_Control}
