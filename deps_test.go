@@ -21,6 +21,7 @@ var homes = map[string][]string{
 	"github.com/google/jsonschema-go":        {"mcpserver", "examples/reviewloop"},
 	"github.com/alecthomas/kong":             {"cmd/thrum"},
 	"github.com/BurntSushi/toml":             {"cmd/thrum"},
+	"github.com/rivo/uniseg":                 {"cmd/thrum"},
 }
 
 func TestEachDependencyHasOneHome(t *testing.T) {

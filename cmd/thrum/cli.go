@@ -202,7 +202,7 @@ func report(g *Globals, err error) int {
 	if errors.As(err, &re) {
 		msg = re.Message
 	}
-	fmt.Fprintf(g.stderr, "thrum: %s\n", withHint(g, err, unprefixed(msg)))
+	fmt.Fprintf(g.stderr, "thrum: %s\n", shown(withHint(g, err, unprefixed(msg))))
 	return code
 }
 
@@ -213,14 +213,16 @@ func unprefixed(msg string) string {
 	return strings.ReplaceAll(strings.TrimPrefix(msg, "thrum: "), ": thrum: ", ": ")
 }
 
-// out prints v as JSON when --json is set, else calls human.
+// out prints v as JSON when --json is set, else calls human with a
+// writer that shows what it is given (shown): data never writes a
+// control character to the owner's terminal, nor to a pipe.
 func (g *Globals) out(v any, human func(w io.Writer)) error {
 	if g.JSON {
 		enc := json.NewEncoder(g.stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(v)
 	}
-	human(g.stdout)
+	human(textWriter{g.stdout})
 	return nil
 }
 
@@ -229,12 +231,12 @@ func (g *Globals) hint(format string, args ...any) {
 	if g.Quiet || g.JSON {
 		return
 	}
-	fmt.Fprintf(g.stderr, format+"\n", args...)
+	fmt.Fprintf(textWriter{g.stderr}, format+"\n", args...)
 }
 
 // debugf prints on stderr with --verbose.
 func (g *Globals) debugf(format string, args ...any) {
 	if g.Verbose {
-		fmt.Fprintf(g.stderr, "thrum: "+format+"\n", args...)
+		fmt.Fprintf(textWriter{g.stderr}, "thrum: "+format+"\n", args...)
 	}
 }

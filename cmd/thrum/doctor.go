@@ -103,7 +103,7 @@ func (c *DoctorCmd) Run(ctx context.Context, g *Globals) error {
 		return c.report(g, l, rep, false)
 	}
 	if !g.JSON {
-		c.print(g.stdout, l, rep)
+		c.print(textWriter{g.stdout}, l, rep)
 	}
 	n.Close()
 	if err := removeDB(); err != nil {
@@ -133,14 +133,14 @@ func (c *DoctorCmd) report(g *Globals, l *layout, rep *thrum.VerifyReport, rebui
 		}
 	} else {
 		if rebuilt {
-			fmt.Fprintf(g.stdout, "Rebuilt %s from the log.\n", l.DB)
+			fmt.Fprintf(textWriter{g.stdout}, "Rebuilt %s from the log.\n", l.DB)
 		}
-		c.print(g.stdout, l, rep)
+		c.print(textWriter{g.stdout}, l, rep)
 		if len(refused) > 0 {
-			fmt.Fprintf(g.stdout, "Sync refused %d %s from the remote (kept in %s, never applied):\n",
+			fmt.Fprintf(textWriter{g.stdout}, "Sync refused %d %s from the remote (kept in %s, never applied):\n",
 				len(refused), plural(len(refused), "event", "events"), filepath.Join(l.LogDir, gitsync.QuarantineFile))
 			for _, r := range gitsync.CountRefusals(refused) {
-				fmt.Fprintf(g.stdout, "  %d × %s: %s\n", r.Count, r.File, r.Reason)
+				fmt.Fprintf(textWriter{g.stdout}, "  %d × %s: %s\n", r.Count, r.File, r.Reason)
 			}
 			g.hint("Someone who can push to the remote's %s branch wrote those events as others: each refusal in the file names the remote commit it came in.", SyncBranch)
 		}

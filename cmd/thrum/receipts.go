@@ -6,6 +6,7 @@ import (
 	"io"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/thrumhq/thrum/rpc"
 )
@@ -138,10 +139,12 @@ func ackState(required bool, due string, done bool, now time.Time) string {
 	return "OVERDUE " + now.Sub(t).Round(time.Minute).String()
 }
 
+// oneLine is s shown on one line of at most n characters, cut at a
+// grapheme cluster's end.
 func oneLine(s string, n int) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if r := []rune(s); len(r) > n {
-		return string(r[:n-1]) + "…"
+	s = strings.Join(strings.Fields(shown(s)), " ")
+	if utf8.RuneCountInString(s) > n {
+		return graphemePrefix(s, n-1) + "…"
 	}
 	return s
 }

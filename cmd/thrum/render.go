@@ -8,6 +8,9 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/rivo/uniseg"
+
+	"github.com/thrumhq/thrum/internal/frame"
 	"github.com/thrumhq/thrum/rpc"
 )
 
@@ -114,20 +117,21 @@ func renderInbox(w io.Writer, r *rpc.ListMessagesResult, v inboxView) {
 		if !m.IsRead {
 			lead = "● "
 		}
+		note := ""
 		switch p := replyTo(m.Refs); {
 		case asContext[m.MessageID]:
-			m.Body.Content += "\n(the original: not in this list)"
+			note = "(the original: not in this list)"
 		case p != "":
 			lead = "↳ " + lead // a reply whose original is not on this page
 			switch {
 			case onPage[p]: // in a cycle of replies
 			case v.Originals[p].Deleted:
-				m.Body.Content += "\n(in reply to a deleted message)"
+				note = "(in reply to a deleted message)"
 			default:
-				m.Body.Content += "\n(in reply to " + p + ", not in this list)"
+				note = "(in reply to " + shown(p) + ", not in this list)"
 			}
 		}
-		entry(w, lead, m, v.Now, "  ")
+		entry(w, lead, m, v.Now, "  ", note)
 		rs := replies[m.MessageID]
 		sort.Slice(rs, func(a, b int) bool { return rs[a].CreatedAt < rs[b].CreatedAt })
 		for _, rep := range rs {
@@ -135,7 +139,7 @@ func renderInbox(w io.Writer, r *rpc.ListMessagesResult, v inboxView) {
 			if !rep.IsRead {
 				mark = "● "
 			}
-			entry(w, "↳ "+mark, rep, v.Now, "    ")
+			entry(w, "↳ "+mark, rep, v.Now, "    ", "")
 		}
 	}
 	fmt.Fprintln(w, "└"+strings.Repeat("─", boxWidth+2)+"┘")
@@ -151,11 +155,12 @@ func renderInbox(w io.Writer, r *rpc.ListMessagesResult, v inboxView) {
 	}
 }
 
-// entry prints one message: a header line and its wrapped content.
-func entry(w io.Writer, lead string, m rpc.MessageSummary, now time.Time, indent string) {
-	head := fmt.Sprintf("%s%s  @%s  %s", lead, m.MessageID, m.AgentID, ago(m.CreatedAt, now))
+// entry prints one message: a header line, the preview of its content,
+// wrapped, and the note if there is one.
+func entry(w io.Writer, lead string, m rpc.MessageSummary, now time.Time, indent, note string) {
+	head := fmt.Sprintf("%s%s  @%s  %s", lead, shown(m.MessageID), shown(m.AgentID), ago(m.CreatedAt, now))
 	if m.Priority != "" && m.Priority != rpc.PriorityNormal {
-		head += "  [" + m.Priority + "]"
+		head += "  [" + shown(m.Priority) + "]"
 	}
 	if m.UpdatedAt != "" {
 		head += "  (edited)"
@@ -167,9 +172,113 @@ func entry(w io.Writer, lead string, m rpc.MessageSummary, now time.Time, indent
 		head = strings.TrimLeft(head, " ")
 	}
 	line(w, strings.Repeat(" ", len(indent)-2)+head)
-	for _, l := range wrap(m.Body.Content, boxWidth-len(indent)) {
+	text := preview(m.Body.Content, m.MessageID)
+	if note != "" {
+		text += "\n" + note
+	}
+	for _, l := range wrap(text, boxWidth-len(indent)) {
 		line(w, indent+l)
 	}
+}
+
+// A list shows of a body its first previewLines lines or previewChars
+// characters, whichever is shorter; message get shows all of it.
+const (
+	previewLines = 3
+	previewChars = 300
+)
+
+// preview is what a list shows of body: its start, as shown (escaped),
+// cut at a grapheme cluster's end, and then, if that is not all of it, a
+// line saying how many characters more there are and where to read them.
+func preview(body, id string) string {
+	s := shown(strings.TrimRight(strings.ReplaceAll(body, "\r\n", "\n"), " \t\n"))
+	head := s
+	if i := indexNth(s, '\n', previewLines); i >= 0 {
+		head = s[:i]
+	}
+	head = graphemePrefix(head, previewChars)
+	if len(head) == len(s) {
+		return s
+	}
+	more := utf8.RuneCountInString(s[len(head):])
+	return fmt.Sprintf("%s\n… %d more %s: thrum message get %s", head, more, plural(more, "character", "characters"), shown(id))
+}
+
+// indexNth is the index of the nth c in s, or -1 if s has fewer.
+func indexNth(s string, c byte, n int) int {
+	at := -1
+	for range n {
+		i := strings.IndexByte(s[at+1:], c)
+		if i < 0 {
+			return -1
+		}
+		at += i + 1
+	}
+	return at
+}
+
+// graphemePrefix is the longest start of s of at most n characters that
+// ends where a grapheme cluster (what a reader sees as one character: a
+// letter and its accents, a flag, a Hangul syllable of jamo) ends.
+func graphemePrefix(s string, n int) string {
+	at, count, state := 0, 0, -1
+	for at < len(s) {
+		c, _, _, next := uniseg.FirstGraphemeClusterInString(s[at:], state)
+		k := utf8.RuneCountInString(c)
+		if count+k > n {
+			break
+		}
+		at, count, state = at+len(c), count+k, next
+	}
+	return s[:at]
+}
+
+// shown is s as human output writes it, to a terminal or a pipe: each
+// character that would act on a terminal or hide itself — C0 controls
+// but newline and tab, DEL, C1 controls, and the bidirectional, invisible
+// and joining characters frame.Hidden names — as a Go escape (\x1b,
+// \u202e, \U000e0041), and each byte that is not UTF-8 as \xff. Only
+// --json output is exact.
+func shown(s string) string {
+	if !strings.ContainsFunc(s, escapes) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && n == 1:
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case r == '\n' || r == '\t' || !frame.Hidden(r):
+			b.WriteString(s[i : i+n])
+		case r < 0x80:
+			fmt.Fprintf(&b, `\x%02x`, r)
+		case r <= 0xFFFF:
+			fmt.Fprintf(&b, `\u%04x`, r)
+		default:
+			fmt.Fprintf(&b, `\U%08x`, r)
+		}
+		i += n
+	}
+	return b.String()
+}
+
+// escapes reports whether shown may write r otherwise than as itself:
+// utf8.RuneError stands for a byte that is not UTF-8 too.
+func escapes(r rune) bool {
+	return r == utf8.RuneError || r != '\n' && r != '\t' && frame.Hidden(r)
+}
+
+// textWriter is the writer of human output: what goes through it is
+// written as shown.
+type textWriter struct{ w io.Writer }
+
+func (t textWriter) Write(p []byte) (int, error) {
+	if _, err := io.WriteString(t.w, shown(string(p))); err != nil {
+		return 0, err
+	}
+	return len(p), nil
 }
 
 // line prints s inside the box's borders, padded or cut to its width.

@@ -3,13 +3,16 @@ package main
 import (
 	"bytes"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
+	"github.com/thrumhq/thrum/internal/frame"
 	"github.com/thrumhq/thrum/rpc"
 )
 
@@ -164,7 +167,7 @@ func TestInboxGolden(t *testing.T) {
 			}
 			// Every message on the page is shown exactly once.
 			for _, m := range tc.r.Messages {
-				if n := strings.Count(out, m.MessageID+"  "); n != 1 {
+				if n := strings.Count(out, m.MessageID+"  @"); n != 1 {
 					t.Errorf("%s shown %d times:\n%s", m.MessageID, n, out)
 				}
 			}
@@ -267,5 +270,76 @@ func TestWrap(t *testing.T) {
 				t.Errorf("wrap(%q, %d) = %q, want %q", tc.in, tc.width, got, tc.want)
 			}
 		})
+	}
+}
+
+// hostile is a body that, printed as it is, would act on the reader's
+// terminal: set its title (OSC 0) and clipboard (OSC 52), erase and
+// rewrite a line (CSI, CR), delete (DEL), a C1 CSI, reverse what follows
+// (RLO) and hide a text in Unicode tags.
+const hostile = "title\x1b]0;pwned\x07 clip\x1b]52;c;cm0gLXJmIH4=\x07 \x1b[2K\rfake\x7f c1\u009b31m rlo\u202egnp.exe tag\U000E0041\U000E0042 bad\xff"
+
+// TestShownEscapesWhatActsOnATerminal: every C0 control but newline and
+// tab, DEL, every C1 control, and every character the frame calls hidden
+// is written as a Go escape, and a byte that is not UTF-8 as \xff; the
+// rest, accents and emoji included, as it is.
+func TestShownEscapesWhatActsOnATerminal(t *testing.T) {
+	want := `title\x1b]0;pwned\x07 clip\x1b]52;c;cm0gLXJmIH4=\x07 \x1b[2K\x0dfake\x7f c1\u009b31m rlo\u202egnp.exe tag\U000e0041\U000e0042 bad\xff`
+	if got := shown(hostile); got != want {
+		t.Errorf("shown(hostile) =\n%s\nwant\n%s", got, want)
+	}
+	for _, s := range []string{"plain\ttext\nnext line", "Ça marche: naïve café — ✓ 🚀 日本語", "U+FFFD itself: \ufffd"} {
+		if got := shown(s); got != s {
+			t.Errorf("shown(%q) = %q, want it as it is", s, got)
+		}
+	}
+	for r := rune(0); r <= unicode.MaxRune; r++ {
+		if r == '\n' || r == '\t' || !frame.Hidden(r) && !(r >= 0x80 && r <= 0x9f) && r != 0x7f {
+			continue
+		}
+		if got := shown(string(r)); strings.ContainsRune(got, r) || !strings.HasPrefix(got, `\`) {
+			t.Fatalf("shown(U+%04X) = %q, want an escape", r, got)
+		}
+	}
+}
+
+// TestPreview: a list shows the first 3 lines or 300 characters of a
+// body, escaped first, cut where a grapheme cluster ends, then how many
+// characters more there are and where to read them.
+func TestPreview(t *testing.T) {
+	more := func(n int) string { return fmt.Sprintf("\n… %d more characters: thrum message get msg_1", n) }
+	a300 := strings.Repeat("a", 300)
+	for _, tc := range []struct{ name, body, want string }{
+		{"short", "hello", "hello"},
+		{"three lines", "one\ntwo\nthree", "one\ntwo\nthree"},
+		{"trailing blank lines", "one\ntwo\nthree\n\n\n", "one\ntwo\nthree"},
+		{"four lines", "one\ntwo\nthree\nfour", "one\ntwo\nthree" + more(5)},
+		{"CRLF lines", "one\r\ntwo\r\nthree\r\nfour", "one\ntwo\nthree" + more(5)},
+		{"300 characters", a300, a300},
+		{"301 characters", a300 + "b", a300 + "\n… 1 more character: thrum message get msg_1"},
+		{"100 KB", strings.Repeat("x", 100<<10), strings.Repeat("x", 300) + more(100<<10-300)},
+		{"escaped, then cut", strings.Repeat("\x1b", 100), strings.Repeat(`\x1b`, 75) + more(100)},
+		{"an accent stays on its letter", strings.Repeat("a", 299) + "e\u0301z", strings.Repeat("a", 299) + more(3)},
+		{"a flag is not halved", strings.Repeat("a", 299) + "🇫🇷", strings.Repeat("a", 299) + more(2)},
+		{"a Hangul syllable of jamo stays whole", strings.Repeat("a", 298) + "\u1100\u1161\u11A8", strings.Repeat("a", 298) + more(3)},
+	} {
+		if got := preview(tc.body, "msg_1"); got != tc.want {
+			t.Errorf("%s: preview =\n%q\nwant\n%q", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestHighlightPlainWhenPiped: without a terminal a snippet is plain
+// text, no ** around the matches; on a terminal the matches are bold
+// yellow and everything of the snippet is escaped, so the only escape
+// sequences are the highlight's own.
+func TestHighlightPlainWhenPiped(t *testing.T) {
+	s := "find the needle\x1b]0;t\x07 here"
+	if got, want := highlight(s, [][2]int{{9, 15}}, false), `find the needle\x1b]0;t\x07 here`; got != want {
+		t.Errorf("piped highlight = %q, want %q", got, want)
+	}
+	got := highlight(s, [][2]int{{9, 15}}, true)
+	if want := "find the \x1b[1;33mneedle\x1b[0m" + `\x1b]0;t\x07 here`; got != want {
+		t.Errorf("terminal highlight = %q, want %q", got, want)
 	}
 }

@@ -100,7 +100,13 @@ func (c *SearchCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	return g.out(r, func(w io.Writer) {
-		renderSearch(w, r, searchView{Now: now, Color: colorful(g.stdout, g.env), Quiet: g.Quiet, Next: c.nextCmd()})
+		v := searchView{Now: now, Color: colorful(g.stdout, g.env), Quiet: g.Quiet, Next: c.nextCmd()}
+		if v.Color {
+			// renderSearch shows its data escaped itself: only the
+			// highlight's own escape sequences reach the terminal.
+			w = g.stdout
+		}
+		renderSearch(w, r, v)
 	})
 }
 
@@ -177,22 +183,24 @@ func colorful(w io.Writer, env func(string) string) bool {
 
 type searchView struct {
 	Now   time.Time
-	Color bool // highlight with ANSI bold yellow; else **like this**
+	Color bool // highlight with ANSI bold yellow; else plain text
 	Quiet bool
 	Next  string
 }
 
 // renderSearch prints each result's header and its snippet with the
-// matches highlighted, then the count and the next page's command.
+// matches highlighted, then the count and the next page's command. It
+// escapes what it shows of the results itself (shown), since a
+// terminal's highlight is written as it is.
 func renderSearch(w io.Writer, r *rpc.SearchMessagesResult, v searchView) {
 	if r.Total == 0 {
 		fmt.Fprintln(w, "No messages match.")
 		return
 	}
 	for _, m := range r.Results {
-		head := fmt.Sprintf("%s  @%s  %s", m.MessageID, m.AgentID, ago(m.CreatedAt, v.Now))
+		head := fmt.Sprintf("%s  @%s  %s", shown(m.MessageID), shown(m.AgentID), ago(m.CreatedAt, v.Now))
 		if m.ThreadID != "" {
-			head += "  thread " + m.ThreadID
+			head += "  thread " + shown(m.ThreadID)
 		}
 		if !m.IsRead {
 			head += "  (unread)"
@@ -206,13 +214,14 @@ func renderSearch(w io.Writer, r *rpc.SearchMessagesResult, v searchView) {
 	first := (r.Page-1)*r.PageSize + 1
 	fmt.Fprintf(w, "Showing %d-%d of %d %s\n", first, first+len(r.Results)-1, r.Total, plural(r.Total, "match", "matches"))
 	if r.Page < r.TotalPages && !v.Quiet {
-		fmt.Fprintf(w, "Next page: %s --page %d\n", v.Next, r.Page+1)
+		fmt.Fprintf(w, "Next page: %s --page %d\n", shown(v.Next), r.Page+1)
 	}
 }
 
-// highlight marks the ranges (in characters) of s, on one line.
+// highlight shows s on one line, escaped, its ranges (in characters of
+// s) in bold yellow when color is set; plain text otherwise, for a pipe.
 func highlight(s string, ranges [][2]int, color bool) string {
-	open, close := "**", "**"
+	open, close := "", ""
 	if color {
 		open, close = "\x1b[1;33m", "\x1b[0m"
 	}
@@ -229,10 +238,10 @@ func highlight(s string, ranges [][2]int, color bool) string {
 		if h[0] < at || h[1] > len(rs) || h[0] >= h[1] {
 			continue
 		}
-		b.WriteString(string(rs[at:h[0]]))
-		b.WriteString(open + string(rs[h[0]:h[1]]) + close)
+		b.WriteString(shown(string(rs[at:h[0]])))
+		b.WriteString(open + shown(string(rs[h[0]:h[1]])) + close)
 		at = h[1]
 	}
-	b.WriteString(string(rs[at:]))
+	b.WriteString(shown(string(rs[at:])))
 	return b.String()
 }

@@ -24,8 +24,8 @@ func TestSearchCommand(t *testing.T) {
 	c.ok("bob", "send", "unrelated words")
 
 	r := c.ok("bob", "search", "token")
-	contains(t, "search", r.stdout, "@alice", "@bob", "**token**", "the auth **token** expired during deploy", "Showing 1-2 of 2 matches")
-	lacks(t, "search", r.stdout, "unrelated", "\x1b[")
+	contains(t, "search", r.stdout, "@alice", "@bob", "the auth token expired during deploy", "Showing 1-2 of 2 matches")
+	lacks(t, "search", r.stdout, "unrelated", "\x1b[", "**") // a pipe gets plain text
 
 	r = c.ok("bob", "search", "token", "--page-size", "1", "--scope", "module:auth")
 	contains(t, "one page", r.stdout, first, "Showing 1-1 of 1 match")
@@ -48,7 +48,7 @@ func TestSearchCommand(t *testing.T) {
 }
 
 func TestHighlightAndParseWhen(t *testing.T) {
-	if got := highlight("a\ntoken é token", [][2]int{{2, 7}, {10, 15}, {12, 13}}, false); got != "a **token** é **token**" {
+	if got := highlight("a\ntoken é token", [][2]int{{2, 7}, {10, 15}, {12, 13}}, true); got != "a \x1b[1;33mtoken\x1b[0m é \x1b[1;33mtoken\x1b[0m" {
 		t.Fatalf("highlight: %q", got)
 	}
 	if got := highlight("token", [][2]int{{0, 5}}, true); got != "\x1b[1;33mtoken\x1b[0m" {

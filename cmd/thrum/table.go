@@ -21,7 +21,7 @@ func (t *tableWriter) row(cells ...string) {
 		if i > 0 {
 			fmt.Fprint(t.tw, "\t")
 		}
-		fmt.Fprint(t.tw, c)
+		fmt.Fprint(t.tw, shown(c)) // before the widths are measured
 	}
 	fmt.Fprintln(t.tw)
 }
