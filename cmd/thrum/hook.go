@@ -64,10 +64,11 @@ const (
 	// hookInputWait bounds the wait for the host's JSON.
 	hookInputWait = 200 * time.Millisecond
 	// hookContextMax is Claude Code's limit on additionalContext, in
-	// characters; thrum keeps every host's context under it.
+	// UTF-16 units; thrum keeps every host's context under it, as each
+	// host counts (frame.Options.Len).
 	hookContextMax = 10000
 	// hookMessages is how many messages one context hook claims and
-	// shows, hookBodyMax how much of each body (escaped).
+	// shows, hookBodyMax how much of each body (escaped, UTF-16 units).
 	hookMessages = 5
 	hookBodyMax  = 1500
 	// hookNamed is how many unread messages a stop hook names.

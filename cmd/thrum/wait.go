@@ -31,7 +31,7 @@ it arrives, until SIGTERM, SIGINT or the end of its reader (a closed pipe):
 it then stops without claiming more.
 
 Each message is one line: a <thrum-message> element naming its sender and
-ID, its text escaped (newlines too) and cut at 4,000 characters. With --json
+ID, its text escaped (newlines too) and cut at 4,000 UTF-16 units. With --json
 each line is the message as wait_for_message returns it, or
 {"more_unread": N}.
 
