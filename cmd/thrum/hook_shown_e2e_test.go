@@ -10,34 +10,21 @@ import (
 	"unicode/utf16"
 
 	"github.com/thrumhq/thrum/eventlog"
+	"github.com/thrumhq/thrum/internal/frame/frametest"
 	"github.com/thrumhq/thrum/internal/thrumtest"
 )
 
-// forge stops the rig's daemon, appends message.create lines by alice
-// for bob to alice's shard of the log, as a sync of another machine or an
-// older thrum would have left them, and starts the daemon again (which
-// applies them). Each message is {id, thread_id, priority}.
+// forge appends message.create lines by alice for bob to the log (see
+// forgeLog), each message {id, thread_id, priority}.
 func (h *hookRig) forge(msgs ...[3]string) {
 	h.t.Helper()
-	h.main.ok("", "daemon", "stop")
 	var lines []string
 	for _, m := range msgs {
 		lines = append(lines, thrumtest.EventLine(h.t, eventlog.TypeMessageCreate, map[string]any{"message_id": m[0], "agent_id": "alice",
 			"session_id": "ses_x", "thread_id": m[1], "format": "markdown", "content": "synced body of " + m[0][:min(len(m[0]), 12)],
 			"priority": m[2], "refs": []map[string]string{{"type": "mention", "value": "bob"}}, "recipients": []string{"bob"}}))
 	}
-	path := filepath.Join(h.repo, ".git", "thrum-sync", "a-sync", eventlog.ShardPath("alice"))
-	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY|os.O_CREATE, 0o600)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	if _, err := f.WriteString(strings.Join(lines, "\n") + "\n"); err != nil {
-		h.t.Fatal(err)
-	}
-	if err := f.Close(); err != nil {
-		h.t.Fatal(err)
-	}
-	startDaemon(h.t, h.main)
+	forgeLog(h.t, h.main, "alice", lines...)
 }
 
 // hookText is what a hook's output puts before the model: the context,
@@ -59,7 +46,8 @@ func hookText(t testing.TB, stdout string) string {
 // log that close the host's markup and open their own reach every host's
 // stop hook escaped, and a message whose thread ID no frame can hold (20,000
 // characters) is skipped by the context hook, which shows the messages
-// after it, instead of printing {} for it at every hook from then on.
+// after it, instead of printing {} for it at every hook from then on, and
+// by the stream.
 func TestHooksShowLoggedFieldsEscaped(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binary")
@@ -101,6 +89,20 @@ func TestHooksShowLoggedFieldsEscaped(t *testing.T) {
 	}
 	if u := h.unread(); !slices.Equal(u, []string{"msg_longthread"}) {
 		t.Errorf("unread after the context hook: %v, want only the message it could not show", u)
+	}
+
+	// The stream (a monitor's thrum wait --follow) skips it too and
+	// prints the next.
+	next := h.send("--to", "@bob", "after the skipped one")
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.follow(pw)
+	pw.Close()
+	l := nextLine(t, readLines(pr))
+	if m, _, err := frametest.Parse(l); err != nil || m.ID != next {
+		t.Errorf("thrum wait --follow printed %.300q (%v) first, want the frame of %s", l, err, next)
 	}
 }
 
