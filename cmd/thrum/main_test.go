@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -23,7 +24,8 @@ import (
 const cliMainEnv = "THRUM_CLI_MAIN"
 
 func TestMain(m *testing.M) {
-	if os.Getenv(cliMainEnv) == "1" {
+	// A fuzz worker is this binary too, run by go test itself.
+	if os.Getenv(cliMainEnv) == "1" && !slices.Contains(os.Args[1:], "-test.fuzzworker") {
 		main() // signal.NotifyContext + run + os.Exit, exactly as the binary
 		return
 	}

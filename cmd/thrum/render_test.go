@@ -343,3 +343,27 @@ func TestHighlightPlainWhenPiped(t *testing.T) {
 		t.Errorf("terminal highlight = %q, want %q", got, want)
 	}
 }
+
+// FuzzShown holds, for any bytes, that what human output writes is
+// UTF-8 with no character a terminal acts on or hides but newline and
+// tab, and that a preview is the start of that text, cut where a line
+// or a grapheme cluster ends, at most 3 lines and 300 characters.
+func FuzzShown(f *testing.F) {
+	f.Add(hostile)
+	f.Add("a\nb\r\nc\nd\n" + strings.Repeat("e\u0301", 200))
+	f.Add("\xff\xfe\x9b\u202e🇫🇷\U000E0041")
+	f.Fuzz(func(t *testing.T, s string) {
+		out := shown(s)
+		if !utf8.ValidString(out) {
+			t.Fatalf("shown(%q) = %q is not UTF-8", s, out)
+		}
+		if ch, bad := actsOnTerminal(out); bad {
+			t.Fatalf("shown(%q) = %q writes U+%04X as it is", s, out, ch)
+		}
+		p, _, _ := strings.Cut(preview(s, "msg_1"), "\n… ")
+		whole := shown(strings.TrimRight(strings.ReplaceAll(s, "\r\n", "\n"), " \t\n"))
+		if !strings.HasPrefix(whole, p) || strings.Count(p, "\n") > 2 || utf8.RuneCountInString(p) > 300 {
+			t.Fatalf("preview of %q is %q: not the start of %q within 3 lines and 300 characters", s, p, whole)
+		}
+	})
+}
