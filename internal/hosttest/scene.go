@@ -46,7 +46,10 @@ func NewScene(t testing.TB) *Scene {
 		}
 	}
 	// The wrapper keeps each `thrum hook` run's input and output (see
-	// HookRuns) and runs the binary for everything else.
+	// HookRuns) and runs the binary for everything else. With
+	// HOSTTEST_SEND_BEFORE_HOOK=SENDER in Env, SENDER sends alice a
+	// message just before the first run of each event, so that every
+	// context hook has mail of its own to show.
 	wrapper := `#!/bin/sh
 rec=` + shellQuote(filepath.Join(dir, "hooks")) + `
 real=` + shellQuote(s.Thrum) + `
@@ -54,6 +57,11 @@ case " $* " in
 *" hook "*)
 	n=$(date +%s%N)-$$
 	cat >"$rec/$n.in"
+	ev=$(printf '%s\n' "$*" | sed 's/.*hook [a-z]* \([a-z-]*\).*/\1/')
+	if [ -n "$HOSTTEST_SEND_BEFORE_HOOK" ] && [ ! -e "$rec/sent-$ev" ]; then
+		: >"$rec/sent-$ev" # once per event: a stop blocked for new mail each time would never end
+		"$real" --agent-id "$HOSTTEST_SEND_BEFORE_HOOK" send --to @alice "pre-$ev-$n is a note sent just before this hook" >/dev/null 2>&1
+	fi
 	"$real" "$@" <"$rec/$n.in" >"$rec/$n.out"
 	rc=$?
 	printf '%s\n' "$*" >"$rec/$n.args"
@@ -164,6 +172,7 @@ func (s *Scene) Send(from, to, body string) string {
 // reads it.
 type Receipt struct {
 	MessageID string `json:"-"`
+	Preview   string `json:"-"` // the start of the body
 	AgentID   string `json:"agent_id"`
 	State     string `json:"state"`
 	Via       string `json:"via"`
@@ -180,6 +189,7 @@ func (s *Scene) Receipts(from string) map[string]Receipt {
 		var r struct {
 			Messages []struct {
 				MessageID string    `json:"message_id"`
+				Preview   string    `json:"preview"`
 				Receipts  []Receipt `json:"receipts"`
 			} `json:"messages"`
 			TotalPages int `json:"total_pages"`
@@ -189,7 +199,7 @@ func (s *Scene) Receipts(from string) map[string]Receipt {
 		}
 		for _, m := range r.Messages {
 			for _, rc := range m.Receipts {
-				rc.MessageID = m.MessageID
+				rc.MessageID, rc.Preview = m.MessageID, m.Preview
 				out[m.MessageID] = rc
 			}
 		}
