@@ -75,7 +75,8 @@ exec "$real" "$@"
 		t.Fatal(err)
 	}
 	path := filepath.Join(dir, "bin") + ":" + os.Getenv("PATH")
-	s.Env = append(thrumtest.GitEnv(), "HOME="+s.Home, "PATH="+path, "TERM=xterm-256color", "LANG=C.UTF-8",
+	s.Env = thrumtest.GitEnv()
+	s.Setenv("HOME="+s.Home, "PATH="+path, "TERM=xterm-256color", "LANG=C.UTF-8",
 		"XDG_CONFIG_HOME="+filepath.Join(s.Home, ".config"), "XDG_DATA_HOME="+filepath.Join(s.Home, ".local", "share"),
 		"XDG_CACHE_HOME="+filepath.Join(s.Home, ".cache"), "XDG_STATE_HOME="+filepath.Join(s.Home, ".local", "state"))
 	s.Env = slices.DeleteFunc(s.Env, func(kv string) bool {
@@ -92,7 +93,8 @@ exec "$real" "$@"
 
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
-// Setenv adds or replaces variables (KEY=VALUE) in the scene's Env.
+// Setenv adds or replaces variables (KEY=VALUE) in the scene's Env,
+// keeping one entry per key (tmux, unlike os/exec, takes the first).
 func (s *Scene) Setenv(kvs ...string) {
 	for _, kv := range kvs {
 		k, _, _ := strings.Cut(kv, "=")

@@ -27,10 +27,10 @@ func (s *Scene) Interactive(h Host, args ...string) *TTY {
 	}
 	t := &TTY{s: s, sock: filepath.Join(s.Dir, "tmux.sock")}
 	cmd := []string{"new-session", "-d", "-s", "host", "-x", "200", "-y", "50", "-c", s.Repo}
-	for _, kv := range append(s.Env, "PWD="+s.Repo) {
-		cmd = append(cmd, "-e", kv)
-	}
-	cmd = append(cmd, "--", h.Path(s.T))
+	// Through env -i, not tmux's -e: tmux puts its client's PATH over
+	// the session's.
+	cmd = append(append(cmd, "--", "env", "-i"), append(s.Env, "PWD="+s.Repo)...)
+	cmd = append(cmd, h.Path(s.T))
 	if _, err := t.tmux(append(cmd, args...)...); err != nil {
 		s.T.Fatal(err)
 	}
