@@ -86,7 +86,7 @@ func TestLiveHeadlessTool(t *testing.T) {
 			t.Errorf("no request carried a message read with check_messages:\n%s", out)
 		}
 		hosttest.Check(t, h.Name+" headless, check_messages", s.Outcomes("bob", sent), "")
-		hosttest.CheckFramed(t, s.Model.Requests(), "attack-tool")
+		hosttest.CheckFramed(t, s.Model.Requests(), "attack-tool", "MCP tool results carry bodies raw")
 	})
 }
 
@@ -101,7 +101,7 @@ func TestLiveHookFraming(t *testing.T) {
 		if s.Model.WaitFor(0, func(r *hosttest.Request) bool { return r.Count("attack-hook") > 0 }) == nil {
 			t.Fatal("no request carried the message")
 		}
-		hosttest.CheckFramed(t, s.Model.Requests(), "attack-hook")
+		hosttest.CheckFramed(t, s.Model.Requests(), "attack-hook", "")
 	})
 }
 

@@ -64,7 +64,7 @@ func TestReplay(t *testing.T) {
 			}
 			reqs := rec.Build(texts, s.Repo, s.Home, s.Dir)
 			hosttest.Check(t, "replay "+name, hosttest.Outcomes(s.Receipts("bob"), reqs, s.AllSent("bob")), "")
-			hosttest.CheckFramed(t, reqs, "attack-replay")
+			hosttest.CheckFramed(t, reqs, "attack-replay", "")
 		})
 	}
 }

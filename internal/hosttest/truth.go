@@ -7,10 +7,11 @@ import (
 	"testing"
 )
 
-// KnownLosses is the one switch for the cases where thrum loses messages
-// today (a receipt says delivered while no model request carried the
-// message). While it is true, such a case logs its findings and passes;
-// once delivery is fixed, set it false and every case must hold.
+// KnownLosses is the one switch for the cases where thrum fails today
+// (a receipt says delivered while no model request carried the message;
+// a body reaches the model unframed). While it is true, such a case logs
+// its findings as KNOWN and passes; once delivery is fixed, set it false
+// and every case must hold.
 const KnownLosses = true
 
 // Sent is one message a case sent: its ID and a marker only its body
@@ -165,12 +166,17 @@ func Attack(marker string) string {
 }
 
 // CheckFramed fails the test if any of reqs carried the attack with
-// marker unescaped: the frame's end followed by the reminder.
-func CheckFramed(t testing.TB, reqs []*Request, marker string) {
+// marker unescaped: the frame's end followed by the reminder. known is
+// as for Check.
+func CheckFramed(t testing.TB, reqs []*Request, marker, known string) {
 	t.Helper()
 	for _, r := range reqs {
 		for _, v := range r.Strings {
 			if i := strings.Index(v, marker+" "+breakout); i >= 0 {
+				if known != "" && KnownLosses {
+					t.Logf("KNOWN today (%s): a %s request carried %s unescaped: %q", known, r.API, marker, v[i:min(len(v), i+80)])
+					return
+				}
 				t.Errorf("a %s request to %s carried %s's frame end and reminder unescaped: %q", r.API, r.Path, marker, v[i:min(len(v), i+80)])
 				return
 			}
