@@ -57,6 +57,17 @@ var hookEvents = []hookSpec{
 	{"gemini", "after-agent", "AfterAgent", stopHook},
 }
 
+// hookTimeout is how long each host lets one run of thrum hook take
+// before it gives up on it: thrum setup writes it into the host's hook
+// entries (Claude Code and Codex take seconds, Gemini CLI milliseconds),
+// so a hook may rely on that long. Cursor is not listed: setup writes no
+// timeout there, and Cursor's own applies.
+var hookTimeout = map[string]time.Duration{
+	"claude": 5 * time.Second,
+	"codex":  5 * time.Second,
+	"gemini": 5 * time.Second,
+}
+
 const (
 	// hookBudget bounds everything a hook does after it starts; with the
 	// process's start it stays under the second a host may wait.
