@@ -43,7 +43,10 @@ type Globals struct {
 	// repoFlag is whether --repo is on the command line: a hook without it
 	// works in the directory its host names.
 	repoFlag bool
-	env      func(string) string
+	// agentFlag is whether --agent-id is on the command line, not only in
+	// THRUM_NAME: setup writes the flag's agent into the host's files.
+	agentFlag bool
+	env       func(string) string
 }
 
 // CLI is the command tree.
@@ -100,6 +103,7 @@ func runEnv(ctx context.Context, args []string, stdout, stderr io.Writer, env fu
 	var cli CLI
 	cli.stdout, cli.stderr, cli.env = stdout, stderr, env
 	cli.roleFlag, cli.repoFlag = hasFlag(args, "--role"), hasFlag(args, "--repo")
+	cli.agentFlag = hasFlag(args, "--agent-id")
 	defer func() {
 		if r := recover(); r != nil {
 			c, ok := r.(kongExit)

@@ -171,7 +171,13 @@ func TestClaudePlugin(t *testing.T) {
 		t.Error("the plugin has no agents")
 	}
 	for _, a := range agents {
-		checkAgent(t, a)
+		checkAgent(t, a, pluginToolPrefix)
+	}
+	// The listener is thrum setup's, under the names Claude Code gives a
+	// plugin's tools: with setup's names Claude Code refuses to start it.
+	listener, _ := os.ReadFile(filepath.Join(pluginDir, "agents", "message-listener.md"))
+	if want := listenerAgent("message-listener", pluginToolPrefix); string(listener) != want {
+		t.Errorf("agents/message-listener.md differs from thrum setup's listener:\n%s\nwant:\n%s", listener, want)
 	}
 
 	var mk marketplace
@@ -183,9 +189,14 @@ func TestClaudePlugin(t *testing.T) {
 	checkCommands(t, commands)
 }
 
+// pluginToolPrefix is how Claude Code names the tools of the plugin
+// thrum's server thrum: mcp__plugin_PLUGIN_SERVER__TOOL.
+const pluginToolPrefix = "mcp__plugin_thrum_thrum__"
+
 // checkAgent reads a sub-agent's front matter: a name, a description, and
-// tools that are thrum's MCP tools (mcp__thrum__NAME) or Claude Code's.
-func checkAgent(t *testing.T, path string) {
+// tools that are thrum's MCP tools (prefix then the tool's name) or Claude
+// Code's.
+func checkAgent(t *testing.T, path, prefix string) {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -204,7 +215,11 @@ func checkAgent(t *testing.T, path string) {
 		t.Errorf("%s: name and description are required: %v", path, fields)
 	}
 	for _, tool := range strings.Split(fields["tools"], ",") {
-		name, isThrum := strings.CutPrefix(strings.TrimSpace(tool), "mcp__thrum__")
+		tool = strings.TrimSpace(tool)
+		if strings.HasPrefix(tool, "mcp__") && !strings.HasPrefix(tool, prefix) {
+			t.Errorf("%s uses %s: thrum's tools are %sNAME there", path, tool, prefix)
+		}
+		name, isThrum := strings.CutPrefix(tool, prefix)
 		if isThrum && !slices.Contains(mcpserver.ToolNames, name) {
 			t.Errorf("%s uses %s: thrum's MCP server has no tool %s (it has %v)", path, tool, name, mcpserver.ToolNames)
 		}

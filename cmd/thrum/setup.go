@@ -7,12 +7,16 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/BurntSushi/toml"
 
@@ -26,7 +30,7 @@ type SetupCmd struct {
 	Host    string `arg:"" enum:"claude,codex,cursor,gemini,opencode" help:"The host: claude, codex, cursor, gemini or opencode."`
 	Agent   string `placeholder:"NAME" help:"The agent the host works as: its MCP server and hooks get --agent-id NAME (without it, they take THRUM_NAME or the one identity file when the host starts them)."`
 	DryRun  bool   `name:"dry-run" help:"Print the changes as a diff and write nothing."`
-	Channel bool   `help:"Claude Code: run the MCP server with --channel, which pushes each message into the session."`
+	Channel bool   `help:"Claude Code: say how to start a session with the channel, which pushes each message into it (the channel is chosen per launch, never written into the files)."`
 	User    bool   `help:"Write the host's files in your home directory, for every project, instead of this project's."`
 }
 
@@ -38,11 +42,19 @@ servers, hooks, keys, their order, layout and comments stay as they were,
 and a second run changes nothing. A file it cannot parse stops it before
 anything is written. It needs no daemon.
 
+It writes only regular files of yours inside the project (with --user,
+your home directory): a symlink that leads out of it, a special file or
+another user's file stops it. A second run with other flags shows what
+it changes. Only thrum's own entries change: your path to thrum and
+your words around a hook command stay.
+
 Without --agent the entries name no agent, so project files can be
 committed: in each worktree thrum acts as THRUM_NAME or the one identity
-file there. With --agent they are that agent's.
+file there. With --agent (or --agent-id) they are that agent's: keep
+such files out of git.
 
-  claude    .mcp.json, .claude/settings.json  (--user: ~/.claude.json, ~/.claude/settings.json)
+  claude    .mcp.json, .claude/settings.json, .claude/agents/thrum-listener.md
+            (--user: ~/.claude.json, ~/.claude/...)
   codex     .codex/config.toml, .codex/hooks.json  (--user: ~/.codex/)
   cursor    .cursor/mcp.json, .cursor/hooks.json  (--user: ~/.cursor/)
   gemini    .gemini/settings.json  (--user: ~/.gemini/settings.json)
@@ -50,7 +62,7 @@ file there. With --agent they are that agent's.
 
 Examples:
   thrum setup claude --agent alice
-  thrum setup claude --channel --dry-run
+  thrum setup claude --dry-run
   thrum setup codex --user --agent alice`
 }
 
@@ -67,43 +79,47 @@ type setupSpec struct {
 	agent   string // "" when the host should resolve it
 	channel bool
 	user    bool
+	changed bool   // set after planning: some file changes
 	root    string // the project
 	home    string // the user's home directory
 	env     func(string) string
 }
 
-// setupFile is one file setup merges into: an edit of a JSON (or JSONC)
-// document, or of a TOML one.
+// setupFile is one file setup merges into, under base (the project, the
+// home directory, or a host's own directory there): an edit of a JSON (or
+// JSONC) document, or of its text.
 type setupFile struct {
-	path  string
-	what  string // what thrum adds there, for the report
-	jsonc bool
-	json  func(d *jsonedit.Doc) error
-	toml  func(src []byte) ([]byte, error)
+	base, path string
+	what       string // what thrum adds there, for the report
+	jsonc      bool
+	json       func(d *jsonedit.Doc) error
+	text       func(src []byte) ([]byte, error)
 }
 
 var setupHosts = map[string]setupHost{
 	"claude": {name: "Claude Code", files: claudeFiles, check: func(s *setupSpec) []string {
 		var notes []string
 		if !s.user {
-			notes = append(notes, "start Claude Code in this project and approve the thrum MCP server when it asks")
+			notes = append(notes, `start Claude Code in this project; at "New MCP server found in this project: thrum" choose "Use this MCP server": the preselected "Continue without using this MCP server" leaves thrum's tools off`)
 		}
 		if s.channel {
-			notes = append(notes, "start it as `claude --dangerously-load-development-channels server:thrum` so the channel delivers")
+			notes = append(notes, "for the channel, start each session that should have it as `THRUM_CHANNEL=1 claude --dangerously-load-development-channels server:thrum`")
 		}
 		return notes
 	}},
 	"codex": {name: "Codex", files: codexFiles, check: func(s *setupSpec) []string {
-		notes := []string{"trust thrum's hooks when Codex lists them for review (/hooks)"}
+		var notes []string
 		if !s.user {
-			notes = append([]string{"Codex reads .codex/ only in a project you trust"}, notes...)
+			notes = append(notes, "Codex reads .codex/ only in a project you trust: start codex here and trust it")
 		}
-		return notes
+		return append(notes, "in the Codex TUI, open /hooks and trust thrum's hooks: `codex exec` skips hooks not trusted there, and trust is per command, so trust them again whenever setup changes one")
 	}},
 	"cursor": {name: "Cursor", files: cursorFiles, check: func(*setupSpec) []string {
 		return []string{"enable the thrum server in Cursor's MCP settings if Cursor lists it as disabled"}
 	}},
-	"gemini": {name: "Gemini CLI", files: geminiFiles, check: func(*setupSpec) []string { return nil }},
+	"gemini": {name: "Gemini CLI", files: geminiFiles, check: func(*setupSpec) []string {
+		return []string{"Gemini CLI reads .gemini/settings.json only in a trusted folder: start gemini here and trust the folder (`gemini -p` refuses an untrusted one, and --skip-trust loads no project hooks)"}
+	}},
 	"opencode": {name: "opencode", files: opencodeFiles, check: func(*setupSpec) []string {
 		return []string{"opencode has no command hooks: the agent reads messages when it calls check_messages or wait_for_message"}
 	}},
@@ -143,62 +159,157 @@ func (s *setupSpec) agentArgs() []string {
 	return []string{"--agent-id", s.agent}
 }
 
-// mcpArgs are the arguments of the MCP server's command, thrum.
+// mcpArgs are the arguments of the MCP server's command, thrum. The
+// channel is not among them: it is chosen per launch (THRUM_CHANNEL=1),
+// since a project's .mcp.json is shared.
 func (s *setupSpec) mcpArgs() []string {
-	args := []string{"mcp", "serve"}
-	if s.channel {
-		args = append(args, "--channel")
-	}
-	return append(args, s.agentArgs()...)
+	return append([]string{"mcp", "serve"}, s.agentArgs()...)
 }
 
 func (s *setupSpec) hookCommand(event string) string {
 	return strings.Join(append([]string{"thrum", "hook", s.host, kebab(event)}, s.agentArgs()...), " ")
 }
 
-// path is project in the project, or with --user user in the home
-// directory.
-func (s *setupSpec) path(project, user string) string {
-	if s.user {
-		return filepath.Join(s.home, user)
+// hookCommandFrom is an existing thrum hook command with this run's agent:
+// the user's path to thrum and other words stay, only --agent-id changes.
+func (s *setupSpec) hookCommandFrom(old string) string {
+	f := strings.Fields(old)
+	out := slices.Clone(f[:4])
+	for i := 4; i < len(f); i++ {
+		switch {
+		case f[i] == "--agent-id" && i+1 < len(f):
+			i++
+		case strings.HasPrefix(f[i], "--agent-id="):
+		default:
+			out = append(out, f[i])
+		}
 	}
-	return filepath.Join(s.root, project)
+	out = append(out, s.agentArgs()...)
+	if slices.Equal(out, f) {
+		return old
+	}
+	return strings.Join(out, " ")
+}
+
+// hookEntry is thrum's hook for event: its command, the host's timeout
+// from hookTimeout (Claude Code and Codex take seconds, Gemini CLI
+// milliseconds), and the line Codex shows while it runs and names it by.
+func (s *setupSpec) hookEntry(event string) hookCommand {
+	h := hookCommand{Type: "command", Command: s.hookCommand(event)}
+	switch t := hookTimeout[s.host]; s.host {
+	case "claude", "codex":
+		h.Timeout = int64(t / time.Second)
+	case "gemini":
+		h.Timeout = t.Milliseconds()
+	case "cursor":
+		h.Type = "" // Cursor's entries have no type
+	}
+	if s.host == "codex" {
+		h.StatusMessage = "thrum: checking messages"
+	}
+	return h
+}
+
+// base is the directory the host's files are in: the project, or with
+// --user the home directory.
+func (s *setupSpec) base() string {
+	if s.user {
+		return s.home
+	}
+	return s.root
+}
+
+// file is a setupFile at rel (project) or, with --user, at user under the
+// home directory.
+func (s *setupSpec) file(project, user string) setupFile {
+	if s.user {
+		return setupFile{base: s.home, path: filepath.Join(s.home, user)}
+	}
+	return setupFile{base: s.root, path: filepath.Join(s.root, project)}
 }
 
 func claudeFiles(s *setupSpec) []setupFile {
-	return []setupFile{
-		{path: s.path(".mcp.json", ".claude.json"), what: "the MCP server thrum",
-			json: func(d *jsonedit.Doc) error {
-				return mergeObject(d, []any{"mcpServers", "thrum"}, "type", "stdio", "command", "thrum", "args", s.mcpArgs())
-			}},
-		{path: s.path(".claude/settings.json", ".claude/settings.json"), what: hooksWhat(s.host),
-			json: func(d *jsonedit.Doc) error { return groupedHooks(d, s) }},
+	server := s.file(".mcp.json", ".claude.json")
+	server.what = "the MCP server thrum"
+	server.json = func(d *jsonedit.Doc) error {
+		return mergeServer(d, []any{"mcpServers", "thrum"}, "type", "stdio", "command", "thrum", "args", s.mcpArgs())
 	}
+	hooks := s.file(".claude/settings.json", ".claude/settings.json")
+	hooks.what = hooksWhat(s.host)
+	hooks.json = func(d *jsonedit.Doc) error { return groupedHooks(d, s) }
+	listener := s.file(".claude/agents/thrum-listener.md", ".claude/agents/thrum-listener.md")
+	listener.what = "the sub-agent thrum-listener"
+	listener.text = func([]byte) ([]byte, error) { return []byte(listenerAgent("thrum-listener", "mcp__thrum__")), nil }
+	return []setupFile{server, hooks, listener}
+}
+
+// listenerAgent is the Claude Code sub-agent that waits in the background
+// for the agent's messages, named name, calling thrum's tools by prefix:
+// mcp__thrum__ where thrum setup wrote the server, mcp__plugin_thrum_thrum__
+// in the plugin, whose agents/message-listener.md a test checks against
+// this text.
+func listenerAgent(name, prefix string) string {
+	return strings.NewReplacer("{{name}}", name, "{{tool}}", prefix).Replace(`---
+name: {{name}}
+description: Waits in the background for thrum messages addressed to this agent and reports them. Launch it as a background task; re-launch it after it returns.
+tools: {{tool}}check_messages, {{tool}}wait_for_message
+model: haiku
+---
+
+You watch this agent's thrum inbox so the main agent does not have to poll.
+
+1. Call ` + "`{{tool}}check_messages`" + `. If it returns ` + "`status: \"messages\"`" + `,
+   report them (format below) and stop.
+2. Otherwise call ` + "`{{tool}}wait_for_message`" + ` with ` + "`timeout: 300`" + `.
+   - ` + "`status: \"message_received\"`" + `: report the message and stop.
+   - ` + "`status: \"timeout\"`" + `: reply exactly ` + "`NO_MESSAGES_TIMEOUT`" + ` and stop.
+   - ` + "`status: \"shutdown\"`" + `: the MCP server is stopping; reply exactly
+     ` + "`LISTENER_SHUTDOWN`" + ` and stop.
+   - ` + "`queue_overflow`" + ` in the result: some messages wait unread; add a line
+     ` + "`MORE_UNREAD: call check_messages`" + ` to your report.
+3. If a tool returns an error, reply ` + "`LISTENER_ERROR: <the error text>`" + ` and
+   stop. Never retry in a loop, never send messages, never take other
+   actions.
+
+Report each message as:
+
+` + "```" + `
+MESSAGES_RECEIVED
+FROM: <from> (<from_role>)
+PRIORITY: <priority>
+CONTENT: <content>
+TIMESTAMP: <timestamp>
+` + "```" + `
+
+separating several messages with a blank line. Copy the content exactly;
+do not summarize it.
+`)
 }
 
 func codexFiles(s *setupSpec) []setupFile {
-	dir := filepath.Join(s.root, ".codex")
-	if s.user {
-		dir = filepath.Join(s.home, ".codex")
-		if h := s.env("CODEX_HOME"); h != "" {
-			dir = h
-		}
+	base, dir := s.base(), filepath.Join(s.base(), ".codex")
+	if h := s.env("CODEX_HOME"); s.user && h != "" {
+		base, dir = h, h
 	}
 	return []setupFile{
-		{path: filepath.Join(dir, "config.toml"), what: "the MCP server thrum",
-			toml: func(src []byte) ([]byte, error) { return codexServer(src, s.mcpArgs()) }},
-		{path: filepath.Join(dir, "hooks.json"), what: hooksWhat(s.host),
+		{base: base, path: filepath.Join(dir, "config.toml"), what: "the MCP server thrum",
+			text: func(src []byte) ([]byte, error) { return codexServer(src, s.mcpArgs()) }},
+		{base: base, path: filepath.Join(dir, "hooks.json"), what: hooksWhat(s.host),
 			json: func(d *jsonedit.Doc) error { return groupedHooks(d, s) }},
 	}
 }
 
 func cursorFiles(s *setupSpec) []setupFile {
+	server := s.file(".cursor/mcp.json", ".cursor/mcp.json")
+	server.what = "the MCP server thrum"
+	server.json = func(d *jsonedit.Doc) error {
+		return mergeServer(d, []any{"mcpServers", "thrum"}, "command", "thrum", "args", s.mcpArgs())
+	}
+	hooks := s.file(".cursor/hooks.json", ".cursor/hooks.json")
+	hooks.what = hooksWhat(s.host)
 	return []setupFile{
-		{path: s.path(".cursor/mcp.json", ".cursor/mcp.json"), what: "the MCP server thrum",
-			json: func(d *jsonedit.Doc) error {
-				return mergeObject(d, []any{"mcpServers", "thrum"}, "command", "thrum", "args", s.mcpArgs())
-			}},
-		{path: s.path(".cursor/hooks.json", ".cursor/hooks.json"), what: hooksWhat(s.host),
+		server,
+		{base: hooks.base, path: hooks.path, what: hooks.what,
 			json: func(d *jsonedit.Doc) error {
 				if _, ok := d.Get("version"); !ok {
 					if _, err := d.Set(1, "version"); err != nil {
@@ -207,7 +318,7 @@ func cursorFiles(s *setupSpec) []setupFile {
 				}
 				// Cursor lists commands under each event, with no groups.
 				for _, ev := range hostHookEvents[s.host] {
-					if err := ensureHook(d, s, ev, []any{"hooks", ev}, nil, map[string]string{"command": s.hookCommand(ev)}); err != nil {
+					if err := ensureHook(d, s, ev, []any{"hooks", ev}, nil, s.hookEntry(ev)); err != nil {
 						return err
 					}
 				}
@@ -217,24 +328,26 @@ func cursorFiles(s *setupSpec) []setupFile {
 }
 
 func geminiFiles(s *setupSpec) []setupFile {
-	return []setupFile{{
-		path: s.path(".gemini/settings.json", ".gemini/settings.json"), jsonc: true,
-		what: "the MCP server thrum; " + hooksWhat(s.host),
-		json: func(d *jsonedit.Doc) error {
-			if err := mergeObject(d, []any{"mcpServers", "thrum"}, "command", "thrum", "args", s.mcpArgs()); err != nil {
-				return err
-			}
-			return groupedHooks(d, s)
-		},
-	}}
+	f := s.file(".gemini/settings.json", ".gemini/settings.json")
+	f.jsonc = true
+	f.what = "the MCP server thrum, trusted; " + hooksWhat(s.host)
+	// Headless gemini -p leaves out every tool that would ask for
+	// approval; a trusted server's tools ask for none.
+	f.json = func(d *jsonedit.Doc) error {
+		if err := mergeServer(d, []any{"mcpServers", "thrum"}, "command", "thrum", "args", s.mcpArgs(), "trust", true); err != nil {
+			return err
+		}
+		return groupedHooks(d, s)
+	}
+	return []setupFile{f}
 }
 
 func opencodeFiles(s *setupSpec) []setupFile {
-	dir := s.root
+	base, dir := s.root, s.root
 	if s.user {
-		dir = filepath.Join(s.home, ".config", "opencode")
+		base, dir = s.home, filepath.Join(s.home, ".config", "opencode")
 		if x := s.env("XDG_CONFIG_HOME"); x != "" {
-			dir = filepath.Join(x, "opencode")
+			base, dir = x, filepath.Join(x, "opencode")
 		}
 	}
 	// opencode reads opencode.json or opencode.jsonc: merge into the one there.
@@ -245,9 +358,15 @@ func opencodeFiles(s *setupSpec) []setupFile {
 		}
 	}
 	return []setupFile{{
-		path: path, jsonc: true, what: "the MCP server thrum",
+		base: base, path: path, jsonc: true, what: "the MCP server thrum",
 		json: func(d *jsonedit.Doc) error {
-			return mergeObject(d, []any{"mcp", "thrum"}, "type", "local", "command", append([]string{"thrum"}, s.mcpArgs()...), "enabled", true)
+			// opencode's command is the whole argv: the user's path to
+			// thrum, if it is one, stays first.
+			argv := append([]string{"thrum"}, s.mcpArgs()...)
+			if v, _ := d.Get("mcp", "thrum", "command", 0); isThrumBinary(fmt.Sprint(v)) {
+				argv[0] = fmt.Sprint(v)
+			}
+			return mergeObject(d, []any{"mcp", "thrum"}, "type", "local", "command", argv, "enabled", true)
 		},
 	}}
 }
@@ -267,6 +386,22 @@ func mergeObject(d *jsonedit.Doc, path []any, kv ...any) error {
 	return nil
 }
 
+// mergeServer sets the key, value pairs of kv in thrum's MCP server at
+// path, but keeps a command there that is a thrum of the user's own
+// (/opt/bin/thrum).
+func mergeServer(d *jsonedit.Doc, path []any, kv ...any) error {
+	if v, _ := d.Get(slices.Concat(path, []any{"command"})...); isThrumBinary(fmt.Sprint(v)) {
+		i := slices.Index(kv, any("command"))
+		kv = slices.Delete(kv, i, i+2)
+	}
+	return mergeObject(d, path, kv...)
+}
+
+// isThrumBinary reports whether command names a thrum binary.
+func isThrumBinary(command string) bool {
+	return strings.TrimSuffix(filepath.Base(command), ".exe") == "thrum"
+}
+
 // hookGroup and hookCommand are a hook in the layout Claude Code, Codex
 // and Gemini CLI share: a group (matching every occasion, as it has no
 // matcher) of commands under each event.
@@ -275,14 +410,15 @@ type hookGroup struct {
 }
 
 type hookCommand struct {
-	Type    string `json:"type"`
-	Command string `json:"command"`
+	Type          string `json:"type,omitempty"`
+	Command       string `json:"command"`
+	Timeout       int64  `json:"timeout,omitempty"`
+	StatusMessage string `json:"statusMessage,omitempty"`
 }
 
 func groupedHooks(d *jsonedit.Doc, s *setupSpec) error {
 	for _, ev := range hostHookEvents[s.host] {
-		cmd := s.hookCommand(ev)
-		if err := ensureHook(d, s, ev, []any{"hooks", ev}, []any{"hooks"}, hookGroup{Hooks: []hookCommand{{Type: "command", Command: cmd}}}); err != nil {
+		if err := ensureHook(d, s, ev, []any{"hooks", ev}, []any{"hooks"}, hookGroup{Hooks: []hookCommand{s.hookEntry(ev)}}); err != nil {
 			return err
 		}
 	}
@@ -290,9 +426,10 @@ func groupedHooks(d *jsonedit.Doc, s *setupSpec) error {
 }
 
 // ensureHook makes sure the array at list holds thrum's hook for event:
-// an entry whose command runs thrum hook HOST EVENT gets this run's
-// command; without one, entry is appended. Entries hold their command
-// themselves (inner nil) or in the array at inner.
+// an entry whose command runs thrum hook HOST EVENT gets this run's agent
+// and thrum's other fields, the rest of its command kept; without one,
+// entry is appended. Entries hold their command themselves (inner nil) or
+// in the array at inner.
 func ensureHook(d *jsonedit.Doc, s *setupSpec, event string, list, inner []any, entry any) error {
 	v, _ := d.Get(list...)
 	entries, _ := v.([]any)
@@ -310,8 +447,21 @@ func ensureHook(d *jsonedit.Doc, s *setupSpec, event string, list, inner []any, 
 		for _, c := range commands {
 			path := slices.Concat(c, []any{"command"})
 			if v, _ := d.Get(path...); isThrumHook(fmt.Sprint(v), s.host, event) {
-				_, err := d.Set(s.hookCommand(event), path...)
-				return err
+				if _, err := d.Set(s.hookCommandFrom(fmt.Sprint(v)), path...); err != nil {
+					return err
+				}
+				h := s.hookEntry(event)
+				if h.Timeout != 0 {
+					if _, err := d.Set(h.Timeout, slices.Concat(c, []any{"timeout"})...); err != nil {
+						return err
+					}
+				}
+				if h.StatusMessage != "" {
+					if _, err := d.Set(h.StatusMessage, slices.Concat(c, []any{"statusMessage"})...); err != nil {
+						return err
+					}
+				}
+				return nil
 			}
 		}
 	}
@@ -327,40 +477,176 @@ func isThrumHook(command, host, event string) bool {
 	return len(f) >= 4 && filepath.Base(f[0]) == "thrum" && f[1] == "hook" && f[2] == host && f[3] == kebab(event)
 }
 
-// codexServer adds [mcp_servers.thrum] to a Codex config.toml. It appends
-// the table as text, so the user's comments and layout stay, after
-// checking that the file parses and has no thrum server yet, and checks
-// that the result parses with the server in it.
+// codexServer adds [mcp_servers.thrum] to a Codex config.toml, or
+// updates the one there: its args, and its command unless that is a thrum
+// of the user's own. It edits the text, so the user's comments and layout
+// stay, and checks that the result parses to the same settings but
+// thrum's; where the table is written in a way it does not edit (an inline
+// table), it says what to set instead.
 func codexServer(src []byte, args []string) ([]byte, error) {
 	has, err := codexThrum(src)
 	if err != nil {
 		return nil, err
 	}
-	if has != nil {
-		cmd, _ := has["command"].(string)
-		got, _ := has["args"].([]any)
-		if cmd == "thrum" && slices.Equal(anyStrings(got), args) {
-			return src, nil
-		}
-		return nil, fmt.Errorf("[mcp_servers.thrum] is already there with other settings: set command = \"thrum\" and args = %s in it, or delete the table and run thrum setup again", tomlStrings(args))
-	}
 	nl := "\n"
 	if bytes.Contains(src, []byte("\r\n")) {
 		nl = "\r\n"
 	}
-	var b bytes.Buffer
-	b.Write(src)
-	if len(src) > 0 {
-		if !bytes.HasSuffix(src, []byte("\n")) {
+	var out []byte
+	if has == nil {
+		var b bytes.Buffer
+		b.Write(src)
+		if len(src) > 0 {
+			if !bytes.HasSuffix(src, []byte("\n")) {
+				b.WriteString(nl)
+			}
 			b.WriteString(nl)
 		}
-		b.WriteString(nl)
+		fmt.Fprintf(&b, "[mcp_servers.thrum]%scommand = \"thrum\"%sargs = %s%s", nl, nl, tomlStrings(args), nl)
+		out = b.Bytes()
+	} else {
+		cmd, _ := has["command"].(string)
+		got, _ := has["args"].([]any)
+		if isThrumBinary(cmd) && slices.Equal(anyStrings(got), args) {
+			return src, nil
+		}
+		set := map[string]string{"args": tomlStrings(args)}
+		if !isThrumBinary(cmd) {
+			set["command"] = `"thrum"`
+		}
+		out = tomlSetKeys(src, set, nl)
 	}
-	fmt.Fprintf(&b, "[mcp_servers.thrum]%scommand = \"thrum\"%sargs = %s%s", nl, nl, tomlStrings(args), nl)
-	if has, err := codexThrum(b.Bytes()); err != nil || has == nil {
-		return nil, fmt.Errorf("cannot append [mcp_servers.thrum] (%v): add it by hand", err)
+	if err := codexSameBut(src, out, args); err != nil {
+		return nil, fmt.Errorf("cannot write [mcp_servers.thrum] (%v): set command = \"thrum\" and args = %s in it, then run thrum setup again", err, tomlStrings(args))
 	}
-	return b.Bytes(), nil
+	return out, nil
+}
+
+var (
+	tomlThrumHeader = regexp.MustCompile(`^[ \t]*\[[ \t]*mcp_servers[ \t]*\.[ \t]*(thrum|"thrum")[ \t]*\][ \t]*(#.*)?$`)
+	tomlHeader      = regexp.MustCompile(`^[ \t]*\[`)
+	tomlKey         = regexp.MustCompile(`^[ \t]*("?)([A-Za-z0-9_-]+)("?)[ \t]*=[ \t]*`)
+)
+
+// tomlSetKeys sets the keys of set (to TOML value text) in the table
+// [mcp_servers.thrum] of src: a key's value is replaced where it is, a
+// missing key is added after the table's header. Without such a header
+// it returns src unchanged.
+func tomlSetKeys(src []byte, set map[string]string, nl string) []byte {
+	lines := strings.SplitAfter(string(src), "\n")
+	head := slices.IndexFunc(lines, func(l string) bool { return tomlThrumHeader.MatchString(strings.TrimRight(l, "\r\n")) })
+	if head < 0 {
+		return src
+	}
+	done := map[string]bool{}
+	for i := head + 1; i < len(lines) && !tomlHeader.MatchString(lines[i]); i++ {
+		m := tomlKey.FindStringSubmatchIndex(lines[i])
+		if m == nil || lines[i][m[2]:m[3]] != lines[i][m[6]:m[7]] {
+			continue
+		}
+		key := lines[i][m[4]:m[5]]
+		v, ok := set[key]
+		if !ok || done[key] {
+			continue
+		}
+		rest := strings.Join(lines[i:], "")
+		end := m[1] + tomlValueEnd(rest[m[1]:])
+		lines = append(lines[:i], strings.SplitAfter(rest[:m[1]]+v+rest[end:], "\n")...)
+		done[key] = true
+	}
+	var add strings.Builder
+	for _, k := range slices.Sorted(maps.Keys(set)) {
+		if !done[k] {
+			fmt.Fprintf(&add, "%s = %s%s", k, set[k], nl)
+		}
+	}
+	if add.Len() > 0 {
+		if !strings.HasSuffix(lines[head], "\n") {
+			lines[head] += nl
+		}
+		lines = slices.Insert(lines, head+1, add.String())
+	}
+	return []byte(strings.Join(lines, ""))
+}
+
+// tomlValueEnd is the length of the TOML value that s starts with: a
+// string, or an array up to its closing bracket (over lines, past
+// strings and comments), or else the rest of the line before a comment.
+func tomlValueEnd(s string) int {
+	depth := 0
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '"' || c == '\'':
+			q := string(c)
+			if strings.HasPrefix(s[i:], q+q+q) {
+				q += q + q
+			}
+			j := i + len(q)
+			for j < len(s) && !strings.HasPrefix(s[j:], q) {
+				if c == '"' && s[j] == '\\' {
+					j++
+				}
+				j++
+			}
+			i = j + len(q) - 1
+			if depth == 0 {
+				return min(i+1, len(s))
+			}
+		case c == '#':
+			for i < len(s) && s[i] != '\n' {
+				i++
+			}
+			if depth == 0 {
+				return i
+			}
+		case c == '[':
+			depth++
+		case c == ']':
+			if depth--; depth == 0 {
+				return i + 1
+			}
+		case (c == '\n' || c == '\r') && depth == 0:
+			return i
+		}
+	}
+	return len(s)
+}
+
+// codexSameBut checks that edited parses to what src does, but with
+// thrum's server running thrum (or the user's own thrum) with args.
+func codexSameBut(src, edited []byte, args []string) error {
+	var before, after map[string]any
+	if _, err := toml.Decode(string(src), &before); err != nil {
+		return err
+	}
+	if _, err := toml.Decode(string(edited), &after); err != nil {
+		return err
+	}
+	srv, _ := after["mcp_servers"].(map[string]any)
+	thrum, _ := srv["thrum"].(map[string]any)
+	cmd, _ := thrum["command"].(string)
+	got, _ := thrum["args"].([]any)
+	if !isThrumBinary(cmd) || !slices.Equal(anyStrings(got), args) {
+		return errors.New("the edit did not take")
+	}
+	for _, m := range []map[string]any{before, after} {
+		if srv, ok := m["mcp_servers"].(map[string]any); ok {
+			if thrum, ok := srv["thrum"].(map[string]any); ok {
+				delete(thrum, "command")
+				delete(thrum, "args")
+				if len(thrum) == 0 {
+					delete(srv, "thrum")
+				}
+			}
+			if len(srv) == 0 {
+				delete(m, "mcp_servers")
+			}
+		}
+	}
+	if !reflect.DeepEqual(before, after) {
+		return errors.New("the edit changed other settings")
+	}
+	return nil
 }
 
 // codexThrum parses a Codex config and returns its thrum server, if any.
@@ -400,7 +686,7 @@ type setupChange struct {
 	Changed bool   `json:"changed"`
 	Diff    string `json:"diff,omitempty"`
 
-	real     string // where to write: path with symlinks resolved
+	real     string // where to write: path resolved inside its base
 	old, new []byte
 	mode     fs.FileMode
 }
@@ -409,30 +695,35 @@ type setupChange struct {
 func (s *setupSpec) plan(files []setupFile) ([]*setupChange, error) {
 	var out []*setupChange
 	for _, f := range files {
-		ch := &setupChange{Path: s.show(f.path), What: f.what, real: f.path, mode: 0o644}
-		if r, err := filepath.EvalSymlinks(f.path); err == nil {
-			ch.real = r
-		}
-		old, err := os.ReadFile(ch.real)
-		switch {
-		case errors.Is(err, fs.ErrNotExist):
-			ch.Created = true
-		case err != nil:
+		ch := &setupChange{Path: s.show(f.path), What: f.what, mode: 0o644}
+		real, err := confine(f.base, f.path)
+		if err != nil {
 			return nil, err
-		default:
-			ch.old = old
-			if st, err := os.Stat(ch.real); err == nil {
-				ch.mode = st.Mode().Perm()
-			}
 		}
-		if f.toml != nil {
-			ch.new, err = f.toml(ch.old)
+		ch.real = real
+		old, mode, exists, err := readSetupFile(real)
+		if err != nil {
+			return nil, fmt.Errorf("%s %w", ch.Path, err)
+		}
+		ch.Created = !exists
+		if exists {
+			ch.old, ch.mode = old, mode
+		}
+		// A byte-order mark stays where it is, out of the parsers' way.
+		src, hasBOM := bytes.CutPrefix(ch.old, bom)
+		var edited []byte
+		if f.text != nil {
+			edited, err = f.text(src)
 		} else {
-			ch.new, err = editJSON(ch.old, f)
+			edited, err = editJSON(src, f)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", ch.Path, err)
 		}
+		if hasBOM {
+			edited = slices.Concat(bom, edited)
+		}
+		ch.new = edited
 		ch.Changed = !bytes.Equal(ch.old, ch.new) || ch.Created
 		if ch.Changed {
 			ch.Diff = unifiedDiff(ch.Path, string(ch.old), string(ch.new), ch.Created)
@@ -470,36 +761,6 @@ func (s *setupSpec) show(path string) string {
 	return path
 }
 
-// write replaces the file atomically, keeping its mode, creating its
-// directory if needed.
-func (ch *setupChange) write() error {
-	dir := filepath.Dir(ch.real)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(ch.real)+".thrum-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(ch.new); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Chmod(ch.mode); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), ch.real)
-}
-
 func (c *SetupCmd) Run(ctx context.Context, g *Globals) error {
 	host := setupHosts[c.Host]
 	if c.Channel && c.Host != "claude" {
@@ -508,6 +769,12 @@ func (c *SetupCmd) Run(ctx context.Context, g *Globals) error {
 	l, err := resolveLayout(ctx, g)
 	if err != nil {
 		return err
+	}
+	if g.agentFlag { // thrum setup --agent-id NAME means --agent NAME
+		if c.Agent != "" && c.Agent != g.AgentID {
+			return withCode(exitUsage, "--agent %s and --agent-id %s name two agents: give one", c.Agent, g.AgentID)
+		}
+		c.Agent = g.AgentID
 	}
 	s := &setupSpec{host: c.Host, channel: c.Channel, user: c.User, root: l.Root, env: g.env}
 	if s.home = g.env("HOME"); s.home == "" {
@@ -524,41 +791,57 @@ func (c *SetupCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return fmt.Errorf("%w: nothing was written; fix or move the file, then run thrum setup again", err)
 	}
-	changed := 0
+	var todo []*setupChange
 	for _, ch := range changes {
 		if ch.Changed {
-			changed++
+			todo = append(todo, ch)
 		}
 	}
+	changed := len(todo)
 	if !c.DryRun {
-		for _, ch := range changes {
-			if ch.Changed {
-				if err := ch.write(); err != nil {
-					return fmt.Errorf("writing %s: %w", ch.Path, err)
-				}
-			}
+		if err := commit(todo); err != nil {
+			return fmt.Errorf("%w: nothing was changed", err)
 		}
 	}
 	to := "@" + agent
 	if agent == "" {
 		to = "@NAME"
 	}
-	check := append(host.check(s), fmt.Sprintf("then, from another shell: thrum send --to %s 'ping'", to))
+	check := host.check(s)
 	if _, err := exec.LookPath("thrum"); err != nil {
 		check = append([]string{"thrum is not on PATH: put its directory on PATH, or the host cannot start it"}, check...)
 	}
+	send := "from another shell: thrum send --to " + to + " 'ping'"
+	if len(check) > 0 {
+		send = "then, " + send
+	}
+	check = append(check, send)
 	res := map[string]any{"host": c.Host, "dry_run": c.DryRun, "changed": changed > 0, "files": changes, "check": check}
+	// Project files that name an agent are that worktree's, not the team's.
+	var personal []string
+	for _, ch := range changes {
+		if c.Agent != "" && !c.User && bytes.Contains(ch.new, []byte(c.Agent)) {
+			personal = append(personal, ch.Path)
+		}
+	}
+	if len(personal) > 0 {
+		res["personal"] = personal
+	}
 	return g.out(res, func(w io.Writer) {
 		c.report(w, host, changes, changed, check)
+		if len(personal) > 0 {
+			fmt.Fprintf(w, "Do not commit %s: %s for %s alone (list %s in .git/info/exclude). Without --agent, setup writes files that name no agent, which the team can share.\n",
+				strings.Join(personal, ", "), map[bool]string{true: "it is", false: "they are"}[len(personal) == 1], c.Agent, map[bool]string{true: "it", false: "them"}[len(personal) == 1])
+		}
 	})
 }
 
 func (c *SetupCmd) report(w io.Writer, host setupHost, changes []*setupChange, changed int, check []string) {
-	if c.DryRun {
-		for _, ch := range changes {
-			if ch.Changed {
-				fmt.Fprint(w, ch.Diff)
-			}
+	// What changes in a file that was there is shown whole: a run with
+	// other flags may take out what an earlier one wrote.
+	for _, ch := range changes {
+		if ch.Changed && (c.DryRun || !ch.Created) {
+			fmt.Fprint(w, ch.Diff)
 		}
 	}
 	verb := map[bool]string{true: "created", false: "updated"}
