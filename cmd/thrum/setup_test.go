@@ -120,6 +120,7 @@ func TestSetupGolden(t *testing.T) {
 		{"cursor", []string{"cursor"}},
 		{"gemini", []string{"gemini", "--agent", "alice"}},
 		{"opencode", []string{"opencode"}},
+		{"opencode_agent", []string{"opencode", "--agent", "alice"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
