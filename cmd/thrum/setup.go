@@ -79,7 +79,6 @@ type setupSpec struct {
 	agent   string // "" when the host should resolve it
 	channel bool
 	user    bool
-	changed bool   // set after planning: some file changes
 	root    string // the project
 	home    string // the user's home directory
 	env     func(string) string
@@ -820,7 +819,7 @@ func (c *SetupCmd) Run(ctx context.Context, g *Globals) error {
 	// Project files that name an agent are that worktree's, not the team's.
 	var personal []string
 	for _, ch := range changes {
-		if c.Agent != "" && !c.User && bytes.Contains(ch.new, []byte(c.Agent)) {
+		if c.Agent != "" && !c.User && bytes.Contains(ch.new, []byte("--agent-id")) {
 			personal = append(personal, ch.Path)
 		}
 	}
@@ -830,8 +829,12 @@ func (c *SetupCmd) Run(ctx context.Context, g *Globals) error {
 	return g.out(res, func(w io.Writer) {
 		c.report(w, host, changes, changed, check)
 		if len(personal) > 0 {
+			they, them := "they are", "them"
+			if len(personal) == 1 {
+				they, them = "it is", "it"
+			}
 			fmt.Fprintf(w, "Do not commit %s: %s for %s alone (list %s in .git/info/exclude). Without --agent, setup writes files that name no agent, which the team can share.\n",
-				strings.Join(personal, ", "), map[bool]string{true: "it is", false: "they are"}[len(personal) == 1], c.Agent, map[bool]string{true: "it", false: "them"}[len(personal) == 1])
+				strings.Join(personal, ", "), they, c.Agent, them)
 		}
 	})
 }
