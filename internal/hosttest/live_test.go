@@ -152,6 +152,7 @@ func TestLiveInteractivePrompt(t *testing.T) {
 func TestLiveClaudeMCPList(t *testing.T) {
 	h := hosttest.Claude
 	s := liveScene(t, h, "--channel")
+	s.Setenv("THRUM_CHANNEL=1") // the channel is chosen per launch, not in .mcp.json
 	sent := s.SendMarked("bob", "@alice", "mcplist", 3)
 	for _, args := range [][]string{{"mcp", "list"}, {"mcp", "get", "thrum"}} {
 		out, err := s.Headless(h, time.Minute, args...)
@@ -165,6 +166,7 @@ func TestLiveClaudeMCPList(t *testing.T) {
 func TestLiveClaudeChannelNotLoaded(t *testing.T) {
 	h := hosttest.Claude
 	s := liveScene(t, h, "--channel")
+	s.Setenv("THRUM_CHANNEL=1") // the channel is chosen per launch, not in .mcp.json
 	var sent []hosttest.Sent
 	first := true
 	s.Model.SetScript(func(r *hosttest.Request) hosttest.Reply {
