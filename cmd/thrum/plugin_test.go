@@ -99,9 +99,17 @@ type (
 // pushes no channel (which would claim what a session may drop); the hooks are exactly what thrum setup claude
 // writes; the listener uses only the server's tools; the marketplace at
 // the repository's root offers this plugin; and every command the plugin
-// runs is one the built binary has, with the flags it gives.
+// runs is one the built binary has, with the flags it gives; and the
+// plugin carries the project's license, since it is installed on its own.
 func TestClaudePlugin(t *testing.T) {
 	t.Parallel()
+	license, err := os.ReadFile(filepath.Join("..", "..", "LICENSE"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.ReadFile(filepath.Join(pluginDir, "LICENSE")); err != nil || !bytes.Equal(got, license) {
+		t.Errorf("the plugin's LICENSE is not the project's (err %v)", err)
+	}
 	var m pluginManifest
 	decodeStrict(t, filepath.Join(pluginDir, ".claude-plugin", "plugin.json"), &m)
 	if !regexp.MustCompile(`^[a-z0-9]+(-[a-z0-9]+)*$`).MatchString(m.Name) || m.Version == "" || m.Description == "" || m.Author.Name == "" {
