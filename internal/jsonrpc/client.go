@@ -1,7 +1,6 @@
 package jsonrpc
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -304,17 +303,6 @@ func (c *Client) dispatch(msg []byte) {
 }
 
 func (c *Client) dispatchOne(msg []byte) {
-	if e, ok := splitEnvelope(msg); ok {
-		// msg is reused by the next read: hand on copies.
-		switch {
-		case e.method != nil && e.id == nil:
-			c.notify(string(e.method[1:len(e.method)-1]), bytes.Clone(e.params))
-			return
-		case e.method == nil:
-			c.route(e.id, bytes.Clone(e.result), e.err)
-			return
-		}
-	}
 	var m struct {
 		ID     json.RawMessage `json:"id"`
 		Method *string         `json:"method"`
