@@ -452,7 +452,7 @@ func (n *Node) CleanupAgents(ctx context.Context, p *rpc.CleanupAgentsParams) (*
 		if o.WorktreeMissing {
 			why = append(why, fmt.Sprintf("worktree %s is gone", wt))
 		}
-		why = append(why, fmt.Sprintf("idle %d %s", o.DaysSinceLastSeen, plural(o.DaysSinceLastSeen, "day", "days")))
+		why = append(why, fmt.Sprintf("days idle: %d", o.DaysSinceLastSeen))
 		o.Reason = strings.Join(why, "; ")
 		if o.MessageCount, err = n.store.MessageCount(ctx, a.AgentID); err != nil {
 			return nil, internal("cleanup", err)
@@ -473,18 +473,11 @@ func (n *Node) CleanupAgents(ctx context.Context, p *rpc.CleanupAgentsParams) (*
 	case len(out.Orphans) == 0:
 		out.Message = "No orphaned agents found"
 	case out.DryRun:
-		out.Message = fmt.Sprintf("Found %d orphaned %s; run with force to delete them", len(out.Orphans), plural(len(out.Orphans), "agent", "agents"))
+		out.Message = fmt.Sprintf("Orphaned agents found: %d; run with force to delete them", len(out.Orphans))
 	default:
-		out.Message = fmt.Sprintf("Deleted %d orphaned %s", len(out.Deleted), plural(len(out.Deleted), "agent", "agents"))
+		out.Message = fmt.Sprintf("Orphaned agents deleted: %d", len(out.Deleted))
 	}
 	return out, nil
-}
-
-func plural(n int, one, many string) string {
-	if n == 1 {
-		return one
-	}
-	return many
 }
 
 var usernameRE = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,32}$`)

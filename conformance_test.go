@@ -206,7 +206,7 @@ func TestCleanupSparesOtherWorktreesAndSaysWhy(t *testing.T) {
 	offset = time.Hour
 	c, err = f.n.CleanupAgents(f.ctx, &rpc.CleanupAgentsParams{DryRun: true})
 	if err != nil || len(c.Orphans) != 1 || c.Orphans[0].AgentID != "frank" || !c.Orphans[0].WorktreeMissing ||
-		c.Orphans[0].Reason != "no identity file in any worktree; worktree "+wt+" is gone; idle 0 days" {
+		c.Orphans[0].Reason != "no identity file in any worktree; worktree "+wt+" is gone; days idle: 0" {
 		t.Fatalf("dry run an hour on: %+v %v", c, err)
 	}
 
@@ -230,9 +230,9 @@ func TestCleanupSparesOtherWorktreesAndSaysWhy(t *testing.T) {
 		got[o.AgentID] = o.Reason
 	}
 	want := map[string]string{
-		"bob":   "no identity file in any worktree; idle 40 days",
-		"carol": "no identity file in any worktree; idle 40 days",
-		"frank": "no identity file in any worktree; worktree " + wt + " is gone; idle 40 days",
+		"bob":   "no identity file in any worktree; days idle: 40",
+		"carol": "no identity file in any worktree; days idle: 40",
+		"frank": "no identity file in any worktree; worktree " + wt + " is gone; days idle: 40",
 	}
 	if !reflect.DeepEqual(got, want) || strings.Join(c.Deleted, ",") != "bob,carol,frank" {
 		t.Fatalf("forced cleanup 40 days on: orphans %v deleted %v", got, c.Deleted)

@@ -832,7 +832,7 @@ func TestWhoamiDeleteCleanup(t *testing.T) {
 	offset = 40 * 24 * time.Hour
 	c, _ = f.n.CleanupAgents(f.ctx, &rpc.CleanupAgentsParams{Threshold: 30, Force: true})
 	if len(c.Orphans) != 1 || len(c.Deleted) != 1 || c.DryRun || c.Orphans[0].DaysSinceLastSeen < 39 ||
-		c.Orphans[0].Reason != fmt.Sprintf("no identity file in any worktree; idle %d days", c.Orphans[0].DaysSinceLastSeen) {
+		c.Orphans[0].Reason != fmt.Sprintf("no identity file in any worktree; days idle: %d", c.Orphans[0].DaysSinceLastSeen) {
 		t.Fatalf("forced cleanup: %+v", c)
 	}
 	offset = 0

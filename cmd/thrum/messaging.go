@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -577,24 +578,11 @@ func (c *MessageReadCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	return g.out(r, func(w io.Writer) {
 		fmt.Fprintf(w, "> Marked %d %s as read", r.MarkedCount, plural(r.MarkedCount, "message", "messages"))
-		if already := len(dedupe(c.MessageIDs)) - r.MarkedCount; already > 0 {
+		if already := len(slices.Compact(slices.Sorted(slices.Values(c.MessageIDs)))) - r.MarkedCount; already > 0 {
 			fmt.Fprintf(w, " (%d read already)", already)
 		}
 		fmt.Fprintln(w)
 	})
-}
-
-// dedupe drops repeated and empty IDs, keeping the first of each.
-func dedupe(ids []string) []string {
-	seen := map[string]bool{}
-	var out []string
-	for _, id := range ids {
-		if id != "" && !seen[id] {
-			seen[id] = true
-			out = append(out, id)
-		}
-	}
-	return out
 }
 
 func plural(n int, one, many string) string {

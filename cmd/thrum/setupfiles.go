@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/thrumhq/thrum/internal/private"
 )
 
 // The files setup edits are a person's settings, in directories that may
@@ -158,7 +159,7 @@ func commit(changes []*setupChange) (err error) {
 		if err != nil {
 			return fmt.Errorf("writing %s: %w", ch.Path, err)
 		}
-		if temps[i], err = writeTemp(ch.real, ch.new, ch.mode); err != nil {
+		if temps[i], err = private.WriteTemp(ch.real, ch.new, ch.mode); err != nil {
 			return fmt.Errorf("writing %s: %w", ch.Path, err)
 		}
 	}
@@ -177,7 +178,7 @@ func (ch *setupChange) undo() error {
 	if ch.Created {
 		return os.Remove(ch.real)
 	}
-	tmp, err := writeTemp(ch.real, ch.old, ch.mode)
+	tmp, err := private.WriteTemp(ch.real, ch.old, ch.mode)
 	if err != nil {
 		return err
 	}
@@ -204,28 +205,4 @@ func mkdirs(dir string) ([]string, error) {
 		}
 	}
 	return missing, nil
-}
-
-// writeTemp writes data, synced, with mode, to a new file beside path and
-// returns its name.
-func writeTemp(path string, data []byte, mode fs.FileMode) (string, error) {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".thrum-*")
-	if err != nil {
-		return "", err
-	}
-	_, err = io.Copy(f, bytes.NewReader(data))
-	if err == nil {
-		err = f.Chmod(mode)
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		os.Remove(f.Name())
-		return "", err
-	}
-	return f.Name(), nil
 }

@@ -132,27 +132,41 @@ func OpenFile(path string, flag int) (*os.File, error) {
 // half written and a file or link someone else left there is never
 // written through.
 func WriteFile(path string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
+	tmp, err := WriteTemp(path, data, FileMode)
 	if err != nil {
 		return err
 	}
-	defer os.Remove(tmp.Name()) // no-op after the rename
-	if err := tmp.Chmod(FileMode); err != nil {
-		tmp.Close()
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
 		return err
 	}
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
+	return nil
+}
+
+// WriteTemp writes data, synced, with mode, to a new file beside path,
+// for the caller to rename over it, and returns its name. thrum setup
+// renames several only once all are written; mode is then the user's
+// file's own.
+func WriteTemp(path string, data []byte, mode fs.FileMode) (string, error) {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
+	if err != nil {
+		return "", err
 	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Chmod(mode)
 	}
-	if err := tmp.Close(); err != nil {
-		return err
+	if err == nil {
+		err = f.Sync()
 	}
-	return os.Rename(tmp.Name(), path)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		return "", err
+	}
+	return f.Name(), nil
 }
 
 func owned(path string, fi fs.FileInfo) error {
