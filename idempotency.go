@@ -2,7 +2,6 @@ package thrum
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"encoding/json"
 	"hash/fnv"
@@ -10,7 +9,6 @@ import (
 	"time"
 
 	"github.com/thrumhq/thrum/eventlog"
-	"github.com/thrumhq/thrum/identity"
 	"github.com/thrumhq/thrum/rpc"
 	"github.com/thrumhq/thrum/store"
 )
@@ -106,18 +104,18 @@ func reusedKey(key string, k *store.Keyed, differs string) error {
 	return e
 }
 
-// replaySend is the result of the send that first used a key, or, when
-// p differs from that send, the error saying so.
-func (n *Node) replaySend(ctx context.Context, k *store.Keyed, key string, p *rpc.SendMessageParams) (*rpc.SendMessageResult, error) {
+// replaySend is the result of the send that first used k, or, when the
+// send f to threadID differs from that send, the error saying so.
+func (n *Node) replaySend(ctx context.Context, k *store.Keyed, f *sendForm, threadID string) (*rpc.SendMessageResult, error) {
 	if k.Kind != "message" {
-		return nil, reusedKey(key, k, "method (thread.create, not message.send)")
+		return nil, reusedKey(f.p.IdempotencyKey, k, "method (thread.create, not message.send)")
 	}
 	m, err := n.store.Message(ctx, k.MessageID, "")
 	if err != nil {
 		return nil, internal("idempotency key", err)
 	}
-	if differs := n.sendDiffers(m, p, p.ThreadID); differs != "" {
-		return nil, reusedKey(key, k, differs)
+	if differs := f.differs(m, threadID); differs != "" {
+		return nil, reusedKey(f.p.IdempotencyKey, k, differs)
 	}
 	res := &rpc.SendMessageResult{MessageID: m.MessageID, ThreadID: m.ThreadID, CreatedAt: m.CreatedAt}
 	for _, r := range m.Refs {
@@ -132,8 +130,9 @@ func (n *Node) replaySend(ctx context.Context, k *store.Keyed, key string, p *rp
 }
 
 // replayThread is the result of the thread.create that first used a
-// key, or, when p differs from that call, the error saying so.
-func (n *Node) replayThread(ctx context.Context, k *store.Keyed, key string, p *rpc.CreateThreadParams) (*rpc.CreateThreadResult, error) {
+// key, or, when p (its first message normalized as first, nil if none)
+// differs from that call, the error saying so.
+func (n *Node) replayThread(ctx context.Context, k *store.Keyed, key string, p *rpc.CreateThreadParams, first *sendForm) (*rpc.CreateThreadResult, error) {
 	if k.Kind != "thread" {
 		return nil, reusedKey(key, k, "method (message.send, not thread.create)")
 	}
@@ -145,17 +144,14 @@ func (n *Node) replayThread(ctx context.Context, k *store.Keyed, key string, p *
 	switch {
 	case t.Title != p.Title:
 		differs = "title"
-	case (k.MessageID != "") != (p.Message != nil):
+	case (k.MessageID != "") != (first != nil):
 		differs = "first message"
 	case k.MessageID != "":
 		m, err := n.store.Message(ctx, k.MessageID, "")
 		if err != nil {
 			return nil, internal("idempotency key", err)
 		}
-		differs = n.sendDiffers(m, &rpc.SendMessageParams{
-			Content: p.Message.Content, Format: p.Message.Format, Structured: p.Message.Structured,
-			Scopes: p.Scopes, Mentions: []string{p.Recipient}, ActingAs: p.ActingAs, Disclose: p.Disclose,
-		}, k.ThreadID)
+		differs = first.differs(m, k.ThreadID)
 	}
 	if differs != "" {
 		return nil, reusedKey(key, k, differs)
@@ -163,41 +159,19 @@ func (n *Node) replayThread(ctx context.Context, k *store.Keyed, key string, p *
 	return &rpc.CreateThreadResult{ThreadID: t.ThreadID, CreatedAt: t.CreatedAt, MessageID: k.MessageID}, nil
 }
 
-// sendDiffers names the first parameter in which p, sent to threadID,
+// differs names the first parameter in which the send f, to threadID,
 // differs from the stored message m, or returns "". Content is compared
 // only while m is neither edited nor deleted; mentions as the addresses
 // they resolve to.
-func (n *Node) sendDiffers(m *store.Message, p *rpc.SendMessageParams, threadID string) string {
-	format, priority := cmp.Or(p.Format, rpc.FormatMarkdown), cmp.Or(p.Priority, rpc.PriorityNormal)
-	acting := ""
-	if p.ActingAs != "" {
-		acting = identity.NormalizeAgentID(p.ActingAs)
-	}
-	var mentions, refs []string
-	for _, r := range m.Refs {
-		if r.Type == rpc.RefMention {
-			mentions = append(mentions, r.Value)
-		} else {
-			refs = append(refs, r.Type+"\x00"+r.Value)
-		}
-	}
-	var wantMentions, wantRefs []string
-	for _, r := range p.Refs {
-		if r.Type == rpc.RefMention {
-			wantMentions = append(wantMentions, n.mentionAddr(r.Value))
-		} else {
-			wantRefs = append(wantRefs, r.Type+"\x00"+r.Value)
-		}
-	}
-	for _, v := range p.Mentions {
-		wantMentions = append(wantMentions, n.mentionAddr(v))
-	}
+func (f *sendForm) differs(m *store.Message, threadID string) string {
+	mentions, refs := splitMentions(m.Refs)
+	wantMentions, wantRefs := splitMentions(f.refs)
 	switch {
-	case m.UpdatedAt == "" && !m.Deleted && m.Content != p.Content:
+	case m.UpdatedAt == "" && !m.Deleted && m.Content != f.p.Content:
 		return "content"
-	case m.Format != format:
+	case m.Format != f.format:
 		return "format"
-	case !sameJSON(m.Structured, normalizeStructured(p.Structured)):
+	case !sameJSON(m.Structured, f.structured):
 		return "structured"
 	case m.ThreadID != threadID:
 		return "thread_id"
@@ -205,25 +179,35 @@ func (n *Node) sendDiffers(m *store.Message, p *rpc.SendMessageParams, threadID 
 		return "recipients"
 	case !sameSet(refs, wantRefs):
 		return "refs"
-	case !sameSet(pairStrings(m.Scopes), pairStrings(p.Scopes)):
+	case !sameSet(pairStrings(m.Scopes), pairStrings(f.p.Scopes)):
 		return "scopes"
-	case !slices.Equal(m.TagList(), p.Tags):
+	case !slices.Equal(m.TagList(), f.p.Tags):
 		return "tags"
-	case m.Priority != priority:
+	case m.Priority != f.priority:
 		return "priority"
-	case acting != "" && m.AgentID != acting || acting == "" && m.ActingAs != "":
+	case f.actingAs != "" && m.AgentID != f.actingAs || f.actingAs == "" && m.ActingAs != "":
 		return "acting_as"
-	case m.Disclose != (p.Disclose && acting != ""):
+	case m.Disclose != (f.p.Disclose && f.actingAs != ""):
 		return "disclose"
-	}
-	ack, within, err := ackWithin(p)
-	switch {
-	case m.AckRequired != ack:
+	case m.AckRequired != f.ack:
 		return "ack_required"
-	case err != nil || m.AckDue != ackDueOf(ack, within, m.CreatedAt):
+	case m.AckDue != ackDueOf(f.ack, f.ackWithin, m.CreatedAt):
 		return "ack_within"
 	}
 	return ""
+}
+
+// splitMentions splits refs into the mentions' addresses and the other
+// refs, each as one comparable string.
+func splitMentions(refs []rpc.Pair) (mentions, others []string) {
+	for _, r := range refs {
+		if r.Type == rpc.RefMention {
+			mentions = append(mentions, r.Value)
+		} else {
+			others = append(others, r.Type+"\x00"+r.Value)
+		}
+	}
+	return mentions, others
 }
 
 // ackDueOf is the ack_due of a message sent at created that asks for an
@@ -234,16 +218,6 @@ func ackDueOf(ack bool, within, created string) string {
 		return ""
 	}
 	return store.AckDue(eventlog.MessageCreate{AckRequired: ack, AckWithin: within}, at)
-}
-
-// mentionAddr is the address a mention resolves as (see resolveMention),
-// or its normalized form if it resolves to nothing now.
-func (n *Node) mentionAddr(m string) string {
-	addr := identity.NormalizeAgentID(m)
-	if to, _, ok := n.resolveMention(m, addr); ok {
-		return to
-	}
-	return addr
 }
 
 func pairStrings(ps []rpc.Pair) []string {

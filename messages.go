@@ -2,6 +2,7 @@ package thrum
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -116,9 +117,12 @@ func (n *Node) SendMessage(ctx context.Context, p *rpc.SendMessageParams) (*rpc.
 			return nil, internal("send", err)
 		}
 	}
+	f, err := n.normalizeSend(p)
+	if err != nil {
+		return nil, err
+	}
 	var caller string
 	if p.IdempotencyKey != "" {
-		var err error
 		if caller, err = n.callerID(ctx, "sending"); err != nil {
 			return nil, err
 		}
@@ -126,10 +130,10 @@ func (n *Node) SendMessage(ctx context.Context, p *rpc.SendMessageParams) (*rpc.
 			if err != nil {
 				return nil, err
 			}
-			return n.replaySend(ctx, k, p.IdempotencyKey, p)
+			return n.replaySend(ctx, k, f, p.ThreadID)
 		}
 	}
-	pm, err := n.prepareMessage(ctx, p, p.ThreadID)
+	pm, err := n.prepareMessage(ctx, f, p.ThreadID)
 	if err != nil {
 		return nil, err
 	}
@@ -140,7 +144,7 @@ func (n *Node) SendMessage(ctx context.Context, p *rpc.SendMessageParams) (*rpc.
 		}
 		defer unlock()
 		if k != nil { // a concurrent call with the key wrote first
-			return n.replaySend(ctx, k, p.IdempotencyKey, p)
+			return n.replaySend(ctx, k, f, p.ThreadID)
 		}
 	}
 	// A waiter's standing claim is filled in the message's own commit.
@@ -153,34 +157,37 @@ func (n *Node) SendMessage(ctx context.Context, p *rpc.SendMessageParams) (*rpc.
 	return &rpc.SendMessageResult{MessageID: pm.id, ThreadID: p.ThreadID, CreatedAt: pm.event.Timestamp(), Recipients: pm.recipients}, nil
 }
 
-// preparedMessage is a validated message.create, ready to append.
-type preparedMessage struct {
-	id               string
-	author, priority string
-	event            *eventlog.Event
-	recipients       []rpc.Recipient
+// sendForm is one send normalized, once, for both its write
+// (prepareMessage) and the check of a retry against the message its
+// idempotency key made (differs): defaults filled in, mentions resolved
+// to the addresses the message stores.
+type sendForm struct {
+	p                *rpc.SendMessageParams
+	format, priority string
+	structured       json.RawMessage
+	actingAs         string          // the agent a user sends as, normalized
+	refs             []rpc.Pair      // the refs as given, then one mention ref per address
+	recipients       []rpc.Recipient // whom each mention that resolved reaches
+	unknown          string          // the first mention that resolves to nothing, "" if none
+	ack              bool
+	ackWithin        string
 }
 
-// prepareMessage validates a send and builds its event, in threadID.
-func (n *Node) prepareMessage(ctx context.Context, p *rpc.SendMessageParams, threadID string) (*preparedMessage, error) {
+// normalizeSend validates p and normalizes it. A mention that resolves
+// to nothing is kept as its normalized address and named in unknown: a
+// retry compares it, and a write refuses it.
+func (n *Node) normalizeSend(p *rpc.SendMessageParams) (*sendForm, error) {
 	if p.Content == "" {
 		return nil, invalid("content is required")
 	}
 	if len(p.Content) > n.opts.MaxContentBytes {
 		return nil, tooLarge("content is %d bytes: the limit is %d", len(p.Content), n.opts.MaxContentBytes)
 	}
-	format := p.Format
-	if format == "" {
-		format = rpc.FormatMarkdown
-	}
-	if !formats[format] {
+	f := &sendForm{p: p, format: cmp.Or(p.Format, rpc.FormatMarkdown), priority: cmp.Or(p.Priority, rpc.PriorityNormal)}
+	if !formats[f.format] {
 		return nil, invalid("invalid format %q: use markdown, plain or json", p.Format)
 	}
-	priority := p.Priority
-	if priority == "" {
-		priority = rpc.PriorityNormal
-	}
-	if !priorities[priority] {
+	if !priorities[f.priority] {
 		return nil, invalid("invalid priority %q: use low, normal, high or critical", p.Priority)
 	}
 	if err := checkStructured(p.Structured); err != nil {
@@ -198,73 +205,98 @@ func (n *Node) prepareMessage(ctx context.Context, p *rpc.SendMessageParams, thr
 	if len(p.Tags) > maxTags {
 		return nil, tooLarge("too many tags: at most %d", maxTags)
 	}
-	ackRequired, within, err := ackWithin(p)
-	if err != nil {
+	var err error
+	if f.ack, f.ackWithin, err = ackWithin(p); err != nil {
 		return nil, err
 	}
-	au, err := n.resolveAuthor(ctx, p.ActingAs)
-	if err != nil {
-		return nil, err
+	f.structured = normalizeStructured(p.Structured)
+	if p.ActingAs != "" {
+		f.actingAs = identity.NormalizeAgentID(p.ActingAs)
 	}
-
-	refs := make([]rpc.Pair, 0, len(p.Refs)+len(p.Mentions))
 	var mentions []string
 	for _, r := range p.Refs {
-		switch r.Type {
-		case rpc.RefMention:
+		if r.Type == rpc.RefMention {
 			mentions = append(mentions, r.Value)
-		case rpc.RefReplyTo:
-			if _, err := n.store.Message(ctx, r.Value, ""); isNotFound(err) {
-				return nil, notFound("reply_to message not found: %s", r.Value)
-			} else if err != nil {
-				return nil, internal("send", err)
-			}
-			refs = append(refs, r)
-		default:
-			refs = append(refs, r)
+		} else {
+			f.refs = append(f.refs, r)
 		}
 	}
-	mentions = append(mentions, p.Mentions...)
-	res := &preparedMessage{}
 	seen := map[string]bool{}
-	refreshed := false
-	for _, m := range mentions {
+	for _, m := range append(mentions, p.Mentions...) {
 		addr := identity.NormalizeAgentID(m)
 		if addr == "" {
 			return nil, invalid("empty mention: name an agent, role or group, as @reviewer")
 		}
 		to, rc, ok := n.resolveMention(m, addr)
-		if !ok && !refreshed && n.opts.Refresh != nil {
-			// Perhaps registered elsewhere and not synced yet: bring the
-			// other clones' events in once, then look again.
-			refreshed = true
-			n.refresh(ctx)
-			to, rc, ok = n.resolveMention(m, addr)
+		if !ok && f.unknown == "" {
+			f.unknown = addr
 		}
-		if !ok {
-			return nil, rpc.ReasonErrorf(rpc.CodeNotFound, rpc.ReasonUnknownRecipient, "unknown recipient @%s: no agent, role or group has that name", addr)
-		}
-		if addr = to; seen[addr] {
+		if seen[to] {
 			continue
 		}
-		seen[addr] = true
-		refs = append(refs, rpc.Pair{Type: rpc.RefMention, Value: addr})
-		res.recipients = append(res.recipients, rc)
+		seen[to] = true
+		f.refs = append(f.refs, rpc.Pair{Type: rpc.RefMention, Value: to})
+		if ok {
+			f.recipients = append(f.recipients, rc)
+		}
 	}
-	n.markActive(ctx, res.recipients)
-	agents := recipientAgents(res.recipients, au.agentID)
-	if ackRequired && len(agents) == 0 {
+	return f, nil
+}
+
+// preparedMessage is a validated message.create, ready to append.
+type preparedMessage struct {
+	id               string
+	author, priority string
+	event            *eventlog.Event
+	recipients       []rpc.Recipient
+}
+
+// prepareMessage builds the event of the send f, in threadID, checking
+// what normalizeSend leaves to it: the author, the message replied to,
+// and recipients unknown here (which a refresh from the other clones
+// may bring in).
+func (n *Node) prepareMessage(ctx context.Context, f *sendForm, threadID string) (*preparedMessage, error) {
+	au, err := n.resolveAuthor(ctx, f.p.ActingAs)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range f.refs {
+		if r.Type != rpc.RefReplyTo {
+			continue
+		}
+		if _, err := n.store.Message(ctx, r.Value, ""); isNotFound(err) {
+			return nil, notFound("reply_to message not found: %s", r.Value)
+		} else if err != nil {
+			return nil, internal("send", err)
+		}
+	}
+	if f.unknown != "" && n.opts.Refresh != nil {
+		// Perhaps registered elsewhere and not synced yet: bring the
+		// other clones' events in once, then look again.
+		n.refresh(ctx)
+		again, err := n.normalizeSend(f.p)
+		if err != nil {
+			return nil, err
+		}
+		*f = *again
+	}
+	if f.unknown != "" {
+		return nil, rpc.ReasonErrorf(rpc.CodeNotFound, rpc.ReasonUnknownRecipient, "unknown recipient @%s: no agent, role or group has that name", f.unknown)
+	}
+	n.markActive(ctx, f.recipients)
+	agents := recipientAgents(f.recipients, au.agentID)
+	if f.ack && len(agents) == 0 {
 		return nil, invalid("ack_required needs a recipient: address the message to an agent, role or group other than yourself")
 	}
-
-	res.id, res.author, res.priority = "msg_"+eventlog.NewID(), au.agentID, priority
+	p := f.p
+	res := &preparedMessage{id: "msg_" + eventlog.NewID(), author: au.agentID, priority: f.priority, recipients: f.recipients}
 	res.event = &eventlog.Event{Type: eventlog.TypeMessageCreate, Shard: shardOf(au.agentID), Payload: eventlog.MessageCreate{
 		MessageID: res.id, AgentID: au.agentID, SessionID: au.sessionID, ThreadID: threadID,
-		Format: format, Content: p.Content, Structured: normalizeStructured(p.Structured),
-		Scopes: p.Scopes, Refs: refs, Tags: p.Tags, Priority: priority,
+		Format: f.format, Content: p.Content, Structured: f.structured,
+		Scopes: p.Scopes, Refs: f.refs, Tags: p.Tags, Priority: f.priority,
 		ActingAs: au.actingAs, Disclose: p.Disclose && au.actingAs != "",
 		IdempotencyKey: p.IdempotencyKey,
-		Recipients:     agents, AckRequired: ackRequired, AckWithin: within,
+		Recipients:     agents, AckRequired: f.ack, AckWithin: f.ackWithin,
 	}}
 	return res, nil
 }

@@ -30,27 +30,33 @@ func (n *Node) CreateThread(ctx context.Context, p *rpc.CreateThreadParams) (*rp
 	if _, ok := n.dirc.Agent(me); !ok {
 		return nil, notRegistered("agent %q is not registered", me)
 	}
+	var first *sendForm
+	if p.Message != nil {
+		// The first message is checked as SendMessage checks a send; thread
+		// and message are then committed together, so neither exists
+		// without the other.
+		if first, err = n.normalizeSend(&rpc.SendMessageParams{
+			Content: p.Message.Content, Format: p.Message.Format, Structured: p.Message.Structured,
+			Scopes: p.Scopes, Mentions: []string{p.Recipient}, ActingAs: p.ActingAs, Disclose: p.Disclose,
+			IdempotencyKey: p.IdempotencyKey,
+		}); err != nil {
+			return nil, err
+		}
+	}
 	if p.IdempotencyKey != "" {
 		if k, err := n.usedKey(ctx, me, p.IdempotencyKey); err != nil || k != nil {
 			if err != nil {
 				return nil, err
 			}
-			return n.replayThread(ctx, k, p.IdempotencyKey, p)
+			return n.replayThread(ctx, k, p.IdempotencyKey, p, first)
 		}
 	}
 	tid := "thr_" + eventlog.NewID()
 	te := &eventlog.Event{Type: eventlog.TypeThreadCreate, Payload: eventlog.ThreadCreate{
 		ThreadID: tid, Title: p.Title, Scopes: p.Scopes, CreatedBy: me, IdempotencyKey: p.IdempotencyKey}}
 	evs, msgID := []*eventlog.Event{te}, ""
-	if p.Message != nil {
-		// Validate the first message the way SendMessage would, then commit
-		// thread and message together so neither exists without the other.
-		sp := &rpc.SendMessageParams{
-			Content: p.Message.Content, Format: p.Message.Format, Structured: p.Message.Structured,
-			Scopes: p.Scopes, Mentions: []string{p.Recipient}, ActingAs: p.ActingAs, Disclose: p.Disclose,
-			IdempotencyKey: p.IdempotencyKey,
-		}
-		pm, err := n.prepareMessage(ctx, sp, tid)
+	if first != nil {
+		pm, err := n.prepareMessage(ctx, first, tid)
 		if err != nil {
 			return nil, err
 		}
@@ -63,7 +69,7 @@ func (n *Node) CreateThread(ctx context.Context, p *rpc.CreateThreadParams) (*rp
 		}
 		defer unlock()
 		if k != nil { // a concurrent call with the key wrote first
-			return n.replayThread(ctx, k, p.IdempotencyKey, p)
+			return n.replayThread(ctx, k, p.IdempotencyKey, p, first)
 		}
 	}
 	if err := n.append(ctx, evs...); err != nil {
