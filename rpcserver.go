@@ -73,6 +73,12 @@ type RPCOptions struct {
 	// (identity.LoadOwnerSecret). Empty: no WebSocket can act for the owner.
 	OwnerSecret string
 
+	// WebSessionFile, if set, is where the web sessions browsers sign in
+	// to (with a login code from web.login) are kept, each as a SHA-256
+	// hash and an expiry in a 0600 file, so that an open console stays
+	// signed in across a restart. Empty: in this server's memory only.
+	WebSessionFile string
+
 	// AllowedOrigins lists extra Origin hosts ("app.example:8080", or with
 	// a scheme, "https://app.example") a browser page may open a WebSocket
 	// from, besides loopback origins. Default none. A WebSocket whose Host
@@ -158,6 +164,7 @@ func (n *Node) RPCServer(opts *RPCOptions) *RPCServer {
 	}
 	s := &RPCServer{n: n, pol: access.New(identities{n}, access.Options{
 		OwnerSecret: o.OwnerSecret, AllowAnyPeer: o.AllowAnyPeer, RepoID: n.opts.RepoID, Now: n.now,
+		WebSessionFile: o.WebSessionFile, Logger: o.Logger,
 	})}
 	eo := o.engineOptions()
 	eo.Authorize = s.pol.Handshake

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -276,5 +278,62 @@ func TestUserSubscribesWithoutSession(t *testing.T) {
 	}
 	if r, err := page.Unsubscribe(ctx, &rpc.UnsubscribeParams{SubscriptionID: sub.SubscriptionID}); err != nil || !r.Removed {
 		t.Fatalf("leon unsubscribing: %+v, %v", r, err)
+	}
+}
+
+// TestWebSessionSurvivesARestart: with RPCOptions.WebSessionFile, a web
+// session signs a browser in again after the server restarts, until its
+// expiry; the file is the owner's alone and holds no session, only hashes.
+func TestWebSessionSurvivesARestart(t *testing.T) {
+	ctx := context.Background()
+	clk := &clock{t: time.Now()}
+	n := thrumtest.OpenNode(t, &thrum.Options{Now: clk.now})
+	file := filepath.Join(t.TempDir(), "web.sessions")
+	d := thrumtest.Serve(t, n, &thrum.RPCOptions{WebSessionFile: file})
+	sock, err := d.Dial(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	login, err := sock.WebLogin(ctx, nil)
+	sock.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, err := d.DialWebSocket(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := page.Auth(ctx, &rpc.AuthParams{LoginCode: login.Code})
+	page.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(file)
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("sessions file: %v, %v: want mode 0600", fi, err)
+	}
+	if b, _ := os.ReadFile(file); strings.Contains(string(b), res.WebSession) || strings.Contains(string(b), login.Code) {
+		t.Fatalf("the sessions file holds a credential itself:\n%s", b)
+	}
+
+	signIn := func() error {
+		c, err := d.DialWebSocket(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		_, err = c.Auth(ctx, &rpc.AuthParams{WebSession: res.WebSession})
+		return err
+	}
+	d.Stop()
+	d.Start()
+	if err := signIn(); err != nil {
+		t.Fatalf("the web session after a restart: %v", err)
+	}
+	clk.add(access.SessionTTL)
+	d.Stop()
+	d.Start()
+	if err := signIn(); codeOf(err) != rpc.CodeUnauthenticated {
+		t.Fatalf("an expired web session after a restart: %v, want -32002", err)
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/json"
+	"log/slog"
 	"net/http"
 	"os"
 	"sync"
@@ -69,6 +70,13 @@ type Options struct {
 	// Now is the clock of login codes and web sessions. Default
 	// time.Now.
 	Now func() time.Time
+	// WebSessionFile, if set, keeps the web sessions (each as its hash
+	// and expiry, mode 0600), so that a browser stays signed in across a
+	// restart of the server. Empty: in memory only.
+	WebSessionFile string
+	// Logger reports what the policy could not do (keep web sessions).
+	// Nil: silent.
+	Logger *slog.Logger
 }
 
 // Policy is one RPC server's access policy: its web logins and its
@@ -81,19 +89,24 @@ type Policy struct {
 	uid     int
 	repoID  string
 	now     func() time.Time
+	log     *slog.Logger
 	web     *webLogins // browser logins (weblogin.go)
 	limit   authLimit  // failed credential checks on WebSockets (limit.go)
 }
 
 // New returns the policy of one server over the node's identities.
 func New(ids Identities, o Options) *Policy {
-	p := &Policy{ids: ids, anyPeer: o.AllowAnyPeer, uid: os.Getuid(), repoID: o.RepoID, now: o.Now, web: newWebLogins()}
+	p := &Policy{ids: ids, anyPeer: o.AllowAnyPeer, uid: os.Getuid(), repoID: o.RepoID, now: o.Now, log: o.Logger}
 	if o.OwnerSecret != "" {
 		p.secret = []byte(o.OwnerSecret)
 	}
 	if p.now == nil {
 		p.now = time.Now
 	}
+	if p.log == nil {
+		p.log = slog.New(slog.DiscardHandler)
+	}
+	p.web = newWebLogins(o.WebSessionFile, p.now())
 	return p
 }
 

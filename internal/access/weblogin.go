@@ -1,15 +1,22 @@
 package access
 
 import (
+	"bufio"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/thrumhq/thrum/eventlog"
 	"github.com/thrumhq/thrum/internal/jsonrpc"
+	"github.com/thrumhq/thrum/internal/private"
 	"github.com/thrumhq/thrum/rpc"
 )
 
@@ -18,14 +25,16 @@ import (
 // the Unix socket (web.login) for a one-time login code, prints it in a
 // URL's fragment, and the page exchanges it once, over the WebSocket, for
 // a web session: a second random credential that auth then accepts in
-// place of the owner's secret. Codes and sessions live in this server's
-// memory only, as SHA-256 hashes; DESIGN.md "Web console" has the threat
-// model.
+// place of the owner's secret. Codes and sessions are kept as SHA-256
+// hashes: codes in this server's memory only, sessions also in
+// Options.WebSessionFile when set, so that a tab stays signed in across a
+// restart of the daemon; DESIGN.md "Web console" has the threat model.
 const (
 	// LoginTTL is how long a login code from web.login can be used.
 	LoginTTL = time.Minute
 	// SessionTTL is how long a web session stays valid after its code
-	// was exchanged; the daemon stopping ends every session sooner.
+	// was exchanged; without Options.WebSessionFile, the server stopping
+	// ends every session sooner.
 	SessionTTL = 12 * time.Hour
 
 	maxWebLogins   = 16 // unused codes kept; minting more drops the oldest
@@ -37,10 +46,46 @@ type webLogins struct {
 	mu       sync.Mutex
 	codes    map[[32]byte]time.Time // hash of a code → its expiry
 	sessions map[[32]byte]time.Time // hash of a session → its expiry
+	file     string                 // where sessions are kept, "" for memory only
 }
 
-func newWebLogins() *webLogins {
-	return &webLogins{codes: map[[32]byte]time.Time{}, sessions: map[[32]byte]time.Time{}}
+// newWebLogins returns the logins of a server, with the sessions file
+// (if any) holds that have not expired at now. A file that cannot be
+// read, or a line of it that is not a session, signs nobody in.
+func newWebLogins(file string, now time.Time) *webLogins {
+	w := &webLogins{codes: map[[32]byte]time.Time{}, sessions: map[[32]byte]time.Time{}, file: file}
+	if file == "" {
+		return w
+	}
+	f, err := private.OpenFile(file, os.O_RDONLY)
+	if err != nil {
+		return w
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(io.LimitReader(f, maxWebSessions*128))
+	for sc.Scan() {
+		hash, at, _ := strings.Cut(sc.Text(), " ")
+		var h [32]byte
+		exp, err := time.Parse(time.RFC3339, at)
+		if n, herr := hex.Decode(h[:], []byte(hash)); herr != nil || n != len(h) || err != nil || !now.Before(exp) || len(w.sessions) >= maxWebSessions {
+			continue
+		}
+		w.sessions[h] = exp
+	}
+	return w
+}
+
+// saveSessions writes the live sessions to the file, one "HASH EXPIRY"
+// line each (mode 0600, replaced whole); w.mu is held.
+func (w *webLogins) saveSessions() error {
+	if w.file == "" {
+		return nil
+	}
+	var b strings.Builder
+	for h, exp := range w.sessions {
+		fmt.Fprintf(&b, "%x %s\n", h, exp.UTC().Format(time.RFC3339))
+	}
+	return private.WriteFile(w.file, []byte(b.String()))
 }
 
 // newCredential returns 256 random bits, base64url without padding (43
@@ -149,6 +194,10 @@ func (p *Policy) exchangeCode(code string) (session, expires string, ok bool) {
 	}
 	session, sexp := newCredential(), now.Add(SessionTTL)
 	put(p.web.sessions, session, sexp, now, maxWebSessions)
+	if err := p.web.saveSessions(); err != nil {
+		// Kept in memory: the tab is signed in until the server stops.
+		p.log.Warn("access: web sessions are not kept across a restart", "err", err)
+	}
 	return session, eventlog.FormatTime(sexp), true
 }
 
