@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -20,8 +21,32 @@ import (
 	"github.com/thrumhq/thrum/store"
 )
 
-// Version is the version of thrum reported by health.
-const Version = "0.1.0"
+// Version is the version of thrum reported by health. A release build
+// may set it: go build -ldflags "-X github.com/thrumhq/thrum.Version=…".
+var Version = "0.1.0"
+
+// CurrentBuild is the build of the running program, as health reports
+// it: Version, and the version control stamps that the go command
+// records in a binary built in a git checkout (for an embedding program,
+// its own repository's).
+func CurrentBuild() rpc.Build {
+	b := rpc.Build{Version: Version}
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return b
+	}
+	for _, s := range info.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			b.Revision = s.Value
+		case "vcs.modified":
+			b.Modified = s.Value == "true"
+		case "vcs.time":
+			b.VCSTime = s.Value
+		}
+	}
+	return b
+}
 
 // Defaults of Options.
 const (
@@ -441,7 +466,7 @@ func (n *Node) Health(ctx context.Context, _ *rpc.HealthParams) (*rpc.HealthResu
 	return &rpc.HealthResult{
 		Status:    status,
 		UptimeMs:  time.Since(n.started).Milliseconds(),
-		Version:   Version,
+		Build:     CurrentBuild(),
 		RepoID:    n.opts.RepoID,
 		SyncState: sync,
 		Problems:  problems,

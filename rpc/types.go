@@ -116,7 +116,7 @@ type HealthParams struct{}
 type HealthResult struct {
 	Status    string `json:"status"` // "ok" or "degraded"
 	UptimeMs  int64  `json:"uptime_ms"`
-	Version   string `json:"version"`
+	Build            // the serving program's
 	RepoID    string `json:"repo_id"`
 	SyncState string `json:"sync_state"` // "synced", "pending" or "error"
 	// Problems says what makes the status "degraded", one sentence each
@@ -125,6 +125,17 @@ type HealthResult struct {
 	// Repairs lists what the node repaired when it opened (torn log tails
 	// moved aside), one sentence each.
 	Repairs []string `json:"repairs,omitempty"`
+}
+
+// Build identifies a build of a program: thrum's Version and what the go
+// command stamped in the binary when it was built in a git checkout (the
+// main module's commit, whether the tree had uncommitted changes, and the
+// commit's time). A binary built elsewhere has only the version.
+type Build struct {
+	Version  string `json:"version"`
+	Revision string `json:"revision"`
+	Modified bool   `json:"modified"`
+	VCSTime  string `json:"vcs_time"`
 }
 
 // AuthParams authenticate a connection: with an agent's or user's Token,

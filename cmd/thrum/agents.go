@@ -6,7 +6,6 @@ import (
 	"io"
 	"time"
 
-	"github.com/thrumhq/thrum"
 	"github.com/thrumhq/thrum/rpc"
 )
 
@@ -125,14 +124,5 @@ func (c *AgentCleanupCmd) Run(ctx context.Context, g *Globals) error {
 			t.flush()
 		}
 		fmt.Fprintln(w, r.Message)
-	})
-}
-
-// VersionCmd prints the version.
-type VersionCmd struct{}
-
-func (c *VersionCmd) Run(g *Globals) error {
-	return g.out(map[string]string{"version": thrum.Version}, func(w io.Writer) {
-		fmt.Fprintf(w, "thrum %s\n", thrum.Version)
 	})
 }

@@ -46,7 +46,10 @@ type Globals struct {
 	// agentFlag is whether --agent-id is on the command line, not only in
 	// THRUM_NAME: setup writes the flag's agent into the host's files.
 	agentFlag bool
-	env       func(string) string
+	// buildChecked is whether this run compared its build with the
+	// daemon's (checkBuild).
+	buildChecked bool
+	env          func(string) string
 }
 
 // CLI is the command tree.
@@ -116,7 +119,7 @@ func runEnv(ctx context.Context, args []string, stdout, stderr io.Writer, env fu
 	parser, err := kong.New(&cli,
 		kong.Name("thrum"),
 		kong.Description("Persistent messaging for AI coding agents."),
-		kong.Vars{"version": "thrum " + thrum.Version},
+		kong.Vars{"version": strings.TrimSuffix(versionText(thrum.CurrentBuild()), "\n")},
 		kong.Writers(stdout, stderr),
 		kong.Exit(func(c int) { panic(kongExit(c)) }),
 		kong.ConfigureHelp(kong.HelpOptions{Compact: true}),

@@ -50,7 +50,9 @@ func connect(ctx context.Context, g *Globals) (*session, error) {
 		return nil, withCode(exitNoDaemon, "no daemon is running for %s: start it with `thrum daemon start`", l.Root)
 	}
 	g.debugf("connected to %s", l.Socket)
-	return &session{g: g, l: l, c: c}, nil
+	s := &session{g: g, l: l, c: c}
+	s.checkBuild(ctx)
+	return s, nil
 }
 
 // connectAs dials the daemon and binds the connection to the resolved
