@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -55,7 +56,7 @@ func (c *InitCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return fmt.Errorf("init: %w", err)
 	}
-	res := map[string]any{"root": l.Root, "git": l.Git, "log_dir": l.LogDir, "home": l.Home, "created": created}
+	res := map[string]any{"root": l.Root, "git": l.Git, "log_dir": l.LogDir, "home": l.Home, "created": created, "shares": l.Shared}
 	return g.out(res, func(w io.Writer) {
 		if len(created) == 0 {
 			fmt.Fprintf(w, "thrum is already set up in %s\n", l.Root)
@@ -64,6 +65,9 @@ func (c *InitCmd) Run(ctx context.Context, g *Globals) error {
 			for _, c := range created {
 				fmt.Fprintf(w, "  created %s\n", c)
 			}
+		}
+		if l.Shared != "" {
+			fmt.Fprintf(w, "  this worktree shares the daemon and log of %s (see .thrum/redirect); its agents' identities are its own\n", filepath.Dir(l.Shared))
 		}
 		next := "thrum quickstart --name NAME --role ROLE --module MODULE"
 		if _, err := health(ctx, l); err == nil {
@@ -78,10 +82,11 @@ func (c *InitCmd) Run(ctx context.Context, g *Globals) error {
 
 // DaemonCmd groups the daemon's lifecycle.
 type DaemonCmd struct {
-	Start  DaemonStartCmd  `cmd:"" help:"Start the daemon in the background and wait until it answers."`
-	Stop   DaemonStopCmd   `cmd:"" help:"Stop the daemon gracefully."`
-	Status DaemonStatusCmd `cmd:"" help:"Show whether the daemon runs: pid, uptime, socket, WebSocket port."`
-	Run    DaemonRunCmd    `cmd:"" help:"Run the daemon in the foreground (what start runs)."`
+	Start   DaemonStartCmd   `cmd:"" help:"Start the daemon in the background and wait until it answers."`
+	Stop    DaemonStopCmd    `cmd:"" help:"Stop the daemon gracefully."`
+	Restart DaemonRestartCmd `cmd:"" help:"Stop the daemon and start it again with the flags it was started with."`
+	Status  DaemonStatusCmd  `cmd:"" help:"Show whether the daemon runs: pid, uptime, socket, WebSocket port."`
+	Run     DaemonRunCmd     `cmd:"" help:"Run the daemon in the foreground (what start runs)."`
 }
 
 // DaemonRunCmd runs the daemon in the foreground until interrupted.
@@ -205,7 +210,7 @@ func (c *DaemonRunCmd) Run(ctx context.Context, g *Globals) error {
 			return err
 		}
 	}
-	ropts := &thrum.RPCOptions{OwnerSecret: secret, Logger: logger}
+	ropts := &thrum.RPCOptions{OwnerSecret: secret, Logger: logger, WebSessionFile: filepath.Join(filepath.Dir(l.Socket), "web.sessions")}
 	if gs != nil {
 		ropts.Sync = rpcSync{gs}
 	}
@@ -214,12 +219,15 @@ func (c *DaemonRunCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	wl, err := net.Listen("tcp", c.WSAddr)
+	wl, was, err := listenWS(c.WSAddr, l.WSPort)
 	if err != nil {
 		ul.Close()
 		return fmt.Errorf("daemon: websocket: %w", err)
 	}
 	port := wl.Addr().(*net.TCPAddr).Port
+	if was != 0 {
+		logger.Warn("the web console's port is taken: it moved; open the console again with thrum web", "was", was, "now", port)
+	}
 	mux := http.NewServeMux()
 	mux.Handle("/ws", srv)
 	mux.Handle("/", webui.Handler()) // the web console (thrum web signs a browser in)
@@ -234,8 +242,11 @@ func (c *DaemonRunCmd) Run(ctx context.Context, g *Globals) error {
 	if err := writeFile(l.PIDFile, strconv.Itoa(os.Getpid())); err != nil {
 		return err
 	}
-	defer os.Remove(l.PIDFile)
-	defer os.Remove(l.WSPort)
+	defer os.Remove(l.PIDFile) // the port file stays: the next start binds that port again if it can
+	flags, _ := json.Marshal(daemonFlags{WSAddr: c.WSAddr, SyncInterval: c.SyncInterval, SyncWait: c.SyncWait, Verbose: g.Verbose})
+	if err := writeFile(flagsFile(l), string(flags)); err != nil {
+		return err
+	}
 
 	syncDone := make(chan struct{})
 	syncCtx, stopSync := context.WithCancel(context.Background())
@@ -279,6 +290,33 @@ func (c *DaemonRunCmd) Run(ctx context.Context, g *Globals) error {
 	return nil
 }
 
+// listenWS listens on addr. With port 0 (any) it first tries the port
+// recorded in portFile by the last daemon, so that a web console left
+// open finds the daemon again after a restart; was is that port when it
+// was taken (0 if none was recorded, or it was free).
+func listenWS(addr, portFile string) (l net.Listener, was int, err error) {
+	host, port, _ := net.SplitHostPort(addr)
+	if p := readPort(portFile); port == "0" && p > 0 {
+		if l, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(p))); err == nil {
+			return l, 0, nil
+		}
+		was = p
+	}
+	l, err = net.Listen("tcp", addr)
+	return l, was, err
+}
+
+// daemonFlags are the flags a daemon was started with, recorded by it
+// (flagsFile) for daemon restart.
+type daemonFlags struct {
+	WSAddr       string        `json:"ws_addr"`
+	SyncInterval time.Duration `json:"sync_interval"`
+	SyncWait     time.Duration `json:"sync_wait"`
+	Verbose      bool          `json:"verbose"`
+}
+
+func flagsFile(l *layout) string { return filepath.Join(filepath.Dir(l.PIDFile), "daemon.flags") }
+
 // followLiveHeap keeps the soft memory limit above what the live heap
 // needs, until ctx ends. A fixed limit turns into a collector that never
 // rests once the message index alone outgrows it (a daemon at 100k
@@ -320,6 +358,9 @@ func writeFile(path, s string) error {
 	return private.WriteFile(path, []byte(s+"\n"))
 }
 
+// readPort is the port in path (the ws.port file), or 0.
+func readPort(path string) int { return readPID(path) }
+
 func readPID(path string) int {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -340,6 +381,8 @@ type DaemonStartCmd struct {
 	SyncInterval time.Duration `default:"60s" help:"How often to sync with the git remote when idle."`
 	SyncWait     time.Duration `default:"2s" help:"How long a send naming an unknown recipient waits for a sync with the git remote before refusing (0: no wait)."`
 	Timeout      time.Duration `default:"10s" help:"How long to wait for the daemon to answer."`
+
+	verbose bool // run the daemon with --verbose (restart: it was)
 }
 
 func (c *DaemonStartCmd) Help() string {
@@ -387,8 +430,12 @@ func (c *DaemonStartCmd) Run(ctx context.Context, g *Globals) error {
 	if g.Home != "" {
 		args = append([]string{"--home", g.Home}, args...)
 	}
-	if g.Verbose {
+	if g.Verbose || c.verbose {
 		args = append([]string{"--verbose"}, args...)
+	}
+	lastPort := 0 // the port an open console knows, which the daemon takes again if free
+	if _, port, _ := net.SplitHostPort(c.WSAddr); port == "0" {
+		lastPort = readPort(l.WSPort)
 	}
 	cmd := exec.Command(exe, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
@@ -408,10 +455,17 @@ func (c *DaemonStartCmd) Run(ctx context.Context, g *Globals) error {
 				return alreadyRunning(g, l, pid, h)
 			}
 			st := statusJSON(l, cmd.Process.Pid, h)
+			moved := lastPort > 0 && st["ws_port"] != lastPort
+			if moved {
+				st["ws_port_was"] = lastPort
+			}
 			return g.out(st, func(w io.Writer) {
 				fmt.Fprintf(w, "Daemon started (pid %d)\n  socket:    %s\n", cmd.Process.Pid, l.Socket)
 				if p, ok := st["ws_port"]; ok {
 					fmt.Fprintf(w, "  websocket: %s\n", wsURL(c.WSAddr, p))
+				}
+				if moved {
+					fmt.Fprintf(w, "  the web console's port %d was taken, so it moved to %v: open the console again with thrum web\n", lastPort, st["ws_port"])
 				}
 				printHealthNotes(w, h)
 			})
@@ -520,12 +574,10 @@ func health(ctx context.Context, l *layout) (*rpc.HealthResult, error) {
 
 func statusJSON(l *layout, pid int, h *rpc.HealthResult) map[string]any {
 	out := map[string]any{"running": h != nil, "pid": pid, "socket": l.Socket, "log_dir": l.LogDir}
-	if b, err := os.ReadFile(l.WSPort); err == nil {
-		if p, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+	if h != nil { // the port file outlives the daemon
+		if p := readPort(l.WSPort); p > 0 {
 			out["ws_port"] = p
 		}
-	}
-	if h != nil {
 		out["health"] = h
 	}
 	return out
@@ -536,6 +588,9 @@ func statusJSON(l *layout, pid int, h *rpc.HealthResult) map[string]any {
 // state (another THRUM_HOME or --home), whose socket is not this one, or
 // it is busy.
 func notAnswering(l *layout, pid int, herr error) string {
+	if deletedUnder(pid, filepath.Dir(l.Socket)) {
+		return fmt.Sprintf("its runtime directory %s was deleted while it ran: stop it (thrum daemon stop) and start it again", filepath.Dir(l.Socket))
+	}
 	if readPID(l.PIDFile) == pid {
 		return fmt.Sprintf("no answer on %s (%v): it may be busy; see its log, %s", l.Socket, herr, l.LogFile)
 	}
@@ -549,6 +604,24 @@ func notAnswering(l *layout, pid int, herr error) string {
 		return fmt.Sprintf("its runtime state is in %s, not in %s: run thrum without THRUM_HOME or --home to use it, or stop it first (thrum daemon stop)", home, l.Home)
 	}
 	return fmt.Sprintf("it was started with another THRUM_HOME than %s: use that one, or stop it first (thrum daemon stop)", l.Home)
+}
+
+// deletedUnder reports whether process pid holds open a file under dir
+// that was deleted: its runtime directory, removed under it (Linux's
+// /proc only; elsewhere false).
+func deletedUnder(pid int, dir string) bool {
+	fds := fmt.Sprintf("/proc/%d/fd", pid)
+	ents, err := os.ReadDir(fds)
+	if err != nil {
+		return false
+	}
+	for _, e := range ents {
+		t, err := os.Readlink(filepath.Join(fds, e.Name()))
+		if err == nil && strings.HasPrefix(t, dir+string(filepath.Separator)) && strings.HasSuffix(t, " (deleted)") {
+			return true
+		}
+	}
+	return false
 }
 
 // lockedBy returns the live process holding the data directory's lock:
@@ -575,6 +648,12 @@ func (c *DaemonStopCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
+	return stopDaemon(g, l, c.Timeout, g.out)
+}
+
+// stopDaemon stops l's daemon, waiting up to timeout, and reports what
+// it did through out (Globals.out, or what restart makes of it).
+func stopDaemon(g *Globals, l *layout, timeout time.Duration, out func(any, func(io.Writer)) error) error {
 	pid := readPID(l.PIDFile)
 	// Signal only the process that holds the data directory's lock: after
 	// a crash the pid file may name an unrelated process that got its ID.
@@ -589,7 +668,7 @@ func (c *DaemonStopCmd) Run(ctx context.Context, g *Globals) error {
 				return fmt.Errorf("daemon stop: %w", err)
 			}
 		}
-		return g.out(map[string]any{"stopped": false, "running": false, "stale_pid_removed": stale, "pid": pid}, func(w io.Writer) {
+		return out(map[string]any{"stopped": false, "running": false, "stale_pid_removed": stale, "pid": pid}, func(w io.Writer) {
 			if stale {
 				fmt.Fprintf(w, "Daemon is not running: removed the stale pid file (it named pid %d, which is not the daemon; nothing was signalled)\n", pid)
 				return
@@ -597,23 +676,67 @@ func (c *DaemonStopCmd) Run(ctx context.Context, g *Globals) error {
 			fmt.Fprintln(w, "Daemon is not running")
 		})
 	}
-	if pid != holder {
+	if pid > 0 && pid != holder {
 		g.hint("the pid file names %d but the daemon is %d: stopping %d", pid, holder, holder)
-		pid = holder
 	}
+	pid = holder
 	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
 		return fmt.Errorf("daemon stop: %w", err)
 	}
-	deadline := time.Now().Add(c.Timeout)
+	deadline := time.Now().Add(timeout)
 	for alive(pid) && !zombie(pid) {
 		if time.Now().After(deadline) {
-			return fmt.Errorf("daemon (pid %d) did not stop within %v", pid, c.Timeout)
+			return fmt.Errorf("daemon (pid %d) did not stop within %v", pid, timeout)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	return g.out(map[string]any{"stopped": true, "pid": pid}, func(w io.Writer) {
+	return out(map[string]any{"stopped": true, "pid": pid}, func(w io.Writer) {
 		fmt.Fprintf(w, "Daemon stopped (pid %d)\n", pid)
 	})
+}
+
+// DaemonRestartCmd stops the daemon and starts it again.
+type DaemonRestartCmd struct {
+	Timeout time.Duration `default:"15s" help:"How long to wait for the daemon to stop, and then to answer."`
+}
+
+func (c *DaemonRestartCmd) Help() string {
+	return `Stops the daemon (if it runs) and starts it again with the flags it was
+started with, which it recorded in .thrum/var/daemon.flags (a daemon of an
+older thrum recorded none: then daemon start's defaults). Run it after
+installing a new thrum: the old daemon keeps running until then, and every
+command says so. Messages are kept; a new build whose projection changed
+rebuilds it from the log as it starts. The web console's port is kept when
+it is free, so an open console reconnects by itself.
+
+Examples:
+  thrum daemon restart
+  thrum daemon restart --json`
+}
+
+func (c *DaemonRestartCmd) Run(ctx context.Context, g *Globals) error {
+	l, err := resolveLayout(ctx, g)
+	if err != nil {
+		return err
+	}
+	// daemon start's defaults, for a daemon that recorded no flags.
+	f := daemonFlags{WSAddr: "127.0.0.1:0", SyncInterval: 60 * time.Second, SyncWait: 2 * time.Second}
+	if b, err := os.ReadFile(flagsFile(l)); err == nil {
+		if err := json.Unmarshal(b, &f); err != nil {
+			return fmt.Errorf("daemon restart: %s: %w", flagsFile(l), err)
+		}
+	}
+	err = stopDaemon(g, l, c.Timeout, func(v any, human func(io.Writer)) error {
+		if !g.JSON && v.(map[string]any)["stopped"] == true {
+			human(g.stdout) // one JSON document: start's
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	start := &DaemonStartCmd{WSAddr: f.WSAddr, SyncInterval: f.SyncInterval, SyncWait: f.SyncWait, Timeout: c.Timeout, verbose: f.Verbose}
+	return start.Run(ctx, g)
 }
 
 // zombie reports a process that exited but is not gone yet: not reaped
