@@ -126,6 +126,7 @@ func (n *Node) replaySend(ctx context.Context, k *store.Keyed, f *sendForm, thre
 			res.Recipients = append(res.Recipients, rc)
 		}
 	}
+	n.markActive(ctx, res.Recipients) // who is active now, as a first send says
 	return res, nil
 }
 

@@ -47,7 +47,7 @@ var ErrServerClosed = jsonrpc.ErrServerClosed
 
 // Defaults of RPCOptions: the engine's, named here for embedders.
 const (
-	DefaultMaxRequestBytes = jsonrpc.DefaultMaxLineBytes    // 1 MiB
+	DefaultMaxRequestBytes = jsonrpc.DefaultMaxLineBytes    // 2 MiB: a message at DefaultMaxContentBytes fits with every byte escaped (six bytes in JSON)
 	DefaultMaxBatch        = jsonrpc.DefaultMaxBatch        // 100
 	DefaultMaxConns        = jsonrpc.DefaultMaxConns        // 256
 	DefaultMaxUnauthConns  = jsonrpc.DefaultMaxUnauthConns  // 16

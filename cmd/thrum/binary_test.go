@@ -63,7 +63,7 @@ func TestEndToEndBinary(t *testing.T) {
 	r = c.ok("bob", "inbox", "--unread")
 	contains(t, "bob inbox --unread", r.stdout, "│ ● "+m1+"  @alice  just now", "│   Auth module complete, all tests passing", "Showing 1-1 of 1 message (1 unread)\n")
 	r = c.ok("bob", "inbox", "--mark-read")
-	contains(t, "bob inbox --mark-read", r.stdout, "│ ● "+m1, "(1 unread)", "> Marked 1 message as read\n")
+	contains(t, "bob inbox --mark-read", r.stdout, "│ ● "+m1, "(0 unread)", "> Marked 1 message as read\n")
 	r = c.ok("bob", "inbox")
 	contains(t, "bob inbox again", r.stdout, "│ ○ "+m1, "(0 unread)")
 
@@ -73,7 +73,7 @@ func TestEndToEndBinary(t *testing.T) {
 
 	r = c.ok("alice", "inbox", "--mentions", "--unread")
 	contains(t, "alice inbox --mentions --unread", r.stdout, "↳ ● "+reply+"  @bob", "Looks good, merging now")
-	r = c.ok("alice", "inbox")
+	r = c.ok("alice", "inbox", "--all")
 	checkGrouped(t, r.stdout, m1, reply)
 	contains(t, "alice inbox", r.stdout, "│   ↳ ● "+reply, "Showing 1-2 of 2 messages (1 unread)\n")
 
@@ -82,7 +82,7 @@ func TestEndToEndBinary(t *testing.T) {
 	if err := os.MkdirAll(sub, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(thrumBin, "--json", "inbox")
+	cmd := exec.Command(thrumBin, "--json", "inbox", "--all")
 	cmd.Dir = sub
 	cmd.Env = append(cleanEnv(), "THRUM_NAME=alice")
 	var out, errb bytes.Buffer

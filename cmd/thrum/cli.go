@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/alecthomas/kong"
@@ -131,7 +132,16 @@ func runEnv(ctx context.Context, args []string, stdout, stderr io.Writer, env fu
 		fmt.Fprintf(stderr, "thrum: %v\n", err)
 		return exitError
 	}
+	// thrum help [COMMAND] prints help, as --help does.
+	if i := firstArg(args); i < len(args) && args[i] == "help" {
+		args = append(slices.Delete(slices.Clone(args), i, i+1), "--help")
+	}
 	kctx, err := parser.Parse(args)
+	var pe *kong.ParseError
+	if errors.As(err, &pe) && pe.Context.Selected() == nil && strings.HasPrefix(err.Error(), "expected one of") {
+		// thrum without a command: the overview, as thrum help prints it.
+		_, err = parser.Parse([]string{"--help"})
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "thrum: %v\n", err)
 		return exitUsage
@@ -141,6 +151,20 @@ func runEnv(ctx context.Context, args []string, stdout, stderr io.Writer, env fu
 		return exitOK
 	}
 	return report(&cli.Globals, err)
+}
+
+// firstArg is the index in args of the first that is neither a global
+// flag nor its value: the command.
+func firstArg(args []string) int {
+	for i := 0; i < len(args); i++ {
+		switch a := args[i]; {
+		case a == "--repo" || a == "--home" || a == "--role" || a == "--module" || a == "--agent-id":
+			i++
+		case !strings.HasPrefix(a, "-"):
+			return i
+		}
+	}
+	return len(args)
 }
 
 // hasFlag reports whether args name the long flag (as "--flag" or

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 
@@ -79,6 +80,9 @@ func (s *session) identify(ctx context.Context) error {
 		RoleFromEnv: s.g.Role != "" && env("THRUM_ROLE") == s.g.Role,
 	}
 	f, src, err := identity.Resolve(s.l.IDs, sel)
+	if err != nil && sel.Name != "" {
+		return s.nameHint(ctx, sel.Name, err)
+	}
 	if err != nil {
 		return err
 	}
@@ -93,4 +97,43 @@ func (s *session) identify(ctx context.Context) error {
 	}
 	s.g.debugf("acting as %s (%s)", f.AgentID, src)
 	return nil
+}
+
+// nameHint is err, the failure to find the identity named name here,
+// with the step that leads on: the underscore form of a name with a
+// hyphen, the worktree the agent works in, or the nearest name this
+// worktree or the daemon knows.
+func (s *session) nameHint(ctx context.Context, name string, err error) error {
+	name = identity.NormalizeAgentID(name)
+	if u := underscored(name); u != "" {
+		return &hintedError{err, "did you mean " + u + "?"}
+	}
+	if elsewhere, _ := identityElsewhere(ctx, s.l, name); len(elsewhere) > 0 {
+		return &hintedError{err, fmt.Sprintf("%s works in %s: run it there", name, worktreeOf(s.l, elsewhere[0]))}
+	}
+	var known []string
+	if files, err := identity.List(s.l.IDs); err == nil {
+		for _, f := range files {
+			known = append(known, f.AgentID)
+		}
+	}
+	if r, err := s.c.ListAgents(ctx, &rpc.ListAgentsParams{}); err == nil {
+		for _, a := range r.Agents {
+			known = append(known, a.AgentID)
+		}
+	}
+	if m := didYouMean(name, known); m != "" {
+		return &hintedError{err, fmt.Sprintf("did you mean %s? (THRUM_NAME=%s)", m, m)}
+	}
+	return err
+}
+
+// worktreeOf is the worktree of an identity file (WORKTREE/.thrum/
+// identities/NAME.json), relative to l's root when that is shorter.
+func worktreeOf(l *layout, identityFile string) string {
+	wt := filepath.Dir(filepath.Dir(filepath.Dir(identityFile)))
+	if rel, err := filepath.Rel(l.Root, wt); err == nil && len(rel) < len(wt) {
+		return rel
+	}
+	return wt
 }

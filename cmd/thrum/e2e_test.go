@@ -99,7 +99,8 @@ func TestEndToEndRun(t *testing.T) {
 	contains(t, "--agent-id whoami", c.ok("", "--agent-id", "alice", "agent", "whoami").stdout, "Agent:   @alice")
 
 	// Empty inbox.
-	contains(t, "empty inbox", c.ok("alice", "inbox").stdout, "No messages in inbox.")
+	contains(t, "empty inbox", c.ok("alice", "inbox").stdout, "No messages addressed to @alice; thrum inbox --all lists all 0 messages\n")
+	contains(t, "empty inbox --all", c.ok("alice", "inbox", "--all").stdout, "No messages in inbox.")
 
 	// Usage errors of send, before anything is sent.
 	c.fails(exitUsage, "alice", []string{"send", "x", "--scope", "module"}, `--scope "module": use type:value`)
@@ -147,7 +148,7 @@ func TestEndToEndRun(t *testing.T) {
 	lacks(t, "inbox --scope", r.stdout, m2)
 	r = c.ok("bob", "inbox", "--scope", "module:billing")
 	contains(t, "inbox --scope (empty)", r.stdout, "No messages matching filter --scope module:billing\n",
-		"Showing 0 of 2 total messages (filter: scope=module:billing)\n")
+		"Showing 0 of 2 total messages (filter: scope=module:billing, to you)\n")
 	contains(t, "inbox --mentions", c.ok("bob", "inbox", "--mentions", "--unread").stdout, m1, m2)
 
 	// A reply marks the original read.
@@ -172,9 +173,9 @@ func TestEndToEndRun(t *testing.T) {
 	}
 	c.ok("alice", "send", "Third", "--to", "@bob")
 	r = c.ok("bob", "inbox", "--mark-read")
-	contains(t, "inbox", r.stdout, "● ", "(1 unread)", "> Marked 1 message as read\n")
+	contains(t, "inbox", r.stdout, "● ", "(0 unread)", "> Marked 1 message as read\n")
 	r = c.ok("bob", "inbox", "--unread")
-	contains(t, "inbox --unread (empty)", r.stdout, "No messages matching filter --unread\n", "Showing 0 of 5 total messages (filter: unread)\n")
+	contains(t, "inbox --unread (empty)", r.stdout, "No messages matching filter --unread\n", "Showing 0 of 5 total messages (filter: to you, unread)\n")
 	r = c.ok("bob", "inbox")
 	lacks(t, "inbox after marking", r.stdout, "● ")
 	contains(t, "inbox after marking", r.stdout, "(0 unread)")
@@ -368,7 +369,9 @@ func TestEndToEndRun(t *testing.T) {
 	r = c.ok("bob", "thread", "get", tid, "--page-size", "1")
 	contains(t, "thread get --page-size 1", r.stdout, "Showing 1-1 of 2 messages", "Next page: thrum thread get "+tid+" --page-size 1 --page 2\n")
 	r = c.ok("bob", "inbox", "--mentions", "--page-size", "1")
-	contains(t, "inbox --page-size 1", r.stdout, "Showing 1-1 of ", "Next page: thrum inbox --mentions --page-size 1 --page 2\n")
+	contains(t, "inbox --page-size 1", r.stdout, "Showing 1-1 of ", "Next page: thrum inbox --page-size 1 --page 2\n")
+	r = c.ok("bob", "inbox", "--all", "--page-size", "1")
+	contains(t, "inbox --all --page-size 1", r.stdout, "Next page: thrum inbox --all --page-size 1 --page 2\n")
 	contains(t, "inbox --page-size 2", c.ok("bob", "inbox", "--page-size", "2", "--page", "2").stdout, "Showing 3-4 of ", "Next page: thrum inbox --page-size 2 --page 3\n")
 	// --quiet leaves out the hint, and the recipient lines of send.
 	r = c.ok("bob", "inbox", "--page-size", "2", "--page", "2", "--quiet")
@@ -534,12 +537,11 @@ func TestHelpEveryCommand(t *testing.T) {
 	}
 	// -h too, and the bare program and a group without a subcommand are
 	// usage errors.
-	if r := c.run("send", "-h"); r.code != 0 || !strings.Contains(r.stdout, "Usage: thrum send <message>") {
+	if r := c.run("send", "-h"); r.code != 0 || !strings.Contains(r.stdout, "Usage: thrum send [<message>]") {
 		t.Errorf("send -h:\n%s", r)
 	}
-	c.fails(exitUsage, "", nil, "expected one of")
 	c.fails(exitUsage, "", []string{"daemon"}, `expected one of "start"`)
-	c.fails(exitUsage, "", []string{"send"}, "expected \"<message>\"")
+	c.fails(exitUsage, "", []string{"send"}, "no message text")
 }
 
 // recent matches the relative time of something that happened during the

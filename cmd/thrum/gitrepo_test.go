@@ -191,7 +191,7 @@ func TestGitRepoUntouched(t *testing.T) {
 		}
 	}
 	var inbox map[string]any
-	c.okJSON(&inbox, "carol", "inbox", "--page-size", "1")
+	c.okJSON(&inbox, "carol", "inbox", "--all", "--page-size", "1")
 	if got := int(num(inbox, "total")); got != sent-deleted {
 		t.Errorf("inbox total = %d, want %d sent - %d deleted", got, sent, deleted)
 	}

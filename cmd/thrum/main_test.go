@@ -48,9 +48,10 @@ func (r result) String() string {
 // thrumCLI runs thrum against one repository, in-process through runEnv
 // (bin == "") or through the built binary.
 type thrumCLI struct {
-	t    testing.TB
-	repo string
-	bin  string
+	t     testing.TB
+	repo  string
+	bin   string
+	stdin string // the binary's standard input
 }
 
 // as runs thrum with THRUM_NAME=name (none when name is ""). --repo is
@@ -85,6 +86,7 @@ func (c *thrumCLI) withEnv(env map[string]string, args ...string) result {
 	}
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
+	cmd.Stdin = strings.NewReader(c.stdin)
 	err := cmd.Run()
 	r.stdout, r.stderr = out.String(), errb.String()
 	if ee, ok := err.(*exec.ExitError); ok {
@@ -171,11 +173,11 @@ func lacks(t testing.TB, what, s string, bad ...string) {
 	}
 }
 
-// startDaemon runs `daemon start --json` and registers a cleanup that
+// startDaemon runs `daemon start --json` with flags and registers a cleanup that
 // stops the daemon: `daemon stop`, then SIGKILL by the recorded pid and by
 // the pid file if anything is still alive. It also fails the test if the
 // daemon's log shows a data race or a panic. It returns the parsed status.
-func startDaemon(t testing.TB, c *thrumCLI) map[string]any {
+func startDaemon(t testing.TB, c *thrumCLI, flags ...string) map[string]any {
 	t.Helper()
 	pidFile := filepath.Join(c.repo, ".thrum", "var", "thrum.pid")
 	logFile := filepath.Join(c.repo, ".thrum", "var", "daemon.log")
@@ -200,7 +202,7 @@ func startDaemon(t testing.TB, c *thrumCLI) map[string]any {
 		}
 	})
 	var st map[string]any
-	r := c.okJSON(&st, "", "daemon", "start")
+	r := c.okJSON(&st, "", append([]string{"daemon", "start"}, flags...)...)
 	n, ok := st["pid"].(float64)
 	if !ok || n <= 0 {
 		t.Fatalf("daemon start --json has no pid:\n%s", r)

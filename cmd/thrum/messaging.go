@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/thrumhq/thrum"
 	"github.com/thrumhq/thrum/identity"
 	"github.com/thrumhq/thrum/rpc"
 )
@@ -44,6 +45,12 @@ Examples:
 }
 
 func (c *QuickstartCmd) Run(ctx context.Context, g *Globals) error {
+	if err := identity.ValidateName(c.Name); err != nil {
+		if u := underscored(c.Name); u != "" {
+			err = &hintedError{err, "did you mean " + u + "?"}
+		}
+		return &codeError{code: exitUsage, err: err}
+	}
 	role, module := g.Role, g.Module
 	if role == "" || module == "" {
 		return withCode(exitUsage, "quickstart needs --role and --module, e.g. thrum quickstart --name %s --role implementer --module auth", c.Name)
@@ -72,9 +79,18 @@ func (c *QuickstartCmd) Run(ctx context.Context, g *Globals) error {
 	if _, err := s.c.Auth(ctx, &rpc.AuthParams{Token: reg.Token}); err != nil {
 		return err
 	}
-	ses, err := s.c.StartSession(ctx, &rpc.StartSessionParams{AgentID: reg.AgentID})
+	sp := &rpc.StartSessionParams{AgentID: reg.AgentID}
+	if s.l.Git { // the session names its worktree: heartbeats record the branch and changes
+		sp.Refs = []rpc.Pair{{Type: rpc.RefWorktree, Value: s.l.Root}}
+	}
+	ses, err := s.c.StartSession(ctx, sp)
 	if err != nil {
 		return err
+	}
+	if s.l.Git {
+		if _, err := s.c.Heartbeat(ctx, &rpc.HeartbeatParams{SessionID: ses.SessionID}); err != nil {
+			return err
+		}
 	}
 	if c.Intent != "" {
 		if _, err := s.c.SetIntent(ctx, &rpc.SetIntentParams{SessionID: ses.SessionID, Intent: &c.Intent}); err != nil {
@@ -149,7 +165,8 @@ func parsePairs(flag string, in []string) ([]rpc.Pair, error) {
 
 // SendCmd sends a message.
 type SendCmd struct {
-	Message    string   `arg:"" help:"Message text."`
+	Message    string   `arg:"" optional:"" help:"Message text; - reads it from stdin."`
+	File       string   `short:"F" type:"path" help:"Read the message text from this file."`
 	To         []string `help:"Recipient: @name, @role, @group or @everyone (repeatable; adds a mention)."`
 	Scope      []string `help:"Scope as type:value, e.g. module:auth (repeatable)."`
 	Ref        []string `help:"Reference as type:value, e.g. issue:beads-42 (repeatable)."`
@@ -167,8 +184,8 @@ type SendCmd struct {
 func (c *SendCmd) Help() string {
 	return `--to (or --mention) addresses the message: to an agent by name, a role, a
 group, or @everyone; send says whom each address reaches. Without one the
-message is addressed to no one: it is listed in every plain thrum inbox and
-in the web console, but no agent is notified or gets it from its MCP tools
+message is addressed to no one: thrum inbox --all and the web console list it,
+but no agent is notified or gets it from its MCP tools
 (check_messages, wait_for_message). Use --to @everyone to reach every agent.
 
 Examples:
@@ -181,6 +198,10 @@ Examples:
 }
 
 func (c *SendCmd) Run(ctx context.Context, g *Globals) error {
+	content, err := messageText(c.Message, c.File)
+	if err != nil {
+		return err
+	}
 	scopes, err := parsePairs("--scope", c.Scope)
 	if err != nil {
 		return err
@@ -189,7 +210,7 @@ func (c *SendCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	p := &rpc.SendMessageParams{Content: c.Message, Format: c.Format, Priority: c.Priority, ThreadID: c.Thread,
+	p := &rpc.SendMessageParams{Content: content, Format: c.Format, Priority: c.Priority, ThreadID: c.Thread,
 		Scopes: scopes, Refs: refs, Mentions: append(append([]string{}, c.To...), c.Mention...),
 		AckRequired: c.Ack, AckWithin: c.AckWithin}
 	if c.Broadcast {
@@ -207,6 +228,9 @@ func (c *SendCmd) Run(ctx context.Context, g *Globals) error {
 		p.IdempotencyKey = newIdempotencyKey()
 	}
 	r, err := sendRetrying(ctx, g, p)
+	if rpc.Reason(err) == rpc.ReasonUnknownRecipient {
+		return recipientHint(ctx, g, p.Mentions, err)
+	}
 	if err != nil {
 		return err
 	}
@@ -217,7 +241,7 @@ func (c *SendCmd) Run(ctx context.Context, g *Globals) error {
 		}
 		fmt.Fprintf(w, "> Message sent: %s\n", r.MessageID)
 		if len(r.Recipients) == 0 {
-			fmt.Fprintln(w, "  To no one: no agent is notified; it is listed in every plain thrum inbox (--to @everyone reaches every agent)")
+			fmt.Fprintln(w, "  To no one: no agent is notified; thrum inbox --all lists it (--to @everyone reaches every agent)")
 		}
 		for _, rc := range r.Recipients {
 			fmt.Fprintf(w, "  To @%s (%s): %s\n", rc.Address, rc.Kind, reach(rc))
@@ -226,6 +250,73 @@ func (c *SendCmd) Run(ctx context.Context, g *Globals) error {
 			fmt.Fprintf(w, "  Acknowledgement asked: thrum sent --unacked lists it until every recipient has acknowledged\n")
 		}
 	})
+}
+
+// recipientHint is err, a send refused for an unknown recipient, with
+// the nearest address the daemon knows to the first of mentions that is
+// none: an agent, a role or a group.
+func recipientHint(ctx context.Context, g *Globals, mentions []string, err error) error {
+	s, cerr := connect(ctx, g)
+	if cerr != nil {
+		return err
+	}
+	defer s.close()
+	known := []string{"everyone"}
+	if r, err := s.c.ListAgents(ctx, &rpc.ListAgentsParams{}); err == nil {
+		for _, a := range r.Agents {
+			known = append(known, a.AgentID, a.Role)
+		}
+	}
+	if r, err := s.c.ListGroups(ctx, &rpc.ListGroupsParams{}); err == nil {
+		for _, gr := range r.Groups {
+			known = append(known, gr.Name)
+		}
+	}
+	for _, m := range mentions {
+		addr := identity.NormalizeAgentID(m)
+		if slices.Contains(known, addr) {
+			continue
+		}
+		if near := didYouMean(addr, known); near != "" {
+			return &hintedError{err, "did you mean @" + near + "?"}
+		}
+		break
+	}
+	return err
+}
+
+// messageText is a message's text: arg, or stdin when arg is "-", or
+// the file path; one of them, at most thrum.DefaultMaxContentBytes (the
+// daemon's limit), so a long text never meets the shell's limit on
+// arguments nor is refused only after it was sent.
+func messageText(arg, path string) (string, error) {
+	var r io.Reader
+	switch {
+	case path != "" && arg != "":
+		return "", withCode(exitUsage, "give the text once: as an argument, - for stdin, or --file")
+	case path != "":
+		f, err := os.Open(path)
+		if err != nil {
+			return "", withCode(exitUsage, "--file: %v", err)
+		}
+		defer f.Close()
+		r = f
+	case arg == "-":
+		r = os.Stdin
+	case arg == "":
+		return "", withCode(exitUsage, "no message text: give it as an argument, - to read it from stdin, or --file PATH")
+	default:
+		r = strings.NewReader(arg)
+	}
+	b, err := io.ReadAll(io.LimitReader(r, thrum.DefaultMaxContentBytes+1))
+	if err != nil {
+		return "", err
+	}
+	if len(b) > thrum.DefaultMaxContentBytes {
+		return "", withCode(exitUsage, "the message text is over the limit of %d bytes (%d KiB): send a shorter one, or put the rest in a file the message names",
+			thrum.DefaultMaxContentBytes, thrum.DefaultMaxContentBytes>>10)
+	}
+	return string(b), nil
 }
 
 func reach(rc rpc.Recipient) string {
@@ -244,7 +335,8 @@ func reach(rc rpc.Recipient) string {
 // ReplyCmd replies to a message.
 type ReplyCmd struct {
 	MessageID string `arg:"" name:"msg-id" help:"Message to reply to."`
-	Text      string `arg:"" help:"Reply text."`
+	Text      string `arg:"" optional:"" help:"Reply text; - reads it from stdin."`
+	File      string `short:"F" type:"path" help:"Read the reply text from this file."`
 	Format    string `default:"markdown" enum:"markdown,plain,json" help:"Content format: markdown, plain or json."`
 }
 
@@ -261,6 +353,10 @@ Examples:
 }
 
 func (c *ReplyCmd) Run(ctx context.Context, g *Globals) error {
+	content, err := messageText(c.Text, c.File)
+	if err != nil {
+		return err
+	}
 	s, err := connectAs(ctx, g)
 	if err != nil {
 		return err
@@ -270,7 +366,7 @@ func (c *ReplyCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	p := &rpc.SendMessageParams{Content: c.Text, Format: c.Format, ThreadID: orig.Message.ThreadID,
+	p := &rpc.SendMessageParams{Content: content, Format: c.Format, ThreadID: orig.Message.ThreadID,
 		Refs: []rpc.Pair{{Type: rpc.RefReplyTo, Value: c.MessageID}}}
 	if orig.Message.Author.AgentID != s.id.AgentID {
 		p.Mentions = []string{"@" + orig.Message.Author.AgentID}
@@ -292,8 +388,9 @@ func (c *ReplyCmd) Run(ctx context.Context, g *Globals) error {
 
 // InboxCmd lists messages.
 type InboxCmd struct {
+	All      bool   `help:"Every message: the whole feed, not only those addressed to you."`
+	Mentions bool   `help:"Only messages addressed to you (the default; overrides --all)."`
 	Scope    string `help:"Only messages with this scope (type:value)."`
-	Mentions bool   `help:"Only messages addressed to you: by name, role, group or @everyone."`
 	Unread   bool   `help:"Only unread messages."`
 	MarkRead bool   `name:"mark-read" help:"Mark the unread messages shown read for you, as an agent's MCP tools do, and say how many."`
 	PageSize int    `default:"10" help:"Messages per page (1-100)."`
@@ -301,9 +398,12 @@ type InboxCmd struct {
 }
 
 func (c *InboxCmd) Help() string {
-	return `Shows ● for unread and ○ for read messages, replies grouped under their
-original with ↳ (an original that is not in the list, e.g. with
---mentions, is shown above them for context), and (edited) on edited
+	return `Lists the messages addressed to you: by name, role, group or @everyone.
+--all lists every message, the whole feed, and needs no identity.
+
+Shows ● for unread and ○ for read messages, replies grouped under their
+original with ↳ (an original that is not in the list, e.g. your own
+message, is shown above them for context), and (edited) on edited
 messages.
 
 Looking marks nothing read: an agent's messages are consumed by its own
@@ -314,7 +414,7 @@ claim those tools make, and says how many it marked.
 
 Examples:
   thrum inbox
-  thrum inbox --mentions --unread
+  thrum inbox --all
   thrum inbox --unread --mark-read
   thrum inbox --scope module:auth --page 2`
 }
@@ -326,7 +426,8 @@ func (c *InboxCmd) Run(ctx context.Context, g *Globals) error {
 	if c.Page < 1 {
 		return withCode(exitUsage, "--page %d: pages start at 1", c.Page)
 	}
-	p := &rpc.ListMessagesParams{Mentions: c.Mentions, Unread: c.Unread, PageSize: c.PageSize, Page: c.Page}
+	mine := c.Mentions || !c.All
+	p := &rpc.ListMessagesParams{Mentions: mine, Unread: c.Unread, PageSize: c.PageSize, Page: c.Page}
 	var filter []string
 	if c.Scope != "" {
 		sc, err := parsePair("--scope", c.Scope)
@@ -336,13 +437,13 @@ func (c *InboxCmd) Run(ctx context.Context, g *Globals) error {
 		p.Scope = &sc
 		filter = append(filter, "scope="+c.Scope)
 	}
-	if c.Mentions {
-		filter = append(filter, "mentions")
+	if mine {
+		filter = append(filter, "to you")
 	}
 	if c.Unread {
 		filter = append(filter, "unread")
 	}
-	s, err := connectAs(ctx, g)
+	s, err := c.connect(ctx, g, mine)
 	if err != nil {
 		return err
 	}
@@ -357,7 +458,16 @@ func (c *InboxCmd) Run(ctx context.Context, g *Globals) error {
 			all = t.Total
 		}
 	}
-	view := inboxView{Originals: originals(ctx, s, r.Messages), Quiet: g.Quiet, Filter: filter, FilterFlags: c.flags(), AllTotal: all, Now: time.Now(), Me: s.id.AgentID,
+	me := ""
+	if s.id != nil {
+		me = s.id.AgentID
+	}
+	if mine && r.Total == 0 && c.Scope == "" && !c.Unread {
+		return g.out(r, func(w io.Writer) {
+			fmt.Fprintf(w, "No messages addressed to @%s; thrum inbox --all lists all %d %s\n", me, all, plural(all, "message", "messages"))
+		})
+	}
+	view := inboxView{Originals: originals(ctx, s, r.Messages), Quiet: g.Quiet, Filter: filter, FilterFlags: c.flags(), AllTotal: all, Now: time.Now(), Me: me,
 		NextCmd: strings.TrimSpace("thrum inbox "+c.flags()) + pageSizeFlag(c.PageSize)}
 	if !c.MarkRead {
 		return g.out(r, func(w io.Writer) { renderInbox(w, r, view) })
@@ -374,6 +484,8 @@ func (c *InboxCmd) Run(ctx context.Context, g *Globals) error {
 			return err
 		}
 	}
+	r.Unread = max(0, r.Unread-marked.MarkedCount) // what is unread now; the page still shows what was
+
 	out := struct {
 		*rpc.ListMessagesResult
 		MarkedIDs   []string `json:"marked_ids"`
@@ -427,13 +539,31 @@ func pageSizeFlag(n int) string {
 	return fmt.Sprintf(" --page-size %d", n)
 }
 
+// connect connects as the agent whose inbox it is; the whole feed needs
+// no agent, so --all goes on without one.
+func (c *InboxCmd) connect(ctx context.Context, g *Globals, mine bool) (*session, error) {
+	s, err := connect(ctx, g)
+	if err != nil {
+		return nil, err
+	}
+	err = s.identify(ctx)
+	switch {
+	case err == nil || !mine && errors.Is(err, identity.ErrNoIdentity) && g.AgentID == "" && g.Role == "":
+		return s, nil
+	case errors.Is(err, identity.ErrNoIdentity) && hintFor(g, err) != "":
+		err = &hintedError{err, hintFor(g, err) + "; thrum inbox --all lists every message"}
+	}
+	s.close()
+	return nil, err
+}
+
 func (c *InboxCmd) flags() string {
 	var f []string
+	if c.All && !c.Mentions {
+		f = append(f, "--all")
+	}
 	if c.Scope != "" {
 		f = append(f, "--scope "+c.Scope)
-	}
-	if c.Mentions {
-		f = append(f, "--mentions")
 	}
 	if c.Unread {
 		f = append(f, "--unread")

@@ -7,26 +7,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/thrumhq/thrum"
 	"github.com/thrumhq/thrum/internal/thrumtest"
 	"github.com/thrumhq/thrum/mcpserver"
 )
 
 // What a new user runs into in their first hour, against the built
 // binary: each answer must say what happened and what to do.
-
-// TestVersionFlag: --version, the flag a newcomer tries first, prints
-// what the version command prints.
-func TestVersionFlag(t *testing.T) {
-	t.Parallel()
-	c := &thrumCLI{t: t, repo: t.TempDir(), bin: thrumtest.Binary(t)}
-	want := "thrum " + thrum.Version + "\n"
-	for _, args := range [][]string{{"--version"}, {"version"}} {
-		if r := c.ok("", args...); r.stdout != want || r.stderr != "" {
-			t.Errorf("want %q on stdout and nothing on stderr, got:\n%s", want, r)
-		}
-	}
-}
 
 // TestSendWithoutToSaysItReachesNoOne: a message sent with no --to is
 // addressed to no one, and send says so instead of just "sent"; with --to
@@ -38,9 +24,9 @@ func TestSendWithoutToSaysItReachesNoOne(t *testing.T) {
 	r := c.ok("alice", "send", "hello, anyone")
 	contains(t, "send without --to", r.stdout, "> Message sent: msg_", "\n  To no one: no agent is notified", "--to @everyone")
 	id := idAfter(t, r.stdout, "> Message sent: ")
-	// As said: bob's addressed inbox lacks it, his plain inbox lists it.
-	lacks(t, "bob's inbox --mentions", c.ok("bob", "inbox", "--mentions").stdout, id)
-	contains(t, "bob's inbox", c.ok("bob", "inbox").stdout, id)
+	// As said: bob's inbox lacks it, inbox --all lists it.
+	lacks(t, "bob's inbox", c.ok("bob", "inbox").stdout, id)
+	contains(t, "bob's inbox --all", c.ok("bob", "inbox", "--all").stdout, id)
 
 	r = c.ok("alice", "send", "hello, everyone", "--to", "@everyone")
 	contains(t, "send --to @everyone", r.stdout, "  To @everyone (everyone): 2 agents, 2 active\n")

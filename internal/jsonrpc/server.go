@@ -21,7 +21,7 @@ const (
 
 // Defaults of ServerOptions.
 const (
-	DefaultMaxLineBytes    = 1 << 20 // 1 MiB
+	DefaultMaxLineBytes    = 2 << 20 // 2 MiB
 	DefaultMaxConns        = 256
 	DefaultMaxUnauthConns  = 16
 	DefaultAuthTimeout     = 5 * time.Second
