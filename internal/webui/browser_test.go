@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -224,8 +225,9 @@ func newConsole(t *testing.T) *console {
 // against the real daemon: refused without login, login through the URL
 // `thrum web` prints (once), a CLI message pushed into the feed (the time
 // is printed), a message composed in the page waking an agent's
-// wait_for_message, a hostile body shown as text, and the layout at
-// 1280×800, narrow, and dark. It saves a screenshot of the feed.
+// wait_for_message, a hostile body shown as text, the layout at
+// 1280×800, narrow, and dark, and the page through a daemon restart. It
+// saves screenshots (of the feed, and after the restart).
 func TestConsoleInBrowser(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the daemon and a browser")
@@ -466,6 +468,12 @@ func TestConsoleInBrowser(t *testing.T) {
 	t.Run("views", func(t *testing.T) {
 		do(t, tab, "agents", chromedp.Click(chromedp.CSS(`.tabs button[data-view="agents"]`)))
 		waitFor(t, tab, "alice's card", `[...document.querySelectorAll('#agents .card')].some(c => c.textContent.includes('alice') && c.textContent.includes('implementer') && c.textContent.includes('active'))`)
+		// quickstart names the agent's worktree: the card shows it and its branch.
+		branch := thrumtest.Git(t, c.repo, "branch", "--show-current")
+		card := eval[string](t, tab, `[...document.querySelectorAll('#agents .card')].find(c => c.dataset.agent.endsWith('alice')).textContent`)
+		if !strings.Contains(card, "branch"+branch) || !strings.Contains(card, "worktree"+c.repo) {
+			t.Errorf("alice's card %q lacks branch %s and worktree %s", card, branch, c.repo)
+		}
 		c.thrum(t, "bob", "thread", "create", "Auth rollout", "--to", "@alice", "--message", "Plan for the rollout")
 		do(t, tab, "threads", chromedp.Click(chromedp.CSS(`.tabs button[data-view="threads"]`)))
 		waitFor(t, tab, "the thread in the list", `[...document.querySelectorAll('#threads button')].some(b => b.textContent.includes('Auth rollout'))`)
@@ -683,6 +691,9 @@ func TestConsoleInBrowser(t *testing.T) {
 		item := fmt.Sprintf(`document.querySelector('#feed li[data-id=%q]')`, id)
 		marks := item + `.querySelector('footer > .receipts')`
 		waitFor(t, tab, "the queued marks", item+` && `+marks+` && `+marks+`.dataset.delivered === '0' && `+marks+`.textContent.includes('ack asked')`)
+		if summary := eval[string](t, tab, marks+`.querySelector('summary').textContent`); summary != "0/1 delivered · 0/1 acknowledged · ack asked" {
+			t.Errorf("queued marks %q: no check mark before anything is delivered", summary)
+		}
 		// The same element must change: pushed receipts redraw the marks
 		// in place, with no reload of the message.
 		eval[bool](t, tab, `(`+item+`.dataset.probe = 'kept', true)`)
@@ -709,28 +720,13 @@ func TestConsoleInBrowser(t *testing.T) {
 	})
 
 	t.Run("layout", func(t *testing.T) {
-		dir, err := os.MkdirTemp("", "thrum-webui-")
-		if err != nil {
-			t.Fatal(err)
-		}
-		shot := func(name string) {
-			png, err := chromedp.Run(tab, chromedp.CaptureScreenshot())
-			if err != nil {
-				t.Fatal(err)
-			}
-			p := filepath.Join(dir, name)
-			if err := os.WriteFile(p, png, 0o644); err != nil {
-				t.Fatal(err)
-			}
-			t.Logf("screenshot: %s", p)
-		}
 		fits := `document.documentElement.scrollWidth <= window.innerWidth && document.querySelector('#compose').getBoundingClientRect().bottom <= window.innerHeight + 1`
 		do(t, tab, "1280×800", chromedp.EmulateViewport(1280, 800))
 		waitFor(t, tab, "no overflow at 1280×800", fits)
-		shot("feed-1280x800.png")
+		shot(t, tab, "feed-1280x800.png")
 		do(t, tab, "narrow", chromedp.EmulateViewport(390, 800))
 		waitFor(t, tab, "no sideways overflow at 390 px", fits)
-		shot("feed-narrow.png")
+		shot(t, tab, "feed-narrow.png")
 		light := eval[string](t, tab, `getComputedStyle(document.body).backgroundColor`)
 		do(t, tab, "dark", chromedp.EmulateViewport(1280, 800), chromedp.Func(func(ctx context.Context, _ *chromedp.Target) error {
 			_, err := chromedp.Call(ctx, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
@@ -741,6 +737,52 @@ func TestConsoleInBrowser(t *testing.T) {
 		if dark == light {
 			t.Errorf("dark scheme background %s equals light", dark)
 		}
-		shot("feed-dark.png")
+		shot(t, tab, "feed-dark.png")
 	})
+
+	t.Run("survives a daemon restart", func(t *testing.T) {
+		// The page goes offline and comes back live, still signed in: the
+		// daemon binds its port again and keeps the web session.
+		eval[bool](t, tab, `(() => { window.wentOffline = false; new MutationObserver(() => { if (document.querySelector('#conn').dataset.state === 'offline') window.wentOffline = true; }).observe(document.querySelector('#conn'), {attributes: true}); return true; })()`)
+		c.thrum(t, "", "daemon", "restart")
+		waitFor(t, tab, "the console live again after the restart", `window.wentOffline && document.querySelector('#conn').dataset.state === 'live' && !document.querySelector('#app').hidden`)
+		id := c.thrum(t, "alice", "send", "--quiet", "--to", "@bob", "After the restart")
+		waitFor(t, tab, "a message sent after the restart", fmt.Sprintf(`document.querySelector('#feed li[data-id=%q]')`, id))
+		shot(t, tab, "after-restart.png")
+
+		// Its port taken, the daemon starts on another one, which the page
+		// cannot know: after 10 s it says where to go.
+		c.thrum(t, "", "daemon", "stop")
+		l, err := net.Listen("tcp", strings.TrimSuffix(strings.TrimPrefix(c.base, "http://"), "/"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		if out := c.thrum(t, "", "daemon", "start"); !strings.Contains(out, "was taken, so it moved to") {
+			t.Errorf("daemon start on a taken port says:\n%s", out)
+		}
+		deadline := time.Now().Add(20 * time.Second)
+		for !eval[bool](t, tab, `document.querySelector('#conn').textContent.includes('restarted on another port: run thrum web')`) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the page says %q 20 s after its daemon moved", eval[string](t, tab, `document.querySelector('#conn').textContent`))
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		shot(t, tab, "daemon-moved.png")
+	})
+}
+
+// shot saves a screenshot of the tab in the system's temporary directory,
+// kept after the test, and logs its path.
+func shot(t *testing.T, tab context.Context, name string) {
+	t.Helper()
+	png, err := chromedp.Run(tab, chromedp.CaptureScreenshot())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(os.TempDir(), "thrum-webui-"+name)
+	if err := os.WriteFile(p, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot: %s", p)
 }

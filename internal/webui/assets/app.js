@@ -14,6 +14,7 @@ import { renderSnippet } from './highlight.js';
 const $ = (id) => document.getElementById(id);
 const SESSION_KEY = 'thrum.web_session';
 const FEED_MAX = 500;
+const OFFLINE_LONG_MS = 10000;
 
 const state = {
   rpc: null,
@@ -32,6 +33,8 @@ const state = {
   inbox: '',         // open inbox
   search: { query: '', page: 1 }, // the search shown
   retry: 0,
+  offlineSince: 0,   // when the connection was lost, 0 while connected
+  longTimer: 0,
 };
 
 function el(tag, cls, text) {
@@ -58,6 +61,8 @@ function takeLoginCode() {
 }
 
 function signedOut(message) {
+  clearTimeout(state.longTimer);
+  state.offlineSince = 0;
   sessionStorage.removeItem(SESSION_KEY);
   if (state.rpc) state.rpc.close();
   state.rpc = null;
@@ -78,7 +83,7 @@ async function connect(code) {
   // web session the handshake traded it for.
   const credential = code || sessionStorage.getItem(SESSION_KEY) || '';
   let rpc = new Rpc(url, { onNotify, onClose: () => reconnect(), credential });
-  setConn('connecting', 'connecting');
+  if (!state.offlineSince) setConn('connecting', 'connecting');
   try {
     await rpc.open();
   } catch (e) {
@@ -102,6 +107,8 @@ async function connect(code) {
   await rpc.call('subscribe', { all: true });
   await rpc.call('subscribe', { receipts: 'all' });
   state.retry = 0;
+  state.offlineSince = 0;
+  clearTimeout(state.longTimer);
   setConn('live', 'live');
   $('signin').hidden = true;
   $('app').hidden = false;
@@ -123,9 +130,19 @@ async function becomeMe() {
   $('acting-as').options[0].textContent = `myself (${r.user_id})`;
 }
 
+// reconnect tries again, ever more slowly, with the saved web session,
+// which the daemon keeps across a restart, on the port it binds again
+// when free. A restart takes seconds: a daemon silent for longer stopped,
+// or started on another port (its own was taken) that this page cannot
+// know, so it says where to go.
 function reconnect() {
   if (!sessionStorage.getItem(SESSION_KEY)) return;
-  setConn('offline', 'offline: reconnecting');
+  if (!state.offlineSince) {
+    state.offlineSince = Date.now();
+    state.longTimer = setTimeout(() => setConn('offline',
+      'no answer for 10 s: the daemon stopped, or restarted on another port: run thrum web'), OFFLINE_LONG_MS);
+  }
+  if (Date.now() - state.offlineSince < OFFLINE_LONG_MS) setConn('offline', 'offline: reconnecting');
   const wait = Math.min(5000, 500 * 2 ** state.retry++);
   setTimeout(() => connect('').catch(() => reconnect()), wait);
 }
@@ -375,9 +392,9 @@ function messageItem(m, opts = {}) {
 }
 
 // receiptMarks shows where a message stands with the recipients its
-// address reached: ✓ delivered, ✓✓ acknowledged, with who and how on
-// hover and in the list it expands to. Nothing for a message addressed to
-// no one.
+// address reached: ✓ once delivered to all, ✓✓ once acknowledged by all,
+// with who and how on hover and in the list it expands to. Nothing for a
+// message addressed to no one.
 function receiptMarks(k, open) {
   const d = el('details', 'receipts');
   d.open = open;
@@ -388,8 +405,9 @@ function receiptMarks(k, open) {
   }
   const delivered = rs.filter((r) => r.state !== 'queued').length;
   const acked = rs.filter((r) => r.state === 'acknowledged').length;
-  let text = `✓ ${delivered}/${rs.length} delivered`;
-  if (acked || k.ack_required) text += ` · ✓✓ ${acked}/${rs.length} acknowledged`;
+  const all = (n, mark) => (n === rs.length ? mark + ' ' : '') + `${n}/${rs.length}`;
+  let text = `${all(delivered, '✓')} delivered`;
+  if (acked || k.ack_required) text += ` · ${all(acked, '✓✓')} acknowledged`;
   if (k.ack_required && acked < rs.length) {
     text += k.ack_due && new Date(k.ack_due) < new Date() ? ' · overdue' : ' · ack asked';
   }
