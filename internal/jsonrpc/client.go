@@ -282,27 +282,14 @@ func (c *Client) readLoop() {
 }
 
 // dispatch routes one incoming message: a reply to its caller, a
-// notification to OnNotification.
+// notification to OnNotification. This client sends no batches, so a
+// batch (which would answer one) is undecodable here like anything else
+// that is not one message.
 func (c *Client) dispatch(msg []byte) {
 	msg = trimSpace(msg)
 	if len(msg) == 0 {
 		return
 	}
-	if msg[0] == '[' { // a batch reply; this client sends no batches, but route it anyway
-		var batch []json.RawMessage
-		if err := json.Unmarshal(msg, &batch); err != nil {
-			c.log.Warn("rpc: client: undecodable message from server", "err", err)
-			return
-		}
-		for _, m := range batch {
-			c.dispatchOne(m)
-		}
-		return
-	}
-	c.dispatchOne(msg)
-}
-
-func (c *Client) dispatchOne(msg []byte) {
 	var m struct {
 		ID     json.RawMessage `json:"id"`
 		Method *string         `json:"method"`
