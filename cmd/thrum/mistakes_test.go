@@ -75,9 +75,6 @@ func TestInboxAndMessageGetMarkNothing(t *testing.T) {
 // file — takes nothing from it: the agent's MCP check_messages, over a real
 // `thrum mcp serve`, still returns the message.
 func TestPeekingLeavesAnAgentsMail(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the binary")
-	}
 	t.Parallel()
 	e := newMCPE2E(t)
 	e.thrum("", "init")

@@ -13,6 +13,11 @@
 //   - Binary, BuildBinary, Main: the built binary;
 //   - Git, GitEnv, GitUser, GitRepo, GitRemote: git.
 //
+// Under go test -short, Binary, BuildBinary and GitRemote skip the test:
+// the end-to-end tests (the built binary, sync through a remote) are what
+// make the full run slow; the quick edit loop leaves them to go test
+// ./... and .ci/run.
+//
 // It is for tests only (it calls t.Fatal); it lives under internal/ so
 // that no embedder depends on it.
 package thrumtest
@@ -264,6 +269,7 @@ func Binary(t testing.TB) string {
 // CGO_ENABLED=0: thrum needs no cgo) and returns its path.
 func BuildBinary(t testing.TB, pkg string) string {
 	t.Helper()
+	skipShort(t, "runs the built binary")
 	binMu.Lock()
 	b := bins[pkg]
 	if b == nil {
@@ -377,6 +383,7 @@ type Remote struct {
 // commit to its main branch.
 func GitRemote(t testing.TB) *Remote {
 	t.Helper()
+	skipShort(t, "syncs through a git remote")
 	root := t.TempDir()
 	r := &Remote{Path: filepath.Join(root, "remote.git"), t: t, root: root}
 	Git(t, root, "init", "-q", "--bare", "-b", "main", r.Path)
@@ -388,6 +395,14 @@ func GitRemote(t testing.TB) *Remote {
 	Git(t, seed, "commit", "-q", "-m", "initial commit")
 	Git(t, seed, "push", "-q", "origin", "main")
 	return r
+}
+
+// skipShort skips an end-to-end test under go test -short.
+func skipShort(t testing.TB, why string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("end to end (" + why + "): skipped under -short")
+	}
 }
 
 // Clone clones the remote into a directory named name beside it, with a

@@ -229,9 +229,6 @@ func newConsole(t *testing.T) *console {
 // 1280×800, narrow, and dark, and the page through a daemon restart. It
 // saves screenshots (of the feed, and after the restart).
 func TestConsoleInBrowser(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs the daemon and a browser")
-	}
 	c := newConsole(t)
 
 	ok := t.Run("refused without login", func(t *testing.T) {
