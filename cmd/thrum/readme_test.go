@@ -111,9 +111,9 @@ func TestReadmeQuickstart(t *testing.T) {
 			matches(t, "daemon start", outs[lineOf(t, lines, "thrum daemon start")], `(?m)^  websocket: ws://127\.0\.0\.1:\d+/ws$`)
 			inbox := outs[lineOf(t, lines, "THRUM_NAME=bob   thrum inbox")]
 			contains(t, "bob's inbox", inbox, "● msg_", "Auth module complete, tests pass", "Showing 1-1 of 1 message (1 unread)\n")
-			mentions := outs[lineOf(t, lines, "thrum inbox --mentions")]
-			contains(t, "alice's inbox --mentions", mentions, "Looks good, merging now", "Auth module complete, tests pass", "↳ ● msg_")
-			checkGrouped(t, mentions, idAfter(t, inbox, "│ ● "), idAfter(t, mentions, "↳ ● "))
+			mine := outs[lineOf(t, lines, "THRUM_NAME=alice thrum inbox")]
+			contains(t, "alice's inbox", mine, "Looks good, merging now", "Auth module complete, tests pass", "↳ ● msg_")
+			checkGrouped(t, mine, idAfter(t, inbox, "│ ● "), idAfter(t, mine, "↳ ● "))
 			if b, err := os.ReadFile(filepath.Join(dir, ".thrum", "var", "daemon.log")); err != nil {
 				t.Error(err)
 			} else {
@@ -282,9 +282,6 @@ func TestReadmeJSONBlocks(t *testing.T) {
 // Every line must exit 0. `thrum web --open` runs an xdg-open first on
 // PATH that records the URL it was given.
 func TestReadmeCommandBlocks(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the binary")
-	}
 	t.Parallel()
 	quick := quickstartBlock(t)
 	lines := quick[:len(quick)-1] // up to its daemon stop
@@ -311,7 +308,7 @@ func TestReadmeCommandBlocks(t *testing.T) {
 		blocks = append(blocks, b.section)
 		lines = append(lines, ls...)
 	}
-	for _, want := range []string{"Sync across machines", "Search", "Watch and join in a browser: `thrum web`", "Check the log: `thrum doctor`"} {
+	for _, want := range []string{"Sync across machines", "Search", "Watch and join in a browser: `thrum web`", "Check the log: `thrum doctor`", "Upgrading"} {
 		if !slices.Contains(blocks, want) {
 			t.Errorf("no thrum command block under %q (blocks run: %q)", want, blocks)
 		}
@@ -334,7 +331,56 @@ func TestReadmeCommandBlocks(t *testing.T) {
 		t.Errorf("thrum web --open gave xdg-open %q (%v), want the login URL", b, err)
 	}
 	contains(t, "doctor", outs[lineOf(t, lines, "thrum doctor  ")], "No problems found.")
+	contains(t, "daemon restart", outs[lineOf(t, lines, "thrum daemon restart")], "Daemon stopped (pid ", "Daemon started (pid ")
 	if out := thrumtest.Git(t, remote.Path, "branch", "--list", "a-sync"); !strings.Contains(out, "a-sync") {
 		t.Errorf("the remote has no a-sync branch after sync force: %q", out)
+	}
+}
+
+// TestReadmeEmbedSteps follows the README's steps for embedding, in its
+// order, in a module of its own: the code that imports thrum first (the
+// README's Go program), then go mod edit and go mod tidy, which keeps
+// the require line only because the code imports thrum; then it builds.
+func TestReadmeEmbedSteps(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a program in a module of its own")
+	}
+	t.Parallel()
+	b, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := string(b)
+	if i, j := strings.Index(readme, "write the code that imports thrum first"), strings.Index(readme, "`go mod tidy`"); i < 0 || j < i {
+		t.Fatal("the README's Install should say to write the code that imports thrum first, then go mod tidy")
+	}
+	var program string
+	for _, bl := range readmeBlocks(t) {
+		if bl.lang == "go" {
+			program = bl.text
+		}
+	}
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(program), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"mod", "init", "example.com/app"},
+		{"mod", "edit", "-require", "github.com/thrumhq/thrum@v0.0.0", "-replace", "github.com/thrumhq/thrum=" + root},
+		{"mod", "tidy"},
+		{"build", "-o", os.DevNull, "."},
+	} {
+		cmd := exec.Command("go", args...)
+		cmd.Dir, cmd.Env = dir, append(cleanEnv(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	if mod, _ := os.ReadFile(filepath.Join(dir, "go.mod")); !strings.Contains(string(mod), "require github.com/thrumhq/thrum v0.0.0") {
+		t.Errorf("go mod tidy dropped the require line:\n%s", mod)
 	}
 }
