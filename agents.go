@@ -86,7 +86,8 @@ func (n *Node) activeSession(ctx context.Context, id string) (*store.Session, er
 }
 
 // RegisterAgent registers an agent, or updates it when the same agent
-// returns (same role and module). A different agent holding the ID is a
+// returns (same role and module). Role and module are required, and what
+// names allow is said on rpc.RegisterAgentParams. A different agent holding the ID is a
 // conflict result unless force is set; re_register with a different role
 // or module is a conflict error, since re_register claims to be the same
 // agent. Successful registrations issue a token, the agent's secret for

@@ -178,14 +178,17 @@ type WebLoginResult struct {
 
 // ---- agents ----
 
-// RegisterAgentParams are the params of agent.register. The agent's ID is
-// derived from the repository, Role, Module and Name. Force takes over a
-// registration held by a different agent; ReRegister is the same agent
-// returning (after losing its identity file).
+// RegisterAgentParams are the params of agent.register. Role and Module
+// are required; Name is optional. Each is 1 to 64 of a-z, 0-9 and _ (so
+// "claude_1", not "claude-1"), and a name is none of identity.Reserved.
+// The agent's ID is its Name, or without one is derived from the
+// repository, Role and Module. Force takes over a registration held by a
+// different agent; ReRegister is the same agent returning (after losing
+// its identity file).
 type RegisterAgentParams struct {
 	Name       string `json:"name,omitempty"`
-	Role       string `json:"role"`
-	Module     string `json:"module"`
+	Role       string `json:"role"`   // required
+	Module     string `json:"module"` // required
 	Display    string `json:"display,omitempty"`
 	Force      bool   `json:"force,omitempty"`
 	ReRegister bool   `json:"re_register,omitempty"`

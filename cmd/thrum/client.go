@@ -101,8 +101,7 @@ func (s *session) identify(ctx context.Context) error {
 
 // nameHint is err, the failure to find the identity named name here,
 // with the step that leads on: the underscore form of a name with a
-// hyphen, the worktree the agent works in, or the nearest name this
-// worktree or the daemon knows.
+// hyphen, the worktree the agent works in, or the nearest registered name.
 func (s *session) nameHint(ctx context.Context, name string, err error) error {
 	name = identity.NormalizeAgentID(name)
 	if u := underscored(name); u != "" {
@@ -111,12 +110,7 @@ func (s *session) nameHint(ctx context.Context, name string, err error) error {
 	if elsewhere, _ := identityElsewhere(ctx, s.l, name); len(elsewhere) > 0 {
 		return &hintedError{err, fmt.Sprintf("%s works in %s: run it there", name, worktreeOf(s.l, elsewhere[0]))}
 	}
-	var known []string
-	if files, err := identity.List(s.l.IDs); err == nil {
-		for _, f := range files {
-			known = append(known, f.AgentID)
-		}
-	}
+	var known []string // registered agents: this worktree's and the others'
 	if r, err := s.c.ListAgents(ctx, &rpc.ListAgentsParams{}); err == nil {
 		for _, a := range r.Agents {
 			known = append(known, a.AgentID)

@@ -701,13 +701,10 @@ type DaemonRestartCmd struct {
 }
 
 func (c *DaemonRestartCmd) Help() string {
-	return `Stops the daemon (if it runs) and starts it again with the flags it was
-started with, which it recorded in .thrum/var/daemon.flags (a daemon of an
-older thrum recorded none: then daemon start's defaults). Run it after
-installing a new thrum: the old daemon keeps running until then, and every
-command says so. Messages are kept; a new build whose projection changed
-rebuilds it from the log as it starts. The web console's port is kept when
-it is free, so an open console reconnects by itself.
+	return `Stops the daemon (if it runs) and starts it with the flags it recorded at
+its start (or daemon start's defaults), e.g. after installing a new thrum,
+which every command asks for until then. Messages are kept, and the web
+console's port when it is free, so an open console reconnects.
 
 Examples:
   thrum daemon restart

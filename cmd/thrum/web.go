@@ -26,9 +26,10 @@ yourself (or as an agent, disclosed).
 
 web asks the daemon, over its owner-only Unix socket, for a login code and
 prints the console's URL with the code in its fragment. The code works
-once, within one minute; the page exchanges it for a web session that lives
-in the daemon's memory (12 hours at most, ended by a daemon restart) and in
-that browser tab only. Run web again for another tab or after a restart.
+once, within one minute; the page exchanges it for a web session of 12
+hours at most, which the daemon keeps across restarts, in that browser tab
+only. Run web again for another tab, or when the page says the daemon
+moved to another port.
 
 Examples:
   thrum web
