@@ -716,6 +716,33 @@ func TestConsoleInBrowser(t *testing.T) {
 		}
 	})
 
+	t.Run("hidden characters shown escaped", func(t *testing.T) {
+		// A right-to-left override, a TAG character and an escape sequence
+		// in a body are shown as escapes in the feed, never acted on or
+		// hidden; an emoji's joiner and selector still draw the emoji.
+		id := c.thrum(t, "alice", "send", "--quiet", "--to", "@everyone", "pay \u202eevil\u202c \U000e0041 \x1b]0;title\x07 ok")
+		item := fmt.Sprintf(`document.querySelector('#feed li[data-id=%q]')`, id)
+		waitFor(t, tab, "the message with hidden characters", item)
+		text := eval[string](t, tab, item+`.querySelector('.body').textContent`)
+		if !strings.Contains(text, `\u202eevil\u202c`) || !strings.Contains(text, `\U000e0041`) || !strings.Contains(text, `\x1b]0;title\x07`) {
+			t.Errorf("the feed shows %q, want the hidden characters as escapes", text)
+		}
+		if strings.ContainsAny(text, "\u202e\u202c\U000e0041\x1b\x07") {
+			t.Errorf("the feed shows a hidden character raw: %q", text)
+		}
+		for in, want := range map[string]string{
+			"a\u00adb\ufe00c\u200bd": `a\u00adb\ufe00c\u200bd`,
+			"x\r\ny\tz\u0085":        "x\ny\tz\\u0085",
+			"👩\u200d💻 ❤\ufe0f":       "👩\u200d💻 ❤\ufe0f",
+			"a\u200d💻":               `a\u200d💻`,
+		} {
+			q, _ := json.Marshal(in)
+			if got := eval[string](t, tab, `import('/assets/markdown.js').then(({shown}) => shown(`+string(q)+`))`); got != want {
+				t.Errorf("shown(%q) = %q, want %q", in, got, want)
+			}
+		}
+	})
+
 	t.Run("layout", func(t *testing.T) {
 		fits := `document.documentElement.scrollWidth <= window.innerWidth && document.querySelector('#compose').getBoundingClientRect().bottom <= window.innerHeight + 1`
 		do(t, tab, "1280×800", chromedp.EmulateViewport(1280, 800))

@@ -8,7 +8,7 @@
 // read: watching never consumes an agent's messages.
 
 import { Rpc, RpcError } from './rpc.js';
-import { render } from './markdown.js';
+import { render, shown } from './markdown.js';
 import { renderSnippet } from './highlight.js';
 
 const $ = (id) => document.getElementById(id);
@@ -40,7 +40,7 @@ const state = {
 function el(tag, cls, text) {
   const e = document.createElement(tag);
   if (cls) e.className = cls;
-  if (text !== undefined) e.textContent = text;
+  if (text !== undefined) e.textContent = shown(text);
   return e;
 }
 
@@ -359,7 +359,7 @@ function messageItem(m, opts = {}) {
   else if (opts.snippet) body.append(renderSnippet(m.snippet, m.highlights));
   else {
     const content = m.body ? m.body.content : '';
-    body.append(render(content));
+    body.append(render(shown(content)));
     if (isLong(content)) foot.append(collapse(body));
   }
   li.append(body);
@@ -495,7 +495,7 @@ function dl(pairs) {
     d.append(el('dt', '', k));
     const dd = el('dd');
     if (v instanceof Node) dd.append(v);
-    else dd.textContent = v;
+    else dd.textContent = shown(v);
     d.append(dd);
   }
   return d;
@@ -737,7 +737,7 @@ function openButton(m, body) {
     }
     try {
       const full = await getMessage(m.message_id);
-      body.replaceChildren(full.deleted ? el('em', '', 'deleted') : render(full.body ? full.body.content : ''));
+      body.replaceChildren(full.deleted ? el('em', '', 'deleted') : render(shown(full.body ? full.body.content : '')));
       b.remove();
     } catch (e) {
       showError(e);

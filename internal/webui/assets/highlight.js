@@ -4,6 +4,8 @@
 // code point) must not shift the marks: the snippet is split into code
 // points first.
 
+import { shown } from './markdown.js';
+
 // splitHighlights cuts snippet into pieces, each {text, mark}, in order.
 // Ranges that are out of bounds, empty, or overlap an earlier one are
 // clamped or skipped: a bad range never loses or repeats text.
@@ -30,11 +32,11 @@ export function renderSnippet(snippet, highlights) {
   const f = document.createDocumentFragment();
   for (const p of splitHighlights(snippet, highlights)) {
     if (!p.mark) {
-      f.append(document.createTextNode(p.text));
+      f.append(document.createTextNode(shown(p.text)));
       continue;
     }
     const m = document.createElement('mark');
-    m.textContent = p.text;
+    m.textContent = shown(p.text);
     f.append(m);
   }
   return f;

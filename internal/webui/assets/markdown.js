@@ -6,6 +6,32 @@
 
 const SAFE_URL = /^(https?:\/\/|mailto:)/i;
 
+// Characters a reader cannot see, or that reorder what is seen around
+// them: controls but newline and tab, format and bidi characters,
+// default-ignorables, variation selectors, line and paragraph separators
+// (the classes the CLI and the agents' frame escape). shown writes each
+// as an escape (\x1b, \u202e, \U000e0041), so a message cannot hide text
+// or make one line read as another. The joiner and the emoji selector
+// inside an emoji sequence stay, since they only shape the picture, and
+// a line may end in CRLF.
+const HIDDEN = /[\p{Cc}\p{Cf}\p{Zl}\p{Zp}\p{Default_Ignorable_Code_Point}\p{Variation_Selector}\p{Bidi_Control}]/gu;
+// (An alternation, not a class: Chromium 156 misses an astral character
+// matched by a class before $.)
+const PICTURE = /(?:\p{Extended_Pictographic}|\p{Emoji_Modifier}|\u{fe0f})$/u;
+const PICTURE_NEXT = /^\p{Extended_Pictographic}/u;
+
+export function shown(s) {
+  return String(s).replace(/\r\n/g, '\n').replace(HIDDEN, (c, at, all) => {
+    if (c === '\n' || c === '\t') return c;
+    if ((c === '\u200d' || c === '\ufe0f') && PICTURE.test(all.slice(Math.max(0, at - 2), at)) &&
+      (c === '\ufe0f' || PICTURE_NEXT.test(all.slice(at + 1, at + 3)))) return c;
+    const cp = c.codePointAt(0);
+    if (cp < 0x80) return '\\x' + cp.toString(16).padStart(2, '0');
+    if (cp <= 0xffff) return '\\u' + cp.toString(16).padStart(4, '0');
+    return '\\U' + cp.toString(16).padStart(8, '0');
+  });
+}
+
 function el(tag, cls) {
   const e = document.createElement(tag);
   if (cls) e.className = cls;
