@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"net"
+	"time"
 
 	"github.com/thrumhq/thrum/internal/jsonrpc"
 )
@@ -45,13 +46,21 @@ type ClientOptions struct {
 	// credential the daemon refuses fails the dial (HTTP 401, the error
 	// carrying the daemon's reason). Other transports ignore it.
 	Credential string
+
+	// CallTimeout bounds each call whose ctx has no deadline of its own:
+	// one that gets no answer within it returns context.DeadlineExceeded,
+	// so a server that stopped answering (stopped, or wedged) fails the
+	// call instead of hanging it. Give a call that waits by design (a
+	// ClaimNext with a wait, a SyncForce with Wait) a ctx with its own
+	// deadline. Default 0: no bound.
+	CallTimeout time.Duration
 }
 
 func (o *ClientOptions) engine() *jsonrpc.ClientOptions {
 	if o == nil {
 		return nil
 	}
-	return &jsonrpc.ClientOptions{Logger: o.Logger, OnNotification: o.OnNotification, MaxLineBytes: o.MaxLineBytes, Credential: o.Credential}
+	return &jsonrpc.ClientOptions{Logger: o.Logger, OnNotification: o.OnNotification, MaxLineBytes: o.MaxLineBytes, Credential: o.Credential, CallTimeout: o.CallTimeout}
 }
 
 // Client is a client of a thrum daemon (or of a node in process, see

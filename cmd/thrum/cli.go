@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/alecthomas/kong"
 
@@ -36,6 +37,9 @@ type Globals struct {
 	AgentID string `name:"agent-id" help:"Agent name: selects .thrum/identities/NAME.json (or THRUM_NAME)."`
 	Repo    string `default:"." help:"Repository or directory thrum works in." type:"path"`
 	Home    string `help:"Directory for thrum's runtime state (default: REPO/.thrum; or THRUM_HOME)." type:"path"`
+	// CallTimeout bounds every call to the daemon that does not wait by
+	// design, so a stopped or wedged daemon fails a command, saying so.
+	CallTimeout time.Duration `name:"call-timeout" default:"10s" help:"How long to wait for the daemon to answer a call (or THRUM_CALL_TIMEOUT)."`
 
 	stdout, stderr io.Writer
 	// roleFlag is whether --role is on the command line, not only in
@@ -51,6 +55,8 @@ type Globals struct {
 	// daemon's (checkBuild).
 	buildChecked bool
 	env          func(string) string
+	// daemon is the layout of the daemon connect dialled, for noAnswer.
+	daemon *layout
 }
 
 // CLI is the command tree.
@@ -184,11 +190,12 @@ func hasFlag(args []string, flag string) bool {
 // flagEnv maps global flags to the environment variables that set them
 // when the flag is absent.
 var flagEnv = map[string]string{
-	"role":     "THRUM_ROLE",
-	"module":   "THRUM_MODULE",
-	"agent-id": "THRUM_NAME",
-	"home":     "THRUM_HOME",
-	"channel":  "THRUM_CHANNEL", // mcp serve --channel
+	"role":         "THRUM_ROLE",
+	"module":       "THRUM_MODULE",
+	"agent-id":     "THRUM_NAME",
+	"home":         "THRUM_HOME",
+	"call-timeout": "THRUM_CALL_TIMEOUT",
+	"channel":      "THRUM_CHANNEL", // mcp serve --channel
 }
 
 // envResolver fills flags from the environment through env, so tests can
@@ -207,6 +214,7 @@ func envResolver(env func(string) string) kong.Resolver {
 // report prints an error the way a person (or, with --json, a script)
 // can act on, and returns the exit code.
 func report(g *Globals, err error) int {
+	err = noAnswer(g, err)
 	code := exitError
 	var ce *codeError
 	if errors.As(err, &ce) {

@@ -46,14 +46,32 @@ func connect(ctx context.Context, g *Globals) (*session, error) {
 			return nil, err
 		}
 	}
-	c, err := rpc.Dial(ctx, l.Socket, nil)
+	dctx, cancel := context.WithTimeout(ctx, g.CallTimeout)
+	defer cancel()
+	c, err := rpc.Dial(dctx, l.Socket, &rpc.ClientOptions{CallTimeout: g.CallTimeout})
 	if err != nil {
 		return nil, withCode(exitNoDaemon, "no daemon is running for %s: start it with `thrum daemon start`", l.Root)
 	}
+	g.daemon = l
 	g.debugf("connected to %s", l.Socket)
 	s := &session{g: g, l: l, c: c}
 	s.checkBuild(ctx)
 	return s, nil
+}
+
+// noAnswer turns a call to the daemon that timed out into what happened
+// and what to do (exit code 3); other errors it returns as they are.
+func noAnswer(g *Globals, err error) error {
+	if g.daemon == nil || !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	l := g.daemon
+	who := "the daemon"
+	if pid := readPID(l.PIDFile); pid > 0 {
+		who = fmt.Sprintf("the daemon (pid %d)", pid)
+	}
+	return withCode(exitNoDaemon, "%s did not answer on %s within %v: it may be stopped (SIGSTOP) or overloaded; see its log, %s, or restart it with `thrum daemon stop` and `thrum daemon start` (--call-timeout waits longer)",
+		who, l.Socket, g.CallTimeout, l.LogFile)
 }
 
 // connectAs dials the daemon and binds the connection to the resolved

@@ -161,12 +161,22 @@ func printRefusals(w io.Writer, refused int, rs []rpc.SyncRefusal) {
 	}
 }
 
+// syncWaitTimeout bounds sync force --wait: a round of fetch, merge and
+// push with the remote.
+const syncWaitTimeout = 5 * time.Minute
+
 type SyncForceCmd struct {
 	Wait bool `help:"Return once a round started now has finished (exit 1 if it failed)."`
 }
 
 func (c *SyncForceCmd) Run(ctx context.Context, g *Globals) error {
 	return call(ctx, g, false, func(s *session) (any, error) {
+		ctx := ctx
+		if c.Wait { // a round with the remote may take longer than a call
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, syncWaitTimeout)
+			defer cancel()
+		}
 		r, err := s.c.SyncForce(ctx, &rpc.SyncForceParams{Wait: c.Wait})
 		if err == nil && r.LastError != "" {
 			return r, fmt.Errorf("sync failed: %s", r.LastError)

@@ -38,6 +38,11 @@ type ClientOptions struct {
 	// Credential, for DialWebSocket, is sent in the handshake as an
 	// "Authorization: Bearer" header (see ServerOptions.Authorize).
 	Credential string
+
+	// CallTimeout bounds each Call and Notify whose ctx has no deadline of
+	// its own: one waiting longer returns context.DeadlineExceeded, as if
+	// its ctx had carried the deadline. Default 0: no bound.
+	CallTimeout time.Duration
 }
 
 // Client is a JSON-RPC 2.0 client on one connection (a Unix socket, a
@@ -45,10 +50,11 @@ type ClientOptions struct {
 // concurrently; their replies are matched by id, so a slow call does not
 // hold up others on the wire (the server may still answer in order).
 type Client struct {
-	t      clientTransport
-	log    *slog.Logger
-	onNote func(string, json.RawMessage)
-	maxMsg int
+	t       clientTransport
+	log     *slog.Logger
+	onNote  func(string, json.RawMessage)
+	maxMsg  int
+	timeout time.Duration // ClientOptions.CallTimeout
 
 	ctx    context.Context // lifetime of the read goroutine
 	cancel context.CancelFunc
@@ -131,12 +137,21 @@ func newClient(t clientTransport, o ClientOptions) *Client {
 		log:     o.Logger,
 		onNote:  o.OnNotification,
 		maxMsg:  o.MaxLineBytes,
+		timeout: o.CallTimeout,
 		done:    make(chan struct{}),
 		pending: make(map[int64]chan reply),
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	go c.readLoop()
 	return c
+}
+
+// bound gives ctx the client's CallTimeout unless it has a deadline.
+func (c *Client) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok || c.timeout <= 0 {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, c.timeout)
 }
 
 // Call calls method with params (nil for none) and decodes the reply's
@@ -146,6 +161,8 @@ func newClient(t clientTransport, o ClientOptions) *Client {
 // comes, is dropped. If the connection ends, the error wraps ErrConnClosed.
 // Ids are increasing integers.
 func (c *Client) Call(ctx context.Context, method string, params, result any) error {
+	ctx, cancel := c.bound(ctx)
+	defer cancel()
 	id := c.nextID.Add(1)
 	req, err := encodeRequest(strconv.AppendInt(nil, id, 10), method, params)
 	if err != nil {
@@ -195,6 +212,8 @@ func (c *Client) Call(ctx context.Context, method string, params, result any) er
 // Notify sends a notification: a request without an id, which the server
 // runs and never answers.
 func (c *Client) Notify(ctx context.Context, method string, params any) error {
+	ctx, cancel := c.bound(ctx)
+	defer cancel()
 	b, err := encodeNotification(method, params)
 	if err != nil {
 		return fmt.Errorf("rpc: notify %s: %w", method, err)

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strings"
 	"sync"
@@ -346,5 +347,36 @@ func BenchmarkCall(b *testing.B) {
 				}
 			})
 		})
+	}
+}
+
+// A server that reads requests and never answers (a stopped process, as
+// far as its peer can tell) fails a call after CallTimeout instead of
+// hanging it; a call whose ctx has its own deadline keeps that one.
+func TestClientCallTimeout(t *testing.T) {
+	checkLeaks(t)
+	a, b := net.Pipe()
+	go io.Copy(io.Discard, a) // reads everything, answers nothing
+	t.Cleanup(func() { a.Close() })
+	c := NewClient(b, &ClientOptions{CallTimeout: 50 * time.Millisecond})
+	t.Cleanup(func() { c.Close() })
+
+	start := time.Now()
+	err := c.Call(context.Background(), "ping", nil, nil)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("call to a server that never answers: %v, want context.DeadlineExceeded", err)
+	}
+	if waited := time.Since(start); waited < 50*time.Millisecond {
+		t.Errorf("gave up after %v, before the CallTimeout", waited)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	start = time.Now()
+	err = c.Call(ctx, "ping", nil, nil)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("call with its own deadline: %v", err)
+	}
+	if waited := time.Since(start); waited < 300*time.Millisecond {
+		t.Errorf("a call with its own deadline of 300ms gave up after %v: CallTimeout replaced it", waited)
 	}
 }
