@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -187,7 +188,10 @@ func ambiguous(format string, args ...any) error {
 // Resolve finds the identity to act as, in this order: a name (from
 // --agent-id or THRUM_NAME) selects its file; else a role (and module)
 // selects the one file that matches; else the single file in dir. Anything
-// else is an error that says what to set.
+// else is an error that says what to set. A file without a token binds
+// nothing and is never selected: on the owner's socket a token is not
+// asked for, so a file anyone could have committed (an agent ID and no
+// token) would otherwise act as that agent and take its messages.
 func Resolve(dir string, sel Selector) (*File, Source, error) {
 	if sel.Name != "" {
 		name := NormalizeAgentID(sel.Name)
@@ -201,12 +205,16 @@ func Resolve(dir string, sel Selector) (*File, Source, error) {
 		if err != nil {
 			return nil, "", err
 		}
+		if f.Token == "" {
+			return nil, "", fmt.Errorf("%w: %s has no token, so it binds nothing: register %s again to get one", ErrNoIdentity, Path(dir, name), name)
+		}
 		return f, pick(sel.NameFromEnv), nil
 	}
-	files, err := List(dir)
+	all, err := List(dir)
 	if err != nil {
 		return nil, "", err
 	}
+	files := slices.DeleteFunc(all, func(f *File) bool { return f.Token == "" })
 	if sel.Role != "" {
 		var match []*File
 		for _, f := range files {
@@ -227,7 +235,7 @@ func Resolve(dir string, sel Selector) (*File, Source, error) {
 	case 1:
 		return files[0], SourceIdentityFile, nil
 	case 0:
-		return nil, "", fmt.Errorf("%w: no identity file in %s", ErrNoIdentity, dir)
+		return nil, "", fmt.Errorf("%w: no identity file with a token in %s", ErrNoIdentity, dir)
 	default:
 		return nil, "", ambiguous("%d identities in %s (%s)", len(files), dir, names(files))
 	}

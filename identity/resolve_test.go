@@ -8,13 +8,15 @@ import (
 )
 
 func TestResolve(t *testing.T) {
-	alice := File{Name: "alice", Role: "reviewer", Module: "core"}
-	bob := File{Name: "bob", Role: "reviewer", Module: "ui"}
-	carol := File{Name: "carol", Role: "planner", Module: "core"}
+	alice := File{Name: "alice", Role: "reviewer", Module: "core", Token: "t1"}
+	bob := File{Name: "bob", Role: "reviewer", Module: "ui", Token: "t2"}
+	carol := File{Name: "carol", Role: "planner", Module: "core", Token: "t3"}
 	unnamedID := AgentID("repo", "tester", "core", "")
-	unnamed := File{AgentID: unnamedID, Role: "tester", Module: "core", RepoID: "repo"}
+	unnamed := File{AgentID: unnamedID, Role: "tester", Module: "core", RepoID: "repo", Token: "t4"}
 	legacyID := "reviewer_abc123"
-	legacy := File{AgentID: legacyID, Role: "reviewer", Module: "legacy"}
+	legacy := File{AgentID: legacyID, Role: "reviewer", Module: "legacy", Token: "t5"}
+	// A file with an agent ID and no token, as anyone could commit.
+	planted := File{Name: "dave", Role: "reviewer", Module: "core"}
 
 	tests := []struct {
 		name       string
@@ -82,7 +84,17 @@ func TestResolve(t *testing.T) {
 		{name: "module alone does not select", files: []File{alice, bob}, sel: Selector{Module: "ui"},
 			wantNoID: true, wantAmbig: true, wantErr: []string{"2 identities"}},
 		{name: "zero files", files: nil,
-			wantNoID: true, wantErr: []string{"no identity file in"}},
+			wantNoID: true, wantErr: []string{"no identity file with a token in"}},
+
+		// A file without a token binds nothing.
+		{name: "named file without a token", files: []File{alice, planted}, sel: Selector{Name: "dave"},
+			wantNoID: true, wantErr: []string{"dave.json has no token", "binds nothing"}},
+		{name: "single file without a token", files: []File{planted},
+			wantNoID: true, wantErr: []string{"no identity file with a token in"}},
+		{name: "file without a token beside one with", files: []File{carol, planted},
+			wantID: "carol", wantSource: SourceIdentityFile},
+		{name: "role matched only by a file without a token", files: []File{carol, planted}, sel: Selector{Role: "reviewer"},
+			wantNoID: true, wantErr: []string{`no identity with role "reviewer"`}},
 		{name: "no dir", noDir: true,
 			wantNoID: true, wantErr: []string{"no identity file"}},
 		{name: "several files", files: []File{alice, bob, carol},

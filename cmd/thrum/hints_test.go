@@ -29,7 +29,7 @@ func wireError(t *testing.T, code int, msg, reason string) error {
 func TestReportHints(t *testing.T) {
 	ids := t.TempDir()
 	for _, name := range []string{"alice", "bob"} {
-		f := &identity.File{Name: name, Role: "reviewer", Module: "core", AgentID: name}
+		f := &identity.File{Name: name, Role: "reviewer", Module: "core", AgentID: name, Token: "t-" + name}
 		if err := identity.Save(ids, f); err != nil {
 			t.Fatal(err)
 		}

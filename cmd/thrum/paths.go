@@ -71,17 +71,11 @@ func resolveLayout(ctx context.Context, g *Globals) (*layout, error) {
 		l.LogDir = filepath.Join(l.Home, "log")
 	}
 	// A feature worktree of the same repository shares the main
-	// worktree's daemon (one log, one projection, one socket) through
-	// .thrum/redirect, while its identities stay its own.
+	// worktree's daemon (one log, one projection, one socket), while its
+	// identities stay its own; .thrum/redirect records it.
 	v := filepath.Join(l.Home, "var")
-	if b, err := os.ReadFile(filepath.Join(l.Home, "redirect")); err == nil {
-		if target := strings.TrimSpace(string(b)); target != "" {
-			l.Shared = target
-		}
-	} else if l.Git && g.Home == "" && filepath.Base(l.GitDir) == ".git" {
-		if main := filepath.Dir(l.GitDir); main != l.Root {
-			l.Shared = filepath.Join(main, ".thrum")
-		}
+	if err := l.share(g.Home == ""); err != nil {
+		return nil, err
 	}
 	if l.Shared != "" {
 		v = filepath.Join(l.Shared, "var")
@@ -93,6 +87,42 @@ func resolveLayout(ctx context.Context, g *Globals) (*layout, error) {
 	l.LogFile = filepath.Join(v, "daemon.log")
 	l.IDs = filepath.Join(l.Home, "identities")
 	return l, nil
+}
+
+// share sets l.Shared to the main worktree's .thrum when this is another
+// worktree of the same repository (same git common directory) and either
+// auto (no --home) or .thrum/redirect asks for it. A redirect may name
+// only that directory, which must be this user's: a committed redirect
+// naming anything else (another project's .thrum, say) would bind this
+// checkout to that project's daemon and hand its messages to the agents
+// here, so it is refused, never followed.
+func (l *layout) share(auto bool) error {
+	var main string // the main worktree's .thrum, "" if none or this one
+	if l.Git && filepath.Base(l.GitDir) == ".git" {
+		if m := filepath.Join(filepath.Dir(l.GitDir), ".thrum"); m != l.Home {
+			main = m
+		}
+	}
+	redirect := filepath.Join(l.Home, "redirect")
+	b, err := os.ReadFile(redirect)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	if target := strings.TrimSpace(string(b)); target != "" {
+		if main == "" || filepath.Clean(target) != main {
+			return fmt.Errorf("%s names %s, which is not the .thrum of this repository's main worktree: thrum follows a redirect only there, so that no committed file can bind this checkout to another daemon; remove %s and try again",
+				redirect, target, redirect)
+		}
+		auto = true
+	}
+	if !auto || main == "" {
+		return nil
+	}
+	if err := private.CheckDir(main); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	l.Shared = main
+	return nil
 }
 
 // RepoID identifies the repository: the first 16 hex digits of its root
