@@ -251,7 +251,7 @@ func (s *RPCServer) bindAll(sy SyncControl) {
 	bind(s, rpc.MethodSessionSetTask, access.Write, n.SetTask)
 	bind(s, rpc.MethodSessionList, access.Read, n.ListSessions)
 	bind(s, rpc.MethodMessageSend, access.Write, guarded(pol.SendMessage, n.SendMessage))
-	bind(s, rpc.MethodMessageGet, access.Read, n.GetMessage)
+	bind(s, rpc.MethodMessageGet, access.Read, s.getMessage)
 	bind(s, rpc.MethodMessageList, access.Read, n.ListMessages)
 	bind(s, rpc.MethodMessageSearch, access.Read, n.SearchMessages)
 	bind(s, rpc.MethodMessageEdit, access.Write, n.EditMessage)
@@ -263,7 +263,7 @@ func (s *RPCServer) bindAll(sy SyncControl) {
 	bind(s, rpc.MethodThreadCreate, access.Write, guarded(pol.CreateThread, n.CreateThread))
 	bind(s, rpc.MethodThreadList, access.Read, n.ListThreads)
 	bind(s, rpc.MethodThreadGet, access.Read, n.GetThread)
-	bind(s, rpc.MethodSubscribe, access.Write, s.subscribe)
+	bind(s, rpc.MethodSubscribe, access.Write, guarded(pol.Subscribe, s.subscribe))
 	bind(s, rpc.MethodUnsubscribe, access.Write, n.Unsubscribe)
 	bind(s, rpc.MethodSubscriptionsList, access.Write, n.ListSubscriptions)
 	bind(s, rpc.MethodUserRegister, access.Read, s.registerUser)
@@ -365,6 +365,16 @@ type listenerKey struct{}
 // are pushed as notification.message (notification.receipt for
 // receipts). The connection's listener is made
 // on the first subscribe and closed with the connection.
+// getMessage is message.get with the receipts the caller may see.
+func (s *RPCServer) getMessage(ctx context.Context, p *rpc.GetMessageParams) (*rpc.GetMessageResult, error) {
+	r, err := s.n.GetMessage(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	r.Message.Receipts = s.pol.Receipts(ctx, r.Message.Author.AgentID, r.Message.Receipts)
+	return r, nil
+}
+
 func (s *RPCServer) subscribe(ctx context.Context, p *rpc.SubscribeParams) (*rpc.SubscribeResult, error) {
 	c := jsonrpc.ConnFromContext(ctx)
 	if c == nil {

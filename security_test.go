@@ -964,3 +964,69 @@ func TestSecurityIdempotencyKeyReused(t *testing.T) {
 		t.Fatalf("the exact retry: %+v %v, want %s", again, err, first.MessageID)
 	}
 }
+
+// Receipts are the sender's and the owner's: over the loopback port a
+// token that did not send a message sees only its own receipt of it
+// (none, if it is no recipient), never another recipient's delivery or
+// acknowledgement note, and may not subscribe to every message's
+// receipts (receipts "all"); the sender and the owner see them all.
+func TestSecurityReceiptsPrivate(t *testing.T) {
+	d := startDaemon(t)
+	d.tokens["carol"] = thrumtest.Register(t, d.n, "carol", "tester", "auth").Token
+	d.tokens["dave"] = thrumtest.Register(t, d.n, "dave", "tester", "ui").Token
+	ctx := context.Background()
+	sent, err := d.n.SendMessage(thrum.AsAgent(ctx, "alice"), &rpc.SendMessageParams{Content: "ship it?", Mentions: []string{"@bob", "@carol"}, AckRequired: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const note = "bob's private note for alice"
+	if _, err := d.n.AckMessage(thrum.AsAgent(ctx, "bob"), &rpc.AckMessageParams{MessageID: sent.MessageID, Note: note}); err != nil {
+		t.Fatal(err)
+	}
+	as := func(who string) *rpc.Client {
+		c, err := rpc.DialWebSocket(ctx, d.wsURL, &rpc.ClientOptions{Credential: d.tokens[who]})
+		if who == "owner" {
+			c, err = rpc.DialWebSocket(ctx, d.wsURL, &rpc.ClientOptions{Credential: d.secret})
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	receipts := func(c *rpc.Client) string {
+		g, err := c.GetMessage(ctx, &rpc.GetMessageParams{MessageID: sent.MessageID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, r := range g.Message.Receipts {
+			out = append(out, r.AgentID+":"+r.State+":"+r.Note)
+		}
+		return strings.Join(out, " ")
+	}
+	all := "bob:acknowledged:" + note + " carol:queued:"
+	for who, want := range map[string]string{
+		"alice": all,                        // the sender
+		"owner": all,                        // the owner's secret
+		"bob":   "bob:acknowledged:" + note, // a recipient: its own
+		"carol": "carol:queued:",            // another recipient: its own, no note of bob's
+		"dave":  "",                         // no recipient: none
+	} {
+		if got := receipts(as(who)); got != want {
+			t.Errorf("%s reads the receipts %q, want %q", who, got, want)
+		}
+	}
+	if got := receipts(d.unix(t, nil)); got != all {
+		t.Errorf("the owner's socket reads the receipts %q, want %q", got, all)
+	}
+
+	_, err = as("carol").Subscribe(ctx, &rpc.SubscribeParams{Receipts: rpc.ReceiptsAll})
+	wantCode(t, err, rpc.CodeForbidden, `receipts "all" needs the owner`)
+	if _, err := as("carol").Subscribe(ctx, &rpc.SubscribeParams{Receipts: rpc.ReceiptsSent}); err != nil {
+		t.Errorf("a token subscribes to its own messages' receipts: %v", err)
+	}
+	if err := as("owner").Call(ctx, rpc.MethodSubscribe, map[string]any{"receipts": rpc.ReceiptsAll, "caller_agent_id": "dave"}, nil); err != nil {
+		t.Errorf("the owner subscribes to every receipt: %v", err)
+	}
+}

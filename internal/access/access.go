@@ -459,3 +459,31 @@ func (p *Policy) RegisterUser(ctx context.Context, _ *rpc.RegisterUserParams) er
 func (p *Policy) UserRegistered(ctx context.Context, id string) {
 	bindConn(jsonrpc.ConnFromContext(ctx), id, true)
 }
+
+// Subscribe is subscribe's rule: receipts of every message (receipts:
+// "all", which the web console takes) only for the owner. An agent's
+// token gets those of its own messages ("sent").
+func (p *Policy) Subscribe(ctx context.Context, a *rpc.SubscribeParams) error {
+	if a.Receipts == rpc.ReceiptsAll && !isOwner(ctx) {
+		return rpc.Errorf(rpc.CodeForbidden, `receipts "all" needs the owner: the Unix socket, or a WebSocket authenticated with the owner's secret; a token may subscribe to receipts "sent", those of its own messages`)
+	}
+	return nil
+}
+
+// Receipts is what of a message's receipts (rs, of a message author
+// sent) the caller may see: the owner and the author see them all, with
+// the recipients' notes; anyone else only their own. Who read what when,
+// and what a recipient wrote back, are the sender's business.
+func (p *Policy) Receipts(ctx context.Context, author string, rs []rpc.Receipt) []rpc.Receipt {
+	me := boundAs(ctx)
+	if isOwner(ctx) || me == author {
+		return rs
+	}
+	var mine []rpc.Receipt
+	for _, r := range rs {
+		if r.AgentID == me {
+			mine = append(mine, r)
+		}
+	}
+	return mine
+}
