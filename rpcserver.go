@@ -47,13 +47,15 @@ var ErrServerClosed = jsonrpc.ErrServerClosed
 
 // Defaults of RPCOptions: the engine's, named here for embedders.
 const (
-	DefaultMaxRequestBytes = jsonrpc.DefaultMaxLineBytes    // 2 MiB: a message at DefaultMaxContentBytes fits with every byte escaped (six bytes in JSON)
-	DefaultMaxBatch        = jsonrpc.DefaultMaxBatch        // 100
-	DefaultMaxConns        = jsonrpc.DefaultMaxConns        // 256
-	DefaultMaxUnauthConns  = jsonrpc.DefaultMaxUnauthConns  // 16
-	DefaultAuthTimeout     = jsonrpc.DefaultAuthTimeout     // 5 s
-	DefaultRequestTimeout  = jsonrpc.DefaultLineTimeout     // 10 s
-	DefaultMaxPendingBytes = jsonrpc.DefaultMaxPendingBytes // 16 MiB
+	DefaultMaxRequestBytes  = jsonrpc.DefaultMaxLineBytes     // 2 MiB: a message at DefaultMaxContentBytes fits with every byte escaped (six bytes in JSON)
+	DefaultMaxBatch         = jsonrpc.DefaultMaxBatch         // 100
+	DefaultMaxConns         = jsonrpc.DefaultMaxConns         // 256
+	DefaultMaxUnauthConns   = jsonrpc.DefaultMaxUnauthConns   // 16
+	DefaultMaxStrangerConns = jsonrpc.DefaultMaxStrangerConns // 16
+	DefaultAuthFailureDelay = jsonrpc.DefaultAuthFailureDelay // 1 s
+	DefaultAuthTimeout      = jsonrpc.DefaultAuthTimeout      // 5 s
+	DefaultRequestTimeout   = jsonrpc.DefaultLineTimeout      // 10 s
+	DefaultMaxPendingBytes  = jsonrpc.DefaultMaxPendingBytes  // 16 MiB
 )
 
 // RPCOptions configure an RPCServer. A nil *RPCOptions means defaults;
@@ -105,13 +107,27 @@ type RPCOptions struct {
 	// WebSocket fails with -32006. Default DefaultMaxConns.
 	MaxConns int
 
-	// MaxUnauthConns caps WebSockets that have not authenticated yet: a
-	// small pool of their own, so that connections which present no
-	// credential never crowd out those that did, nor the Unix socket. Over
-	// it a WebSocket handshake is answered with HTTP 503, unless it
-	// carries a credential (rpc.ClientOptions.Credential), which puts it in
-	// the authenticated pool at once. Default DefaultMaxUnauthConns.
+	// MaxUnauthConns caps the WebSockets of each local user (the owner
+	// of the peer's socket, on Linux) that have not authenticated yet: a
+	// small pool per user, so that connections which present no
+	// credential never crowd out those that did, nor the Unix socket, nor
+	// another user's. Over it a WebSocket handshake is answered with HTTP
+	// 503, unless it carries a credential (rpc.ClientOptions.Credential),
+	// which puts it in the authenticated pool at once. Default
+	// DefaultMaxUnauthConns.
 	MaxUnauthConns int
+
+	// MaxStrangerConns caps the loopback TCP connections of each local
+	// user other than this process's, on a listener from LimitListener.
+	// Default DefaultMaxStrangerConns.
+	MaxStrangerConns int
+
+	// AuthFailureDelay is what a wrong credential on a WebSocket costs
+	// the connection that presented it: its refusal (HTTP 401 in the
+	// handshake, -32002 from auth) comes this much later, the connection
+	// held meanwhile. A right credential is never delayed, whatever other
+	// connections do. Default DefaultAuthFailureDelay.
+	AuthFailureDelay time.Duration
 
 	// AuthTimeout is how long a WebSocket may stay unauthenticated before
 	// it is closed. Default DefaultAuthTimeout.
@@ -143,15 +159,17 @@ type SyncControl interface {
 // defaults (the Default… constants above are its own).
 func (o *RPCOptions) engineOptions() *jsonrpc.ServerOptions {
 	return &jsonrpc.ServerOptions{
-		Logger:          o.Logger,
-		AllowedOrigins:  o.AllowedOrigins,
-		MaxLineBytes:    o.MaxRequestBytes,
-		MaxBatch:        o.MaxBatch,
-		MaxConns:        o.MaxConns,
-		MaxUnauthConns:  o.MaxUnauthConns,
-		AuthTimeout:     o.AuthTimeout,
-		LineTimeout:     o.RequestTimeout,
-		MaxPendingBytes: o.MaxPendingBytes,
+		Logger:           o.Logger,
+		AllowedOrigins:   o.AllowedOrigins,
+		MaxLineBytes:     o.MaxRequestBytes,
+		MaxBatch:         o.MaxBatch,
+		MaxConns:         o.MaxConns,
+		MaxUnauthConns:   o.MaxUnauthConns,
+		MaxStrangerConns: o.MaxStrangerConns,
+		AuthFailureDelay: o.AuthFailureDelay,
+		AuthTimeout:      o.AuthTimeout,
+		LineTimeout:      o.RequestTimeout,
+		MaxPendingBytes:  o.MaxPendingBytes,
 	}
 }
 
@@ -189,6 +207,16 @@ func (s *RPCServer) ServeConn(ctx context.Context, nc net.Conn) {
 		transport = jsonrpc.TransportUnix
 	}
 	s.eng.ServeConn(ctx, nc, transport)
+}
+
+// LimitListener wraps a TCP listener for the http.Server that serves
+// ServeHTTP on a loopback port: it accepts at most MaxConns +
+// MaxUnauthConns + 64 connections at once (room for handshakes), and of
+// each local user other than this process's at most MaxStrangerConns,
+// closing the rest as soon as accepted; refusals count in health
+// (rpc.HealthResult.Refused).
+func (s *RPCServer) LimitListener(l net.Listener) net.Listener {
+	return s.eng.LimitListener(l)
 }
 
 // ServeHTTP serves the WebSocket endpoint: one JSON-RPC message (or
@@ -236,7 +264,7 @@ func (n *Node) Dial(opts *rpc.ClientOptions) *rpc.Client {
 // sync.force only with a SyncControl.
 func (s *RPCServer) bindAll(sy SyncControl) {
 	n, pol := s.n, s.pol
-	bind(s, rpc.MethodHealth, access.Open, n.Health)
+	bind(s, rpc.MethodHealth, access.Open, s.health)
 	bind(s, rpc.MethodAuth, access.Open, pol.Auth)
 	bind(s, rpc.MethodAgentRegister, access.Read, guarded(pol.RegisterAgent, n.RegisterAgent))
 	bind(s, rpc.MethodAgentList, access.Read, n.ListAgents)
@@ -365,6 +393,15 @@ type listenerKey struct{}
 // are pushed as notification.message (notification.receipt for
 // receipts). The connection's listener is made
 // on the first subscribe and closed with the connection.
+// health is the node's health with what this server refused.
+func (s *RPCServer) health(ctx context.Context, p *rpc.HealthParams) (*rpc.HealthResult, error) {
+	h, err := s.n.Health(ctx, p)
+	if r := s.eng.Refused(); err == nil && r != (jsonrpc.Refusals{}) {
+		h.Refused = &rpc.Refusals{Connections: r.Connections, Credentials: r.Credentials}
+	}
+	return h, err
+}
+
 // getMessage is message.get with the receipts the caller may see.
 func (s *RPCServer) getMessage(ctx context.Context, p *rpc.GetMessageParams) (*rpc.GetMessageResult, error) {
 	r, err := s.n.GetMessage(ctx, p)

@@ -13,14 +13,14 @@ const (
 	CodeServerError    = -32000                     // generic server error
 	CodeTransport      = -32001                     // the method is not available on this transport
 
-	CodeUnauthenticated = -32002                    // the call needs an identity and none was given
-	CodeForbidden       = -32003                    // the identity may not do this
-	CodeNotFound        = -32004                    // the named thing does not exist
-	CodeConflict        = -32005                    // the thing exists already, or its state forbids the change
-	CodeLimitExceeded   = jsonrpc.CodeLimitExceeded // -32006: a size, count or rate limit was hit
-	CodeUnavailable     = jsonrpc.CodeUnavailable   // -32007: the server is shutting down or not ready
-	CodeStorageFull     = -32008                    // the disk is full: the message says where; writes resume when space is freed
-	CodeIdempotencyKey  = -32009                    // the idempotency key was used for a different request: the message and data name what it made
+	CodeUnauthenticated = jsonrpc.CodeUnauthenticated // -32002: the call needs an identity and none was given, or the credential was refused
+	CodeForbidden       = -32003                      // the identity may not do this
+	CodeNotFound        = -32004                      // the named thing does not exist
+	CodeConflict        = -32005                      // the thing exists already, or its state forbids the change
+	CodeLimitExceeded   = jsonrpc.CodeLimitExceeded   // -32006: a size, count or rate limit was hit
+	CodeUnavailable     = jsonrpc.CodeUnavailable     // -32007: the server is shutting down or not ready
+	CodeStorageFull     = -32008                      // the disk is full: the message says where; writes resume when space is freed
+	CodeIdempotencyKey  = -32009                      // the idempotency key was used for a different request: the message and data name what it made
 )
 
 // Error is the one error type of thrum: a JSON-RPC error object

@@ -125,6 +125,20 @@ type HealthResult struct {
 	// Repairs lists what the node repaired when it opened (torn log tails
 	// moved aside), one sentence each.
 	Repairs []string `json:"repairs,omitempty"`
+	// Refused counts what the server's loopback port refused since it
+	// started; absent while nothing was.
+	Refused *Refusals `json:"refused,omitempty"`
+}
+
+// Refusals count what a server's loopback port (its WebSocket) refused.
+type Refusals struct {
+	// Connections over a cap: another local user's over its share, a
+	// user's WebSockets waiting to authenticate over theirs, handshakes
+	// refused for their Host or Origin.
+	Connections int64 `json:"connections"`
+	// Credentials refused, in handshakes and by auth. Each cost its
+	// connection a delay; none delayed anyone else's.
+	Credentials int64 `json:"credentials"`
 }
 
 // Build identifies a build of a program: thrum's Version and what the go

@@ -1,7 +1,11 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -9,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/thrumhq/thrum"
 	"github.com/thrumhq/thrum/internal/thrumtest"
 	"github.com/thrumhq/thrum/rpc"
 )
@@ -124,4 +129,171 @@ func plant(t *testing.T, path, content string) {
 	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// strangerCopy copies the main package pkg, built, where the stranger can
+// run it (a built binary's directory is the owner's alone).
+func strangerCopy(t *testing.T, pkg string) string {
+	t.Helper()
+	b, err := os.ReadFile(thrumtest.BuildBinary(t, pkg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	reachable(t, dir)
+	path := filepath.Join(dir, filepath.Base(pkg))
+	if err := os.WriteFile(path, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// floodResult is what internal/thrumtest/flood prints.
+type floodResult struct {
+	Checked    int            `json:"checked"`
+	Outcomes   map[string]int `json:"outcomes"`
+	Seconds    float64        `json:"seconds"`
+	CPUSeconds float64        `json:"cpu_seconds"`
+}
+
+// A stranger (uid 65534) failing credentials on the loopback port as fast
+// as the daemon answers, in handshakes and in auth calls, from 64
+// connections at once, locks nobody out: every one of the owner's valid
+// credentials is accepted all the while, in the handshake and by auth:
+// the owner's secret, an agent's token, a web login code and the web
+// session it is traded for (a browser tab reconnecting). Each failure
+// costs the stranger's connection a delay, its connections are capped,
+// and the daemon logs the refusals at most once per 10 s, naming the uid,
+// and counts them in health.
+func TestStrangerFloodOwnerSignsIn(t *testing.T) {
+	needRoot(t)
+	a := startAttackTarget(t)
+	flood := strangerCopy(t, "github.com/thrumhq/thrum/internal/thrumtest/flood")
+	const dur = 12 * time.Second
+	stranger := make(chan floodResult, 1)
+	go func() {
+		var r floodResult
+		cmd := exec.Command(flood, "-url", a.wsURL, "-for", dur.String(), "-workers", "64")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: strangerID, Gid: strangerID}}
+		out, err := cmd.Output()
+		if err != nil || json.Unmarshal(out, &r) != nil {
+			r.Outcomes = map[string]int{fmt.Sprintf("flood failed: %v: %s", err, out): 1}
+		}
+		stranger <- r
+	}()
+
+	ctx := context.Background()
+	u := a.unix(t)
+	code := func() string {
+		w, err := u.WebLogin(ctx, &rpc.WebLoginParams{})
+		if err != nil {
+			t.Fatalf("web.login on the socket: %v", err)
+		}
+		return w.Code
+	}
+	session := ""
+	probes := []struct {
+		name string
+		try  func(ctx context.Context) error
+	}{
+		{"handshake: owner's secret", func(ctx context.Context) error { return dialWith(ctx, a.wsURL, a.secret) }},
+		{"handshake: agent token", func(ctx context.Context) error { return dialWith(ctx, a.wsURL, a.tokens["alice"]) }},
+		{"handshake: login code", func(ctx context.Context) error {
+			c := code()
+			ws, err := rpc.DialWebSocket(ctx, a.wsURL, &rpc.ClientOptions{Credential: c})
+			if err != nil {
+				return err
+			}
+			defer ws.Close()
+			r, err := ws.Auth(ctx, &rpc.AuthParams{LoginCode: c})
+			if err == nil {
+				session = r.WebSession
+			}
+			return err
+		}},
+		{"handshake: web session (a tab reconnecting)", func(ctx context.Context) error { return dialWith(ctx, a.wsURL, session) }},
+		{"auth: owner's secret", func(ctx context.Context) error { return authWith(ctx, a.wsURL, &rpc.AuthParams{OwnerSecret: a.secret}) }},
+		{"auth: agent token", func(ctx context.Context) error {
+			return authWith(ctx, a.wsURL, &rpc.AuthParams{Token: a.tokens["bob"]})
+		}},
+		{"auth: login code", func(ctx context.Context) error { return authWith(ctx, a.wsURL, &rpc.AuthParams{LoginCode: code()}) }},
+		{"auth: web session", func(ctx context.Context) error { return authWith(ctx, a.wsURL, &rpc.AuthParams{WebSession: session}) }},
+	}
+	time.Sleep(time.Second) // the flood under way
+	ok, tried := map[string]int{}, map[string]int{}
+	firstErr := map[string]error{}
+	for end := time.Now().Add(dur - 2*time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		for _, p := range probes {
+			pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			err := p.try(pctx)
+			cancel()
+			tried[p.name]++
+			if err == nil {
+				ok[p.name]++
+			} else if firstErr[p.name] == nil {
+				firstErr[p.name] = err
+			}
+		}
+	}
+	r := <-stranger
+	total, accepted := 0, 0
+	for _, p := range probes {
+		total += tried[p.name]
+		accepted += ok[p.name]
+		t.Logf("%-45s %d/%d accepted", p.name, ok[p.name], tried[p.name])
+		if ok[p.name] != tried[p.name] {
+			t.Errorf("%s: %d of %d refused during the flood; the first: %v", p.name, tried[p.name]-ok[p.name], tried[p.name], firstErr[p.name])
+		}
+	}
+	t.Logf("the owner's valid credentials: %d/%d accepted (%.1f%%)", accepted, total, 100*float64(accepted)/float64(max(total, 1)))
+	t.Logf("the stranger: %d credentials checked in %.1fs (%.1f a second), %.3fs CPU (%.2f ms per checked credential); all answers: %v",
+		r.Checked, r.Seconds, float64(r.Checked)/max(r.Seconds, 1e-9), r.CPUSeconds, 1000*r.CPUSeconds/float64(max(r.Checked, 1)), r.Outcomes)
+	if r.Checked == 0 {
+		t.Fatalf("the flood had no credential checked: %v", r.Outcomes)
+	}
+	// Each wrong credential holds one of the stranger's capped
+	// connections for the delay: so many a second at most, however fast
+	// it tries.
+	if most := float64(thrum.DefaultMaxStrangerConns) * (r.Seconds/thrum.DefaultAuthFailureDelay.Seconds() + 1); float64(r.Checked) > most {
+		t.Errorf("the stranger had %d credentials checked in %.1fs: at most %.0f should be", r.Checked, r.Seconds, most)
+	}
+	h, err := u.Health(ctx, &rpc.HealthParams{})
+	if err != nil || h.Refused == nil || h.Refused.Credentials < int64(r.Checked) || h.Refused.Connections == 0 {
+		t.Errorf("health after the flood: %+v, %v; want the refused credentials (at least %d) and connections counted", h.Refused, err, r.Checked)
+	}
+	b, err := os.ReadFile(filepath.Join(a.c.repo, ".thrum", "var", "daemon.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := 0
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, "level=WARN") && strings.Contains(l, "refused") && strings.Contains(l, strconv.Itoa(strangerID)+":") {
+			if lines++; lines == 1 {
+				t.Logf("the daemon's log: %s", l)
+			}
+		}
+	}
+	if most := int(r.Seconds/10) + 1; lines == 0 || lines > most {
+		t.Errorf("the daemon logged %d warnings naming uid %d in %.1fs, want 1 to %d (one per 10 s):\n%s", lines, strangerID, r.Seconds, most, b)
+	}
+}
+
+// dialWith opens a WebSocket with cred in its handshake.
+func dialWith(ctx context.Context, url, cred string) error {
+	c, err := rpc.DialWebSocket(ctx, url, &rpc.ClientOptions{Credential: cred})
+	if err != nil {
+		return err
+	}
+	return c.Close()
+}
+
+// authWith opens a WebSocket without a credential and calls auth with p.
+func authWith(ctx context.Context, url string, p *rpc.AuthParams) error {
+	c, err := rpc.DialWebSocket(ctx, url, nil)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_, err = c.Auth(ctx, p)
+	return err
 }

@@ -26,7 +26,6 @@ import (
 	"github.com/thrumhq/thrum/identity"
 	"github.com/thrumhq/thrum/internal/dirlock"
 	"github.com/thrumhq/thrum/internal/gitwork"
-	"github.com/thrumhq/thrum/internal/jsonrpc"
 	"github.com/thrumhq/thrum/internal/private"
 	"github.com/thrumhq/thrum/internal/webui"
 	"github.com/thrumhq/thrum/rpc"
@@ -232,10 +231,11 @@ func (c *DaemonRunCmd) Run(ctx context.Context, g *Globals) error {
 	mux.Handle("/ws", srv)
 	mux.Handle("/", webui.Handler()) // the web console (thrum web signs a browser in)
 	// Before the upgrade a connection is plain HTTP: small headers, a short
-	// deadline, and a cap on how many may be open (the RPC server refuses
-	// WebSockets over its own caps after the upgrade).
+	// deadline, and caps on how many may be open, in all and of each other
+	// local user (the RPC server refuses WebSockets over its own caps
+	// after the upgrade).
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, MaxHeaderBytes: 16 << 10, IdleTimeout: 30 * time.Second}
-	wl = jsonrpc.LimitListener(wl, daemonMaxHTTPConns)
+	wl = srv.LimitListener(wl)
 	if err := writeFile(l.WSPort, strconv.Itoa(port)); err != nil {
 		return err
 	}
@@ -349,10 +349,6 @@ const daemonMemoryLimit = 64 << 20
 
 // daemonGCPercent is the daemon's GOGC (see DESIGN.md, "Decisions").
 const daemonGCPercent = 50
-
-// daemonMaxHTTPConns caps the loopback port's TCP connections: WebSockets
-// of both classes plus room for handshakes.
-const daemonMaxHTTPConns = thrum.DefaultMaxConns + thrum.DefaultMaxUnauthConns + 64
 
 func writeFile(path, s string) error {
 	return private.WriteFile(path, []byte(s+"\n"))

@@ -2,11 +2,15 @@
 // request acts as, and whether it may. It binds connections to
 // identities (by auth, by a credential in a WebSocket's handshake, or by
 // session.start), checks credentials (an agent's or user's token, the
-// owner's secret, a browser's login code or web session), limits failed
-// credential checks, and holds each method's rules: what a method needs
+// owner's secret, a browser's login code or web session), and holds each
+// method's rules: what a method needs
 // from its caller on each transport (Level), and who may act for whom.
 // It runs no operation: the root's RPCServer binds each method to the
-// node behind these checks. DESIGN.md, "Trust boundary", has the model.
+// node behind these checks. A wrong credential on a WebSocket is refused
+// with -32002 (401 in a handshake), which the server (internal/jsonrpc)
+// makes the failing connection pay for with a delay; a right one is
+// accepted whatever others do. DESIGN.md, "Trust boundary", has the
+// model.
 //
 // A Unix socket or pipe is the owner's: a request may name its agent
 // with "caller_agent_id" in its params, or the connection is bound once,
@@ -22,6 +26,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"net/http"
 	"os"
@@ -79,9 +84,8 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-// Policy is one RPC server's access policy: its web logins and its
-// limit on failed credentials are its own. Its methods may be called
-// concurrently.
+// Policy is one RPC server's access policy: its web logins are its own.
+// Its methods may be called concurrently.
 type Policy struct {
 	ids     Identities
 	secret  []byte
@@ -91,7 +95,6 @@ type Policy struct {
 	now     func() time.Time
 	log     *slog.Logger
 	web     *webLogins // browser logins (weblogin.go)
-	limit   authLimit  // failed credential checks on WebSockets (limit.go)
 }
 
 // New returns the policy of one server over the node's identities.
@@ -218,9 +221,16 @@ func (p *Policy) Caller(ctx context.Context, method string, lvl Level, raw json.
 // to an identity. A token proves an identity; the owner's secret makes
 // the connection the owner's and, with agent_id, binds it to that agent;
 // on a Unix socket or pipe (the owner's already) naming a registered
-// agent is enough. Failed credentials on a WebSocket are limited.
+// agent is enough. A credential refused on a WebSocket costs the
+// connection a delay (jsonrpc.Conn.CredentialRefused).
 func (p *Policy) Auth(ctx context.Context, a *rpc.AuthParams) (*rpc.AuthResult, error) {
-	return p.limitAuth(ctx, a, p.auth)
+	r, err := p.auth(ctx, a)
+	var e *rpc.Error
+	if c := jsonrpc.ConnFromContext(ctx); c != nil && errors.As(err, &e) && e.Code == rpc.CodeUnauthenticated &&
+		(a.Token != "" || a.OwnerSecret != "" || a.LoginCode != "" || a.WebSession != "") {
+		c.CredentialRefused(e.Message)
+	}
+	return r, err
 }
 
 func (p *Policy) auth(ctx context.Context, a *rpc.AuthParams) (*rpc.AuthResult, error) {
@@ -312,13 +322,8 @@ func bindConn(c *jsonrpc.Conn, id string, byToken bool) {
 // for a web session that the connection's auth with the code returns. It
 // then starts authenticated, so strangers who fill the small pool of
 // connections waiting to authenticate cannot keep it out, not even from
-// its first sign-in. Failed credentials count against the server's limit.
-func (p *Policy) Handshake(r *http.Request, cred string) (bind func(*jsonrpc.Conn), err error) {
-	err = p.limit.check(func() error { bind, err = p.handshake(r, cred); return err })
-	return bind, err
-}
-
-func (p *Policy) handshake(r *http.Request, cred string) (func(*jsonrpc.Conn), error) {
+// its first sign-in.
+func (p *Policy) Handshake(r *http.Request, cred string) (func(*jsonrpc.Conn), error) {
 	if p.ownerSecret(cred) || p.webSession(cred) {
 		return func(c *jsonrpc.Conn) { bindAs(c, "", false, true) }, nil
 	}

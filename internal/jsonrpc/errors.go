@@ -2,18 +2,20 @@ package jsonrpc
 
 import "fmt"
 
-// The JSON-RPC 2.0 error codes this package sends, and the two codes of
-// the implementation-defined server range it uses for its limits. Package
+// The JSON-RPC 2.0 error codes this package sends, and the codes of the
+// implementation-defined server range it uses for its limits and for a
+// credential refused in a WebSocket's handshake (-32002). Package
 // rpc declares the same values as thrum's contract, with thrum's own codes
 // beside them.
 const (
-	CodeParseError     = -32700 // the bytes are not JSON
-	CodeInvalidRequest = -32600 // JSON, but not a JSON-RPC 2.0 request
-	CodeMethodNotFound = -32601 // no such method
-	CodeInvalidParams  = -32602 // a parameter is missing, malformed or out of range
-	CodeInternal       = -32603 // a fault of the server, not of the request
-	CodeLimitExceeded  = -32006 // a size, count or rate limit was hit
-	CodeUnavailable    = -32007 // the server is shutting down
+	CodeParseError      = -32700 // the bytes are not JSON
+	CodeInvalidRequest  = -32600 // JSON, but not a JSON-RPC 2.0 request
+	CodeMethodNotFound  = -32601 // no such method
+	CodeInvalidParams   = -32602 // a parameter is missing, malformed or out of range
+	CodeInternal        = -32603 // a fault of the server, not of the request
+	CodeUnauthenticated = -32002 // a credential is needed, or the one given was refused
+	CodeLimitExceeded   = -32006 // a size, count or rate limit was hit
+	CodeUnavailable     = -32007 // the server is shutting down
 )
 
 // Error is a JSON-RPC error object. It keeps its code across the wire:

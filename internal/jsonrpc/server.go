@@ -21,14 +21,16 @@ const (
 
 // Defaults of ServerOptions.
 const (
-	DefaultMaxLineBytes    = 2 << 20 // 2 MiB
-	DefaultMaxConns        = 256
-	DefaultMaxUnauthConns  = 16
-	DefaultAuthTimeout     = 5 * time.Second
-	DefaultLineTimeout     = 10 * time.Second
-	DefaultMaxPendingBytes = 16 << 20 // 16 MiB
-	DefaultMaxBatch        = 100
-	DefaultNotifyQueue     = 1024
+	DefaultMaxLineBytes     = 2 << 20 // 2 MiB
+	DefaultMaxConns         = 256
+	DefaultMaxUnauthConns   = 16
+	DefaultMaxStrangerConns = 16
+	DefaultAuthFailureDelay = time.Second
+	DefaultAuthTimeout      = 5 * time.Second
+	DefaultLineTimeout      = 10 * time.Second
+	DefaultMaxPendingBytes  = 16 << 20 // 16 MiB
+	DefaultMaxBatch         = 100
+	DefaultNotifyQueue      = 1024
 )
 
 // ErrServerClosed is returned by Serve after Shutdown or Close.
@@ -58,12 +60,30 @@ type ServerOptions struct {
 	// Conn.Authenticate fails. Default DefaultMaxConns.
 	MaxConns int
 
-	// MaxUnauthConns caps WebSockets that have not authenticated yet: a
-	// small pool of their own, so that connections which present no
-	// credential never crowd out those that did (see Authorize), nor the
-	// Unix socket. Over it a WebSocket handshake is answered with HTTP
-	// 503. Default DefaultMaxUnauthConns.
+	// MaxUnauthConns caps the WebSockets of each local user that have
+	// not authenticated yet: a small pool per user, so that connections
+	// which present no credential never crowd out those that did (see
+	// Authorize), nor the Unix socket, nor another user's. Over it a
+	// WebSocket handshake is answered with HTTP 503. The user is the
+	// owner of the peer's socket, where the system tells (Linux); else
+	// every peer counts as this process's user. Default
+	// DefaultMaxUnauthConns.
 	MaxUnauthConns int
+
+	// MaxStrangerConns caps the TCP connections of each local user other
+	// than this process's, on a listener from LimitListener; a peer whose
+	// user cannot be found counts as one such user. Default
+	// DefaultMaxStrangerConns.
+	MaxStrangerConns int
+
+	// AuthFailureDelay is what a wrong credential costs the connection
+	// that presented it: a WebSocket handshake whose credential Authorize
+	// refused with -32002 is answered (401) this much later, and so is a
+	// call whose handler calls Conn.CredentialRefused, the connection's
+	// slots held, so guessing is slow however fast the guesser, while
+	// every other connection's credentials are checked at once. Default
+	// DefaultAuthFailureDelay.
+	AuthFailureDelay time.Duration
 
 	// AuthTimeout is how long a WebSocket may stay unauthenticated before
 	// it is closed. Default DefaultAuthTimeout.
@@ -130,12 +150,14 @@ type Server struct {
 
 	budget   budget
 	cork     *corker
-	refusals refusalLog // refused WebSocket handshakes
+	refusals refusals // what the loopback port refused
+	uid      int      // this process's user: the owner's peers are not strangers
 
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
 	conns     map[*Conn]struct{}
 	nconns    [numClasses]int // reserved connection slots per class, registered or about to be
+	unauth    map[int]int     // classUnauth slots per peer (see peerKey)
 	shutdown  bool            // Shutdown or Close was called
 	stopc     chan struct{}   // closed when shutdown becomes true
 	drained   chan struct{}   // closed when shutdown and nconns reaches 0
@@ -156,6 +178,12 @@ func NewServer(opts *ServerOptions) *Server {
 	}
 	if o.MaxUnauthConns <= 0 {
 		o.MaxUnauthConns = DefaultMaxUnauthConns
+	}
+	if o.MaxStrangerConns <= 0 {
+		o.MaxStrangerConns = DefaultMaxStrangerConns
+	}
+	if o.AuthFailureDelay <= 0 {
+		o.AuthFailureDelay = DefaultAuthFailureDelay
 	}
 	if o.AuthTimeout <= 0 {
 		o.AuthTimeout = DefaultAuthTimeout
@@ -184,6 +212,9 @@ func NewServer(opts *ServerOptions) *Server {
 		handlers:  make(map[string]HandlerFunc),
 		listeners: make(map[net.Listener]struct{}),
 		conns:     make(map[*Conn]struct{}),
+		unauth:    make(map[int]int),
+		uid:       os.Getuid(),
+		refusals:  refusals{recent: make(map[int]int64)},
 		stopc:     make(chan struct{}),
 		drained:   make(chan struct{}),
 	}
@@ -262,7 +293,7 @@ func (s *Server) Serve(l net.Listener) error {
 		if _, ok := nc.(*net.UnixConn); ok {
 			transport = TransportUnix
 		}
-		if e := s.reserve(classStream); e != nil {
+		if e := s.reserve(classStream, 0); e != nil {
 			s.refuse(nc, e)
 			continue
 		}
@@ -277,7 +308,7 @@ func (s *Server) Serve(l net.Listener) error {
 // Handlers' contexts derive from ctx, so its values reach them; cancelling
 // ctx closes the connection.
 func (s *Server) ServeConn(ctx context.Context, nc net.Conn, transport string) {
-	if e := s.reserve(classStream); e != nil {
+	if e := s.reserve(classStream, 0); e != nil {
 		s.refuse(nc, e)
 		return
 	}
@@ -323,44 +354,65 @@ func (s *Server) classCap(class int) int {
 func classLimitError(class, limit int) *Error {
 	switch class {
 	case classUnauth:
-		return Errorf(CodeLimitExceeded, "too many unauthenticated connections: limit is %d", limit)
+		return Errorf(CodeLimitExceeded, "too many unauthenticated connections from your user: limit is %d", limit)
 	case classWS:
 		return Errorf(CodeLimitExceeded, "too many authenticated WebSocket connections: limit is %d", limit)
 	}
 	return Errorf(CodeLimitExceeded, "too many connections: limit is %d", limit)
 }
 
-// reserve takes a connection slot of class, or says why there is none.
-func (s *Server) reserve(class int) *Error {
+// reserve takes a connection slot of class for peer (see peerKey), or
+// says why there is none.
+func (s *Server) reserve(class, peer int) *Error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.shutdown {
 		return Errorf(CodeUnavailable, "server is shutting down: reconnect later")
 	}
-	if limit := s.classCap(class); s.nconns[class] >= limit {
-		return classLimitError(class, limit)
+	if e := s.fullLocked(class, peer); e != nil {
+		return e
 	}
-	s.nconns[class]++
+	s.takeLocked(class, peer, 1)
 	return nil
 }
 
-// move moves a slot from one class to another, or says why it cannot.
-func (s *Server) move(from, to int) *Error {
+// fullLocked says why class has no slot for peer, nil if it has one.
+func (s *Server) fullLocked(class, peer int) *Error {
+	limit := s.classCap(class)
+	if class == classUnauth && s.unauth[peer] >= limit || class != classUnauth && s.nconns[class] >= limit {
+		return classLimitError(class, limit)
+	}
+	return nil
+}
+
+// takeLocked takes (n = 1) or gives back (n = -1) a slot of class.
+func (s *Server) takeLocked(class, peer, n int) {
+	s.nconns[class] += n
+	if class == classUnauth {
+		if s.unauth[peer] += n; s.unauth[peer] == 0 {
+			delete(s.unauth, peer)
+		}
+	}
+}
+
+// move moves peer's slot from one class to another, or says why it
+// cannot.
+func (s *Server) move(from, to, peer int) *Error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if limit := s.classCap(to); s.nconns[to] >= limit {
-		return classLimitError(to, limit)
+	if e := s.fullLocked(to, peer); e != nil {
+		return e
 	}
-	s.nconns[from]--
-	s.nconns[to]++
+	s.takeLocked(from, peer, -1)
+	s.takeLocked(to, peer, 1)
 	return nil
 }
 
 // release gives back a slot taken by reserve.
-func (s *Server) release(class int) {
+func (s *Server) release(class, peer int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.nconns[class]--
+	s.takeLocked(class, peer, -1)
 	if s.shutdown && s.totalLocked() == 0 {
 		select {
 		case <-s.drained:
@@ -393,7 +445,7 @@ func (s *Server) unregister(c *Conn, class int) {
 	s.mu.Lock()
 	delete(s.conns, c)
 	s.mu.Unlock()
-	s.release(class)
+	s.release(class, c.peer)
 }
 
 func (s *Server) isShutdown() bool {
@@ -496,6 +548,7 @@ type Conn struct {
 	transport string
 	peerUID   int
 	peerOK    bool
+	peer      int         // the key of its peer's slots, see peerKey
 	charge    charge      // what the request being read or handled holds of the budget
 	authTimer *time.Timer // closes an unauthenticated WebSocket; nil on streams
 
@@ -552,8 +605,10 @@ func (s *Server) newConn(parent context.Context, transport string, class int, t 
 // TransportWebSocket, TransportPipe, or what ServeConn was given.
 func (c *Conn) Transport() string { return c.transport }
 
-// PeerUID returns the user id of the process at the other end of a Unix
-// socket (SO_PEERCRED, Linux). ok is false on other transports and systems.
+// PeerUID returns the user id of the process at the other end: of a Unix
+// socket (SO_PEERCRED), or of a WebSocket from this machine (the owner of
+// the peer's socket). ok is false on other transports, on systems other
+// than Linux, and when the peer could not be found.
 func (c *Conn) PeerUID() (uid int, ok bool) { return c.peerUID, c.peerOK }
 
 // Authenticate records that the connection presented a credential. A
@@ -568,7 +623,7 @@ func (c *Conn) Authenticate() error {
 	if c.class != classUnauth {
 		return nil
 	}
-	if e := c.srv.move(classUnauth, classWS); e != nil {
+	if e := c.srv.move(classUnauth, classWS, c.peer); e != nil {
 		return e
 	}
 	c.class = classWS

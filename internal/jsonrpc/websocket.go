@@ -5,10 +5,10 @@ import (
 	"context"
 	"errors"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -23,19 +23,23 @@ import (
 // Before the upgrade it refuses with 403 a request whose Host is not
 // loopback (DNS rebinding) or whose Origin is present and neither loopback
 // nor in ServerOptions.AllowedOrigins (the literal "null" included), and
-// with 503 a connection over ServerOptions.MaxUnauthConns or during
-// shutdown. A connection starts unauthenticated: it is closed after
-// ServerOptions.AuthTimeout unless a handler calls Conn.Authenticate.
+// with 503 a connection over ServerOptions.MaxUnauthConns (its user's) or
+// during shutdown. A connection starts unauthenticated: it is closed after
+// ServerOptions.AuthTimeout unless a handler calls Conn.Authenticate. A
+// credential refused in the handshake (or by a handler, see
+// Conn.CredentialRefused) costs the connection
+// ServerOptions.AuthFailureDelay.
 // Frames are read into a buffer that grows as the frame arrives, charged
 // to the server's budget, and must complete within LineTimeout.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	peer := s.requestPeer(r)
 	if !loopbackHost(r.Host) {
-		s.refusals.log(s.log, "rpc: websocket refused: Host is not loopback", "host", r.Host, "remote", r.RemoteAddr)
+		s.refusals.add(s.log, peer, false, "websocket refused: Host "+strconv.Quote(r.Host)+" is not loopback")
 		http.Error(w, "forbidden: Host must be localhost, 127.0.0.1 or [::1]", http.StatusForbidden)
 		return
 	}
 	if origin := r.Header.Get("Origin"); origin != "" && !s.allowedOrigin(origin) {
-		s.refusals.log(s.log, "rpc: websocket refused: Origin not allowed", "origin", origin, "remote", r.RemoteAddr)
+		s.refusals.add(s.log, peer, false, "websocket refused: Origin "+strconv.Quote(origin)+" not allowed")
 		http.Error(w, "forbidden: Origin not allowed", http.StatusForbidden)
 		return
 	}
@@ -54,15 +58,21 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if withCred {
 		class = classWS
 	}
-	if e := s.reserve(class); e != nil {
-		s.refusals.log(s.log, "rpc: websocket refused", "remote", r.RemoteAddr, "reason", e.Message)
+	if e := s.reserve(class, peer); e != nil {
+		s.refusals.add(s.log, peer, false, "websocket refused: "+e.Message)
 		http.Error(w, e.Message, http.StatusServiceUnavailable)
 		return
 	}
 	var bind func(*Conn)
 	if withCred {
 		if bind, err = s.opts.Authorize(r, cred); err != nil {
-			s.release(class)
+			var e *Error
+			if errors.As(err, &e) && e.Code == CodeUnauthenticated {
+				// Its slot held: not r's context, which ends as soon as
+				// the peer goes away, and a guesser would go at once.
+				s.failed(context.Background(), peer, "websocket credential refused: "+e.Message)
+			}
+			s.release(class, peer)
 			s.refuseCredential(w, r, err)
 			return
 		}
@@ -72,7 +82,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hw := &corkHijacker{ResponseWriter: w}
 	ws, err := websocket.Accept(hw, r, &websocket.AcceptOptions{InsecureSkipVerify: true, Subprotocols: []string{Subprotocol}})
 	if err != nil { // Accept has written the HTTP error
-		s.release(class)
+		s.release(class, peer)
 		s.log.Debug("rpc: websocket handshake failed", "remote", r.RemoteAddr, "err", err)
 		return
 	}
@@ -81,32 +91,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// The request's context ends with ServeHTTP; keep its values only.
 	t := &wsTransport{ws: ws, cork: hw.conn, max: s.opts.MaxLineBytes, timeout: s.opts.LineTimeout}
 	c := s.newConn(context.WithoutCancel(r.Context()), TransportWebSocket, class, t)
+	c.peer = peer
+	c.peerUID, c.peerOK = peer, peersKnown && peer != unknownPeer
 	if bind != nil {
 		bind(c)
 	} else {
 		c.authTimer = time.AfterFunc(s.opts.AuthTimeout, c.expireAuth)
 	}
 	c.serve()
-}
-
-// refusalLog logs refused handshakes at most once a second, each line
-// with the number refused since the one before, for any reason (the line
-// names the reason of the refusal that printed it): anyone on the
-// machine, and any web page its owner opens, can make the daemon refuse
-// handshakes as fast as it answers them, and must not fill its log.
-type refusalLog struct {
-	count atomic.Int64
-	last  atomic.Int64 // unix nanoseconds of the last line
-}
-
-func (l *refusalLog) log(lg *slog.Logger, msg string, args ...any) {
-	n := l.count.Add(1)
-	now, last := time.Now().UnixNano(), l.last.Load()
-	if now-last < int64(time.Second) || !l.last.CompareAndSwap(last, now) {
-		return
-	}
-	l.count.Add(-n)
-	lg.Warn(msg, append(args, "refused_since_last_line", n)...)
 }
 
 // Subprotocol is the WebSocket subprotocol the server selects when a
@@ -148,8 +140,8 @@ func bearer(r *http.Request) (string, error) {
 }
 
 // refuseCredential answers a handshake whose credential Authorize did
-// not accept: 401 if it was refused, 429 if it was not checked for too
-// many refused before it, 503 or 500 if it could not be checked (the server is shutting down, or failed: logged, as a
+// not accept: 401 if it was refused, 503 or 500 if it could not be
+// checked (the server is shutting down, or failed: logged, as a
 // handler's failure is).
 func (s *Server) refuseCredential(w http.ResponseWriter, r *http.Request, err error) {
 	var e *Error
@@ -159,9 +151,6 @@ func (s *Server) refuseCredential(w http.ResponseWriter, r *http.Request, err er
 	switch e.Code {
 	case CodeUnavailable:
 		http.Error(w, e.Message, http.StatusServiceUnavailable)
-	case CodeLimitExceeded:
-		w.Header().Set("Retry-After", "1")
-		http.Error(w, e.Message, http.StatusTooManyRequests)
 	case CodeInternal:
 		s.log.Error("rpc: websocket credential could not be checked", "remote", r.RemoteAddr, "err", err)
 		http.Error(w, e.Message, http.StatusInternalServerError)

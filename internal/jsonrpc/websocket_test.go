@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -369,10 +370,13 @@ func TestNotificationBurstInOrder(t *testing.T) {
 	}
 }
 
-// Refused handshakes are logged at most once a second, each line with
-// the count since the one before: a page or a local user hammering the
-// port does not fill the log.
+// Refusals are logged at most once per refusalLogEvery (10 s; shorter
+// here), each line with the count since the one before, by the uid of
+// the peer: a page or a local user hammering the port does not fill the
+// log, and the owner sees who it is.
 func TestRefusedHandshakesLogSparingly(t *testing.T) {
+	defer func(d time.Duration) { refusalLogEvery = d }(refusalLogEvery)
+	refusalLogEvery = 500 * time.Millisecond
 	var buf lockedBuffer
 	s, _ := testServer(t, &ServerOptions{Logger: slog.New(slog.NewTextHandler(&buf, nil))})
 	url := serveWS(t, s)
@@ -387,23 +391,31 @@ func TestRefusedHandshakesLogSparingly(t *testing.T) {
 	start := time.Now()
 	refuse(50)
 	took := time.Since(start)
-	time.Sleep(1100 * time.Millisecond)
-	refuse(1) // over a second after any line: logged, with what is left
+	time.Sleep(refusalLogEvery + 100*time.Millisecond)
+	refuse(1) // long after any line: logged, with what is left
 	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
-	if most := 2 + int(took/time.Second); len(lines) > most {
+	if most := 2 + int(took/refusalLogEvery); len(lines) > most {
 		t.Fatalf("%d log lines for 51 refusals in %v, want at most %d:\n%s", len(lines), took, most, buf.String())
+	}
+	me := "by_uid=" + strconv.Itoa(os.Getuid()) + ":"
+	if !peersKnown {
+		me = "by_uid="
 	}
 	total := 0
 	for _, l := range lines {
-		_, n, ok := strings.Cut(l, "refused_since_last_line=")
-		c, err := strconv.Atoi(strings.TrimSpace(n))
-		if !ok || err != nil {
-			t.Fatalf("a line without its count: %s", l)
+		_, n, ok := strings.Cut(l, " refused=")
+		n, _, _ = strings.Cut(n, " ")
+		c, err := strconv.Atoi(n)
+		if !ok || err != nil || !strings.Contains(l, me) || !strings.Contains(l, "level=WARN") {
+			t.Fatalf("a line without its warning, count or uid (%s): %s", me, l)
 		}
 		total += c
 	}
 	if total != 51 {
 		t.Fatalf("the lines count %d refusals, want 51:\n%s", total, buf.String())
+	}
+	if r := s.Refused(); r.Connections != 51 || r.Credentials != 0 {
+		t.Fatalf("Refused() = %+v, want 51 connections", r)
 	}
 }
 
@@ -456,7 +468,7 @@ func TestRefusalReason(t *testing.T) {
 func TestHandshakeCredential(t *testing.T) {
 	type who struct{}
 	var checked atomic.Int32
-	s, _ := testServer(t, &ServerOptions{MaxConns: 2, AuthTimeout: 100 * time.Millisecond,
+	s, _ := testServer(t, &ServerOptions{MaxConns: 2, AuthTimeout: 100 * time.Millisecond, AuthFailureDelay: time.Millisecond,
 		Authorize: func(r *http.Request, cred string) (func(*Conn), error) {
 			checked.Add(1)
 			switch cred {
@@ -526,5 +538,96 @@ func TestHandshakeCredential(t *testing.T) {
 	}
 	for _, ws := range held {
 		ws.CloseNow()
+	}
+}
+
+// A wrong credential costs the connection that presented it the delay, in
+// the handshake (401) and in a call whose handler refuses it
+// (CredentialRefused), its slot held even if the
+// guesser hangs up at once; a right credential on another connection is
+// checked and accepted meanwhile, and nothing is refused unchecked.
+func TestWrongCredentialCostsItsConnection(t *testing.T) {
+	const delay = 3 * time.Second
+	var checks atomic.Int32
+	s, _ := testServer(t, &ServerOptions{MaxConns: 5, AuthFailureDelay: delay,
+		Authorize: func(r *http.Request, cred string) (func(*Conn), error) {
+			checks.Add(1)
+			if cred == "good" {
+				return func(*Conn) {}, nil
+			}
+			return nil, &Error{Code: CodeUnauthenticated, Message: "unknown credential"}
+		}})
+	s.Handle("auth", func(ctx context.Context, p json.RawMessage) (any, error) {
+		if string(p) != `{"c":"good"}` {
+			ConnFromContext(ctx).CredentialRefused("unknown credential")
+			return nil, &Error{Code: CodeUnauthenticated, Message: "unknown credential"}
+		}
+		return "ok", ConnFromContext(ctx).Authenticate()
+	})
+	url := serveWS(t, s)
+	header := func(cred string) *websocket.DialOptions {
+		return &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + cred}}}
+	}
+
+	// A wrong credential in a call costs its connection the delay too;
+	// another connection's right one is answered meanwhile.
+	guesser := dialWS(t, url, nil)
+	callStart := time.Now()
+	wsWrite(t, guesser, `{"jsonrpc":"2.0","id":1,"method":"auth","params":{"c":"bad"}}`)
+	other := dialWS(t, url, nil)
+	wsWrite(t, other, `{"jsonrpc":"2.0","id":1,"method":"auth","params":{"c":"good"}}`)
+	if got, err := wsRead(other); err != nil || !strings.Contains(got, `"result":"ok"`) {
+		t.Errorf("the right credential by auth: %s %v", got, err)
+	}
+
+	// Three guessers in the handshake, each answered after the delay;
+	// one hangs up at once, and its slot of the five stays taken.
+	var answered atomic.Int32
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ws, err := tryDialWS(url, header("bad"))
+			if err == nil {
+				ws.CloseNow()
+			}
+			answered.Add(1)
+			if d := time.Since(start); d < delay {
+				t.Errorf("a wrong credential was answered after %v, before the delay of %v", d, delay)
+			}
+		}()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		for checks.Load() < 3 {
+			time.Sleep(time.Millisecond)
+		}
+		cancel()
+	}()
+	websocket.Dial(ctx, url, &websocket.DialOptions{HTTPClient: testHTTPClient, HTTPHeader: header("bad").HTTPHeader})
+	for checks.Load() < 3 {
+		time.Sleep(time.Millisecond)
+	}
+	// The right credential: checked and accepted while the guessers wait.
+	ws := dialWS(t, url, header("good"))
+	if n := answered.Load(); n != 0 {
+		t.Errorf("the right credential was answered after %d wrong ones: it waited for them", n)
+	}
+	// The five slots are the two right ones' and the three guessers',
+	// the one who hung up included, until their delay is over.
+	if _, err := tryDialWS(url, header("good")); err == nil || !strings.Contains(err.Error(), "503") {
+		t.Errorf("a sixth connection while five are held (one by a guesser who hung up): %v, want 503", err)
+	}
+	if got, err := wsRead(guesser); err != nil || !strings.Contains(got, "-32002") {
+		t.Errorf("the wrong credential by auth: %s %v", got, err)
+	} else if d := time.Since(callStart); d < delay {
+		t.Errorf("a wrong credential by auth was answered after %v, before the delay of %v", d, delay)
+	}
+	wg.Wait()
+	ws.CloseNow()
+	if r := s.Refused(); r.Credentials != 4 {
+		t.Errorf("Refused() = %+v, want 4 credentials", r)
 	}
 }
