@@ -48,7 +48,8 @@ type ServerOptions struct {
 	Logger *slog.Logger
 
 	// MaxLineBytes caps one request line on a stream (Unix socket, pipe) or
-	// one WebSocket message. A longer line is answered with an error and its
+	// one WebSocket message (64 KiB at most until the WebSocket
+	// authenticates: strangers waiting to must not hold the budget). A longer line is answered with an error and its
 	// connection closed, since the stream cannot be resynchronised; a longer
 	// WebSocket message closes the connection with StatusMessageTooBig.
 	// Default DefaultMaxLineBytes.
@@ -613,8 +614,9 @@ func (c *Conn) PeerUID() (uid int, ok bool) { return c.peerUID, c.peerOK }
 
 // Authenticate records that the connection presented a credential. A
 // WebSocket then leaves the small pool of unauthenticated connections
-// (ServerOptions.MaxUnauthConns) for the authenticated one (MaxConns) and
-// is no longer closed at AuthTimeout; if that pool is full, Authenticate
+// (ServerOptions.MaxUnauthConns) for the authenticated one (MaxConns), is
+// no longer closed at AuthTimeout, and may send messages up to
+// MaxLineBytes (64 KiB before); if that pool is full, Authenticate
 // returns a -32006 *Error and the connection stays unauthenticated. On
 // other transports it does nothing.
 func (c *Conn) Authenticate() error {
@@ -629,6 +631,9 @@ func (c *Conn) Authenticate() error {
 	c.class = classWS
 	if c.authTimer != nil {
 		c.authTimer.Stop()
+	}
+	if t, ok := c.t.(*wsTransport); ok {
+		t.setMax(c.srv.opts.MaxLineBytes)
 	}
 	return nil
 }

@@ -86,10 +86,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.log.Debug("rpc: websocket handshake failed", "remote", r.RemoteAddr, "err", err)
 		return
 	}
-	// Over the limit, the library closes with StatusMessageTooBig.
-	ws.SetReadLimit(int64(s.opts.MaxLineBytes))
 	// The request's context ends with ServeHTTP; keep its values only.
-	t := &wsTransport{ws: ws, cork: hw.conn, max: s.opts.MaxLineBytes, timeout: s.opts.LineTimeout}
+	t := &wsTransport{ws: ws, cork: hw.conn, timeout: s.opts.LineTimeout}
+	if class == classUnauth {
+		t.setMax(min(s.opts.MaxLineBytes, maxUnauthMessage))
+	} else {
+		t.setMax(s.opts.MaxLineBytes)
+	}
 	c := s.newConn(context.WithoutCancel(r.Context()), TransportWebSocket, class, t)
 	c.peer = peer
 	c.peerUID, c.peerOK = peer, peersKnown && peer != unknownPeer
@@ -202,13 +205,26 @@ func (s *Server) allowedOrigin(origin string) bool {
 	return false
 }
 
+// maxUnauthMessage caps the messages of a WebSocket that has not
+// authenticated: auth needs a few hundred bytes, and another user's
+// connections waiting to authenticate must not hold the request budget
+// that everyone's requests, the owner's socket's too, draw on.
+const maxUnauthMessage = 64 << 10
+
 // wsTransport is one JSON-RPC message per WebSocket frame.
 type wsTransport struct {
 	ws      *websocket.Conn
-	cork    *corkConn // the connection under ws
-	max     int
+	cork    *corkConn    // the connection under ws
+	max     atomic.Int64 // the largest message read; see setMax
 	timeout time.Duration
 	buf     []byte
+}
+
+// setMax sets the largest message the connection may send: a larger one
+// closes it with StatusMessageTooBig (the library does).
+func (t *wsTransport) setMax(n int) {
+	t.max.Store(int64(n))
+	t.ws.SetReadLimit(int64(n))
 }
 
 // wsChunk is the least a frame buffer grows by.
@@ -230,13 +246,14 @@ func (t *wsTransport) read(ctx context.Context, ch *charge) ([]byte, error) {
 	timer := time.AfterFunc(t.timeout, func() { timedOut.Store(true); cancel() })
 	defer timer.Stop()
 	buf := t.buf[:0]
+	limit := int(t.max.Load())
 	for {
 		if len(buf) == cap(buf) {
 			// The library passes limit+1 bytes, then fails the next read
 			// with StatusMessageTooBig: room for both, and no more.
 			grow := max(cap(buf), wsChunk)
-			if len(buf)+grow > t.max+2 {
-				grow = t.max + 2 - len(buf)
+			if len(buf)+grow > limit+2 {
+				grow = limit + 2 - len(buf)
 			}
 			if err := ch.take(grow); err != nil {
 				return nil, err

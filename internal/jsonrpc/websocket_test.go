@@ -631,3 +631,30 @@ func TestWrongCredentialCostsItsConnection(t *testing.T) {
 		t.Errorf("Refused() = %+v, want 4 credentials", r)
 	}
 }
+
+// A WebSocket that has not authenticated may send only small messages (an
+// auth call is a few hundred bytes): another user's connections waiting
+// to authenticate cannot hold the request budget that every request, the
+// owner's too, draws on. Once it authenticates, MaxLineBytes applies.
+func TestUnauthenticatedMessagesAreSmall(t *testing.T) {
+	s, _ := testServer(t, nil)
+	url := serveWS(t, s)
+	big := `{"jsonrpc":"2.0","id":1,"method":"echo","params":{"x":"` + strings.Repeat("a", maxUnauthMessage) + `"}}`
+
+	stranger := dialWS(t, url, nil)
+	wsWrite(t, stranger, big)
+	if got, err := wsRead(stranger); websocket.CloseStatus(err) != websocket.StatusMessageTooBig {
+		t.Fatalf("a message over %d bytes before auth: %.80s %v, want the connection closed with 1009", maxUnauthMessage, got, err)
+	}
+
+	owner := dialWS(t, url, nil)
+	owner.SetReadLimit(1 << 20)
+	wsWrite(t, owner, `{"jsonrpc":"2.0","id":1,"method":"login"}`)
+	if got, err := wsRead(owner); err != nil || !strings.Contains(got, `"result":"ok"`) {
+		t.Fatalf("login: %s %v", got, err)
+	}
+	wsWrite(t, owner, big)
+	if got, err := wsRead(owner); err != nil || !strings.Contains(got, `"result":{"x":"aaa`) {
+		t.Fatalf("the same message after auth: %.80s %v", got, err)
+	}
+}
