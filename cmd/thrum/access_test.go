@@ -297,3 +297,39 @@ func authWith(ctx context.Context, url string, p *rpc.AuthParams) error {
 	_, err = c.Auth(ctx, p)
 	return err
 }
+
+// Under umask 000, which lets every mode bit through, everything thrum
+// makes under .thrum is 0700 or 0600 and the user's: a directory's whole
+// state (its log, database, socket, secret, identities) while the daemon
+// runs, and a feature worktree's own .thrum (its redirect, identities).
+func TestThrumDirPrivateUnderUmask000(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	c := underUmask(t, dir, "000")
+	c.ok("", "init")
+	startDaemon(t, c)
+	c.ok("", "quickstart", "--name", "alice", "--role", "implementer", "--module", "auth")
+	c.ok("alice", "send", "hello", "--to", "@alice")
+	c.ok("", "web")
+	if _, err := os.Stat(filepath.Join(dir, ".thrum", "var", "thrum.sock")); err != nil {
+		t.Fatalf("the daemon's socket: %v", err)
+	}
+	wantPrivateTree(t, filepath.Join(dir, ".thrum"))
+
+	// A git repository's main worktree, set up under the usual umask; a
+	// feature worktree under umask 000.
+	repo := thrumtest.GitRepo(t)
+	m := underUmask(t, repo, "022")
+	m.ok("", "init")
+	startDaemon(t, m)
+	feat := filepath.Join(t.TempDir(), "feature")
+	thrumtest.Git(t, repo, "worktree", "add", "-q", "-b", "feature", feat)
+	f := underUmask(t, feat, "000")
+	f.ok("", "init")
+	f.ok("", "quickstart", "--name", "bob", "--role", "reviewer", "--module", "auth")
+	if _, err := os.Stat(filepath.Join(feat, ".thrum", "redirect")); err != nil {
+		t.Fatalf("the feature worktree's redirect: %v", err)
+	}
+	wantPrivateTree(t, filepath.Join(feat, ".thrum"))
+	wantPrivateTree(t, filepath.Join(repo, ".thrum"))
+}

@@ -641,12 +641,12 @@ func reachable(t *testing.T, dir string) {
 	}
 }
 
-// umask022 is a thrumCLI whose binary runs under umask 022, the usual
-// default, whatever the test process's umask.
-func umask022(t *testing.T, repo string) *thrumCLI {
+// underUmask is a thrumCLI whose binary runs under umask mask ("022",
+// the usual default), whatever the test process's umask.
+func underUmask(t *testing.T, repo, mask string) *thrumCLI {
 	t.Helper()
 	wrapper := filepath.Join(t.TempDir(), "thrum")
-	script := "#!/bin/sh\numask 022\nexec " + thrumtest.Binary(t) + " \"$@\"\n"
+	script := "#!/bin/sh\numask " + mask + "\nexec " + thrumtest.Binary(t) + " \"$@\"\n"
 	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -661,7 +661,7 @@ func TestAttackStrangerReadsTheLog(t *testing.T) {
 	t.Parallel()
 	repo := thrumtest.GitRepo(t)
 	reachable(t, repo)
-	c := umask022(t, repo)
+	c := underUmask(t, repo, "022")
 	c.ok("", "init")
 	startDaemon(t, c)
 	c.ok("", "quickstart", "--name", "alice", "--role", "implementer", "--module", "auth")
@@ -679,36 +679,42 @@ func TestAttackStrangerReadsTheLog(t *testing.T) {
 	if !strings.Contains(out, "Permission denied") {
 		t.Errorf("the stranger was denied nothing:\n%s", out)
 	}
-	for _, root := range []string{filepath.Join(repo, ".git", "thrum-sync"), filepath.Join(repo, ".thrum")} {
-		err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
-			if err != nil {
-				return err
-			}
-			fi, err := d.Info()
-			if err != nil {
-				return err
-			}
-			switch {
-			case fi.IsDir():
-				if fi.Mode().Perm() != 0o700 {
-					t.Errorf("%s: mode %v, want 0700", path, fi.Mode().Perm())
-				}
-				if d.Name() == ".git" && path != root {
-					return filepath.SkipDir
-				}
-			case d.Name() == ".git":
-				// git's link to the worktree's metadata, inside the 0700 directory
-			case fi.Mode().Perm()&0o077 != 0:
-				t.Errorf("%s: mode %v, want 0600", path, fi.Mode().Perm())
-			}
-			if st := fi.Sys().(*syscall.Stat_t); int(st.Uid) != os.Geteuid() {
-				t.Errorf("%s: owned by uid %d", path, st.Uid)
-			}
-			return nil
-		})
+	wantPrivateTree(t, filepath.Join(repo, ".git", "thrum-sync"))
+	wantPrivateTree(t, filepath.Join(repo, ".thrum"))
+}
+
+// wantPrivateTree fails the test unless every directory under root is
+// 0700 and every file 0600 (or less), all this user's.
+func wantPrivateTree(t *testing.T, root string) {
+	t.Helper()
+	err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
 		if err != nil {
-			t.Fatal(err)
+			return err
 		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		switch {
+		case fi.IsDir():
+			if fi.Mode().Perm() != 0o700 {
+				t.Errorf("%s: mode %v, want 0700", path, fi.Mode().Perm())
+			}
+			if d.Name() == ".git" && path != root {
+				return filepath.SkipDir
+			}
+		case d.Name() == ".git":
+			// git's link to the worktree's metadata, inside the 0700 directory
+		case fi.Mode().Perm()&0o077 != 0:
+			t.Errorf("%s: mode %v, want 0600", path, fi.Mode().Perm())
+		}
+		if st := fi.Sys().(*syscall.Stat_t); int(st.Uid) != os.Geteuid() {
+			t.Errorf("%s: owned by uid %d", path, st.Uid)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -727,7 +733,7 @@ func TestAttackStrangerMadeThrumDir(t *testing.T) {
 	if code, out := asStranger(t, "mkdir", "-m", "777", home, filepath.Join(home, "var")); code != 0 {
 		t.Fatalf("the stranger's mkdir: %s", out)
 	}
-	c := umask022(t, repo)
+	c := underUmask(t, repo, "022")
 	c.fails(1, "", []string{"init"}, home, "owned by")
 	c.fails(1, "", []string{"daemon", "run"}, home, "owned by")
 	c.fails(1, "", []string{"daemon", "start"}, home, "owned by")
@@ -782,7 +788,7 @@ func TestAttackDubiousOwnershipRepo(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	c := umask022(t, repo)
+	c := underUmask(t, repo, "022")
 	c.fails(1, "", []string{"init"}, repo, "dubious ownership", "safe.directory")
 	if _, err := os.Stat(filepath.Join(repo, ".thrum")); err == nil {
 		t.Error("init made .thrum in a repository it cannot sync")
