@@ -346,7 +346,8 @@ func TestDialInProcess(t *testing.T) {
 }
 
 // TestRPCServerMethodsAreFixed: an RPCServer exposes the net/http shape
-// and nothing that could add, replace or remove one of its methods (the
+// (and LimitListener, the caps of its loopback port's listener) and
+// nothing that could add, replace or remove one of its methods (the
 // engine's Handle is not reachable), and sync.status and sync.force exist
 // exactly when RPCOptions.Sync is given, behind the same access policy as
 // the other methods.
@@ -356,7 +357,7 @@ func TestRPCServerMethodsAreFixed(t *testing.T) {
 	for i := range typ.NumMethod() {
 		got = append(got, typ.Method(i).Name)
 	}
-	if want := []string{"Close", "Serve", "ServeConn", "ServeHTTP", "Shutdown"}; !slices.Equal(got, want) {
+	if want := []string{"Close", "LimitListener", "Serve", "ServeConn", "ServeHTTP", "Shutdown"}; !slices.Equal(got, want) {
 		t.Fatalf("RPCServer's methods are %v, want %v", got, want)
 	}
 

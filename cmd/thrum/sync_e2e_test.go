@@ -253,9 +253,10 @@ func TestSyncRefusalsReported(t *testing.T) {
 	thrumBin := thrumtest.Binary(t)
 	remote := thrumtest.GitRemote(t)
 	dirA, dirB := remote.Clone("a"), remote.Clone("b")
-	refusal := "gitsync: refused events from the remote"
-	a := &syncCLI{thrumCLI: &thrumCLI{t: t, repo: dirA, bin: thrumBin}, name: "a", agent: "alice", allowed: []string{refusal}}
-	b := &syncCLI{thrumCLI: &thrumCLI{t: t, repo: dirB, bin: thrumBin}, name: "b", agent: "bob", allowed: []string{refusal}}
+	// The forged token, tried below, is a refused credential: logged too.
+	refusals := []string{"gitsync: refused events from the remote", "loopback port refused"}
+	a := &syncCLI{thrumCLI: &thrumCLI{t: t, repo: dirA, bin: thrumBin}, name: "a", agent: "alice", allowed: refusals}
+	b := &syncCLI{thrumCLI: &thrumCLI{t: t, repo: dirB, bin: thrumBin}, name: "b", agent: "bob", allowed: refusals}
 	for _, c := range []*syncCLI{a, b} {
 		c.do("", "init")
 		c.startDaemon("--sync-interval", "1h")
