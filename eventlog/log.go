@@ -141,21 +141,25 @@ type Log struct {
 	// group commit takes: OnCommit may merge several commits into one call.
 	commitHook func(appends int)
 
+	// Lock order: idMu, then mu.
 	mu     sync.Mutex           // guards files, segs and broken (used by the committer and Positions)
 	files  map[string]*os.File  // open segment files, by segment path
 	segs   map[string][]segment // each shard's segments by ShardPath; the last one's size is the durable end
 	broken error                // a failed write could not be undone; see rollback
+	idMu   sync.Mutex           // guards held
+	held   map[string]*heldIDs  // the event IDs of the shards imports asked about, by ShardPath (held.go)
 }
 
 type appendReq struct {
-	evs  []*Event
-	done chan error
+	evs    []*Event
+	dedupe bool // an import: the committer drops the events their shard holds
+	done   chan error
 }
 
 // Open opens (creating if needed) the log in dir, repairs torn tails of its
 // shards (see Repairs) and starts its committer.
 func Open(dir string, opts *Options) (*Log, error) {
-	l := &Log{dir: dir, files: map[string]*os.File{}}
+	l := &Log{dir: dir, files: map[string]*os.File{}, held: map[string]*heldIDs{}}
 	if opts != nil {
 		l.opts = *opts
 	}
@@ -168,6 +172,9 @@ func Open(dir string, opts *Options) (*Log, error) {
 	// The log is its owner's alone: directories 0700, files 0600.
 	if err := private.Dir(dir); err != nil {
 		return nil, fmt.Errorf("eventlog: %w", err)
+	}
+	if err := realDir(filepath.Join(dir, MessagesDir)); err != nil {
+		return nil, err
 	}
 	if err := private.Dir(filepath.Join(dir, MessagesDir)); err != nil {
 		return nil, fmt.Errorf("eventlog: %w", err)
@@ -259,7 +266,11 @@ func (l *Log) Segments(shard string) ([]string, error) {
 // through the same durable commit and OnCommit as Append. shard names the
 // shard each line belongs to; a line that does not belong there (see
 // CheckShard) fails the whole call, and nothing enters the local shard.
-// The caller makes sure the log does not have these events yet.
+// A line whose event ID the shard already holds, or that an earlier line
+// of the same commit brings, is dropped by the committer, so imports
+// racing through any number of transports leave each event once. It
+// returns the events it appended. Admission (package admit) decides
+// which lines to import; Import holds the log to its own rules.
 func (l *Log) Import(ctx context.Context, shard string, lines [][]byte) ([]*Event, error) {
 	if shard == LocalShard {
 		return nil, fmt.Errorf("eventlog: import: %w", errLocalShard)
@@ -282,7 +293,14 @@ func (l *Log) Import(ctx context.Context, shard string, lines [][]byte) ([]*Even
 		e.Shard, e.imported = shard, true
 		evs = append(evs, e)
 	}
-	return evs, l.Append(ctx, evs...)
+	if len(evs) == 0 {
+		return nil, nil
+	}
+	req := &appendReq{evs: evs, dedupe: true, done: make(chan error, 1)}
+	if err := l.submit(ctx, req); err != nil {
+		return nil, err
+	}
+	return req.evs, nil
 }
 
 // Append writes the events durably, assigning each its ID and Time if
@@ -303,7 +321,11 @@ func (l *Log) Append(ctx context.Context, evs ...*Event) error {
 			return fmt.Errorf("eventlog: append: invalid shard name %q", e.Shard)
 		}
 	}
-	req := &appendReq{evs: evs, done: make(chan error, 1)}
+	return l.submit(ctx, &appendReq{evs: evs, done: make(chan error, 1)})
+}
+
+// submit queues a request for the committer and waits for its outcome.
+func (l *Log) submit(ctx context.Context, req *appendReq) error {
 	select {
 	case <-l.quit:
 		return ErrClosed
@@ -443,7 +465,21 @@ func (l *Log) commit(batch []*appendReq) {
 	var order []*shardBuf
 	errs := make([]error, len(batch))
 	var all []*Event
+	var imported map[string]map[idKey]struct{} // the IDs this commit imports, by shard path
 	for i, r := range batch {
+		if r.dedupe {
+			if imported == nil {
+				imported = map[string]map[idKey]struct{}{}
+			}
+			var err error
+			l.idMu.Lock()
+			r.evs, err = l.dropHeld(r.evs, imported)
+			l.idMu.Unlock()
+			if err != nil {
+				errs[i] = err
+				continue
+			}
+		}
 		// Encode each request's events into scratch first, so a failure
 		// leaves no partial request behind.
 		staged := map[string]int{}
@@ -663,7 +699,7 @@ func (l *Log) writeShard(sb *shardBuf, b []byte, evs []*Event) (*os.File, error)
 	f, path := l.files[seg.rel], filepath.Join(l.dir, filepath.FromSlash(seg.rel))
 	if f == nil {
 		var err error
-		if f, err = os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0); err != nil {
+		if f, err = private.OpenFile(path, os.O_WRONLY|os.O_APPEND); err != nil {
 			return nil, err
 		}
 		l.files[seg.rel] = f
@@ -709,7 +745,10 @@ func (l *Log) roll(shard string, segs []segment) ([]segment, error) {
 	next.rel = SegmentPath(shard, next.n)
 	path := filepath.Join(l.dir, filepath.FromSlash(next.rel))
 	dir := filepath.Dir(path)
-	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+	if err := realDir(dir); err != nil {
+		return nil, err
+	}
+	if _, err := os.Lstat(dir); errors.Is(err, fs.ErrNotExist) {
 		if err := os.Mkdir(dir, private.DirMode); err != nil {
 			return nil, err
 		}
@@ -719,7 +758,7 @@ func (l *Log) roll(shard string, segs []segment) ([]segment, error) {
 			}
 		}
 	}
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, private.FileMode)
+	f, err := private.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND)
 	if err != nil {
 		return nil, err
 	}
@@ -980,7 +1019,7 @@ func (r *shardReader) seek(off int64) error {
 // open opens segment i at local offset at.
 func (r *shardReader) open(i int, at int64) error {
 	r.close()
-	f, err := os.Open(filepath.Join(r.dir, filepath.FromSlash(r.segs[i].rel)))
+	f, err := openLogFile(filepath.Join(r.dir, filepath.FromSlash(r.segs[i].rel)))
 	if err != nil {
 		return fmt.Errorf("eventlog: %w", err)
 	}
@@ -1108,7 +1147,7 @@ func readLine(br *bufio.Reader) ([]byte, error) {
 			for err == bufio.ErrBufferFull {
 				_, err = br.ReadSlice('\n')
 			}
-			return nil, fmt.Errorf("line longer than %d bytes", MaxLineBytes)
+			return nil, errLongLine
 		}
 		if err == nil {
 			return buf[:len(buf)-1], nil
@@ -1118,6 +1157,22 @@ func readLine(br *bufio.Reader) ([]byte, error) {
 		}
 	}
 }
+
+// realDir refuses a symbolic link where the log keeps a directory: the
+// files written through it would land wherever it points. A missing
+// directory is fine (it is made).
+func realDir(path string) error {
+	if fi, err := os.Lstat(path); err == nil && !fi.IsDir() {
+		return fmt.Errorf("eventlog: %s is not a directory (%s): the log keeps its files in real directories only; move it aside", path, fi.Mode().Type())
+	}
+	return nil
+}
+
+var errLongLine = fmt.Errorf("line longer than %d bytes", MaxLineBytes)
+
+// openLogFile opens a file of the log for reading, never through a
+// symbolic link, and only if this user owns it (see private.OpenFile).
+func openLogFile(path string) (*os.File, error) { return private.OpenFile(path, os.O_RDONLY) }
 
 // shardName inverts ShardPath.
 func shardName(rel string) string {
@@ -1156,7 +1211,7 @@ func (h *readerHeap) Pop() any {
 // size after repair.
 func repairTail(dir, rel string) (*Repair, int64, error) {
 	path := filepath.Join(dir, filepath.FromSlash(rel))
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	f, err := private.OpenFile(path, os.O_RDWR)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -1200,7 +1255,7 @@ func repairTail(dir, rel string) (*Repair, int64, error) {
 		return nil, 0, err
 	}
 	corrupt := path + ".corrupt"
-	cf, err := os.OpenFile(corrupt, os.O_CREATE|os.O_WRONLY|os.O_APPEND, private.FileMode)
+	cf, err := private.OpenFile(corrupt, os.O_CREATE|os.O_WRONLY|os.O_APPEND)
 	if err != nil {
 		return nil, 0, err
 	}

@@ -103,7 +103,8 @@ func layout(dir string) (map[string][]segment, []string, error) {
 		if !ok {
 			return nil
 		}
-		st, err := os.Stat(filepath.Join(dir, filepath.FromSlash(rel)))
+		// Lstat: a symbolic link is no segment, whatever it points to.
+		st, err := os.Lstat(filepath.Join(dir, filepath.FromSlash(rel)))
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil
 		}
@@ -119,6 +120,9 @@ func layout(dir string) (map[string][]segment, []string, error) {
 	}
 	// listDir adds the segment files in a directory of the log.
 	listDir := func(sub string) error {
+		if fi, err := os.Lstat(filepath.Join(dir, filepath.FromSlash(sub))); err != nil || !fi.IsDir() {
+			return nil // none, or not a directory (a symbolic link is never followed)
+		}
 		entries, err := os.ReadDir(filepath.Join(dir, filepath.FromSlash(sub)))
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil

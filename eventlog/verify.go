@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"os"
 	"path/filepath"
 )
 
@@ -71,7 +70,7 @@ func (l *Log) CheckAt(rel string, off int64, wantID string) (*Event, error) {
 // checkSegment is CheckAt within one segment file, off counted from its
 // start.
 func (l *Log) checkSegment(rel string, off int64, wantID string) (*Event, error) {
-	f, err := os.Open(filepath.Join(l.dir, filepath.FromSlash(rel)))
+	f, err := openLogFile(filepath.Join(l.dir, filepath.FromSlash(rel)))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, &CorruptError{File: rel, Line: 1, Err: fmt.Errorf("the file is missing, though a reader saved position %d in it", off)}
 	}
@@ -116,7 +115,7 @@ func (l *Log) checkSegment(rel string, off int64, wantID string) (*Event, error)
 // firstBadLine returns a *CorruptError for the first line of segment
 // file rel that does not parse, or nil if every line does.
 func (l *Log) firstBadLine(rel string) (*CorruptError, error) {
-	f, err := os.Open(filepath.Join(l.dir, filepath.FromSlash(rel)))
+	f, err := openLogFile(filepath.Join(l.dir, filepath.FromSlash(rel)))
 	if errors.Is(err, fs.ErrNotExist) {
 		return &CorruptError{File: rel, Line: 1, Err: errors.New("the file is missing")}, nil
 	}
@@ -179,7 +178,7 @@ func (l *Log) Verify(ctx context.Context, fn func(LineInfo) error) error {
 // verifySegment reads the first n bytes of a segment.
 func (l *Log) verifySegment(ctx context.Context, seg segment, shard string, n int64, fn func(LineInfo) error) error {
 	rel := seg.rel
-	f, err := os.Open(filepath.Join(l.dir, filepath.FromSlash(rel)))
+	f, err := openLogFile(filepath.Join(l.dir, filepath.FromSlash(rel)))
 	if err != nil {
 		return fmt.Errorf("eventlog: %w", err)
 	}
