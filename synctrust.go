@@ -7,17 +7,23 @@ import (
 	"slices"
 
 	"github.com/thrumhq/thrum/eventlog"
+	"github.com/thrumhq/thrum/eventlog/admit"
 	"github.com/thrumhq/thrum/identity"
 )
 
-// AdmitSynced judges an event that sync brings from another machine
-// (gitsync.Options.Admit), after the log's shard rules
-// (eventlog.CheckShard) passed it: an event that claims an identity
-// registered on this machine (one with a credential here: an agent or a
-// user) is refused, since that identity writes its events here and
-// nowhere else. A non-empty reason refuses the event; an error means the
-// node could not tell.
-func (n *Node) AdmitSynced(ctx context.Context, shard string, e *eventlog.Event) (reason string, err error) {
+// Admission returns the node's admission of lines from other machines:
+// the one Gate that every transport (gitsync, a stream) hands what it
+// brings, which holds each line to the log's rules and the node's
+// (admitSynced) and keeps the quarantine.
+func (n *Node) Admission() *admit.Gate { return n.gate }
+
+// admitSynced is the node's part of admission (admit.Options.Judge),
+// after the log's shard rules (eventlog.CheckShard) passed an event: an
+// event that claims an identity registered on this machine (one with a
+// credential here: an agent or a user) is refused, since that identity
+// writes its events here and nowhere else. A non-empty reason refuses
+// the event; an error means the node could not tell.
+func (n *Node) admitSynced(ctx context.Context, shard string, e *eventlog.Event) (reason string, err error) {
 	for _, id := range eventlog.Claims(e) {
 		cands := []string{id}
 		if norm := identity.NormalizeAgentID(id); norm != id {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/thrumhq/thrum/eventlog"
+	"github.com/thrumhq/thrum/eventlog/admit"
 	"github.com/thrumhq/thrum/internal/directory"
 	"github.com/thrumhq/thrum/internal/dirlock"
 	"github.com/thrumhq/thrum/internal/msgindex"
@@ -153,6 +154,7 @@ type Node struct {
 	dirc    *directory.Directory // proj's: agents and groups in memory, for addressing
 	idx     *msgindex.Index      // proj's: messages in memory, for listing
 	lock    io.Closer            // the data directory's flock, if Open took it
+	gate    *admit.Gate          // what every line from another machine goes through (synctrust.go)
 	started time.Time
 
 	ctlMu sync.Mutex // serializes check-then-write operations on agents, sessions and groups
@@ -358,6 +360,12 @@ func newNode(ctx context.Context, lg *eventlog.Log, p *Projector, opts *Options,
 		n.Close()
 		return nil, fmt.Errorf("thrum: open: %w", err)
 	}
+	gate, err := admit.New(lg, &admit.Options{Judge: n.admitSynced, Logger: n.opts.Logger, Now: n.opts.Now})
+	if err != nil {
+		n.Close()
+		return nil, fmt.Errorf("thrum: open: %w", err)
+	}
+	n.gate = gate
 	return n, nil
 }
 

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/thrumhq/thrum"
+	"github.com/thrumhq/thrum/eventlog/admit"
 	"github.com/thrumhq/thrum/eventlog/gitsync"
 	"github.com/thrumhq/thrum/identity"
 	"github.com/thrumhq/thrum/internal/dirlock"
@@ -205,7 +206,7 @@ func (c *DaemonRunCmd) Run(ctx context.Context, g *Globals) error {
 	// sync.status and sync.force through it.
 	var gs *gitsync.Syncer
 	if syncOn {
-		if gs, err = gitsync.New(n.EventLog(), &gitsync.Options{Interval: c.SyncInterval, Logger: logger, Admit: n.AdmitSynced}); err != nil {
+		if gs, err = gitsync.New(n.EventLog(), &gitsync.Options{Interval: c.SyncInterval, Logger: logger, Gate: n.Admission()}); err != nil {
 			return err
 		}
 	}
@@ -814,7 +815,7 @@ func (r rpcSync) SyncStatus(context.Context, *rpc.SyncStatusParams) (*rpc.SyncSt
 }
 
 // syncRefusals is what sync.status and doctor report of the quarantine.
-func syncRefusals(cs []gitsync.RefusalCount) []rpc.SyncRefusal {
+func syncRefusals(cs []admit.RefusalCount) []rpc.SyncRefusal {
 	out := make([]rpc.SyncRefusal, 0, len(cs))
 	for _, c := range cs {
 		out = append(out, rpc.SyncRefusal{File: c.File, Reason: c.Reason, Count: c.Count, LastAt: syncTime(c.Last)})

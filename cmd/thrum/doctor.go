@@ -10,7 +10,7 @@ import (
 
 	"github.com/thrumhq/thrum"
 	"github.com/thrumhq/thrum/eventlog"
-	"github.com/thrumhq/thrum/eventlog/gitsync"
+	"github.com/thrumhq/thrum/eventlog/admit"
 	"github.com/thrumhq/thrum/internal/gitwork"
 )
 
@@ -122,13 +122,13 @@ func (c *DoctorCmd) Run(ctx context.Context, g *Globals) error {
 
 // report prints rep and what sync refused, and returns the exit status.
 func (c *DoctorCmd) report(g *Globals, l *layout, rep *thrum.VerifyReport, rebuilt bool) error {
-	refused, err := gitsync.ReadQuarantine(l.LogDir)
+	refused, err := admit.ReadQuarantine(l.LogDir)
 	if err != nil {
 		return fmt.Errorf("doctor: %w", err)
 	}
 	if g.JSON {
 		if err := g.out(map[string]any{"ok": rep.OK(), "rebuilt": rebuilt, "report": rep,
-			"refused": len(refused), "refusals": syncRefusals(gitsync.CountRefusals(refused))}, nil); err != nil {
+			"refused": len(refused), "refusals": syncRefusals(admit.CountRefusals(refused))}, nil); err != nil {
 			return err
 		}
 	} else {
@@ -138,8 +138,8 @@ func (c *DoctorCmd) report(g *Globals, l *layout, rep *thrum.VerifyReport, rebui
 		c.print(textWriter{g.stdout}, l, rep)
 		if len(refused) > 0 {
 			fmt.Fprintf(textWriter{g.stdout}, "Sync refused %d %s from the remote (kept in %s, never applied):\n",
-				len(refused), plural(len(refused), "event", "events"), filepath.Join(l.LogDir, gitsync.QuarantineFile))
-			for _, r := range gitsync.CountRefusals(refused) {
+				len(refused), plural(len(refused), "event", "events"), filepath.Join(l.LogDir, admit.QuarantineFile))
+			for _, r := range admit.CountRefusals(refused) {
 				fmt.Fprintf(textWriter{g.stdout}, "  %d × %s: %s\n", r.Count, r.File, r.Reason)
 			}
 			g.hint("Someone who can push to the remote's %s branch wrote those events as others: each refusal in the file names the remote commit it came in.", SyncBranch)

@@ -254,7 +254,7 @@ func TestSyncRefusalsReported(t *testing.T) {
 	remote := thrumtest.GitRemote(t)
 	dirA, dirB := remote.Clone("a"), remote.Clone("b")
 	// The forged token, tried below, is a refused credential: logged too.
-	refusals := []string{"gitsync: refused events from the remote", "loopback port refused"}
+	refusals := []string{"admit: refused events from another machine", "loopback port refused"}
 	a := &syncCLI{thrumCLI: &thrumCLI{t: t, repo: dirA, bin: thrumBin}, name: "a", agent: "alice", allowed: refusals}
 	b := &syncCLI{thrumCLI: &thrumCLI{t: t, repo: dirB, bin: thrumBin}, name: "b", agent: "bob", allowed: refusals}
 	for _, c := range []*syncCLI{a, b} {

@@ -38,7 +38,7 @@ func crashChild() int {
 		fmt.Fprintln(os.Stderr, "open:", err)
 		return 2
 	}
-	s, err := gitsync.New(n.EventLog(), &gitsync.Options{Admit: n.AdmitSynced})
+	s, err := gitsync.New(n.EventLog(), &gitsync.Options{Gate: n.Admission()})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "gitsync:", err)
 		return 2

@@ -24,9 +24,14 @@
 // past the offset merged then (its old bytes proven unchanged by a hash).
 // The Syncer repacks its repository every Options.PackEvery rounds.
 //
-// A peer's events are admitted only where their author writes (see
-// eventlog.CheckShard and Options.Admit); the rest is quarantined: kept
-// aside in the log directory, counted in Status, never applied.
+// Every remote line goes through the log's admission (Options.Gate, see
+// package admit), which imports what may enter the log and quarantines
+// the rest: kept aside in the log directory, counted in Status, never
+// applied. A remote file that is not one of the log's segment files
+// (a symbolic link, the local shard, a path outside the log) is never
+// read; it is reported the same way. Nothing of the remote's tree is
+// ever checked out: its lines reach the log's files only through
+// admission.
 //
 // The Syncer runs git with explicit arguments in the worktree only: the
 // user's working tree, index and current branch are never touched.
@@ -53,6 +58,7 @@ import (
 	"time"
 
 	"github.com/thrumhq/thrum/eventlog"
+	"github.com/thrumhq/thrum/eventlog/admit"
 )
 
 // Defaults of Options.
@@ -88,12 +94,11 @@ type Options struct {
 	// written as, storing each file's versions as deltas of each other.
 	// Default DefaultPackEvery; negative never packs.
 	PackEvery int
-	// Admit, if set, judges each event a merge would take from the remote
-	// after eventlog.CheckShard passed it: a non-empty reason refuses it
-	// (it is quarantined, see QuarantineFile); an error fails the round.
-	// A thrum node's AdmitSynced refuses what claims an identity
-	// registered on this machine, which writes its own events.
-	Admit func(ctx context.Context, shard string, e *eventlog.Event) (reason string, err error)
+	// Gate admits the remote's lines into the log: the one admission
+	// that every transport of the log shares (a thrum node's is
+	// Node.Admission). Default: a Gate of the log with its own rules
+	// alone (admit.New(log, nil)).
+	Gate *admit.Gate
 }
 
 // Sync states, as sync.status reports them.
@@ -116,11 +121,12 @@ type Status struct {
 	Imported   int  // remote events imported
 	Checked    int  // lines of remote shard files read and checked against the log
 	Packs      int  // repacks of the sync repository
-	// Refused counts the remote's lines kept out of the log (see
-	// QuarantineFile), those earlier Syncers kept included; Refusals
-	// says why, by file and reason, the most recent first (at most 20).
+	// Refused counts the remote lines and files kept out of the log
+	// (admit.QuarantineFile), those kept before included; Refusals says
+	// why, by file and reason, the most recent first (see
+	// admit.Gate.Refusals).
 	Refused  int
-	Refusals []RefusalCount
+	Refusals []admit.RefusalCount
 }
 
 // Syncer syncs one log worktree with a remote. Notify, Force and Status
@@ -146,16 +152,17 @@ type Syncer struct {
 	lastErr           error
 	roundDone         chan struct{}
 
-	roundMu sync.Mutex                     // one round at a time
-	have    map[string]map[string]struct{} // shard name → event IDs in the local segments
-	scanned map[string]int64               // local segment path → its bytes read into have
-	merged  map[string]mergedBlob          // remote segment path → the remote blob last merged
-	q       *quarantine                    // what it refused (guarded by mu)
+	roundMu sync.Mutex            // one round at a time
+	merged  map[string]mergedBlob // remote segment path → the remote blob last merged
 
-	// HEAD as the Syncer last committed or read it ("" = unknown), and
-	// the length of each segment file in its tree (nil = unknown).
-	head   string
-	staged map[string]int64
+	// HEAD as the Syncer last committed or read it ("" = unknown), the
+	// length of each segment file in its tree (nil = unknown), and the
+	// paths in its tree that are none of the log's own files (a clone
+	// that an older thrum made by checking out the remote's tree whole
+	// holds what the remote planted): the next commit deletes them.
+	head    string
+	staged  map[string]int64
+	foreign []string
 	// What the Syncer knows of the remote's branch: the commit it last
 	// pushed there or fetched and merged from there, and a HEAD it had
 	// then that the remote's branch contains ("" = unknown).
@@ -196,7 +203,7 @@ type mergedBlob struct {
 // it (see removeStaleLocks).
 func New(log *eventlog.Log, opts *Options) (*Syncer, error) {
 	s := &Syncer{dir: log.Dir(), log: log, trigger: make(chan struct{}, 1), force: make(chan struct{}, 1), roundDone: make(chan struct{}),
-		have: map[string]map[string]struct{}{}, scanned: map[string]int64{}, merged: map[string]mergedBlob{}}
+		merged: map[string]mergedBlob{}}
 	if opts != nil {
 		s.opts = *opts
 	}
@@ -235,8 +242,10 @@ func New(log *eventlog.Log, opts *Options) (*Syncer, error) {
 	if err := s.removeStaleLocks(lines[1], lines[2]); err != nil {
 		return nil, fmt.Errorf("gitsync: %w", err)
 	}
-	if s.q, err = loadQuarantine(s.dir); err != nil {
-		return nil, err
+	if s.opts.Gate == nil {
+		if s.opts.Gate, err = admit.New(log, nil); err != nil {
+			return nil, fmt.Errorf("gitsync: %w", err)
+		}
 	}
 	s.status.State = StateStopped
 	return s, nil
@@ -346,7 +355,7 @@ func (s *Syncer) Status() Status {
 	defer s.mu.Unlock()
 	st := s.status
 	st.Running = s.running
-	st.Refused, st.Refusals = s.q.total, s.q.counts(maxRefusalGroups)
+	st.Refused, st.Refusals = s.opts.Gate.Refusals()
 	if !s.running {
 		st.State = StateStopped
 	} else if st.State == StateStopped {
@@ -665,7 +674,7 @@ func (s *Syncer) remoteOnDisk(ctx context.Context) string {
 // HEAD alone, and reports whether there were any.
 func (s *Syncer) commitLocal(ctx context.Context) (bool, error) {
 	paths, files, err := s.changed(ctx)
-	if err != nil || len(paths) == 0 {
+	if err != nil || len(paths) == 0 && len(s.foreign) == 0 {
 		return false, err
 	}
 	return true, s.fastImport(ctx, paths, files, []string{s.head})
@@ -683,7 +692,7 @@ func (s *Syncer) commit(ctx context.Context, remote string) (needPush bool, err 
 	if err != nil {
 		return false, err
 	}
-	changed := len(paths) > 0
+	changed := len(paths) > 0 || len(s.foreign) > 0
 	parents := []string{s.head}
 	if remote == "" {
 		needPush = true // create the remote branch
@@ -760,17 +769,22 @@ func (s *Syncer) readHead(ctx context.Context) error {
 		return fmt.Errorf("ls-tree: %w", err)
 	}
 	staged := map[string]int64{}
+	var alien []string
 	for _, rec := range bytes.Split(out, []byte{0}) {
 		meta, path, ok := strings.Cut(string(rec), "\t")
 		f := strings.Fields(meta) // mode, type, object, size
-		if !ok || len(f) != 4 || f[1] != "blob" {
+		if !ok || len(f) != 4 {
 			continue
 		}
-		if n, err := strconv.ParseInt(f[3], 10, 64); err == nil {
-			staged[path] = n
+		shard, _, isSegment := eventlog.ParseSegmentPath(path)
+		n, err := strconv.ParseInt(f[3], 10, 64)
+		if foreign(f[0], shard, isSegment) != "" || f[1] != "blob" || err != nil {
+			alien = append(alien, path)
+			continue
 		}
+		staged[path] = n
 	}
-	s.head, s.staged = head, staged
+	s.head, s.staged, s.foreign = head, staged, alien
 	return nil
 }
 
@@ -790,6 +804,9 @@ func (s *Syncer) fastImport(ctx context.Context, paths []string, files map[strin
 		s.branch, time.Now().Unix(), len(msg), msg, parents[0])
 	for _, p := range parents[1:] {
 		fmt.Fprintf(&head, "merge %s\n", p)
+	}
+	for _, p := range s.foreign {
+		fmt.Fprintf(&head, "D %s\n", quotePath(p))
 	}
 	in := []io.Reader{&head}
 	prefixes := make([]*filePrefix, 0, len(paths))
@@ -826,7 +843,7 @@ func (s *Syncer) fastImport(ctx context.Context, paths []string, files map[strin
 		s.head, s.staged = "", nil // read them again next time
 		return fmt.Errorf("fast-import: %w", err)
 	}
-	s.head = strings.TrimSpace(string(out))
+	s.head, s.foreign = strings.TrimSpace(string(out)), nil
 	for _, rel := range paths {
 		s.staged[rel] = files[rel]
 	}
@@ -834,6 +851,34 @@ func (s *Syncer) fastImport(ctx context.Context, paths []string, files map[strin
 	s.status.Commits++
 	s.mu.Unlock()
 	return nil
+}
+
+// quotePath writes a path as git fast-import reads one: C-style quoted
+// if it holds a quote, a backslash, or a byte outside printable ASCII
+// (a remote may name a file with any byte but NUL).
+func quotePath(p string) string {
+	plain := !strings.HasPrefix(p, `"`)
+	for i := 0; i < len(p) && plain; i++ {
+		plain = p[i] >= 0x20 && p[i] < 0x7f && p[i] != '\\'
+	}
+	if plain {
+		return p
+	}
+	var b strings.Builder
+	b.WriteByte('"')
+	for i := 0; i < len(p); i++ {
+		switch c := p[i]; {
+		case c == '"' || c == '\\':
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		case c < 0x20 || c >= 0x7f:
+			fmt.Fprintf(&b, "\\%03o", c)
+		default:
+			b.WriteByte(c)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
 }
 
 // filePrefix reads the first left bytes of the file at path, opening it
@@ -882,62 +927,6 @@ func (s *Syncer) message(parents []string) string {
 	return "thrum: sync from " + host
 }
 
-// refreshHave reads what was appended to a local shard's segments since
-// the last look, so that have[shard] lists every event ID in the shard
-// (a remote line may sit in another segment here than there). It is
-// called only for a shard a merge must check: a Syncer whose remote
-// brings nothing new keeps no IDs in memory.
-func (s *Syncer) refreshHave(shard string) (map[string]struct{}, error) {
-	ids := s.have[shard]
-	if ids == nil {
-		ids = map[string]struct{}{}
-		s.have[shard] = ids
-	}
-	segs, err := s.log.Segments(shard)
-	if err != nil {
-		return nil, err
-	}
-	for _, rel := range segs {
-		if err := s.readIDs(rel, ids); err != nil {
-			return nil, err
-		}
-	}
-	return ids, nil
-}
-
-// readIDs adds to ids the event IDs of a local segment past what was read
-// of it before.
-func (s *Syncer) readIDs(rel string, ids map[string]struct{}) error {
-	f, err := os.Open(filepath.Join(s.dir, filepath.FromSlash(rel)))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	off := s.scanned[rel]
-	if st, err := f.Stat(); err != nil || st.Size() <= off {
-		return err // nothing new (a closed segment, once read, is never read again)
-	}
-	if _, err := f.Seek(off, 0); err != nil {
-		return err
-	}
-	br := bufio.NewReaderSize(f, 64<<10)
-	for {
-		line, err := br.ReadBytes('\n')
-		if err != nil {
-			break // a partial last line is read again next time
-		}
-		off += int64(len(line))
-		if id := eventID(line[:len(line)-1]); id != "" {
-			ids[id] = struct{}{}
-		}
-	}
-	s.scanned[rel] = off
-	return nil
-}
-
 // remoteFile is a segment file of the remote's tree that a merge reads.
 type remoteFile struct {
 	path, shard, blob string
@@ -962,20 +951,22 @@ func (s *Syncer) merge(ctx context.Context, remote string) (int, error) {
 	if err := s.readHead(ctx); err != nil {
 		return 0, err
 	}
-	out, err := s.git(ctx, "diff-tree", "-r", "--no-renames", s.head, remote)
+	out, err := s.gitIO(ctx, nil, "diff-tree", "-r", "-z", "--no-renames", s.head, remote)
 	if err != nil {
 		return 0, fmt.Errorf("diff-tree: %w", err)
 	}
 	var todo []remoteFile
-	for _, row := range strings.Split(out, "\n") {
-		meta, path, ok := strings.Cut(row, "\t")
-		f := strings.Fields(meta)
-		if !ok || len(f) != 5 || (f[4] != "A" && f[4] != "M") || !strings.HasPrefix(f[1], "100") {
+	for rec := range diffTree(out) {
+		f, path := strings.Fields(rec.meta), rec.path
+		if len(f) != 5 || (f[4] != "A" && f[4] != "M" && f[4] != "T") {
 			continue // not a file the remote has
 		}
 		shard, _, isSegment := eventlog.ParseSegmentPath(path)
-		if !isSegment {
-			continue // (a remote local shard is read, to be refused)
+		if reason := foreign(f[1], shard, isSegment); reason != "" {
+			if err := s.opts.Gate.RefuseFile(admit.Source{File: path, Commit: remote}, reason); err != nil {
+				return 0, err
+			}
+			continue
 		}
 		prev := s.merged[path]
 		if prev.blob == f[3] {
@@ -1003,6 +994,43 @@ func (s *Syncer) merge(ctx context.Context, remote string) (int, error) {
 		s.mu.Unlock()
 	}
 	return imported, err
+}
+
+// diffRecord is one file of git diff-tree -z's output: its metadata
+// (":mode mode object object status") and path.
+type diffRecord struct{ meta, path string }
+
+// diffTree reads git diff-tree -r -z output: records of metadata and
+// path, each ended by a NUL (a path may hold any byte but NUL).
+func diffTree(out []byte) func(yield func(diffRecord) bool) {
+	return func(yield func(diffRecord) bool) {
+		parts := strings.Split(string(out), "\x00")
+		for i := 0; i+1 < len(parts); i += 2 {
+			if !yield(diffRecord{meta: parts[i], path: parts[i+1]}) {
+				return
+			}
+		}
+	}
+}
+
+// foreign says why a file of the remote's tree (its git mode, and the
+// shard of which it is a segment, if it is one) is none of the log's own
+// files, "" if it is one: the log's files are regular files at the
+// paths of the segments of events.jsonl and the agents' shards. A
+// symbolic link, a submodule, the local shard (this machine's alone) or
+// any other path is never read.
+func foreign(mode, shard string, isSegment bool) string {
+	switch {
+	case mode == "120000":
+		return "a symbolic link: the log holds regular files only; it was not read"
+	case !strings.HasPrefix(mode, "100"):
+		return "not a regular file (git mode " + mode + "): the log holds regular files only; it was not read"
+	case !isSegment:
+		return "not a file of the log (events.jsonl, messages/<agent>.jsonl and their segments); it was not read"
+	case shard == eventlog.LocalShard:
+		return "the local shard belongs to the machine that wrote it: it is never synced; it was not read"
+	}
+	return ""
 }
 
 var errPrefixChanged = errors.New("the remote file's old bytes changed")
@@ -1076,26 +1104,12 @@ func (s *Syncer) readRemote(ctx context.Context, commit string, files []remoteFi
 // it may not, and remembers the version merged.
 func (s *Syncer) mergeFile(ctx context.Context, commit string, f remoteFile, r io.Reader) (imported int, err error) {
 	full := sha256.New()
-	size, checked, err := s.scanBlob(r, full, f.shard, f.skip, f.sum, func(lines [][]byte) error {
-		lines, refused, err := s.admit(ctx, f, commit, lines)
-		if err != nil {
-			return err
+	size, checked, err := s.scanBlob(r, full, f.skip, f.sum, func(lines [][]byte) error {
+		res, err := s.opts.Gate.Admit(ctx, admit.Source{File: f.path, Commit: commit}, f.shard, lines)
+		if res != nil {
+			imported += len(res.Imported)
 		}
-		if err := s.quarantine(f, refused); err != nil {
-			return err
-		}
-		if len(lines) == 0 {
-			return nil
-		}
-		if _, err := s.log.Import(ctx, f.shard, lines); err != nil {
-			return fmt.Errorf("import %s: %w", f.path, err)
-		}
-		ids := s.have[f.shard]
-		for _, l := range lines {
-			ids[eventID(l)] = struct{}{}
-		}
-		imported += len(lines)
-		return nil
+		return err
 	})
 	s.mu.Lock()
 	s.status.Checked += checked
@@ -1109,35 +1123,16 @@ func (s *Syncer) mergeFile(ctx context.Context, commit string, f remoteFile, r i
 	return imported, nil
 }
 
-// quarantine keeps and counts a remote file's refused lines, and logs
-// those it had not refused before.
-func (s *Syncer) quarantine(f remoteFile, refused []Refusal) error {
-	if len(refused) == 0 {
-		return nil
-	}
-	s.mu.Lock()
-	before := s.q.total
-	err := s.q.add(refused)
-	n := s.q.total - before
-	s.mu.Unlock()
-	if n > 0 && s.opts.Logger != nil {
-		s.opts.Logger.Warn("gitsync: refused events from the remote; they are quarantined, not applied",
-			"file", f.path, "count", n, "reason", refused[0].Reason, "quarantine", filepath.Join(s.dir, QuarantineFile))
-	}
-	return err
-}
-
 // mergeBatch bounds the lines a merge holds at once: a remote file may be
 // any size.
 const mergeBatch = 1 << 20
 
 // scanBlob reads a remote shard file from r. The first skip bytes are
-// only hashed, and must hash to want; the whole lines after them that
-// this log lacks (a line that is not an event among them, for the
-// quarantine) go to flush, about a megabyte at a time. Every whole line,
+// only hashed, and must hash to want; the whole lines after them go to
+// flush (admission), about a megabyte at a time. Every whole line,
 // prefix included, is fed to full; size is the length of the whole lines
 // (an unterminated tail is not an event yet and is read again next time).
-func (s *Syncer) scanBlob(r io.Reader, full hash.Hash, shard string, skip int64, want [sha256.Size]byte, flush func([][]byte) error) (size int64, checked int, err error) {
+func (s *Syncer) scanBlob(r io.Reader, full hash.Hash, skip int64, want [sha256.Size]byte, flush func([][]byte) error) (size int64, checked int, err error) {
 	if skip > 0 {
 		pre := sha256.New()
 		if _, err := io.CopyN(io.MultiWriter(pre, full), r, skip); err != nil {
@@ -1148,11 +1143,6 @@ func (s *Syncer) scanBlob(r io.Reader, full hash.Hash, shard string, skip int64,
 			return 0, 0, errPrefixChanged
 		}
 	}
-	ids, err := s.refreshHave(shard)
-	if err != nil {
-		return 0, 0, err
-	}
-	seen := map[string]struct{}{}
 	br := bufio.NewReaderSize(r, 256<<10)
 	size = skip
 	var lines [][]byte
@@ -1168,15 +1158,6 @@ func (s *Syncer) scanBlob(r io.Reader, full hash.Hash, shard string, skip int64,
 		checked++
 		size += n
 		line = bytes.TrimSuffix(line, []byte("\n"))
-		if id := eventID(line); id != "" {
-			if _, dup := ids[id]; dup {
-				continue
-			}
-			if _, dup := seen[id]; dup {
-				continue
-			}
-			seen[id] = struct{}{}
-		}
 		lines = append(lines, line)
 		if held += len(line); held >= mergeBatch {
 			if err := flush(lines); err != nil {
@@ -1244,21 +1225,4 @@ func (s *Syncer) command(ctx context.Context, stdin io.Reader, args ...string) *
 	cmd.Env = append(os.Environ(), "GIT_TERMINAL_PROMPT=0")
 	cmd.Stdin = stdin
 	return cmd
-}
-
-// eventID reads a line's event ID, "" if it is not an event.
-func eventID(line []byte) string {
-	// Lines thrum wrote start with their ID: take it without parsing the
-	// line (Import validates every line it appends in full).
-	const prefix = `{"event_id":"`
-	if len(line) > len(prefix)+26 && string(line[:len(prefix)]) == prefix {
-		if id := line[len(prefix) : len(prefix)+26]; line[len(prefix)+26] == '"' && bytes.IndexByte(id, '\\') < 0 {
-			return string(id)
-		}
-	}
-	e, err := eventlog.DecodeLine(line)
-	if err != nil {
-		return ""
-	}
-	return e.ID
 }

@@ -185,7 +185,7 @@ func (c *clone) open() {
 		o = *c.opts
 	}
 	o.Logger = slog.New(c.logs)
-	o.Admit = n.AdmitSynced
+	o.Gate = n.Admission()
 	s, err := gitsync.New(n.EventLog(), &o)
 	if err != nil {
 		n.Close()

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/thrumhq/thrum/eventlog"
-	"github.com/thrumhq/thrum/eventlog/gitsync"
+	"github.com/thrumhq/thrum/eventlog/admit"
 	"github.com/thrumhq/thrum/identity"
 	"github.com/thrumhq/thrum/internal/thrumtest"
 	"github.com/thrumhq/thrum/rpc"
@@ -74,9 +74,9 @@ func (c *clone) hasMessage(id string) (author string, ok bool) {
 }
 
 // refusedIn returns the refusals a clone's quarantine file keeps.
-func refusedIn(t *testing.T, c *clone) []gitsync.Refusal {
+func refusedIn(t *testing.T, c *clone) []admit.Refusal {
 	t.Helper()
-	rs, err := gitsync.ReadQuarantine(c.wt)
+	rs, err := admit.ReadQuarantine(c.wt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,7 +227,7 @@ func TestForgedRegistration(t *testing.T) {
 		"alice is registered on this machine",
 		"a credential.add in events.jsonl: credentials are local",
 		"a credential.add in messages/mallory.jsonl: credentials are local",
-		"local.jsonl: the local shard belongs to this machine",
+		"local.jsonl: the local shard belongs to the machine that wrote it",
 	} {
 		if got := reasons(a); !strings.Contains(got, want) {
 			t.Errorf("a's refusals lack %q:\n%s", want, got)

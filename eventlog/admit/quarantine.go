@@ -1,9 +1,8 @@
-package gitsync
+package admit
 
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -16,31 +15,32 @@ import (
 	"time"
 
 	"github.com/thrumhq/thrum/eventlog"
+	"github.com/thrumhq/thrum/internal/private"
 )
 
-// The quarantine. A remote line that may not enter the log (see
-// eventlog.CheckShard and Options.Admit), or that is not an event at
-// all, is kept aside in QuarantineFile in the log's directory, which
-// sync never commits: one JSON object per line (a Refusal). It is never
-// applied. A line is kept once, however often a merge reads it again.
+// The quarantine. A remote line that may not enter the log, or that is
+// not an event at all, is kept aside in QuarantineFile in the log's
+// directory, which sync never commits: one JSON object per line (a
+// Refusal). It is never applied. A line is kept once, however often a
+// transport brings it again.
 
 // QuarantineFile is the file, in the log's directory, that holds the
-// remote lines a Syncer refused.
+// remote lines a Gate refused.
 const QuarantineFile = "quarantine.jsonl"
 
 // maxQuarantineBytes bounds QuarantineFile: past it, refused lines are
-// counted (Status.Refused) and logged, not kept, and are judged again
+// counted (Gate.Refusals) and logged, not kept, and are judged again
 // after a restart.
 const maxQuarantineBytes = 4 << 20
 
-// maxRefusalGroups bounds Status.Refusals.
-const maxRefusalGroups = 20
+// MaxRefusalGroups bounds what Gate.Refusals lists.
+const MaxRefusalGroups = 20
 
 // Refusal is a remote line kept out of the log: a line of QuarantineFile.
 type Refusal struct {
 	At      string `json:"at"`                 // when it was refused (eventlog.TimeFormat)
-	File    string `json:"file"`               // the remote file it was in
-	Commit  string `json:"commit"`             // the remote's commit then
+	File    string `json:"file"`               // where it was found (Source.File)
+	Commit  string `json:"commit"`             // the source's version then (Source.Commit)
 	Reason  string `json:"reason"`             // why it was refused
 	EventID string `json:"event_id,omitempty"` // its event ID, if it is an event
 	SHA256  string `json:"sha256,omitempty"`   // else the line's hash
@@ -53,9 +53,9 @@ type Refusal struct {
 const maxRefusalLine = 16 << 10
 
 // newRefusal describes a refused line.
-func newRefusal(at, file, commit string, line []byte) Refusal {
-	r := Refusal{At: at, File: file, Commit: commit, Bytes: len(line), Line: string(line[:min(len(line), maxRefusalLine)])}
-	if id := eventID(line); id == "" {
+func newRefusal(at string, src Source, line []byte, reason string) Refusal {
+	r := Refusal{At: at, File: src.File, Commit: src.Commit, Reason: reason, Bytes: len(line), Line: string(line[:min(len(line), maxRefusalLine)])}
+	if id := eventlog.LineID(line[:min(len(line), eventlog.MaxLineBytes)]); id == "" {
 		sum := sha256.Sum256(line)
 		r.SHA256 = hex.EncodeToString(sum[:])
 	} else {
@@ -82,12 +82,12 @@ func (r *Refusal) key() string {
 // ReadQuarantine returns the refusals kept in the log directory dir,
 // oldest first (none if there is no quarantine file).
 func ReadQuarantine(dir string) ([]Refusal, error) {
-	f, err := os.Open(filepath.Join(dir, QuarantineFile))
+	f, err := private.OpenFile(filepath.Join(dir, QuarantineFile), os.O_RDONLY)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("gitsync: %w", err)
+		return nil, fmt.Errorf("admit: %w", err)
 	}
 	defer f.Close()
 	var out []Refusal
@@ -96,12 +96,12 @@ func ReadQuarantine(dir string) ([]Refusal, error) {
 	for n := 1; sc.Scan(); n++ {
 		var r Refusal
 		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-			return out, fmt.Errorf("gitsync: %s line %d: %w", QuarantineFile, n, err)
+			return out, fmt.Errorf("admit: %s line %d: %w", QuarantineFile, n, err)
 		}
 		out = append(out, r)
 	}
 	if err := sc.Err(); err != nil {
-		return out, fmt.Errorf("gitsync: %s: %w", QuarantineFile, err)
+		return out, fmt.Errorf("admit: %s: %w", QuarantineFile, err)
 	}
 	return out, nil
 }
@@ -168,7 +168,7 @@ func (t *tally) counts(max int) []RefusalCount {
 	return out
 }
 
-// quarantine is a Syncer's record of what it refused.
+// quarantine is a Gate's record of what it refused.
 type quarantine struct {
 	path  string
 	keys  map[string]struct{} // the lines kept in the file
@@ -176,7 +176,7 @@ type quarantine struct {
 	tally                     // lines refused: kept, or seen this process past the bound
 }
 
-// loadQuarantine reads what earlier Syncers refused.
+// loadQuarantine reads what earlier Gates refused.
 func loadQuarantine(dir string) (*quarantine, error) {
 	q := &quarantine{path: filepath.Join(dir, QuarantineFile), keys: map[string]struct{}{}}
 	rs, err := ReadQuarantine(dir)
@@ -217,7 +217,7 @@ func (q *quarantine) add(rs []Refusal) error {
 	if buf.Len() == 0 {
 		return nil
 	}
-	f, err := os.OpenFile(q.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	f, err := private.OpenFile(q.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE)
 	if err != nil {
 		return fmt.Errorf("quarantine: %w", err)
 	}
@@ -230,32 +230,4 @@ func (q *quarantine) add(rs []Refusal) error {
 	}
 	q.size += int64(buf.Len())
 	return nil
-}
-
-// admit splits the lines a merge would import from a remote file into
-// those that may enter the log and the refusals of the rest.
-func (s *Syncer) admit(ctx context.Context, f remoteFile, commit string, lines [][]byte) (ok [][]byte, refused []Refusal, err error) {
-	now := eventlog.FormatTime(time.Now())
-	for _, line := range lines {
-		reason := ""
-		if len(line) > eventlog.MaxLineBytes {
-			reason = fmt.Sprintf("a line of over %d bytes: longer than any event", eventlog.MaxLineBytes)
-		} else if e, derr := eventlog.DecodeLine(line); derr != nil {
-			reason = "not an event: " + derr.Error()
-		} else if cerr := eventlog.CheckShard(f.shard, e); cerr != nil {
-			reason = cerr.Error()
-		} else if s.opts.Admit != nil {
-			if reason, err = s.opts.Admit(ctx, f.shard, e); err != nil {
-				return nil, nil, fmt.Errorf("check %s: %w", f.path, err)
-			}
-		}
-		if reason == "" {
-			ok = append(ok, line)
-			continue
-		}
-		r := newRefusal(now, f.path, commit, line)
-		r.Reason = reason
-		refused = append(refused, r)
-	}
-	return ok, refused, nil
 }
