@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -27,8 +28,6 @@ const (
 )
 
 var formats = map[string]bool{rpc.FormatMarkdown: true, rpc.FormatPlain: true, rpc.FormatJSON: true}
-
-var priorities = map[string]bool{rpc.PriorityLow: true, rpc.PriorityNormal: true, rpc.PriorityHigh: true, rpc.PriorityCritical: true}
 
 func trimAt(s string) string { return strings.TrimPrefix(strings.TrimSpace(s), "@") }
 
@@ -187,7 +186,7 @@ func (n *Node) normalizeSend(p *rpc.SendMessageParams) (*sendForm, error) {
 	if !formats[f.format] {
 		return nil, invalid("invalid format %q: use markdown, plain or json", p.Format)
 	}
-	if !priorities[f.priority] {
+	if !slices.Contains(eventlog.Priorities, f.priority) {
 		return nil, invalid("invalid priority %q: use low, normal, high or critical", p.Priority)
 	}
 	if err := checkStructured(p.Structured); err != nil {

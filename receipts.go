@@ -22,19 +22,14 @@ import (
 // maxAckNote bounds the note of an acknowledgement.
 const maxAckNote = 500
 
-// vias are the delivery paths a read may name. ViaAck is not one: only
-// AckMessage's own claim records it, with the acknowledgement.
-var vias = map[string]bool{
-	rpc.ViaWaitForMessage: true, rpc.ViaCheckMessages: true, rpc.ViaChannel: true, rpc.ViaHook: true,
-	rpc.ViaStream: true, rpc.ViaMarkRead: true, rpc.ViaReply: true,
-}
-
 // checkVia validates a read's delivery path, def if none is given.
 func checkVia(via, def string) (string, error) {
 	if via == "" {
 		return def, nil
 	}
-	if !vias[via] {
+	// The log's delivery paths (eventlog.Vias), but ViaAck: only
+	// AckMessage's own claim records it, with the acknowledgement.
+	if via == rpc.ViaAck || !slices.Contains(eventlog.Vias, via) {
 		return "", invalid("invalid via %q: use wait_for_message, check_messages, channel, hook, stream, mark_read or reply", via)
 	}
 	return via, nil

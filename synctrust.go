@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"time"
 
 	"github.com/thrumhq/thrum/eventlog"
 	"github.com/thrumhq/thrum/eventlog/admit"
@@ -22,8 +23,16 @@ func (n *Node) Admission() *admit.Gate { return n.gate }
 // event that claims an identity registered on this machine (one with a
 // credential here: an agent or a user) is refused, since that identity
 // writes its events here and nowhere else. A non-empty reason refuses
-// the event; an error means the node could not tell.
+// the event; an error means the node could not tell. A read or an
+// acknowledgement dated before its message (as this machine has it) is
+// refused too: no agent reads a message before it was sent.
 func (n *Node) admitSynced(ctx context.Context, shard string, e *eventlog.Event) (reason string, err error) {
+	if latest, err := n.receiptFloor(ctx, e); err != nil {
+		return "", err
+	} else if e.Time.Before(latest) {
+		return fmt.Sprintf("a %s by %q in %s dated %s, before its message (%s)",
+			e.Type, eventlog.Author(e), eventlog.ShardPath(shard), e.Timestamp(), eventlog.FormatTime(latest)), nil
+	}
 	for _, id := range eventlog.Claims(e) {
 		cands := []string{id}
 		if norm := identity.NormalizeAgentID(id); norm != id {
@@ -41,6 +50,34 @@ func (n *Node) admitSynced(ctx context.Context, shard string, e *eventlog.Event)
 		}
 	}
 	return "", nil
+}
+
+// receiptFloor returns the time a read or an acknowledgement may not be
+// dated before: the latest of its messages' times this node has (zero
+// for another event, or messages it does not have yet).
+func (n *Node) receiptFloor(ctx context.Context, e *eventlog.Event) (time.Time, error) {
+	var ids []string
+	switch e.Type {
+	case eventlog.TypeMessageRead:
+		p, err := eventlog.PayloadAs[eventlog.MessageRead](e)
+		if err != nil {
+			return time.Time{}, nil // CheckFields refuses it
+		}
+		ids = p.MessageIDs
+	case eventlog.TypeMessageAck:
+		p, err := eventlog.PayloadAs[eventlog.MessageAck](e)
+		if err != nil {
+			return time.Time{}, nil
+		}
+		ids = []string{p.MessageID}
+	default:
+		return time.Time{}, nil
+	}
+	latest, err := n.store.LatestMessageTime(ctx, ids)
+	if err != nil || latest == "" {
+		return time.Time{}, err
+	}
+	return eventlog.ParseTime(latest)
 }
 
 // adoptIdentityTokens carries the credentials of a log written before

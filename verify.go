@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/thrumhq/thrum/eventlog"
 	"github.com/thrumhq/thrum/internal/dirlock"
@@ -155,10 +156,13 @@ type pos struct {
 }
 
 // verifyLines reads every line of the log into rep: lines that do not
-// parse, and event IDs that repeat, are problems. It returns where each
+// parse, event IDs that repeat, events out of their place and fields
+// that break the log's rules (events an older thrum admitted) are
+// problems. It returns where each
 // event (and each message, by message ID) is, and how many lines are bad.
 func verifyLines(ctx context.Context, lg *eventlog.Log, rep *VerifyReport) (map[string]pos, int, error) {
 	seen := map[string]pos{}
+	now := time.Now()
 	bad := 0
 	err := lg.Verify(ctx, func(li eventlog.LineInfo) error {
 		rep.Lines++
@@ -175,6 +179,10 @@ func verifyLines(ctx context.Context, lg *eventlog.Log, rep *VerifyReport) (map[
 		if err := eventlog.CheckPlace(li.Event.Shard, li.Event); err != nil {
 			rep.Problems = append(rep.Problems, Problem{File: li.File, Line: li.Line,
 				Message: err.Error() + " (taken from a remote before sync checked authorship, or written by hand): it is applied as it stands"})
+		}
+		if err := eventlog.CheckFields(li.Event, now); err != nil {
+			rep.Problems = append(rep.Problems, Problem{File: li.File, Line: li.Line,
+				Message: fmt.Sprintf("a %s whose %v (taken from a remote before sync checked fields, or written by hand): it is applied as it stands", li.Event.Type, err)})
 		}
 		seen[li.Event.ID] = pos{li.File, li.Line}
 		if li.Event.Type == eventlog.TypeMessageCreate {

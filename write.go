@@ -17,7 +17,9 @@ import (
 // reply:
 //
 //   - Node.append: refused while committed events wait to be applied
-//     (storage.go); otherwise the events go to the log.
+//     (storage.go), or if a field breaks the log's rules
+//     (eventlog.CheckFields, which admission runs on other machines);
+//     otherwise the events go to the log.
 //   - eventlog.Log.Append: queued for the log's committer, which takes
 //     every call waiting (group commit), writes their lines and fsyncs
 //     them once. While the fsync runs it hands the batch to the
@@ -43,6 +45,23 @@ import (
 func (n *Node) append(ctx context.Context, evs ...*eventlog.Event) error {
 	if err := n.refuseWrites(); err != nil {
 		return err
+	}
+	// The rules admission holds other machines' lines to: what this node
+	// writes, every other machine must take.
+	for _, e := range evs {
+		if err := eventlog.CheckFields(e, n.now()); err != nil {
+			return invalid("%v", err)
+		}
+		// A read of a message dated ahead of this clock (its machine's
+		// runs ahead) takes the message's time: every machine refuses a
+		// receipt dated before its message.
+		floor, err := n.receiptFloor(ctx, e)
+		if err != nil {
+			return internal("check a receipt", err)
+		}
+		if e.Time.IsZero() && floor.After(n.now()) {
+			e.Time = floor
+		}
 	}
 	if err := n.log.Append(ctx, evs...); err != nil {
 		var re *rpc.Error

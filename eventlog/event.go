@@ -74,11 +74,14 @@ func (e *Event) decodePayload() {
 
 // PayloadAs returns the event's payload as T, its type's payload struct:
 // the value decoded once from the line when the log committed or scanned
-// the event, or else decoded now (reporting the error of a payload that
-// does not decode).
+// the event, the Payload of one not appended yet, or else decoded now
+// (reporting the error of a payload that does not decode).
 func PayloadAs[T any](e *Event) (T, error) {
 	if p, ok := e.decoded.(T); ok {
 		return p, nil
+	}
+	if p, ok := e.Payload.(T); ok && e.Raw == nil {
+		return p, nil // appended in this process, not written yet
 	}
 	var p T
 	err := e.Decode(&p)

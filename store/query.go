@@ -522,6 +522,24 @@ func (s *Store) MessagesByID(ctx context.Context, ids []string, reader string) (
 	return out, nil
 }
 
+// LatestMessageTime returns the latest created_at of the messages with
+// the given IDs that the projection has ("" if none): what a receipt of
+// them may not be dated before.
+func (s *Store) LatestMessageTime(ctx context.Context, ids []string) (string, error) {
+	if len(ids) == 0 {
+		return "", nil
+	}
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		args[i] = id
+	}
+	var latest sql.NullString
+	if err := s.get(ctx, &latest, `SELECT max(created_at) FROM messages WHERE message_id IN (`+placeholders(len(ids))+`)`, args...); err != nil {
+		return "", fmt.Errorf("store: latest message time: %w", err)
+	}
+	return latest.String, nil
+}
+
 // IndexRow is what the node's in-memory message index keeps of a message.
 type IndexRow struct {
 	MessageID string

@@ -12,7 +12,9 @@
 //     transports racing leave each event once);
 //   - a line longer than eventlog.MaxLineBytes, or that is not an event,
 //     is refused;
-//   - the log's rules: where an event may be (eventlog.CheckShard);
+//   - the log's rules: where an event may be (eventlog.CheckShard), and
+//     what its fields may hold (eventlog.CheckFields: grammars, enums,
+//     bounds, a time at most a day ahead of this clock);
 //   - the node's rules (Options.Judge): who it may claim to be, what
 //     it may change;
 //   - the lines left are imported (eventlog.Log.Import), the refused ones
@@ -138,6 +140,9 @@ func (g *Gate) judge(ctx context.Context, shard string, line []byte) (string, er
 	}
 	if err := eventlog.CheckShard(shard, e); err != nil {
 		return err.Error(), nil
+	}
+	if err := eventlog.CheckFields(e, g.opts.Now()); err != nil {
+		return fmt.Sprintf("a %s in %s: %v", e.Type, eventlog.ShardPath(shard), err), nil
 	}
 	if g.opts.Judge != nil {
 		return g.opts.Judge(ctx, shard, e)

@@ -13,7 +13,8 @@ import (
 // FuzzAdmit hands a gate the lines of any bytes as a remote shard file
 // would hold them. Every line is accounted for once (held, imported or
 // refused); nothing is imported twice; every imported line is in the
-// shard byte for byte, passes the log's rules, and reads back; and the
+// shard byte for byte, passes the log's rules (place and fields), and
+// reads back; and the
 // same lines again import nothing.
 //
 //	go test ./eventlog/admit -run '^$' -fuzz FuzzAdmit -fuzztime 60s
@@ -57,6 +58,9 @@ func FuzzAdmit(f *testing.F) {
 			}
 			have[e.ID] = true
 			if err := eventlog.CheckShard(shard, e); err != nil {
+				t.Fatalf("imported %q: %v", e.Raw, err)
+			}
+			if err := eventlog.CheckFields(e, time.Now()); err != nil {
 				t.Fatalf("imported %q: %v", e.Raw, err)
 			}
 			want = append(want, e.Raw)

@@ -6,7 +6,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/thrumhq/thrum"
 	"github.com/thrumhq/thrum/eventlog"
 	"github.com/thrumhq/thrum/eventlog/admit"
 	"github.com/thrumhq/thrum/identity"
@@ -281,5 +283,85 @@ func TestRemoteLineTooLong(t *testing.T) {
 	b.open()
 	if st := b.s.Status(); st.Refused != 1 {
 		t.Errorf("b after a restart: Status().Refused = %d, want 1", st.Refused)
+	}
+}
+
+// eventAt is an event line of type typ dated at, with the given payload
+// fields, as anyone can write one.
+func eventAt(t *testing.T, typ string, at time.Time, payload map[string]any) string {
+	t.Helper()
+	line := thrumtest.EventLine(t, typ, payload)
+	head, rest, _ := strings.Cut(line, `"timestamp":"`)
+	_, rest, _ = strings.Cut(rest, `"`)
+	return head + `"timestamp":"` + eventlog.FormatTime(at) + `"` + rest
+}
+
+// Receipts pushed to the remote are held to the rules the local API
+// keeps: a read naming a delivery path that is none (`via` a script) and
+// an acknowledgement dated years before its message are refused; the
+// message's receipts stay as bob's machine made them.
+func TestForgedReceiptsRefused(t *testing.T) {
+	t.Parallel()
+	remote, a, b := pair(t, nil)
+	id := a.send("alice", "bob", "review my branch")
+	syncAll(t, a, b)
+	read := eventAt(t, eventlog.TypeMessageRead, time.Now(), map[string]any{
+		"agent_id": "bob", "session_id": "ses_forged", "message_ids": []string{id}, "via": "<script>alert(1)</script>"})
+	ack := eventAt(t, eventlog.TypeMessageAck, time.Now().Add(-9829*24*time.Hour), map[string]any{
+		"agent_id": "bob", "session_id": "ses_forged", "message_id": id, "note": "approved"})
+	forge(t, remote, map[string][]string{eventlog.ShardPath("bob"): {read, ack}})
+	a.sync()
+	sent, err := a.n.ListSent(thrum.AsAgent(context.Background(), "alice"), &rpc.ListSentParams{})
+	if err != nil || len(sent.Messages) != 1 || len(sent.Messages[0].Receipts) != 1 {
+		t.Fatalf("alice's sent messages: %+v, %v", sent, err)
+	}
+	if r := sent.Messages[0].Receipts[0]; r.Via != "" || r.AckedAt != "" || r.State != rpc.ReceiptQueued {
+		t.Errorf("bob's receipt on a = %+v, want it queued, as bob's machine left it", r)
+	}
+	var reasons []string
+	for _, r := range refusedIn(t, a) {
+		reasons = append(reasons, r.Reason)
+	}
+	got := strings.Join(reasons, "\n")
+	for _, want := range []string{`via "<script>alert(1)</script>" is invalid`, "before its message"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("a's refusals lack %q:\n%s", want, got)
+		}
+	}
+}
+
+// A message dated up to a day ahead of this clock is taken (another
+// machine's clock may run ahead); one dated further ahead, or with a
+// thread ID no thrum makes (20,000 characters), is refused.
+func TestForgedMessageFieldsRefused(t *testing.T) {
+	t.Parallel()
+	remote, a, _ := pair(t, nil)
+	msg := func(at time.Time, thread string) (string, string) {
+		id := "msg_" + eventlog.NewID()
+		p := map[string]any{"message_id": id, "agent_id": "mallory", "session_id": "ses_m", "format": "markdown",
+			"content": "hello", "priority": "normal", "refs": []map[string]string{{"type": "mention", "value": "alice"}}}
+		if thread != "" {
+			p["thread_id"] = thread
+		}
+		return id, eventAt(t, eventlog.TypeMessageCreate, at, p)
+	}
+	soon, soonLine := msg(time.Now().Add(23*time.Hour), "")
+	late, lateLine := msg(time.Now().Add(25*time.Hour), "")
+	long, longLine := msg(time.Now(), strings.Repeat("x", 20000))
+	forge(t, remote, map[string][]string{eventlog.ShardPath("mallory"): {soonLine, lateLine, longLine}})
+	a.sync()
+	if _, ok := a.hasMessage(soon); !ok {
+		t.Error("a refused a message dated 23 hours ahead")
+	}
+	if _, ok := a.hasMessage(late); ok {
+		t.Error("a took a message dated 25 hours ahead")
+	}
+	if _, ok := a.hasMessage(long); ok {
+		t.Error("a took a message with a 20,000-character thread ID")
+	}
+	// The local API refuses what sync would.
+	_, err := a.n.SendMessage(thrum.AsAgent(context.Background(), "alice"), &rpc.SendMessageParams{Content: "hi", ThreadID: strings.Repeat("x", 20000)})
+	if err == nil {
+		t.Error("a local send with a 20,000-character thread ID succeeded")
 	}
 }
