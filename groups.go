@@ -62,7 +62,7 @@ func (n *Node) CreateGroup(ctx context.Context, p *rpc.CreateGroupParams) (*rpc.
 	if n.dirc.HasRole(name) {
 		return nil, conflict("%q is a role: choose another group name", name)
 	}
-	e := &eventlog.Event{Type: eventlog.TypeGroupCreate, Payload: eventlog.GroupCreate{Name: name, Description: p.Description, CreatedBy: me}}
+	e := &eventlog.Event{Type: eventlog.TypeGroupCreate, Payload: eventlog.GroupCreate{Name: name, Description: p.Description, CreatedBy: me, Machine: n.machine}}
 	if err := n.append(ctx, e); err != nil {
 		return nil, err
 	}
@@ -88,7 +88,10 @@ func (n *Node) DeleteGroup(ctx context.Context, p *rpc.DeleteGroupParams) (*rpc.
 	if !n.dirc.HasGroup(name) {
 		return nil, notFound("group not found: %s", name)
 	}
-	if err := n.append(ctx, &eventlog.Event{Type: eventlog.TypeGroupDelete, Payload: eventlog.GroupDelete{Name: name, AgentID: me}}); err != nil {
+	if err := n.ownGroup(ctx, name); err != nil {
+		return nil, err
+	}
+	if err := n.append(ctx, &eventlog.Event{Type: eventlog.TypeGroupDelete, Payload: eventlog.GroupDelete{Name: name, AgentID: me, Machine: n.machine}}); err != nil {
 		return nil, err
 	}
 	return &rpc.DeleteGroupResult{Name: name, Deleted: true}, nil
@@ -145,6 +148,9 @@ func (n *Node) changeMember(ctx context.Context, p *rpc.GroupMembership, add boo
 	if err != nil {
 		return nil, err
 	}
+	if err := n.ownGroup(ctx, group); err != nil {
+		return nil, err
+	}
 	member := n.isMember(group, p.MemberType, id)
 	typ := eventlog.TypeGroupMemberAdd
 	switch {
@@ -158,10 +164,27 @@ func (n *Node) changeMember(ctx context.Context, p *rpc.GroupMembership, add boo
 		typ = eventlog.TypeGroupMemberDel
 	}
 	if err := n.append(ctx, &eventlog.Event{Type: typ, Payload: eventlog.GroupMember{
-		Group: group, MemberType: p.MemberType, MemberID: id, AgentID: me}}); err != nil {
+		Group: group, MemberType: p.MemberType, MemberID: id, AgentID: me, Machine: n.machine}}); err != nil {
 		return nil, err
 	}
 	return &rpc.GroupMembership{Group: group, MemberType: p.MemberType, MemberID: id}, nil
+}
+
+// ownGroup refuses a change to a group another machine created: that
+// machine alone changes it, and every other machine's sync refuses a
+// change from elsewhere (groupRule, synctrust.go).
+func (n *Node) ownGroup(ctx context.Context, name string) error {
+	g, err := n.store.Group(ctx, name)
+	if isNotFound(err) {
+		return notFound("group not found: %s", name)
+	}
+	if err != nil {
+		return internal("group", err)
+	}
+	if g.Machine != "" && g.Machine != n.machine {
+		return forbidden("group %s was created on another machine, which alone changes it: change it there", name)
+	}
+	return nil
 }
 
 func (n *Node) isAgent(id string) bool {

@@ -25,8 +25,12 @@ func (n *Node) Admission() *admit.Gate { return n.gate }
 // writes its events here and nowhere else. A non-empty reason refuses
 // the event; an error means the node could not tell. A read or an
 // acknowledgement dated before its message (as this machine has it) is
-// refused too: no agent reads a message before it was sent.
+// refused too: no agent reads a message before it was sent. So is a
+// group event that changes a group it may not (groupRule).
 func (n *Node) admitSynced(ctx context.Context, shard string, e *eventlog.Event) (reason string, err error) {
+	if reason, err := n.groupRule(ctx, e); reason != "" || err != nil {
+		return reason, err
+	}
 	if latest, err := n.receiptFloor(ctx, e); err != nil {
 		return "", err
 	} else if e.Time.Before(latest) {
@@ -50,6 +54,85 @@ func (n *Node) admitSynced(ctx context.Context, shard string, e *eventlog.Event)
 		}
 	}
 	return "", nil
+}
+
+// ensureMachine reads this machine's ID from the local shard, writing a
+// new one there on the first open: what a group records as the machine
+// that created it (see groupRule).
+func (n *Node) ensureMachine(ctx context.Context) error {
+	from := n.log.Positions()
+	from[eventlog.LocalFile] = 0
+	_, err := n.log.Scan(ctx, from, func(e *eventlog.Event) error {
+		if e.Type != eventlog.TypeMachine || e.Shard != eventlog.LocalShard || n.machine != "" {
+			return nil
+		}
+		if p, err := eventlog.PayloadAs[eventlog.Machine](e); err == nil && eventlog.CheckFields(e, n.now()) == nil {
+			n.machine = p.MachineID
+		}
+		return nil
+	})
+	if err != nil || n.machine != "" {
+		return err
+	}
+	id := eventlog.NewID()
+	if err := n.append(ctx, &eventlog.Event{Type: eventlog.TypeMachine, Shard: eventlog.LocalShard, Payload: eventlog.Machine{MachineID: id}}); err != nil {
+		return err
+	}
+	n.machine = id
+	return nil
+}
+
+// groupRule says why a group event from another machine may not enter
+// the log ("" if it may): it may not claim to come from this machine; a
+// group created here (or before machines were recorded, which this
+// machine cannot tell from its own) is changed only here; a group
+// created on another machine only by events from that machine. A
+// group.create of a group that exists changes nothing (the projection
+// keeps the first) and is taken.
+func (n *Node) groupRule(ctx context.Context, e *eventlog.Event) (string, error) {
+	var name, machine string
+	switch e.Type {
+	case eventlog.TypeGroupCreate:
+		p, err := eventlog.PayloadAs[eventlog.GroupCreate](e)
+		if err != nil {
+			return "", nil // CheckFields refuses it
+		}
+		name, machine = p.Name, p.Machine
+	case eventlog.TypeGroupDelete:
+		p, err := eventlog.PayloadAs[eventlog.GroupDelete](e)
+		if err != nil {
+			return "", nil
+		}
+		name, machine = p.Name, p.Machine
+	case eventlog.TypeGroupMemberAdd, eventlog.TypeGroupMemberDel:
+		p, err := eventlog.PayloadAs[eventlog.GroupMember](e)
+		if err != nil {
+			return "", nil
+		}
+		name, machine = p.Group, p.Machine
+	default:
+		return "", nil
+	}
+	if machine == n.machine {
+		return fmt.Sprintf("a %s of group %s says it comes from this machine (%s), which writes its own events", e.Type, name, machine), nil
+	}
+	if e.Type == eventlog.TypeGroupCreate {
+		return "", nil
+	}
+	g, err := n.store.Group(ctx, name)
+	if isNotFound(err) {
+		return "", nil // a group this machine does not know: nothing here to change
+	}
+	if err != nil {
+		return "", internal("check a synced group event", err)
+	}
+	switch g.Machine {
+	case n.machine, "":
+		return fmt.Sprintf("a %s of group %s, which this machine created (or one made before machines were recorded): only this machine changes it", e.Type, name), nil
+	case machine:
+		return "", nil
+	}
+	return fmt.Sprintf("a %s of group %s from machine %q: the group was created on machine %s, which alone changes it", e.Type, name, machine, g.Machine), nil
 }
 
 // receiptFloor returns the time a read or an acknowledgement may not be

@@ -155,6 +155,7 @@ type Node struct {
 	idx     *msgindex.Index      // proj's: messages in memory, for listing
 	lock    io.Closer            // the data directory's flock, if Open took it
 	gate    *admit.Gate          // what every line from another machine goes through (synctrust.go)
+	machine string               // this machine's ID (synctrust.go)
 	started time.Time
 
 	ctlMu sync.Mutex // serializes check-then-write operations on agents, sessions and groups
@@ -352,11 +353,17 @@ func newNode(ctx context.Context, lg *eventlog.Log, p *Projector, opts *Options,
 		n.Close()
 		return nil, fmt.Errorf("thrum: open: %w", err)
 	}
-	if err := n.ensureEveryone(ctx); err != nil {
+	// Old tokens are adopted first: only while the log has no local
+	// shard, which the machine's ID then starts.
+	if err := n.adoptIdentityTokens(ctx); err != nil {
 		n.Close()
 		return nil, fmt.Errorf("thrum: open: %w", err)
 	}
-	if err := n.adoptIdentityTokens(ctx); err != nil {
+	if err := n.ensureMachine(ctx); err != nil {
+		n.Close()
+		return nil, fmt.Errorf("thrum: open: %w", err)
+	}
+	if err := n.ensureEveryone(ctx); err != nil {
 		n.Close()
 		return nil, fmt.Errorf("thrum: open: %w", err)
 	}
@@ -377,7 +384,7 @@ func (n *Node) ensureEveryone(ctx context.Context) error {
 		return nil
 	}
 	return n.append(ctx, &eventlog.Event{Type: eventlog.TypeGroupCreate, Payload: eventlog.GroupCreate{
-		Name: EveryoneGroup, Description: "Every registered agent", CreatedBy: "system",
+		Name: EveryoneGroup, Description: "Every registered agent", CreatedBy: "system", Machine: n.machine,
 	}})
 }
 

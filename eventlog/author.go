@@ -82,6 +82,8 @@ func CheckShard(shard string, e *Event) error {
 		return errLocalShard
 	case e.Type == TypeCredentialAdd:
 		return fmt.Errorf("a %s in %s: credentials are local to the machine that issued them", e.Type, ShardPath(shard))
+	case e.Type == TypeMachine:
+		return fmt.Errorf("a %s in %s: a machine's ID is its own, never synced", e.Type, ShardPath(shard))
 	}
 	return CheckPlace(shard, e)
 }
@@ -94,8 +96,8 @@ func CheckShard(shard string, e *Event) error {
 //     type, or events of a type this version does not know whose
 //     agent_id is the agent.
 //   - events.jsonl holds no message event.
-//   - Credentials belong in the local shard, which holds only what this
-//     machine wrote.
+//   - Credentials and the machine's ID belong in the local shard, which
+//     holds only what this machine wrote.
 func CheckPlace(shard string, e *Event) error {
 	file := ShardPath(shard)
 	author := Author(e)
@@ -104,6 +106,8 @@ func CheckPlace(shard string, e *Event) error {
 		return nil
 	case e.Type == TypeCredentialAdd:
 		return fmt.Errorf("a %s in %s: credentials belong in the local shard, %s", e.Type, file, LocalFile)
+	case e.Type == TypeMachine:
+		return fmt.Errorf("a %s in %s: a machine's ID belongs in its local shard, %s", e.Type, file, LocalFile)
 	case shard == "":
 		if messageTypes[e.Type] {
 			return fmt.Errorf("a %s by %q in %s: message events belong in their author's shard, %s", e.Type, author, file, ShardPath(AgentShard(author)))

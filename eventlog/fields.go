@@ -263,14 +263,19 @@ func CheckFields(e *Event, now time.Time) error {
 		c.name("name", p.Name)
 		c.id("created_by", p.CreatedBy)
 		c.text("description", p.Description)
+		c.optional(c.ref, "machine", p.Machine)
 	case GroupDelete:
 		c.name("name", p.Name)
 		c.id("agent_id", p.AgentID)
+		c.optional(c.ref, "machine", p.Machine)
 	case GroupMember:
 		c.name("group", p.Group)
 		c.rule(p.MemberType == "agent" || p.MemberType == "role", "member_type", p.MemberType, "use agent or role")
 		c.id("member_id", p.MemberID)
 		c.id("agent_id", p.AgentID)
+		c.optional(c.ref, "machine", p.Machine)
+	case Machine:
+		c.ref("machine_id", p.MachineID)
 	default: // a type this version does not know: who acted, if it says
 		a := e.actors()
 		c.optional(c.id, "agent_id", a.AgentID)
@@ -292,7 +297,7 @@ func typedPayload(e *Event) (any, error) {
 		switch p := e.Payload.(type) {
 		case AgentRegister, Credential, AgentCleanup, SessionStart, SessionEnd, SessionHeartbeat, SessionIntent, SessionTask,
 			SessionContext, MessageCreate, MessageEdit, MessageDelete, MessageRead, MessageAck, ThreadCreate, GroupCreate,
-			GroupDelete, GroupMember:
+			GroupDelete, GroupMember, Machine:
 			return p, nil
 		}
 		b, err := json.Marshal(e.Payload)

@@ -25,6 +25,7 @@ const (
 	TypeGroupMemberAdd   = "group.member.add"        // GroupMember
 	TypeGroupMemberDel   = "group.member.remove"     // GroupMember
 	TypeCredentialAdd    = "credential.add"          // Credential (the local shard only)
+	TypeMachine          = "machine.id"              // Machine (the local shard only)
 )
 
 // Pair is a {type, value} scope or ref, in events as in the RPC
@@ -199,25 +200,40 @@ type ThreadCreate struct {
 	IdempotencyKey string `json:"idempotency_key,omitempty"` // as in MessageCreate
 }
 
-// GroupCreate creates a group.
+// GroupCreate creates a group. Machine is the machine that created it
+// (see Machine), which alone changes it; "" in events written before
+// machines were recorded.
 type GroupCreate struct {
 	Name        string `json:"name"`
 	Description string `json:"description,omitempty"`
 	CreatedBy   string `json:"created_by"`
+	Machine     string `json:"machine,omitempty"`
 }
 
-// GroupDelete deletes a group and its memberships.
+// GroupDelete deletes a group and its memberships, on the machine that
+// created it (Machine).
 type GroupDelete struct {
 	Name    string `json:"name"`
 	AgentID string `json:"agent_id"`
+	Machine string `json:"machine,omitempty"`
 }
 
-// GroupMember adds or removes one member (TypeGroupMemberAdd/Del).
+// GroupMember adds or removes one member (TypeGroupMemberAdd/Del), on
+// the machine that created the group (Machine).
 type GroupMember struct {
 	Group      string `json:"group"`
 	MemberType string `json:"member_type"` // "agent" or "role"
 	MemberID   string `json:"member_id"`
 	AgentID    string `json:"agent_id"` // who changed the membership
+	Machine    string `json:"machine,omitempty"`
+}
+
+// Machine names the machine a log belongs to: a random ID, written once
+// to the local shard. A group records the machine that created it, and
+// only events from that machine change it (signed events will prove
+// where an event comes from; today it is what the event says).
+type Machine struct {
+	MachineID string `json:"machine_id"`
 }
 
 // decodeAs decodes raw into a T and returns it as any.
@@ -249,4 +265,5 @@ var decoders = map[string]func([]byte) (any, error){
 	TypeGroupMemberAdd:   decodeAs[GroupMember],
 	TypeGroupMemberDel:   decodeAs[GroupMember],
 	TypeCredentialAdd:    decodeAs[Credential],
+	TypeMachine:          decodeAs[Machine],
 }

@@ -89,7 +89,7 @@ var applySQL = map[string]string{
 		created_at = CASE WHEN kind = 'thread' AND message_id = '' AND thread_id = excluded.thread_id THEN created_at ELSE excluded.created_at END,
 		thread_id = excluded.thread_id, message_id = excluded.message_id`,
 
-	"group.create": `INSERT OR IGNORE INTO groups(name, description, created_at, created_by) VALUES(?, ?, ?, ?)`,
+	"group.create": `INSERT OR IGNORE INTO groups(name, description, created_at, created_by, machine) VALUES(?, ?, ?, ?, ?)`,
 	"group.delete": `DELETE FROM groups WHERE name = ?`,
 	"group.purge":  `DELETE FROM group_members WHERE group_name = ?`,
 	"member.add":   `INSERT OR IGNORE INTO group_members(group_name, member_type, member_id, added_at) VALUES(?, ?, ?, ?)`,
@@ -571,7 +571,7 @@ func (t *txApplier) event(ctx context.Context, e *eventlog.Event) error {
 		if err != nil {
 			return err
 		}
-		return t.exec(ctx, "group.create", p.Name, p.Description, ts, p.CreatedBy)
+		return t.exec(ctx, "group.create", p.Name, p.Description, ts, p.CreatedBy, p.Machine)
 
 	case eventlog.TypeGroupDelete:
 		p, err := payload[eventlog.GroupDelete](e)

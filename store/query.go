@@ -428,6 +428,7 @@ type Group struct {
 	Description string `db:"description"`
 	CreatedAt   string `db:"created_at"`
 	CreatedBy   string `db:"created_by"`
+	Machine     string `db:"machine"` // the machine that created it ("" before machines were recorded)
 	MemberCount int    `db:"member_count"`
 }
 
@@ -441,7 +442,7 @@ type Member struct {
 // Groups lists all groups by name.
 func (s *Store) Groups(ctx context.Context) ([]Group, error) {
 	var out []Group
-	err := s.sel(ctx, &out, `SELECT g.name, g.description, g.created_at, g.created_by,
+	err := s.sel(ctx, &out, `SELECT g.name, g.description, g.created_at, g.created_by, g.machine,
 		(SELECT COUNT(*) FROM group_members gm WHERE gm.group_name = g.name) AS member_count
 		FROM groups g ORDER BY g.name`)
 	return out, err
@@ -450,7 +451,7 @@ func (s *Store) Groups(ctx context.Context) ([]Group, error) {
 // Group returns one group.
 func (s *Store) Group(ctx context.Context, name string) (*Group, error) {
 	var g Group
-	err := s.get(ctx, &g, `SELECT g.name, g.description, g.created_at, g.created_by,
+	err := s.get(ctx, &g, `SELECT g.name, g.description, g.created_at, g.created_by, g.machine,
 		(SELECT COUNT(*) FROM group_members gm WHERE gm.group_name = g.name) AS member_count
 		FROM groups g WHERE g.name = ?`, name)
 	if err != nil {

@@ -15,11 +15,12 @@ package store
 // 7 = receipts: messages' recipients, ack_required and ack_due,
 // message_reads.via, message_acks. 8 = message_edits.sets: the fields
 // an edit set, so each field keeps its latest edit's value whatever
-// order edits sync in.
+// order edits sync in. 9 = groups.machine: the machine that created
+// each group, which alone changes it.
 // Adding an index needs no new version: every open runs the index DDL
 // (IF NOT EXISTS), so a projection made before idx_messages_session gains
 // it in place, and an older thrum ignores an index it does not know.
-const schemaVersion = 8
+const schemaVersion = 9
 
 const schema = `
 CREATE TABLE IF NOT EXISTS meta (
@@ -219,7 +220,8 @@ CREATE TABLE IF NOT EXISTS groups (
   name TEXT PRIMARY KEY,
   description TEXT NOT NULL DEFAULT '',
   created_at TEXT NOT NULL,
-  created_by TEXT NOT NULL
+  created_by TEXT NOT NULL,
+  machine TEXT NOT NULL DEFAULT ''
 );
 CREATE TABLE IF NOT EXISTS group_members (
   group_name TEXT NOT NULL,

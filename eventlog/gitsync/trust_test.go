@@ -2,8 +2,10 @@ package gitsync_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -363,5 +365,79 @@ func TestForgedMessageFieldsRefused(t *testing.T) {
 	_, err := a.n.SendMessage(thrum.AsAgent(context.Background(), "alice"), &rpc.SendMessageParams{Content: "hi", ThreadID: strings.Repeat("x", 20000)})
 	if err == nil {
 		t.Error("a local send with a 20,000-character thread ID succeeded")
+	}
+}
+
+// machineOf reads the machine ID a clone recorded in the group.create of
+// a group it made, as anyone who can read the remote can.
+func machineOf(t *testing.T, c *clone, group string) string {
+	t.Helper()
+	var machine string
+	_, err := c.n.EventLog().Scan(context.Background(), nil, func(e *eventlog.Event) error {
+		if p, err := eventlog.PayloadAs[eventlog.GroupCreate](e); err == nil && e.Type == eventlog.TypeGroupCreate && p.Name == group {
+			machine = p.Machine
+		}
+		return nil
+	})
+	if err != nil || machine == "" {
+		t.Fatalf("%s: no machine in the group.create of %s (%v)", c.name, group, err)
+	}
+	return machine
+}
+
+// A group is changed only by the machine that created it. Pushed to the
+// remote: a group.delete of a's @backend by "owner", a member.add of
+// mallory by mallory, and the same delete claiming a's machine. a refuses
+// all three (the group is its own); b refuses the first two (they do not
+// come from a). @backend, created on a, still reaches its members from b.
+func TestSyncedEventsDoNotChangeAnotherMachinesGroup(t *testing.T) {
+	t.Parallel()
+	remote, a, b := pair(t, nil)
+	owner := context.Background() // no caller: the owner, over the Unix socket
+	if _, err := a.n.CreateGroup(owner, &rpc.CreateGroupParams{Name: "backend"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []string{"alice", "bob"} {
+		if _, err := a.n.AddGroupMember(owner, &rpc.GroupMembership{Group: "backend", MemberType: rpc.MemberAgent, MemberID: m}); err != nil {
+			t.Fatalf("add %s to backend: %v", m, err)
+		}
+	}
+	syncAll(t, a, b)
+	del := thrumtest.EventLine(t, eventlog.TypeGroupDelete, map[string]any{"name": "backend", "agent_id": "owner"})
+	join := thrumtest.EventLine(t, eventlog.TypeGroupMemberAdd, map[string]any{"group": "backend", "member_type": "agent", "member_id": "mallory", "agent_id": "mallory"})
+	asA := thrumtest.EventLine(t, eventlog.TypeGroupDelete, map[string]any{"name": "backend", "agent_id": "owner", "machine": machineOf(t, a, "backend")})
+	forge(t, remote, map[string][]string{eventlog.EventsFile: {del, join}})
+	syncAll(t, a, b)
+	members := func(c *clone) []string {
+		t.Helper()
+		r, err := c.n.GroupMembers(owner, &rpc.GroupMembersParams{Name: "backend", Expand: true})
+		if err != nil {
+			t.Fatalf("%s: members of backend: %v", c.name, err)
+		}
+		return r.ExpandedAgents
+	}
+	for _, c := range []*clone{a, b} {
+		if got := members(c); !slices.Equal(got, []string{"alice", "bob"}) {
+			t.Errorf("%s: backend reaches %v, want alice and bob", c.name, got)
+		}
+		if n := len(refusedIn(t, c)); n != 2 {
+			t.Errorf("%s: %d refusals, want the forged delete and join", c.name, n)
+		}
+	}
+	id := b.send("bob", "backend", "the build is red")
+	syncAll(t, b, a)
+	if _, ok := a.inbox("alice")[id]; !ok {
+		t.Error("alice on a did not get bob's message to @backend sent from b")
+	}
+	// A delete that claims a's machine: a refuses it; b cannot tell it
+	// from a's own until events are signed.
+	forge(t, remote, map[string][]string{eventlog.EventsFile: {asA}})
+	syncAll(t, a)
+	if got := members(a); !slices.Equal(got, []string{"alice", "bob"}) {
+		t.Errorf("a: after a delete claiming its machine, backend reaches %v", got)
+	}
+	// The local API refuses on b what a's rule would refuse from b.
+	if _, err := b.n.AddGroupMember(owner, &rpc.GroupMembership{Group: "backend", MemberType: rpc.MemberAgent, MemberID: "bob"}); !errors.Is(err, rpc.ErrForbidden) {
+		t.Errorf("b changing a's group: %v, want forbidden", err)
 	}
 }
