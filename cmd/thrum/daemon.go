@@ -161,6 +161,18 @@ func (c *DaemonRunCmd) Run(ctx context.Context, g *Globals) error {
 			}
 		}
 	}
+	// What a clone that an older thrum made let the remote plant is
+	// moved aside before the log opens.
+	repaired, err := l.repairLog(ctx)
+	if err != nil {
+		return fmt.Errorf("daemon: repair the log: %w", err)
+	}
+	for _, a := range repaired.Moved {
+		logger.Warn("thrum: moved out of the log directory, never read", "path", a.Path, "why", a.Why, "moved_to", a.MovedTo)
+	}
+	if len(repaired.Dropped) > 0 {
+		logger.Warn("thrum: dropped credentials that came from the remote's tree: these identities register again for new tokens", "identities", strings.Join(repaired.Dropped, ", "))
+	}
 	followHeap := os.Getenv("GOMEMLIMIT") == ""
 	if followHeap {
 		// Requests hold at most the server's budget; this keeps the

@@ -11,6 +11,7 @@ import (
 	"github.com/thrumhq/thrum"
 	"github.com/thrumhq/thrum/eventlog"
 	"github.com/thrumhq/thrum/eventlog/admit"
+	"github.com/thrumhq/thrum/eventlog/gitsync"
 	"github.com/thrumhq/thrum/internal/gitwork"
 )
 
@@ -60,6 +61,9 @@ func (c *DoctorCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	if _, err := health(ctx, l); err == nil {
 		return withCode(exitError, "the daemon is running (pid %d): stop it with `thrum daemon stop`, run doctor, then `thrum daemon start`", readPID(l.PIDFile))
+	}
+	if _, err := l.repairLog(ctx); err != nil {
+		return fmt.Errorf("doctor: repair the log: %w", err)
 	}
 	open := func() (*thrum.Node, error) {
 		return thrum.Open(ctx, l.LogDir, &thrum.Options{DBPath: l.DB, RepoID: l.RepoID(ctx), GitRepo: gitwork.New(l.Root), IdentityDir: l.IDs})
@@ -126,9 +130,16 @@ func (c *DoctorCmd) report(g *Globals, l *layout, rep *thrum.VerifyReport, rebui
 	if err != nil {
 		return fmt.Errorf("doctor: %w", err)
 	}
+	adopted, err := gitsync.ReadAdopted(l.adopted())
+	if err != nil {
+		return fmt.Errorf("doctor: %w", err)
+	}
 	if g.JSON {
+		if adopted == nil {
+			adopted = []gitsync.Adoption{}
+		}
 		if err := g.out(map[string]any{"ok": rep.OK(), "rebuilt": rebuilt, "report": rep,
-			"refused": len(refused), "refusals": syncRefusals(admit.CountRefusals(refused))}, nil); err != nil {
+			"refused": len(refused), "refusals": syncRefusals(admit.CountRefusals(refused)), "adopted": adopted}, nil); err != nil {
 			return err
 		}
 	} else {
@@ -143,6 +154,12 @@ func (c *DoctorCmd) report(g *Globals, l *layout, rep *thrum.VerifyReport, rebui
 				fmt.Fprintf(textWriter{g.stdout}, "  %d × %s: %s\n", r.Count, r.File, r.Reason)
 			}
 			g.hint("Someone who can push to the remote's %s branch wrote those events as others: each refusal in the file names the remote commit it came in.", SyncBranch)
+		}
+		if len(adopted) > 0 {
+			fmt.Fprintf(textWriter{g.stdout}, "Moved out of the log directory, never read (%d):\n", len(adopted))
+			for _, a := range adopted {
+				fmt.Fprintf(textWriter{g.stdout}, "  %s %s: %s → %s\n", a.At, a.Path, a.Why, a.MovedTo)
+			}
 		}
 		if !rep.OK() && rep.Lines == rep.Events && !rebuilt {
 			g.hint("Rebuild the projection from the log with: thrum doctor --rebuild")

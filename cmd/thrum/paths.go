@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/thrumhq/thrum/eventlog/gitsync"
+	"github.com/thrumhq/thrum/internal/dirlock"
 	"github.com/thrumhq/thrum/internal/private"
 )
 
@@ -150,13 +152,8 @@ func (l *layout) initialized() bool {
 }
 
 func git(ctx context.Context, dir string, args ...string) (string, error) {
-	return gitEnv(ctx, dir, nil, args...)
-}
-
-func gitEnv(ctx context.Context, dir string, env []string, args ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, "git", args...)
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), env...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {
@@ -211,12 +208,8 @@ func (l *layout) setup(ctx context.Context) (created []string, err error) {
 			created = append(created, redirect+" (shares "+l.Shared+")")
 		}
 	}
-	made, err := l.ensureSyncWorktree(ctx)
+	made, err := gitsync.MakeWorktree(ctx, l.Root, l.LogDir, SyncBranch)
 	if err != nil {
-		return nil, err
-	}
-	// git made the worktree's directory by the umask.
-	if err := private.Dir(l.LogDir); err != nil {
 		return nil, err
 	}
 	if made {
@@ -255,46 +248,33 @@ func (l *layout) exclude() error {
 	return err
 }
 
-// gitIdentity lets plumbing commits work where user.name is unset.
-var gitIdentity = []string{
-	"GIT_AUTHOR_NAME=thrum", "GIT_AUTHOR_EMAIL=thrum@localhost",
-	"GIT_COMMITTER_NAME=thrum", "GIT_COMMITTER_EMAIL=thrum@localhost",
-}
+// adopted is where repairLog moves what the log directory may not hold.
+func (l *layout) adopted() string { return filepath.Join(filepath.Dir(l.DB), "adopted") }
 
-// ensureSyncWorktree makes sure branch a-sync exists and is checked out
-// at LogDir, repairing a worktree whose directory vanished.
-func (l *layout) ensureSyncWorktree(ctx context.Context) (bool, error) {
-	if _, err := git(ctx, l.Root, "rev-parse", "--verify", "--quiet", "refs/heads/"+SyncBranch); err != nil {
-		// Try the remote's branch first, so clones share one history.
-		if _, err := git(ctx, l.Root, "rev-parse", "--verify", "--quiet", "refs/remotes/origin/"+SyncBranch); err == nil {
-			if _, err := git(ctx, l.Root, "branch", "--no-track", SyncBranch, "refs/remotes/origin/"+SyncBranch); err != nil {
-				return false, err
-			}
-		} else {
-			empty, err := git(ctx, l.Root, "hash-object", "-t", "tree", "-w", "--stdin")
-			if err != nil {
-				return false, err
-			}
-			commit, err := gitEnv(ctx, l.Root, gitIdentity, "commit-tree", empty, "-m", "thrum: start the sync branch")
-			if err != nil {
-				return false, err
-			}
-			// update-ref with an empty old value fails if another process
-			// created the branch meanwhile: never clobber it.
-			if _, err := git(ctx, l.Root, "update-ref", "refs/heads/"+SyncBranch, commit, ""); err != nil {
-				return false, err
+// repairLog undoes, before the log is opened, what a clone that an older
+// thrum made let the remote plant in it (gitsync.Repair), holding the
+// log's lock so that no daemon has it open. A local shard that lost the
+// remote's lines needs a new projection: the old one is removed, and the
+// next open rebuilds it from the log.
+func (l *layout) repairLog(ctx context.Context) (*gitsync.Repaired, error) {
+	if !l.Git {
+		return &gitsync.Repaired{}, nil
+	}
+	lock, err := dirlock.Lock(l.LogDir)
+	if err != nil {
+		return nil, err
+	}
+	defer lock.Close()
+	rep, err := gitsync.Repair(ctx, l.LogDir, l.adopted())
+	if err != nil {
+		return nil, err
+	}
+	if rep.LocalRewritten {
+		for _, s := range []string{"", "-wal", "-shm"} {
+			if err := os.Remove(l.DB + s); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return nil, err
 			}
 		}
 	}
-	if st, err := os.Stat(filepath.Join(l.LogDir, ".git")); err == nil && !st.IsDir() {
-		return false, nil // a healthy linked worktree
-	}
-	_, _ = git(ctx, l.Root, "worktree", "prune")
-	if entries, err := os.ReadDir(l.LogDir); err == nil && len(entries) > 0 {
-		return false, fmt.Errorf("%s exists but is not a worktree of %s: move it aside and run thrum init again", l.LogDir, SyncBranch)
-	}
-	if _, err := git(ctx, l.Root, "worktree", "add", "--quiet", l.LogDir, SyncBranch); err != nil {
-		return false, err
-	}
-	return true, nil
+	return rep, nil
 }

@@ -131,31 +131,13 @@ func newClone(t testing.TB, remote, name string, opts *gitsync.Options) *clone {
 	return c
 }
 
-// makeSyncWorktree does what `thrum init` does (cmd/thrum/paths.go), with
-// plumbing only: branch a-sync from origin/a-sync if this clone has it,
-// else an orphan root commit with the empty tree; then a worktree of it
-// inside the git dir.
+// makeSyncWorktree does what `thrum init` does (cmd/thrum/paths.go):
+// gitsync.MakeWorktree.
 func makeSyncWorktree(t testing.TB, dir, wt string) {
 	t.Helper()
-	if _, err := gitIn(dir, "rev-parse", "--verify", "--quiet", "refs/heads/a-sync"); err != nil {
-		if _, err := gitIn(dir, "rev-parse", "--verify", "--quiet", "refs/remotes/origin/a-sync"); err == nil {
-			gitT(t, dir, "branch", "--no-track", "a-sync", "refs/remotes/origin/a-sync")
-		} else {
-			cmd := exec.Command("git", "hash-object", "-t", "tree", "-w", "--stdin")
-			cmd.Dir = dir
-			out, err := cmd.Output()
-			if err != nil {
-				t.Fatalf("hash-object: %v", err)
-			}
-			empty := strings.TrimSpace(string(out))
-			commit := gitT(t, dir, "commit-tree", empty, "-m", "thrum: start the sync branch")
-			gitT(t, dir, "update-ref", "refs/heads/a-sync", commit, "")
-		}
-	}
-	if err := os.MkdirAll(filepath.Dir(wt), 0o755); err != nil {
+	if _, err := gitsync.MakeWorktree(context.Background(), dir, wt, "a-sync"); err != nil {
 		t.Fatal(err)
 	}
-	gitT(t, dir, "worktree", "add", "--quiet", wt, "a-sync")
 }
 
 // open opens the node and a new Syncer on the worktree.

@@ -27,6 +27,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -484,4 +485,77 @@ func EventLine(t testing.TB, typ string, payload map[string]any) string {
 		return head + "," + string(b[1:])
 	}
 	return head + "}"
+}
+
+// Planted is a file ForgeBranch puts in a branch's tree: a regular file
+// holding Content, or (Link) a symbolic link to Content.
+type Planted struct {
+	Content string
+	Link    bool
+}
+
+// ForgeBranch pushes to the remote at path a commit on branch (on top of
+// the branch, if the remote has it) whose tree also holds the planted
+// files, built with git's plumbing as anyone who can push there can: so
+// a path may be one git would never check out (messages/../x.jsonl), a
+// symbolic link, or a file thrum keeps to itself (local.jsonl).
+func ForgeBranch(t testing.TB, remote, branch string, planted map[string]Planted) {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "forger")
+	Git(t, filepath.Dir(dir), "init", "-q", dir)
+	GitUser(t, dir)
+	entries := map[string]string{} // path → "mode type object"
+	var parent []string
+	cmd := exec.Command("git", "fetch", "-q", remote, "refs/heads/"+branch)
+	cmd.Dir, cmd.Env = dir, GitEnv()
+	if cmd.Run() == nil {
+		parent = []string{"-p", "FETCH_HEAD"}
+		for _, rec := range strings.Split(Git(t, dir, "ls-tree", "-r", "-z", "FETCH_HEAD"), "\x00") {
+			if meta, p, ok := strings.Cut(rec, "\t"); ok {
+				entries[p] = meta
+			}
+		}
+	}
+	for p, f := range planted {
+		c := exec.Command("git", "hash-object", "-w", "--stdin")
+		c.Dir, c.Env, c.Stdin = dir, GitEnv(), strings.NewReader(f.Content)
+		oid, err := c.Output()
+		if err != nil {
+			t.Fatalf("hash-object: %v", err)
+		}
+		mode := "100644"
+		if f.Link {
+			mode = "120000"
+		}
+		entries[p] = mode + " blob " + strings.TrimSpace(string(oid))
+	}
+	var tree func(prefix string) string
+	tree = func(prefix string) string {
+		var in strings.Builder
+		subs := map[string]bool{}
+		for p, meta := range entries {
+			rest, ok := strings.CutPrefix(p, prefix)
+			if !ok {
+				continue
+			}
+			if name, _, sub := strings.Cut(rest, "/"); sub {
+				subs[name] = true
+			} else {
+				fmt.Fprintf(&in, "%s\t%s\n", meta, rest)
+			}
+		}
+		for name := range subs {
+			fmt.Fprintf(&in, "040000 tree %s\t%s\n", tree(prefix+name+"/"), name)
+		}
+		c := exec.Command("git", "mktree")
+		c.Dir, c.Env, c.Stdin = dir, GitEnv(), strings.NewReader(in.String())
+		oid, err := c.Output()
+		if err != nil {
+			t.Fatalf("mktree %q: %v", prefix, err)
+		}
+		return strings.TrimSpace(string(oid))
+	}
+	args := append([]string{"commit-tree", tree(""), "-m", "thrum: sync from a laptop"}, parent...)
+	commit := Git(t, dir, args...)
+	Git(t, dir, "push", "-q", remote, commit+":refs/heads/"+branch)
 }
