@@ -109,4 +109,3 @@ func TestPoisonedRemote(t *testing.T) {
 		t.Errorf("c's log directory still holds the link (%v)", fi.Mode())
 	}
 }
-
