@@ -602,13 +602,16 @@ func startColdDaemon(b *testing.B, bin, root, sock string) (*exec.Cmd, *rpc.Clie
 }
 
 // rssMiB reads a process's resident set size.
-func rssMiB(pid int) float64 {
+func rssMiB(pid int) float64 { return statusMiB(pid, "VmRSS:") }
+
+// statusMiB reads a field of /proc/PID/status in MiB (0 if unknown).
+func statusMiB(pid int, field string) float64 {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0
 	}
 	for _, l := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmRSS:" {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == field {
 			kb, _ := strconv.Atoi(f[1])
 			return float64(kb) / 1024
 		}

@@ -139,3 +139,106 @@ func BenchmarkDaemonSyncRSS(b *testing.B) {
 	b.ReportMetric(restartMiB/float64(b.N), "rss-restarted-synced-MiB")
 	b.ReportMetric(roundMs/float64(b.N), "idle-round-ms")
 }
+
+// BenchmarkDaemonImportRSS is what a daemon's resident memory becomes
+// when a sync brings 100,000 events another machine wrote, every one
+// through admission: a fresh clone's daemon, idle after a first round
+// with nothing to take (rss-before-import-MiB), then after the round
+// that takes the remote's whole log (rss-after-import-MiB) and at its
+// peak (hwm-MiB). The remote's log is a node's 100,000 messages,
+// committed with git.
+//
+//	THRUM_BENCH_CACHE=DIR go test -run '^$' -bench DaemonImportRSS -benchtime 1x .
+func BenchmarkDaemonImportRSS(b *testing.B) {
+	bin := filepath.Join(b.TempDir(), "thrum")
+	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/thrum").CombinedOutput(); err != nil {
+		b.Fatalf("build: %v\n%s", err, out)
+	}
+	src := benchDir(b, 100_000)
+	git := func(dir string, args ...string) string {
+		cmd := exec.Command("git", args...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=b", "GIT_AUTHOR_EMAIL=b@b", "GIT_COMMITTER_NAME=b", "GIT_COMMITTER_EMAIL=b@b")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			b.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	var before, after, hwm, importMs float64
+	for i := 0; i < b.N; i++ {
+		top := b.TempDir()
+		remote := filepath.Join(top, "remote.git")
+		root := filepath.Join(top, "repo")
+		git(top, "init", "-q", "--bare", "-b", "main", remote)
+		git(top, "init", "-q", "-b", "main", root)
+		os.WriteFile(filepath.Join(root, "README.md"), []byte("# project\n"), 0o644)
+		git(root, "add", "README.md")
+		git(root, "commit", "-q", "-m", "initial")
+		git(root, "remote", "add", "origin", remote)
+		git(root, "push", "-q", "origin", "main")
+		// The other machine's log: the fixture's shards, as its a-sync.
+		other := filepath.Join(top, "other")
+		git(top, "init", "-q", "-b", "a-sync", other)
+		for _, sub := range []string{"events.jsonl", "events", "messages"} {
+			if _, err := os.Stat(filepath.Join(src, sub)); err == nil {
+				if err := copyTree(filepath.Join(src, sub), filepath.Join(other, sub)); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		git(other, "add", "-A")
+		git(other, "commit", "-q", "-m", "thrum: sync from another machine")
+
+		if out, err := exec.Command(bin, "--repo", root, "init").CombinedOutput(); err != nil {
+			b.Fatalf("thrum init: %v\n%s", err, out)
+		}
+		cmd := exec.Command(bin, "--repo", root, "daemon", "run", "--sync-interval", "1h")
+		if err := cmd.Start(); err != nil {
+			b.Fatal(err)
+		}
+		ctx := context.Background()
+		sock := filepath.Join(root, ".thrum", "var", "thrum.sock")
+		var c *rpc.Client
+		for start := time.Now(); c == nil; time.Sleep(5 * time.Millisecond) {
+			if cl, err := rpc.Dial(ctx, sock, nil); err == nil {
+				if _, err := cl.Health(ctx, &rpc.HealthParams{}); err == nil {
+					c = cl
+					break
+				}
+				cl.Close()
+			}
+			if time.Since(start) > time.Minute {
+				cmd.Process.Kill()
+				b.Fatal("daemon never answered")
+			}
+		}
+		if _, err := c.SyncForce(ctx, &rpc.SyncForceParams{Wait: true}); err != nil {
+			b.Fatal(err)
+		}
+		time.Sleep(time.Second)
+		before += rssMiB(cmd.Process.Pid)
+		git(other, "push", "-q", remote, "a-sync")
+		t0 := time.Now()
+		st, err := c.SyncForce(ctx, &rpc.SyncForceParams{Wait: true})
+		if err != nil || st.LastError != "" {
+			b.Fatalf("import round: %+v, %v", st, err)
+		}
+		importMs += float64(time.Since(t0).Milliseconds())
+		if h, err := c.Health(ctx, &rpc.HealthParams{}); err != nil {
+			b.Fatal(err)
+		} else {
+			b.Logf("after the import: %+v", h)
+		}
+		time.Sleep(time.Second)
+		after += rssMiB(cmd.Process.Pid)
+		hwm += statusMiB(cmd.Process.Pid, "VmHWM:")
+		c.Close()
+		cmd.Process.Signal(os.Interrupt)
+		cmd.Wait()
+	}
+	b.ReportMetric(before/float64(b.N), "rss-before-import-MiB")
+	b.ReportMetric(after/float64(b.N), "rss-after-import-MiB")
+	b.ReportMetric(hwm/float64(b.N), "hwm-MiB")
+	b.ReportMetric(importMs/float64(b.N), "import-round-ms")
+}

@@ -127,6 +127,14 @@ func (c *fieldCheck) rule(ok bool, field, value, rule string) {
 func (c *fieldCheck) id(field, v string)  { c.rule(identityID(v), field, v, ruleID) }
 func (c *fieldCheck) ref(field, v string) { c.rule(refID(v), field, v, ruleRef) }
 
+// message holds a reference to a message (what a read, an
+// acknowledgement, an edit or a delete acts on) to a length alone: the
+// message may be one an older thrum admitted with an ID the grammar now
+// refuses, and an agent must still be able to read it.
+func (c *fieldCheck) message(field, v string) {
+	c.rule(v != "" && len(v) <= MaxIDLen, field, v, fmt.Sprintf("1 to %d bytes", MaxIDLen))
+}
+
 // optional checks v with check unless it is empty.
 func (c *fieldCheck) optional(check func(string, string), field, v string) {
 	if v != "" {
@@ -156,7 +164,9 @@ func (c *fieldCheck) list(field string, n int) {
 // rules (a *FieldError), nil if none: IDs and names by their grammar and
 // length, priority and via by their enums, lists and texts by their
 // bounds, and, for an event that has its time (one another machine
-// wrote), a time at most MaxFuture ahead of now. Whether a receipt is
+// wrote), a time at most MaxFuture ahead of now. A reference to a
+// message (a read's, an acknowledgement's) is held to a length only (see
+// fieldCheck.message). Whether a receipt is
 // dated after its message is the node's to check: the log does not know
 // the message. A payload that does not decode is an error; an event type
 // this version does not know has only the IDs of who acted checked.
@@ -234,11 +244,11 @@ func CheckFields(e *Event, now time.Time) error {
 			c.rule(err == nil && d > 0, "ack_within", p.AckWithin, "use a positive duration such as 30m")
 		}
 	case MessageEdit:
-		c.ref("message_id", p.MessageID)
+		c.message("message_id", p.MessageID)
 		c.id("agent_id", p.AgentID)
 		c.optional(c.id, "session_id", p.SessionID)
 	case MessageDelete:
-		c.ref("message_id", p.MessageID)
+		c.message("message_id", p.MessageID)
 		c.id("agent_id", p.AgentID)
 		c.text("reason", p.Reason)
 	case MessageRead:
@@ -246,13 +256,13 @@ func CheckFields(e *Event, now time.Time) error {
 		c.optional(c.id, "session_id", p.SessionID)
 		c.list("message_ids", len(p.MessageIDs))
 		for _, id := range p.MessageIDs {
-			c.ref("message_ids", id)
+			c.message("message_ids", id)
 		}
 		c.rule(p.Via == "" || slices.Contains(Vias, p.Via), "via", p.Via, "use one of the delivery paths: wait_for_message, check_messages, channel, hook, stream, mark_read, reply or ack")
 	case MessageAck:
 		c.id("agent_id", p.AgentID)
 		c.optional(c.id, "session_id", p.SessionID)
-		c.ref("message_id", p.MessageID)
+		c.message("message_id", p.MessageID)
 		c.text("note", p.Note)
 	case ThreadCreate:
 		c.ref("thread_id", p.ThreadID)
