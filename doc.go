@@ -38,7 +38,8 @@
 //
 // # Packages
 //
-//   - eventlog: the append-only JSONL log; eventlog/gitsync carries it
+//   - eventlog: the append-only JSONL log; eventlog/admit is the one way
+//     another machine's lines enter it; eventlog/gitsync carries it
 //     between clones through git.
 //   - store: the SQLite projection that answers queries.
 //   - rpc: the API contract (methods, params and results, error codes)

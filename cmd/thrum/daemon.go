@@ -39,8 +39,10 @@ func (c *InitCmd) Help() string {
 	return `In a git repository, init creates the orphan branch a-sync and checks it out
 as a worktree inside the git directory (<git-common-dir>/thrum-sync/a-sync),
 where the event log lives; your working tree, index and current branch are
-not touched. Runtime state goes to .thrum/, which init adds to
-.git/info/exclude. Outside git, the log is .thrum/log.
+not touched. The branch starts empty even when the remote has one: the
+remote's events come in through sync, which checks each, and nothing of
+the remote's tree is ever checked out. Runtime state goes to .thrum/,
+which init adds to .git/info/exclude. Outside git, the log is .thrum/log.
 
 Examples:
   thrum init && thrum daemon start

@@ -40,10 +40,14 @@ event from the remote any more, so one in the log came from an older
 thrum or a hand edit.
 
 Doctor also lists what sync refused from the remote (events that break
-the authorship rules, or claim an agent registered on this machine):
+the authorship or field rules, claim an agent registered on this
+machine or change a group made here; files that are none of the log's):
 they sit in the log directory's quarantine.jsonl, never applied. They
 are not problems of this log and do not change the exit status; they
 say that someone who can push to the remote wrote events as others.
+Before it opens the log, doctor (like the daemon) moves aside what a
+clone an older thrum made took from the remote (symbolic links, special
+files, the remote's lines of a local.jsonl) and lists it.
 
 Examples:
   thrum daemon stop && thrum doctor && thrum daemon start
