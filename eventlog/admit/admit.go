@@ -104,7 +104,6 @@ func (g *Gate) Admit(ctx context.Context, src Source, shard string, lines [][]by
 	if err != nil {
 		return nil, fmt.Errorf("admit: %w", err)
 	}
-	res.Held = len(lines) - len(lacked)
 	now := eventlog.FormatTime(g.opts.Now())
 	var ok [][]byte
 	for _, line := range lacked {
@@ -126,6 +125,9 @@ func (g *Gate) Admit(ctx context.Context, src Source, shard string, lines [][]by
 			return res, fmt.Errorf("admit %s: import: %w", src.File, err)
 		}
 	}
+	// Held: found in the shard before judging, or brought meanwhile by
+	// another transport (Import dropped it).
+	res.Held = len(lines) - len(res.Imported) - len(res.Refused)
 	return res, nil
 }
 

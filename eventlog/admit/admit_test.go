@@ -163,3 +163,45 @@ func TestQuarantineNeverFollowsALink(t *testing.T) {
 		t.Errorf("the link's target was written: %q", b)
 	}
 }
+
+// Two transports hand the gate the same 1,000 events at once, in
+// batches of their own sizes: each event is imported once, by one of
+// them, and the shard holds it once.
+func TestGateTwoTransportsAtOnce(t *testing.T) {
+	l := openLog(t)
+	g := newGate(t, l, nil)
+	lines := make([][]byte, 1000)
+	for i := range lines {
+		lines[i] = message("alice")
+	}
+	imported := make(chan int, 2)
+	for _, size := range []int{7, 64} {
+		go func() {
+			n := 0
+			for i := 0; i < len(lines); i += size {
+				res, err := g.Admit(context.Background(), admit.Source{File: fmt.Sprintf("transport-%d", size)}, "alice", lines[i:min(i+size, len(lines))])
+				if err != nil {
+					t.Error(err)
+					break
+				}
+				n += len(res.Imported)
+			}
+			imported <- n
+		}()
+	}
+	if n := <-imported + <-imported; n != 1000 {
+		t.Errorf("the transports imported %d events between them, want 1,000", n)
+	}
+	seen := map[string]int{}
+	for _, line := range shardLines(t, l, "alice") {
+		seen[eventlog.LineID(line)]++
+	}
+	if len(seen) != 1000 {
+		t.Errorf("the shard holds %d events, want 1,000", len(seen))
+	}
+	for id, n := range seen {
+		if n != 1 {
+			t.Errorf("event %s is in the shard %d times", id, n)
+		}
+	}
+}
