@@ -218,7 +218,7 @@ func BenchmarkDaemonImportRSS(b *testing.B) {
 		}
 		time.Sleep(time.Second)
 		before += rssMiB(cmd.Process.Pid)
-		git(other, "push", "-q", remote, "a-sync")
+		git(other, "push", "-q", "-f", remote, "a-sync") // over the daemon's first commit: its next round merges
 		t0 := time.Now()
 		st, err := c.SyncForce(ctx, &rpc.SyncForceParams{Wait: true})
 		if err != nil || st.LastError != "" {
