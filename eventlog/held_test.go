@@ -1,11 +1,16 @@
 package eventlog
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/thrumhq/thrum/internal/private"
 )
 
 // messageLines returns n message.create lines by agent, as another
@@ -151,4 +156,70 @@ func BenchmarkImportHeldShard(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(lines)), "ns/line")
+}
+
+// A log never reads or writes through a symbolic link, and never uses a
+// file another user owns: a link where a segment would be is no segment
+// (the shard's next write fails rather than follow it), a link where the
+// messages directory would be fails Open, and the outside files stay as
+// they were.
+func TestLogNeverFollowsLinks(t *testing.T) {
+	outside := t.TempDir()
+	line := string(messageLines(1, "alice")[0]) + "\n"
+	target := filepath.Join(outside, "target.jsonl")
+	if err := os.WriteFile(target, []byte(line), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, MessagesDir), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, rel := range []string{EventsFile, ShardPath("alice")} {
+		if err := os.Symlink(target, filepath.Join(dir, rel)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l := openLog(t, dir, &Options{NoSync: true})
+	if evs, _ := scanAll(t, l, nil); len(evs) != 0 {
+		t.Errorf("Scan read %d events through links", len(evs))
+	}
+	if err := l.Append(t.Context(), &Event{Type: "app.note", Payload: map[string]string{"agent_id": "alice"}}); err == nil {
+		t.Error("Append wrote to events.jsonl, a link")
+	}
+	if _, err := l.Import(t.Context(), "alice", messageLines(1, "alice")); err == nil {
+		t.Error("Import wrote to messages/alice.jsonl, a link")
+	}
+	if b, _ := os.ReadFile(target); string(b) != line {
+		t.Errorf("the link's target now holds %q", b)
+	}
+
+	linked := t.TempDir()
+	if err := os.Symlink(outside, filepath.Join(linked, MessagesDir)); err != nil {
+		t.Fatal(err)
+	}
+	if l, err := Open(linked, nil); err == nil {
+		l.Close()
+		t.Error("Open took a messages directory that is a link")
+	}
+}
+
+// A segment another user owns is never read: whoever owns it could have
+// written anything there.
+func TestLogRefusesAnotherUsersFile(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to give a file to another user (uid 65534)")
+	}
+	dir := t.TempDir()
+	l := openLog(t, dir, &Options{NoSync: true})
+	appendOK(t, l, &Event{Type: "app.note", Payload: map[string]string{"agent_id": "alice"}})
+	l.Close()
+	if err := os.Chown(filepath.Join(dir, EventsFile), 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	if l, err := Open(dir, &Options{NoSync: true}); !errors.Is(err, private.ErrNotPrivate) {
+		if err == nil {
+			l.Close()
+		}
+		t.Errorf("Open of a log with a segment another user owns: %v, want it refused as not private", err)
+	}
 }

@@ -839,7 +839,7 @@ func (l *Log) Probe() error {
 	if err := fault.Check(fault.LogWrite, path); err != nil {
 		return err
 	}
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, private.FileMode)
+	f, err := private.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC)
 	if err != nil {
 		return err
 	}

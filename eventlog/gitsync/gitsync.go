@@ -59,6 +59,7 @@ import (
 
 	"github.com/thrumhq/thrum/eventlog"
 	"github.com/thrumhq/thrum/eventlog/admit"
+	"github.com/thrumhq/thrum/internal/private"
 )
 
 // Defaults of Options.
@@ -819,7 +820,7 @@ func (s *Syncer) fastImport(ctx context.Context, paths []string, files map[strin
 		path := filepath.Join(s.dir, filepath.FromSlash(rel))
 		// A file cut short is refused here: fast-import, given less than
 		// it was promised, would fail and leave a crash report each round.
-		if fi, err := os.Stat(path); err != nil {
+		if fi, err := os.Lstat(path); err != nil {
 			return fmt.Errorf("commit %s: %w", rel, err)
 		} else if fi.Size() < files[rel] {
 			return fmt.Errorf("commit %s: the file is %d bytes, shorter than the %d to commit", rel, fi.Size(), files[rel])
@@ -896,7 +897,7 @@ func (p *filePrefix) Read(b []byte) (int, error) {
 		return 0, io.EOF
 	}
 	if p.f == nil {
-		if p.f, p.err = os.Open(p.path); p.err != nil {
+		if p.f, p.err = private.OpenFile(p.path, os.O_RDONLY); p.err != nil { // never through a link
 			return 0, p.err
 		}
 	}
