@@ -41,12 +41,15 @@ type Judge func(ctx context.Context, shard string, e *eventlog.Event) (reason st
 // Options configure a Gate. A nil *Options means all defaults.
 type Options struct {
 	// Judge, if set, holds each event to the node's rules (a thrum
-	// node's rules come from thrum's Node.Admission). Default: the log's rules alone.
+	// node's Gate, Node.Admission, has its own). Default: the log's
+	// rules alone.
 	Judge Judge
 	// Logger receives a warning for each batch of new refusals. Nil
 	// means silent.
 	Logger *slog.Logger
-	// Now is the clock refusals are dated by. Default time.Now.
+	// Now is this machine's clock: refusals are dated by it, and an
+	// event may be at most eventlog.MaxFuture ahead of it. Default
+	// time.Now.
 	Now func() time.Time
 }
 
