@@ -30,6 +30,8 @@ func TestPoisonedRemote(t *testing.T) {
 	remote := thrumtest.GitRemote(t)
 	env := map[string]string{"GIT_CONFIG_GLOBAL": os.DevNull, "GIT_CONFIG_NOSYSTEM": "1"}
 	refusal := "admit: refused events from another machine"
+	// The planted token, tried below, is a refused credential: logged too.
+	const credential = "loopback port refused"
 	a := &syncCLI{thrumCLI: &thrumCLI{t: t, repo: remote.Clone("a"), bin: thrumBin}, name: "a", agent: "alice", allowed: []string{refusal}}
 	a.do("", "init")
 	a.startDaemon("--sync-interval", "1h")
@@ -57,8 +59,8 @@ func TestPoisonedRemote(t *testing.T) {
 	thrumtest.ForgeBranch(t, remote.Path, "a-sync", map[string]thrumtest.Planted{eventlog.MessagesDir + "/../x.jsonl": {Content: "outside the log\n"}})
 	moved := "thrum: moved out of the log directory, never read"
 	dropped := "thrum: dropped credentials that came from the remote's tree"
-	b := &syncCLI{thrumCLI: &thrumCLI{t: t, repo: remote.Clone("b"), bin: thrumBin}, name: "b", allowed: []string{refusal}}
-	c := &syncCLI{thrumCLI: &thrumCLI{t: t, repo: cDir, bin: thrumBin}, name: "c", allowed: []string{refusal, moved, dropped}}
+	b := &syncCLI{thrumCLI: &thrumCLI{t: t, repo: remote.Clone("b"), bin: thrumBin}, name: "b", allowed: []string{refusal, credential}}
+	c := &syncCLI{thrumCLI: &thrumCLI{t: t, repo: cDir, bin: thrumBin}, name: "c", allowed: []string{refusal, moved, dropped, credential}}
 	b.do("", "init") // exit 0 with messages/../x.jsonl on the remote
 	for _, x := range []*syncCLI{b, c} {
 		x.startDaemon("--sync-interval", "1h")
