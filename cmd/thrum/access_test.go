@@ -301,7 +301,8 @@ func authWith(ctx context.Context, url string, p *rpc.AuthParams) error {
 // Under umask 000, which lets every mode bit through, everything thrum
 // makes under .thrum is 0700 or 0600 and the user's: a directory's whole
 // state (its log, database, socket, secret, identities) while the daemon
-// runs, and a feature worktree's own .thrum (its redirect, identities).
+// runs, a feature worktree's own .thrum (its redirect, identities), and
+// a repository's log.
 func TestThrumDirPrivateUnderUmask000(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -332,4 +333,15 @@ func TestThrumDirPrivateUnderUmask000(t *testing.T) {
 	}
 	wantPrivateTree(t, filepath.Join(feat, ".thrum"))
 	wantPrivateTree(t, filepath.Join(repo, ".thrum"))
+
+	// A git repository set up under umask 000: git makes the log's
+	// worktree by the umask, and init makes it private.
+	repo0 := thrumtest.GitRepo(t)
+	r := underUmask(t, repo0, "000")
+	r.ok("", "init")
+	startDaemon(t, r)
+	r.ok("", "quickstart", "--name", "carol", "--role", "implementer", "--module", "auth")
+	r.ok("carol", "send", "hello", "--to", "@carol")
+	wantPrivateTree(t, filepath.Join(repo0, ".thrum"))
+	wantPrivateTree(t, filepath.Join(repo0, ".git", "thrum-sync", "a-sync", "messages"))
 }

@@ -71,7 +71,12 @@ func MakeWorktree(ctx context.Context, repo, dir, branch string) (made bool, err
 	if _, err := git("worktree", "add", "--quiet", dir, branch); err != nil {
 		return false, err
 	}
-	return true, private.Dir(dir) // git made it by the umask
+	// git made it by the umask, which may let others write it; no one
+	// else could reach it yet, since its parent is private.
+	if err := os.Chmod(dir, private.DirMode); err != nil {
+		return true, err
+	}
+	return true, private.Dir(dir)
 }
 
 // AdoptedFile is the file, in the directory Repair moves things to,
