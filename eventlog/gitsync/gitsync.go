@@ -50,7 +50,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -70,9 +69,6 @@ const (
 	DefaultDebounce  = 500 * time.Millisecond
 	DefaultPackEvery = 8
 	maxPushTries     = 5
-	// remoteGCEvery is how many pushes to a remote on disk pass between
-	// those that let its receive-pack run git gc --auto (see push).
-	remoteGCEvery = 8
 )
 
 // Options configure a Syncer. A nil *Options means all defaults.
@@ -134,7 +130,6 @@ type Status struct {
 // may be called concurrently with Run.
 type Syncer struct {
 	dir    string // the worktree (the log's directory)
-	config string // the repository's config file
 	log    *eventlog.Log
 	opts   Options
 	branch string // the ref HEAD names: what the Syncer commits to
@@ -172,19 +167,6 @@ type Syncer struct {
 	// Packing (see maybePack): rounds that committed or imported since the
 	// last repack.
 	sincePack int
-
-	// The remote's repository when it is on this machine (see
-	// remoteOnDisk), and pushes to it so far.
-	disk       diskRemote
-	diskPushes int
-}
-
-// diskRemote is what the repository's config said of the remote when
-// the config file was info.
-type diskRemote struct {
-	path  string // the remote's repository, "" if not on disk
-	info  os.FileInfo
-	known bool
 }
 
 // mergedBlob is what a round remembers of the remote version of a shard
@@ -235,11 +217,6 @@ func New(log *eventlog.Log, opts *Options) (*Syncer, error) {
 	if s.branch = lines[3]; !strings.HasPrefix(s.branch, "refs/heads/") {
 		return nil, fmt.Errorf("gitsync: the worktree %s has no branch checked out (HEAD is detached): check out the sync branch %s there", s.dir, s.opts.Branch)
 	}
-	common := lines[2]
-	if !filepath.IsAbs(common) {
-		common = filepath.Join(s.dir, common)
-	}
-	s.config = filepath.Join(common, "config")
 	if err := s.removeStaleLocks(lines[1], lines[2]); err != nil {
 		return nil, fmt.Errorf("gitsync: %w", err)
 	}
@@ -551,28 +528,11 @@ func (s *Syncer) attempt(ctx context.Context, first bool) (pushed bool, rejected
 // push pushes HEAD to the remote's sync branch. pushed is false when the
 // remote refused it as not a fast-forward (rejected says how). Hooks of
 // the user's repository (pre-push) are not run for the sync branch.
-//
-// A push to a remote on disk runs the remote's receive-pack with
-// receive.autogc off, except on the Syncer's first push and every
-// remoteGCEvery-th after it: its git gc --auto (a process that mostly
-// finds nothing to do) then runs once per remoteGCEvery pushes instead of
-// after each, and still packs the remote's loose objects when there are
-// enough of them. The first push runs it so that a daemon restarted
-// often still lets the remote's gc policy decide.
 func (s *Syncer) push(ctx context.Context) (pushed bool, rejected, err error) {
-	args := []string{"push", "--quiet", "--no-verify"}
-	if s.remoteOnDisk(ctx) != "" {
-		if s.diskPushes%remoteGCEvery != 0 {
-			args = append(args, "--receive-pack=git -c receive.autogc=false receive-pack")
-		}
-		s.diskPushes++
-	}
-	args = append(args, s.opts.Remote, s.head+":refs/heads/"+s.opts.Branch)
-	if _, err := s.git(ctx, args...); err != nil {
+	if _, err := s.git(ctx, "push", "--quiet", "--no-verify", s.opts.Remote, s.head+":refs/heads/"+s.opts.Branch); err != nil {
 		if strings.Contains(err.Error(), "rejected") || strings.Contains(err.Error(), "fetch first") || strings.Contains(err.Error(), "non-fast-forward") {
 			return false, err, nil
 		}
-		s.plainRemote("push", err)
 		return false, nil, fmt.Errorf("push: %w", err)
 	}
 	s.remoteSeen, s.remoteHas = s.head, s.head
@@ -580,23 +540,9 @@ func (s *Syncer) push(ctx context.Context) (pushed bool, rejected, err error) {
 }
 
 // lsRemote returns the commit of the remote's sync branch ("" if it has
-// none). A remote on disk is asked with one git rev-parse in its
-// repository, instead of git ls-remote and the shell and upload-pack it
-// starts; if that fails, git ls-remote is asked.
+// none).
 func (s *Syncer) lsRemote(ctx context.Context) (string, error) {
 	ref := "refs/heads/" + s.opts.Branch
-	if path := s.remoteOnDisk(ctx); path != "" {
-		cmd := s.command(ctx, nil, "--git-dir="+path, "rev-parse", "--verify", "--quiet", "--end-of-options", ref+"^{commit}")
-		out, err := cmd.Output()
-		var exit *exec.ExitError
-		switch {
-		case err == nil:
-			return strings.TrimSpace(string(out)), nil
-		case errors.As(err, &exit) && exit.ExitCode() == 1:
-			return "", nil // no such branch
-		}
-		s.plainRemote("rev-parse", err) // not a repository, or not ours
-	}
 	out, err := s.git(ctx, "ls-remote", s.opts.Remote, ref)
 	if err != nil {
 		return "", fmt.Errorf("ls-remote: %w", err)
@@ -607,68 +553,6 @@ func (s *Syncer) lsRemote(ctx context.Context) (string, error) {
 		}
 	}
 	return "", nil
-}
-
-// plainRemote stops treating the remote as one on disk, after what
-// failed there, until its configuration changes; every round is then
-// asked the plain way (ls-remote, a push with the remote's own
-// receive-pack), only slower.
-func (s *Syncer) plainRemote(what string, err error) {
-	if s.disk.path != "" && s.opts.Logger != nil {
-		s.opts.Logger.Info("gitsync: asking the remote through git's transport until its configuration changes", "remote", s.disk.path, "failed", what, "err", err)
-	}
-	s.disk.path = ""
-}
-
-// remoteOnDisk returns the path of the remote's repository if the
-// remote is one on this machine, plainly configured: one URL, an
-// absolute path or a file:// URL, no push URL, no receive-pack or
-// upload-pack command of its own and no url.* rewriting anywhere
-// ("" otherwise). It reads the configuration again only when the
-// repository's config file changed (git remote set-url, git config:
-// git replaces the file on every write, so a new file is a change).
-// Changes to the global or system configuration, or an included file,
-// are seen after a restart, or at once if a push or rev-parse fails.
-func (s *Syncer) remoteOnDisk(ctx context.Context) string {
-	st, err := os.Stat(s.config)
-	if err != nil {
-		return ""
-	}
-	if old := s.disk.info; s.disk.known && os.SameFile(old, st) && st.ModTime().Equal(old.ModTime()) && st.Size() == old.Size() {
-		return s.disk.path
-	}
-	s.disk = diskRemote{info: st, known: true}
-	prefix := "remote." + s.opts.Remote + "."
-	out, err := s.command(ctx, nil, "config", "-z", "--get-regexp", `^(remote\.`+regexp.QuoteMeta(s.opts.Remote)+`\.|url\.)`).Output()
-	var exit *exec.ExitError
-	if err != nil && !(errors.As(err, &exit) && exit.ExitCode() == 1) { // 1: nothing configured
-		s.disk.known = false // ask again next time
-		return ""
-	}
-	var urls []string
-	for _, rec := range strings.Split(string(out), "\x00") {
-		key, value, _ := strings.Cut(rec, "\n")
-		switch key {
-		case "":
-		case prefix + "url":
-			urls = append(urls, value)
-		case prefix + "pushurl", prefix + "receivepack", prefix + "uploadpack":
-			return ""
-		default:
-			if strings.HasPrefix(key, "url.") {
-				return ""
-			}
-		}
-	}
-	if len(urls) != 1 {
-		return ""
-	}
-	path := strings.TrimPrefix(urls[0], "file://")
-	if !filepath.IsAbs(path) {
-		return ""
-	}
-	s.disk.path = path
-	return path
 }
 
 // commitLocal commits the segment files that changed since HEAD on

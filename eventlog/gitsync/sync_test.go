@@ -566,3 +566,21 @@ func TestPushDeniedByRemote(t *testing.T) {
 		t.Errorf("b lacks %s once the remote accepted it", id)
 	}
 }
+
+// TestRemoteRepointedIsRead points the clone's remote at another
+// repository on disk between rounds: the next round with nothing local
+// reads the new remote and imports what it holds.
+func TestRemoteRepointedIsRead(t *testing.T) {
+	remote, a, b := pair(t, nil)
+	other := filepath.Join(t.TempDir(), "moved.git")
+	gitT(t, filepath.Dir(other), "clone", "-q", "--bare", remote, other)
+	gitT(t, b.dir, "remote", "set-url", "origin", other)
+	id := b.send("bob", "alice", "sent through the moved remote")
+	b.sync()
+	a.sync() // with the old remote: nothing new
+	gitT(t, a.dir, "remote", "set-url", "origin", "file://"+other)
+	a.sync()
+	if got := a.inbox("alice"); !strings.Contains(got[id], "moved remote") {
+		t.Errorf("after its remote moved, a's inbox for alice is %v, want %s", got, id)
+	}
+}
