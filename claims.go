@@ -2,7 +2,6 @@ package thrum
 
 import (
 	"context"
-	"encoding/json"
 	"slices"
 	"strings"
 	"sync"
@@ -10,9 +9,128 @@ import (
 	"time"
 
 	"github.com/thrumhq/thrum/eventlog"
+	"github.com/thrumhq/thrum/internal/jsonrpc"
 	"github.com/thrumhq/thrum/rpc"
 	"github.com/thrumhq/thrum/store"
 )
+
+// The node's claim rules, in one file: a claim marks messages read for
+// the agent and records how they reached it (via). Of the calls for one
+// agent naming one unread message exactly one claims it (readClaims);
+// a standing claim is filled in the message's own commit (standingClaims);
+// a claim names a path that shows the message to the agent's model
+// (vias), and one whose caller gave up is refused (MarkRead's deadline).
+// DESIGN.md, "Delivery to agents" and "Reaching agents in their hosts".
+
+// checkVia validates a claim's delivery path, def if none is given: one
+// of the log's (eventlog.Vias) but ViaAck — only AckMessage's own claim
+// records it, with the acknowledgement — and ViaChannel: a channel push
+// only announces a message, which a host may drop, so it claims nothing
+// (older logs hold it).
+func checkVia(via, def string) (string, error) {
+	if via == "" {
+		return def, nil
+	}
+	if via == rpc.ViaAck || via == rpc.ViaChannel || !slices.Contains(eventlog.Vias, via) {
+		return "", invalid("invalid via %q: use wait_for_message, check_messages, hook, stream, mark_read or reply", via)
+	}
+	return via, nil
+}
+
+// MarkRead marks messages read by the caller in its current session and
+// says which of them this call newly marked: its claim. Claims are
+// arbitrated (claims.go): of concurrent calls for one agent naming the same
+// unread message, exactly one gets it in MarkedIDs, so a consumer that
+// hands out only what it claimed hands each message out once. Unknown IDs
+// are an error naming them (CodeNotFound, data {"unknown_ids": [...]}) and
+// nothing is marked. AlsoReadBy names the other agents that read them.
+// A claim whose Deadline passed before its read was queued is refused
+// (CodeDeadlinePassed) and marks nothing.
+func (n *Node) MarkRead(ctx context.Context, p *rpc.MarkReadParams) (*rpc.MarkReadResult, error) {
+	if len(p.MessageIDs) == 0 {
+		return nil, invalid("message_ids is required and must not be empty")
+	}
+	if len(p.MessageIDs) > maxMarkRead {
+		return nil, tooLarge("too many message_ids: at most %d per call", maxMarkRead)
+	}
+	via, err := checkVia(p.Via, rpc.ViaMarkRead)
+	if err != nil {
+		return nil, err
+	}
+	var deadline time.Time
+	if p.Deadline != "" {
+		if deadline, err = time.Parse(time.RFC3339Nano, p.Deadline); err != nil {
+			return nil, invalid("invalid deadline %q: use an RFC 3339 time", p.Deadline)
+		}
+	}
+	me, sid, err := n.readerSession(ctx, "marking messages read")
+	if err != nil {
+		return nil, err
+	}
+	ids := dedupe(p.MessageIDs)
+	claimed, release, err := n.claims.claim(ctx, n.store, me, ids)
+	if err != nil {
+		return nil, err
+	}
+	// The claimed messages, if asked for, are fetched while their read
+	// event is made durable: it changes nothing in them but is_read.
+	var (
+		msgs    []rpc.MessageDetail
+		msgsErr error
+		fetched chan struct{}
+	)
+	if p.WithMessages && len(claimed) > 0 {
+		fetched = make(chan struct{})
+		go func() {
+			defer close(fetched)
+			msgs, msgsErr = n.messageDetails(ctx, claimed, me)
+		}()
+	}
+	if len(claimed) > 0 && !deadline.IsZero() && !time.Now().Before(deadline) {
+		// The caller has given up, or is about to: it could not show
+		// what this call would claim.
+		release()
+		if fetched != nil {
+			<-fetched
+		}
+		return nil, &rpc.Error{Code: rpc.CodeDeadlinePassed,
+			Message: "the claim's deadline passed before its read could be written: nothing was marked read; claim again with a later deadline"}
+	}
+	if len(claimed) > 0 {
+		e := &eventlog.Event{Type: eventlog.TypeMessageRead, Shard: shardOf(me), Payload: eventlog.MessageRead{
+			AgentID: me, SessionID: sid, MessageIDs: claimed, Via: via}}
+		err := n.append(ctx, e)
+		release() // applied, not written, or durable and pending (see readClaims)
+		if fetched != nil {
+			<-fetched
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	if msgsErr != nil {
+		// The claim stands: report it, without the messages (the caller
+		// fetches them with message.get), rather than fail a call that
+		// marked them read.
+		msgs = nil
+	}
+	others, err := n.store.Readers(ctx, ids, me)
+	if err != nil {
+		return nil, internal("mark read", err)
+	}
+	res := &rpc.MarkReadResult{MarkedCount: len(claimed), MarkedIDs: claimed}
+	if res.MarkedIDs == nil {
+		res.MarkedIDs = []string{}
+	}
+	if len(others) > 0 {
+		res.AlsoReadBy = others
+	}
+	for i := range msgs {
+		msgs[i].IsRead = true // by this call
+	}
+	res.Messages = msgs
+	return res, nil
+}
 
 // readClaims arbitrates message.markRead: of the calls for one agent that
 // name the same unread message, exactly one claims it (DESIGN.md,
@@ -302,21 +420,22 @@ func (c *standingClaims) claimedFor(id string, conn any) bool {
 	return false
 }
 
-// settleClaims ends the claims a send made of message id, which e
-// creates: pushed if the send was committed (err nil), armed again if not
+// settleClaims ends the claims a send made of message id: pushed if the send was committed (err nil), armed again if not
 // and still wanted.
-func (n *Node) settleClaims(taken []*standingClaim, id string, e *eventlog.Event, err error) {
+func (n *Node) settleClaims(ctx context.Context, taken []*standingClaim, id string, err error) {
 	if len(taken) == 0 {
 		return
 	}
 	if err == nil {
-		// One message for every claim — read, as each reader's message.get
-		// now returns it — from the payload as committed and applied.
-		nt := &rpc.ClaimedNotification{MessageID: id}
-		if p, perr := eventlog.PayloadAs[eventlog.MessageCreate](e); perr == nil {
-			nt.Message = claimedDetail(p, e.Time)
-		}
+		// Each claim is pushed the message as its reader's message.get
+		// now returns it (read), read back from the projection: the send
+		// returned after the batch was applied. A message that cannot be
+		// read back goes without it: the consumer fetches it.
 		for _, sc := range taken {
+			nt := &rpc.ClaimedNotification{MessageID: id}
+			if d, err := n.messageDetail(context.WithoutCancel(ctx), id, sc.agent); err == nil {
+				nt.Message = d
+			}
 			sc.push(nt) // before it is settled: a cancel's reply follows it
 		}
 	}
@@ -337,48 +456,49 @@ func (n *Node) settleClaims(taken []*standingClaim, id string, e *eventlog.Event
 	}
 }
 
-// claimedDetail is the message p creates, committed at at, as message.get
-// returns it to a reader who has read it — built from the event rather
-// than read back from the projection, which holds the same (scopes and
-// refs in order, once each; the structured payload trimmed; no edits
-// yet). TestClaimNextPushIsMessageGet holds the two equal, but for the
-// receipts, which only message.get reports.
-func claimedDetail(p eventlog.MessageCreate, at time.Time) *rpc.MessageDetail {
-	d := &rpc.MessageDetail{
-		MessageID: p.MessageID, ThreadID: p.ThreadID,
-		Author: rpc.Author{AgentID: p.AgentID, SessionID: p.SessionID},
-		Body:   rpc.Body{Format: p.Format, Content: p.Content, Structured: nullJSON(p.Structured)},
-		Scopes: pairsAsStored(p.Scopes), Refs: pairsAsStored(p.Refs),
-		CreatedAt: ts(at), Priority: p.Priority, Tags: slices.Clone(p.Tags), IsRead: true,
-		AckRequired: p.AckRequired, AckDue: store.AckDue(p, at),
-	}
-	if d.Tags == nil {
-		d.Tags = []string{}
-	}
-	if p.Disclose {
-		d.DisclosedVia = p.ActingAs
-	}
-	return d
-}
+// standingKey keys a connection's standing claim (jsonrpc.Conn.Value).
+type standingKey struct{}
 
-// pairsAsStored orders a copy of pairs and drops repeats, as the
-// projection does.
-func pairsAsStored(ps []rpc.Pair) []rpc.Pair {
-	out := append(make([]rpc.Pair, 0, len(ps)), ps...)
-	slices.SortFunc(out, func(a, b rpc.Pair) int {
-		if c := strings.Compare(a.Type, b.Type); c != 0 {
-			return c
+// claimNext is message.claimNext: arm or cancel this connection's
+// standing claim.
+func (s *RPCServer) claimNext(ctx context.Context, p *rpc.ClaimNextParams) (*rpc.ClaimNextResult, error) {
+	c := jsonrpc.ConnFromContext(ctx)
+	if c == nil {
+		return nil, rpc.Errorf(rpc.CodeInvalidRequest, "message.claimNext needs a connection to push to")
+	}
+	sc, _ := c.Value(standingKey{}).(*standingClaim)
+	if p.Cancel {
+		if sc == nil {
+			return &rpc.ClaimNextResult{}, nil
 		}
-		return strings.Compare(a.Value, b.Value)
-	})
-	return slices.Compact(out)
-}
-
-// nullJSON is a structured payload as the projection keeps it: trimmed,
-// "" for none.
-func nullJSON(raw json.RawMessage) string {
-	if s := strings.TrimSpace(string(raw)); s != "null" {
-		return s
+		return &rpc.ClaimNextResult{ClaimedID: s.n.standing.cancel(ctx, sc)}, nil
 	}
-	return ""
+	via, err := checkVia(p.Via, rpc.ViaWaitForMessage)
+	if err != nil {
+		return nil, err
+	}
+	floor := 0
+	if p.MinPriority != "" {
+		f, ok := priorityRank[p.MinPriority]
+		if !ok {
+			return nil, invalid("invalid min_priority %q: use low, normal, high or critical", p.MinPriority)
+		}
+		floor = f
+	}
+	me, sid, err := s.n.readerSession(ctx, "claiming messages")
+	if err != nil {
+		return nil, err
+	}
+	if sc != nil && (sc.agent != me || sc.session != sid) {
+		s.n.standing.cancel(ctx, sc) // the connection acts as someone else now
+		sc = nil
+	}
+	if sc == nil {
+		sc = &standingClaim{agent: me, session: sid, conn: c,
+			push: func(nt *rpc.ClaimedNotification) bool { return c.Notify(rpc.NotificationClaimed, nt) == nil }}
+		c.SetValue(standingKey{}, sc)
+		c.OnClose(func() { s.n.standing.drop(sc) })
+	}
+	s.n.standing.arm(sc, floor, via)
+	return &rpc.ClaimNextResult{Armed: true}, nil
 }

@@ -149,7 +149,7 @@ func (n *Node) SendMessage(ctx context.Context, p *rpc.SendMessageParams) (*rpc.
 	// A waiter's standing claim is filled in the message's own commit.
 	taken, reads := n.standing.reserve(pm.id, pm.author, pm.priority, pm.recipients)
 	err = n.append(ctx, append([]*eventlog.Event{pm.event}, reads...)...)
-	n.settleClaims(taken, pm.id, pm.event, err)
+	n.settleClaims(ctx, taken, pm.id, err)
 	if err != nil {
 		return nil, err
 	}
@@ -681,83 +681,6 @@ func (n *Node) DeleteMessage(ctx context.Context, p *rpc.DeleteMessageParams) (*
 		return nil, err
 	}
 	return &rpc.DeleteMessageResult{MessageID: m.MessageID, DeletedAt: e.Timestamp()}, nil
-}
-
-// MarkRead marks messages read by the caller in its current session and
-// says which of them this call newly marked: its claim. Claims are
-// arbitrated (claims.go): of concurrent calls for one agent naming the same
-// unread message, exactly one gets it in MarkedIDs, so a consumer that
-// hands out only what it claimed hands each message out once. Unknown IDs
-// are an error naming them (CodeNotFound, data {"unknown_ids": [...]}) and
-// nothing is marked. AlsoReadBy names the other agents that read them.
-func (n *Node) MarkRead(ctx context.Context, p *rpc.MarkReadParams) (*rpc.MarkReadResult, error) {
-	if len(p.MessageIDs) == 0 {
-		return nil, invalid("message_ids is required and must not be empty")
-	}
-	if len(p.MessageIDs) > maxMarkRead {
-		return nil, tooLarge("too many message_ids: at most %d per call", maxMarkRead)
-	}
-	via, err := checkVia(p.Via, rpc.ViaMarkRead)
-	if err != nil {
-		return nil, err
-	}
-	me, sid, err := n.readerSession(ctx, "marking messages read")
-	if err != nil {
-		return nil, err
-	}
-	ids := dedupe(p.MessageIDs)
-	claimed, release, err := n.claims.claim(ctx, n.store, me, ids)
-	if err != nil {
-		return nil, err
-	}
-	// The claimed messages, if asked for, are fetched while their read
-	// event is made durable: it changes nothing in them but is_read.
-	var (
-		msgs    []rpc.MessageDetail
-		msgsErr error
-		fetched chan struct{}
-	)
-	if p.WithMessages && len(claimed) > 0 {
-		fetched = make(chan struct{})
-		go func() {
-			defer close(fetched)
-			msgs, msgsErr = n.messageDetails(ctx, claimed, me)
-		}()
-	}
-	if len(claimed) > 0 {
-		e := &eventlog.Event{Type: eventlog.TypeMessageRead, Shard: shardOf(me), Payload: eventlog.MessageRead{
-			AgentID: me, SessionID: sid, MessageIDs: claimed, Via: via}}
-		err := n.append(ctx, e)
-		release() // applied, not written, or durable and pending (see readClaims)
-		if fetched != nil {
-			<-fetched
-		}
-		if err != nil {
-			return nil, err
-		}
-	}
-	if msgsErr != nil {
-		// The claim stands: report it, without the messages (the caller
-		// fetches them with message.get), rather than fail a call that
-		// marked them read.
-		msgs = nil
-	}
-	others, err := n.store.Readers(ctx, ids, me)
-	if err != nil {
-		return nil, internal("mark read", err)
-	}
-	res := &rpc.MarkReadResult{MarkedCount: len(claimed), MarkedIDs: claimed}
-	if res.MarkedIDs == nil {
-		res.MarkedIDs = []string{}
-	}
-	if len(others) > 0 {
-		res.AlsoReadBy = others
-	}
-	for i := range msgs {
-		msgs[i].IsRead = true // by this call
-	}
-	res.Messages = msgs
-	return res, nil
 }
 
 // readerSession returns the caller, who must be registered, and the

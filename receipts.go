@@ -22,19 +22,6 @@ import (
 // maxAckNote bounds the note of an acknowledgement.
 const maxAckNote = 500
 
-// checkVia validates a read's delivery path, def if none is given.
-func checkVia(via, def string) (string, error) {
-	if via == "" {
-		return def, nil
-	}
-	// The log's delivery paths (eventlog.Vias), but ViaAck: only
-	// AckMessage's own claim records it, with the acknowledgement.
-	if via == rpc.ViaAck || !slices.Contains(eventlog.Vias, via) {
-		return "", invalid("invalid via %q: use wait_for_message, check_messages, channel, hook, stream, mark_read or reply", via)
-	}
-	return via, nil
-}
-
 // ackWithin validates a send's request for an acknowledgement and returns
 // whether one is asked and the time given for it ("" for none), as the
 // message.create event keeps it.

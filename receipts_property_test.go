@@ -109,8 +109,9 @@ func (w *receiptWorld) register(name, role string) {
 	w.roles[name] = role
 }
 
-// receiptVias are the paths a read may name (ViaAck is message.ack's own).
-var receiptVias = []string{"", rpc.ViaWaitForMessage, rpc.ViaCheckMessages, rpc.ViaChannel, rpc.ViaHook, rpc.ViaStream,
+// receiptVias are the paths a read may name (ViaAck is message.ack's own;
+// a channel only announces).
+var receiptVias = []string{"", rpc.ViaWaitForMessage, rpc.ViaCheckMessages, rpc.ViaHook, rpc.ViaStream,
 	rpc.ViaMarkRead, rpc.ViaReply}
 
 func (w *receiptWorld) step() {

@@ -202,6 +202,15 @@ func TestAckBadInput(t *testing.T) {
 	// Only an acknowledgement records a delivery by ack.
 	_, err = f.n.MarkRead(f.as("bob"), &rpc.MarkReadParams{MessageIDs: []string{id}, Via: rpc.ViaAck})
 	checkCode(t, "a read claiming to be an ack", err, rpc.CodeInvalidParams, "invalid via")
+	// A channel push only announces: it claims nothing.
+	_, err = f.n.MarkRead(f.as("bob"), &rpc.MarkReadParams{MessageIDs: []string{id}, Via: rpc.ViaChannel})
+	checkCode(t, "a read by a channel push", err, rpc.CodeInvalidParams, "invalid via")
+	// A claim whose caller gave up before its read was queued.
+	_, err = f.n.MarkRead(f.as("bob"), &rpc.MarkReadParams{MessageIDs: []string{id}, Via: rpc.ViaHook,
+		Deadline: time.Now().Add(-time.Millisecond).Format(time.RFC3339Nano)})
+	checkCode(t, "a claim past its deadline", err, rpc.CodeDeadlinePassed, "nothing was marked read")
+	_, err = f.n.MarkRead(f.as("bob"), &rpc.MarkReadParams{MessageIDs: []string{id}, Deadline: "soon"})
+	checkCode(t, "a deadline that is not a time", err, rpc.CodeInvalidParams, "invalid deadline")
 
 	after := dump(t, f.n)
 	for _, table := range []string{"messages", "message_reads", "message_acks"} {

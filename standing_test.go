@@ -284,9 +284,8 @@ func TestClaimNextNeedsACaller(t *testing.T) {
 	t.Logf("no identity: %v", err)
 }
 
-// The message a standing claim pushes is built from the committed event,
-// not read back: it must be what message.get returns to the reader, field
-// for field, whatever the message holds.
+// The message a standing claim pushes is what message.get returns to the
+// reader, field for field, whatever the message holds.
 func TestClaimNextPushIsMessageGet(t *testing.T) {
 	f := newFixture(t, nil)
 	u, err := f.n.RegisterUser(f.ctx, &rpc.RegisterUserParams{Username: "Leon-1"})

@@ -21,6 +21,7 @@ const (
 	CodeUnavailable     = jsonrpc.CodeUnavailable     // -32007: the server is shutting down or not ready
 	CodeStorageFull     = -32008                      // the disk is full: the message says where; writes resume when space is freed
 	CodeIdempotencyKey  = -32009                      // the idempotency key was used for a different request: the message and data name what it made
+	CodeDeadlinePassed  = -32010                      // the deadline the caller gave passed before the call acted: nothing was done
 )
 
 // Error is the one error type of thrum: a JSON-RPC error object
@@ -56,6 +57,7 @@ var (
 	ErrUnavailable     = &Error{Code: CodeUnavailable, Message: "unavailable"}
 	ErrStorageFull     = &Error{Code: CodeStorageFull, Message: "disk full"}
 	ErrIdempotencyKey  = &Error{Code: CodeIdempotencyKey, Message: "idempotency key reused for a different request"}
+	ErrDeadlinePassed  = &Error{Code: CodeDeadlinePassed, Message: "deadline passed"}
 )
 
 // ErrConnClosed is (or is wrapped in) the error of a Client call on a

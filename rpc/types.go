@@ -104,6 +104,16 @@ const (
 	RefWorktree = "worktree"
 )
 
+// ReplyTo returns the message refs reply to, "" if none.
+func ReplyTo(refs []Pair) string {
+	for _, r := range refs {
+		if r.Type == RefReplyTo {
+			return r.Value
+		}
+	}
+	return ""
+}
+
 // ---- health and auth ----
 
 // HealthParams are the params of health (MethodHealth): none. Like every
@@ -584,13 +594,16 @@ const (
 )
 
 // Delivery paths (Receipt.Via, MarkReadParams.Via, ClaimNextParams.Via):
-// how a message was handed to its recipient.
+// how a message was handed to its recipient. Only a step that puts the
+// message before the agent's model claims it; a channel push and a
+// monitor's line only announce it, so ViaChannel is found in older logs
+// only, and a new claim may not name it.
 const (
 	ViaWaitForMessage = "wait_for_message" // the MCP tool
 	ViaCheckMessages  = "check_messages"   // the MCP tool
-	ViaChannel        = "channel"          // a Claude Code channel push
+	ViaChannel        = "channel"          // a Claude Code channel push (older logs)
 	ViaHook           = "hook"             // a host hook's context
-	ViaStream         = "stream"           // a stream of lines (a monitor)
+	ViaStream         = "stream"           // a one-shot wait's output (a script's, or a tool call's)
 	ViaMarkRead       = "mark_read"        // message.markRead itself (the default)
 	ViaReply          = "reply"            // marked read by the recipient's reply
 	ViaAck            = "ack"              // marked read by the recipient's acknowledgement
@@ -751,6 +764,11 @@ type MarkReadParams struct {
 	// Via names the path that hands the messages to the agent, for their
 	// receipts (one of the Via constants; default ViaMarkRead).
 	Via string `json:"via,omitempty"`
+	// Deadline (RFC 3339), if set, is when the caller stops waiting for
+	// the answer: a claim whose read is not queued for writing by then is
+	// refused (CodeDeadlinePassed) and marks nothing, so that a caller
+	// that gave up has claimed nothing it could not show.
+	Deadline string `json:"deadline,omitempty"`
 }
 
 // MarkReadResult says what one message.markRead call did. MarkedIDs are
