@@ -181,7 +181,7 @@ func (n *Node) agentInfo(a *store.Agent) rpc.AgentInfo {
 	return rpc.AgentInfo{
 		AgentID: a.AgentID, Kind: a.Kind, Name: a.Name, Role: a.Role, Module: a.Module,
 		Display: a.Display, RegisteredAt: a.RegisteredAt, LastSeenAt: a.LastSeenAt,
-		Status: n.status(a.LastSeenAt),
+		Status: n.status(a.LastSeenAt), Local: a.Local,
 	}
 }
 

@@ -264,6 +264,10 @@ type AgentInfo struct {
 	RegisteredAt string `json:"registered_at"`
 	LastSeenAt   string `json:"last_seen_at"`
 	Status       string `json:"status"` // "active" (seen in the last 2 minutes) or "offline"
+	// Local says the identity was registered on this machine (it has a
+	// credential here), so its messages were written here: a frame shows
+	// its sender as local.
+	Local bool `json:"local,omitempty"`
 }
 
 // WhoamiParams are the params of agent.whoami: none (the caller is the

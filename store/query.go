@@ -24,9 +24,14 @@ type Agent struct {
 	RepoID       string `db:"repo_id"`
 	RegisteredAt string `db:"registered_at"`
 	LastSeenAt   string `db:"last_seen_at"`
+	// Local says the identity has a credential on this machine: it was
+	// registered here, and sync never brings in its events (DESIGN.md,
+	// "Sync trust").
+	Local bool `db:"local"`
 }
 
-const agentCols = `agent_id, kind, name, role, module, display, repo_id, registered_at, last_seen_at`
+const agentCols = `agent_id, kind, name, role, module, display, repo_id, registered_at, last_seen_at,
+	EXISTS(SELECT 1 FROM tokens WHERE tokens.agent_id = agents.agent_id) AS local`
 
 // Agent returns one agent (or user) by ID.
 func (s *Store) Agent(ctx context.Context, id string) (*Agent, error) {

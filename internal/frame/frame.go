@@ -51,9 +51,22 @@ type Message struct {
 	ReplyTo  string
 	// Ack says the sender asks for an acknowledgement: the frame says
 	// ack="requested".
-	Ack  bool
-	Body string
+	Ack bool
+	// Sender says how far the sender is known to be who From says
+	// (Verified, Unverified or Local); empty writes no attribute.
+	Sender string
+	Body   string
 }
+
+// Values of Message.Sender, the frame's sender attribute. Events are not
+// signed yet, so no sender is Verified; Local is an agent registered on
+// this machine, whose events sync never brings in (DESIGN.md, "Sync
+// trust").
+const (
+	Verified   = "verified"
+	Unverified = "unverified"
+	Local      = "local"
+)
 
 // Options say how to write a frame and how the host counts it. The zero
 // value is a multi-line frame of at most DefaultMax body units.
@@ -90,11 +103,11 @@ func (o Options) Len(s string) int {
 
 // Frame writes m as one <thrum-message> element:
 //
-//	<thrum-message id="msg_…" from="alice" priority="high" thread_id="…" reply_to="…" ack="requested">
+//	<thrum-message id="msg_…" from="alice" priority="high" thread_id="…" reply_to="…" ack="requested" sender="local">
 //	body
 //	</thrum-message>
 //
-// (thread_id, reply_to and ack only when set). A body cut to Options.Max has
+// (thread_id, reply_to, ack and sender only when set). A body cut to Options.Max has
 // the attribute cut="N", N its full length in characters, and ends with
 // the note that CutNote writes. It fails, writing nothing, when a field
 // is longer than MaxField as written.
@@ -120,6 +133,9 @@ func Frame(m Message, o Options) (string, error) {
 	}
 	if m.Ack {
 		b.WriteString(` ack="` + ackRequested + `"`)
+	}
+	if m.Sender != "" {
+		b.WriteString(` sender="` + escapeText(m.Sender, true) + `"`)
 	}
 	body, total, cut := escapeBody(m.Body, max, o.OneLine)
 	if cut {
@@ -165,6 +181,12 @@ func Field(s string) (string, error) {
 	}
 	return e, nil
 }
+
+// Escape writes s with every "<", ">", "&", line break and hidden
+// character as an entity, as a one-line frame writes its text, however
+// long: for text from another agent shown beside a frame rather than in
+// one (a message's structured data in a tool result).
+func Escape(s string) string { return escapeText(s, false) }
 
 // escapeBody escapes s and cuts it so that what is written has at most
 // max UTF-16 units; it returns the escaped text, the length of s in

@@ -89,10 +89,10 @@ func TestFrameLayout(t *testing.T) {
 		"<thrum-message id=\"msg_1\" from=\"alice\" priority=\"normal\">Is &lt;T&gt; ready?&#xA;See a&amp;b.</thrum-message>"; got != want {
 		t.Errorf("one-line frame:\n got %q\nwant %q", got, want)
 	}
-	m.Ack, m.ReplyTo = true, "msg_0"
+	m.Ack, m.ReplyTo, m.Sender = true, "msg_0", frame.Local
 	if got, want := mustFrame(t, m, frame.Options{OneLine: true}),
-		"<thrum-message id=\"msg_1\" from=\"alice\" priority=\"normal\" reply_to=\"msg_0\" ack=\"requested\">Is &lt;T&gt; ready?&#xA;See a&amp;b.</thrum-message>"; got != want {
-		t.Errorf("frame asking for an acknowledgement:\n got %q\nwant %q", got, want)
+		"<thrum-message id=\"msg_1\" from=\"alice\" priority=\"normal\" reply_to=\"msg_0\" ack=\"requested\" sender=\"local\">Is &lt;T&gt; ready?&#xA;See a&amp;b.</thrum-message>"; got != want {
+		t.Errorf("frame asking for an acknowledgement, from a local sender:\n got %q\nwant %q", got, want)
 	}
 }
 

@@ -47,7 +47,8 @@ func Parse(s string) (m frame.Message, total int, err error) {
 	} else if strings.Contains(rest, "\n") {
 		return m, 0, errors.New("frame: raw newline in a one-line frame")
 	}
-	m = frame.Message{ID: attrs["id"], From: attrs["from"], Priority: attrs["priority"], ThreadID: attrs["thread_id"], ReplyTo: attrs["reply_to"]}
+	m = frame.Message{ID: attrs["id"], From: attrs["from"], Priority: attrs["priority"], ThreadID: attrs["thread_id"], ReplyTo: attrs["reply_to"],
+		Sender: attrs["sender"]}
 	if a, ok := attrs["ack"]; ok {
 		if a != "requested" {
 			return m, 0, fmt.Errorf("frame: ack=%q is not \"requested\"", a)
