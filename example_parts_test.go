@@ -7,6 +7,7 @@ import (
 	"log"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -102,7 +103,13 @@ func ExampleNode_MCPServer() {
 	var out mcpserver.CheckMessagesOutput
 	json.Unmarshal(raw, &out)
 	for _, m := range out.Messages {
-		fmt.Printf("%s (%s) to @%s: %s\n", m.From, m.FromRole, m.AddressedAs.Name, m.Content)
+		// The text comes framed, as a model should see it: the frame's
+		// first line names the message's ID, sender and priority.
+		_, text, _ := strings.Cut(m.Content, "\n")
+		fmt.Printf("%s (%s) to @%s:\n%s\n", m.From, m.FromRole, m.AddressedAs.Name, text)
 	}
-	// Output: alice (implementer) to @reviewer: please review auth
+	// Output:
+	// alice (implementer) to @reviewer:
+	// please review auth
+	// </thrum-message>
 }

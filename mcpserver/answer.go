@@ -3,7 +3,6 @@ package mcpserver
 import (
 	"bytes"
 	"context"
-	"sync"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -19,46 +18,31 @@ import (
 // shutdownGrace bounds how long Run waits for the answers of ended waits.
 const shutdownGrace = 500 * time.Millisecond
 
-type unanswered struct {
-	mu  sync.Mutex
-	ids map[jsonrpc.ID]bool
+// answering wraps Run's transport; with a channel, it also gives the
+// channel its connection and tells it when the client is initialized.
+// waits, the IDs of the wait_for_message requests read and not yet
+// answered, is guarded by s.mu.
+type answering struct {
+	mcp.Transport
+	s     *Server
+	waits map[jsonrpc.ID]bool
+	ch    *channel // nil without Options.Channel
 }
 
-func (u *unanswered) add(id jsonrpc.ID) {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	if u.ids == nil {
-		u.ids = map[jsonrpc.ID]bool{}
-	}
-	u.ids[id] = true
-}
-
-func (u *unanswered) done(id jsonrpc.ID) {
-	u.mu.Lock()
-	delete(u.ids, id)
-	u.mu.Unlock()
-}
-
-func (u *unanswered) empty() bool {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	return len(u.ids) == 0
+func newAnswering(t mcp.Transport, s *Server) *answering {
+	return &answering{Transport: t, s: s, waits: map[jsonrpc.ID]bool{}}
 }
 
 // awaitAnswers returns when every wait read was answered, or after max.
-func (u *unanswered) awaitAnswers(max time.Duration) {
-	deadline := time.Now().Add(max)
-	for !u.empty() && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
+func (a *answering) awaitAnswers(max time.Duration) {
+	for deadline := time.Now().Add(max); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		a.s.mu.Lock()
+		n := len(a.waits)
+		a.s.mu.Unlock()
+		if n == 0 {
+			return
+		}
 	}
-}
-
-// answering wraps Run's transport; with a channel, it also gives the
-// channel its connection and tells it when the client is initialized.
-type answering struct {
-	mcp.Transport
-	waits *unanswered
-	ch    *channel // nil without Options.Channel
 }
 
 func (a *answering) Connect(ctx context.Context) (mcp.Connection, error) {
@@ -69,13 +53,12 @@ func (a *answering) Connect(ctx context.Context) (mcp.Connection, error) {
 	if a.ch != nil {
 		a.ch.conn = c
 	}
-	return &answeringConn{Connection: c, waits: a.waits, ch: a.ch}, nil
+	return &answeringConn{Connection: c, a: a}, nil
 }
 
 type answeringConn struct {
 	mcp.Connection
-	waits *unanswered
-	ch    *channel
+	a *answering
 }
 
 func (c *answeringConn) Read(ctx context.Context) (jsonrpc.Message, error) {
@@ -83,9 +66,11 @@ func (c *answeringConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 	if r, ok := m.(*jsonrpc.Request); ok {
 		switch {
 		case r.IsCall() && r.Method == "tools/call" && bytes.Contains(r.Params, []byte(`"wait_for_message"`)):
-			c.waits.add(r.ID)
-		case !r.IsCall() && r.Method == "notifications/initialized" && c.ch != nil:
-			c.ch.initialized()
+			c.a.s.mu.Lock()
+			c.a.waits[r.ID] = true
+			c.a.s.mu.Unlock()
+		case !r.IsCall() && r.Method == "notifications/initialized" && c.a.ch != nil:
+			c.a.ch.initialized(c.a.s)
 		}
 	}
 	return m, err
@@ -94,7 +79,9 @@ func (c *answeringConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 func (c *answeringConn) Write(ctx context.Context, m jsonrpc.Message) error {
 	err := c.Connection.Write(ctx, m)
 	if r, ok := m.(*jsonrpc.Response); ok {
-		c.waits.done(r.ID)
+		c.a.s.mu.Lock()
+		delete(c.a.waits, r.ID)
+		c.a.s.mu.Unlock()
 	}
 	return err
 }

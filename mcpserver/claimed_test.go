@@ -1,21 +1,13 @@
 package mcpserver_test
 
 import (
-	"bufio"
-	"context"
-	"encoding/json"
-	"fmt"
-	"net"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/thrumhq/thrum/internal/fault"
-	"github.com/thrumhq/thrum/internal/thrumtest"
 	"github.com/thrumhq/thrum/mcpserver"
-	"github.com/thrumhq/thrum/rpc"
 )
 
 // armedUntil polls until a wait of srv has its standing claim armed in
@@ -40,14 +32,14 @@ func TestWaitGetsMessageClaimedInItsCommit(t *testing.T) {
 	armedUntil(t, bob.srv)
 	id := send(t, n, "alice", "@bob", "in one commit", "high")
 	m := received(t, await(t, ch), id)
-	if m.Content != "in one commit" || m.Priority != "high" || m.From != "alice" || m.AddressedAs == nil || m.AddressedAs.Kind != "agent" {
+	if body(t, m) != "in one commit" || m.Priority != "high" || m.From != "alice" || m.AddressedAs == nil || m.AddressedAs.Kind != "agent" {
 		t.Fatalf("message = %+v", m)
 	}
 	if !getMessage(t, n, "bob", id).IsRead {
 		t.Fatal("the returned message is not read")
 	}
-	if q := mcpserver.QueueIDs(bob.srv); len(q) != 0 || mcpserver.Armed(bob.srv) {
-		t.Fatalf("queue %v, armed %v: the claimed message must not be queued, nor the claim left armed", q, mcpserver.Armed(bob.srv))
+	if q := mcpserver.QueueIDs(bob.srv); len(q) != 0 || mcpserver.ArmedInDaemon(bob.srv) {
+		t.Fatalf("queue %v, armed %v: the claimed message must not be queued, nor the claim left armed", q, mcpserver.ArmedInDaemon(bob.srv))
 	}
 	// The next wait arms again; a filtered one lets what is below its
 	// floor through to the queue, unclaimed.
@@ -93,7 +85,7 @@ func TestCancelledWaitHandsOnWhatItsClaimTook(t *testing.T) {
 	}
 	// The server saw the cancel: the wait is cancelling its claim, which
 	// the daemon answers once the send is settled.
-	for deadline := time.Now().Add(10 * time.Second); mcpserver.Armed(bob.srv); time.Sleep(time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); mcpserver.ArmedInDaemon(bob.srv); time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the server never saw the cancel")
 		}
@@ -102,7 +94,7 @@ func TestCancelledWaitHandsOnWhatItsClaimTook(t *testing.T) {
 	id := <-sent
 
 	// The claim went through; the message is held for the next call.
-	for deadline := time.Now().Add(10 * time.Second); mcpserver.Claimed(bob.srv)+mcpserver.Held(bob.srv) == 0; time.Sleep(time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); mcpserver.Held(bob.srv) == 0; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("what the cancelled wait's claim took never reached the server")
 		}
@@ -120,86 +112,5 @@ func TestCancelledWaitHandsOnWhatItsClaimTook(t *testing.T) {
 	out := decode[mcpserver.WaitForMessageOutput](t, "wait_for_message", await(t, startWait(bob, args{"timeout": 1})).res)
 	if out.Status != "timeout" {
 		t.Fatalf("wait after = %+v, want a timeout", out)
-	}
-}
-
-// olderDaemon dials d through a proxy that answers message.claimNext
-// with method-not-found, as a daemon from before the method would, and
-// counts how often it was asked.
-func olderDaemon(d *thrumtest.Daemon, asked *atomic.Int32) mcpserver.Dialer {
-	return func(ctx context.Context, onNote func(string, json.RawMessage)) (*rpc.Client, error) {
-		up, err := net.Dial("unix", d.Path)
-		if err != nil {
-			return nil, err
-		}
-		cli, proxy := net.Pipe()
-		var mu sync.Mutex // whole lines to the client
-		go func() {
-			defer proxy.Close()
-			r := bufio.NewReader(up)
-			for {
-				line, err := r.ReadBytes('\n')
-				mu.Lock()
-				_, werr := proxy.Write(line)
-				mu.Unlock()
-				if err != nil || werr != nil {
-					return
-				}
-			}
-		}()
-		go func() {
-			defer up.Close()
-			r := bufio.NewReader(proxy)
-			for {
-				line, err := r.ReadBytes('\n')
-				var req struct {
-					ID     json.RawMessage `json:"id"`
-					Method string          `json:"method"`
-				}
-				if json.Unmarshal(line, &req) == nil && req.Method == rpc.MethodMessageClaimNext {
-					asked.Add(1)
-					mu.Lock()
-					_, _ = fmt.Fprintf(proxy, `{"jsonrpc":"2.0","id":%s,"error":{"code":-32601,"message":"method not found"}}`+"\n", req.ID)
-					mu.Unlock()
-				} else if _, werr := up.Write(line); werr != nil {
-					return
-				}
-				if err != nil {
-					return
-				}
-			}
-		}()
-		return rpc.NewClient(cli, &rpc.ClientOptions{OnNotification: onNote}), nil
-	}
-}
-
-// Against a daemon without message.claimNext, a wait is woken by
-// notification.message and claims with message.markRead, as before; it
-// asks for the standing claim once per connection, not at every wake.
-func TestWaitWithAnOlderDaemon(t *testing.T) {
-	n := newNode(t, nil)
-	addAgent(t, n, "alice", "implementer", "auth")
-	bobID := addAgent(t, n, "bob", "reviewer", "auth")
-	var asked atomic.Int32
-	srv, err := mcpserver.New(context.Background(), olderDaemon(thrumtest.ServeUnix(t, n), &asked), bobID, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	bob := serve(t, srv, bobID)
-	for i := range 3 {
-		ch := startWait(bob, args{"timeout": 30})
-		for deadline := time.Now().Add(10 * time.Second); !mcpserver.Waiting(srv) || asked.Load() == 0; time.Sleep(time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatal("the wait never asked for a standing claim")
-			}
-		}
-		id := send(t, n, "alice", "@bob", fmt.Sprintf("message %d", i), "normal")
-		received(t, await(t, ch), id)
-		if !getMessage(t, n, "bob", id).IsRead {
-			t.Fatalf("message %d returned but not read", i)
-		}
-	}
-	if a := asked.Load(); a != 1 {
-		t.Errorf("asked for message.claimNext %d times on one connection, want once", a)
 	}
 }

@@ -16,6 +16,8 @@ import (
 
 	"github.com/thrumhq/thrum"
 	"github.com/thrumhq/thrum/eventlog"
+	"github.com/thrumhq/thrum/inbox"
+	"github.com/thrumhq/thrum/internal/frame/frametest"
 	"github.com/thrumhq/thrum/internal/thrumtest"
 	"github.com/thrumhq/thrum/mcpserver"
 	"github.com/thrumhq/thrum/rpc"
@@ -223,6 +225,17 @@ func checkToolErr(t testing.TB, name string, res *mcp.CallToolResult, want ...st
 }
 
 var cliCommand = regexp.MustCompile(`thrum (agent (list|register)|group (list|create)|quickstart|daemon (start|stop)|send|inbox|message )`)
+
+// body is the text of a message a tool returned, read back from its
+// frame, which must be the whole content.
+func body(t testing.TB, m inbox.Message) string {
+	t.Helper()
+	fm, _, err := frametest.Parse(m.Content)
+	if err != nil || fm.ID != m.MessageID {
+		t.Fatalf("message %s: content is not its frame (%v):\n%s", m.MessageID, err, m.Content)
+	}
+	return fm.Body
+}
 
 func resultText(res *mcp.CallToolResult) string {
 	var b strings.Builder

@@ -90,7 +90,7 @@ func TestReconnectAfterDaemonRestart(t *testing.T) {
 	}
 
 	after := call[mcpserver.SendMessageOutput](t, alice, "send_message", args{"to": "@reviewer", "content": "after the restart"})
-	if m := received(t, await(t, blocked), after.MessageID); m.Content != "after the restart" {
+	if m := received(t, await(t, blocked), after.MessageID); body(t, m) != "after the restart" {
 		t.Errorf("blocked wait got %+v", m)
 	}
 	again := call[mcpserver.SendMessageOutput](t, alice, "send_message", args{"to": "@bob", "content": "and again"})

@@ -133,5 +133,5 @@ func constant(v string) func(*jsonschema.Schema) {
 // keepDescription lists the output descriptions worth their tokens: what
 // a value means beyond its name. The others are dropped by compact.
 var keepDescription = map[string]bool{
-	recipientStatusDoc: true, queueOverflowDoc: true,
+	recipientStatusDoc: true, queueOverflowDoc: true, receiptsDoc: true,
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/thrumhq/thrum"
+	"github.com/thrumhq/thrum/inbox"
 	"github.com/thrumhq/thrum/mcpserver"
 	"github.com/thrumhq/thrum/rpc"
 )
@@ -372,21 +373,21 @@ func TestMessageInfoAndConversation(t *testing.T) {
 	}
 	m := got[0]
 	if m.From != "alice" || m.FromRole != "implementer" || m.Priority != "high" || m.AddressedAs == nil ||
-		*m.AddressedAs != (mcpserver.Addressed{Kind: "role", Name: "reviewer"}) || string(mustJSON(t, m.Metadata)) != `{"pr":7}` {
-		t.Errorf("message info = %+v (addressed_as %+v, metadata %s)", m, m.AddressedAs, mustJSON(t, m.Metadata))
+		*m.AddressedAs != (inbox.Addressed{Kind: "role", Name: "reviewer"}) || m.Metadata != `{"pr":7}` {
+		t.Errorf("message info = %+v (addressed_as %+v, metadata %s)", m, m.AddressedAs, m.Metadata)
 	}
 	reply := call[mcpserver.SendMessageOutput](t, bob, "send_message", args{"to": "alice", "content": "looking", "reply_to": root}).MessageID
 	again := call[mcpserver.SendMessageOutput](t, alice, "send_message", args{"to": "@backend", "content": "thanks", "reply_to": reply}).MessageID
 	everyone := call[mcpserver.SendMessageOutput](t, alice, "send_message", args{"to": "@everyone", "content": "unrelated"}).MessageID
 	w := waitFor(t, bob, args{"timeout": 5}, again)
-	if w.ReplyTo != reply || w.AddressedAs == nil || *w.AddressedAs != (mcpserver.Addressed{Kind: "group", Name: "backend"}) {
+	if w.ReplyTo != reply || w.AddressedAs == nil || *w.AddressedAs != (inbox.Addressed{Kind: "group", Name: "backend"}) {
 		t.Errorf("reply info = %+v (addressed_as %+v)", w, w.AddressedAs)
 	}
 	if e := waitFor(t, bob, args{"timeout": 5}, everyone); e.AddressedAs == nil || e.AddressedAs.Kind != "everyone" {
 		t.Errorf("to everyone: %+v", e)
 	}
 	byName := call[mcpserver.SendMessageOutput](t, alice, "send_message", args{"to": "bob", "content": "direct"}).MessageID
-	if d := waitFor(t, bob, args{"timeout": 5}, byName); d.AddressedAs == nil || *d.AddressedAs != (mcpserver.Addressed{Kind: "agent", Name: "bob"}) {
+	if d := waitFor(t, bob, args{"timeout": 5}, byName); d.AddressedAs == nil || *d.AddressedAs != (inbox.Addressed{Kind: "agent", Name: "bob"}) {
 		t.Errorf("by name: %+v", d.AddressedAs)
 	}
 
@@ -408,7 +409,7 @@ func TestMessageInfoAndConversation(t *testing.T) {
 		t.Fatal(err)
 	}
 	conv = call[mcpserver.GetMessageOutput](t, bob, "get_message", args{"message_id": r2.MessageID})
-	if len(conv.Conversation) != 2 || conv.Conversation[0].Content != "first" || conv.Conversation[1].ThreadID != th.ThreadID {
+	if len(conv.Conversation) != 2 || body(t, conv.Conversation[0]) != "first" || conv.Conversation[1].ThreadID != th.ThreadID {
 		t.Errorf("thread conversation = %+v", conv.Conversation)
 	}
 	callErr(t, bob, "get_message", args{"message_id": "msg_nope"}, "msg_nope", "check_messages")
@@ -562,7 +563,7 @@ func TestGetMessageAddressedAsOnlyForOwnGroups(t *testing.T) {
 		t.Errorf("a message to a group bob is not in: %+v", c)
 	}
 	if c := call[mcpserver.GetMessageOutput](t, bob, "get_message", args{"message_id": mine}).Conversation; len(c) != 1 || c[0].AddressedAs == nil ||
-		*c[0].AddressedAs != (mcpserver.Addressed{Kind: "group", Name: "review"}) {
+		*c[0].AddressedAs != (inbox.Addressed{Kind: "group", Name: "review"}) {
 		t.Errorf("a message to bob's group: %+v", c)
 	}
 }

@@ -107,7 +107,7 @@ func TestMCPStreamableHTTP(t *testing.T) {
 	}
 	ch := startWait(bob, args{"timeout": 30})
 	id := send(t, n, "alice", "@bob", "over http", "normal")
-	if m := received(t, await(t, ch), id); m.Content != "over http" {
+	if m := received(t, await(t, ch), id); body(t, m) != "over http" {
 		t.Errorf("got %+v", m)
 	}
 	callErr(t, bob, "send_message", args{"to": "@nobody", "content": "x"}, "unknown recipient")

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"os"
 	"sync"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -38,13 +37,8 @@ func (s *Server) ServeStdio(ctx context.Context, r io.Reader, w io.Writer) error
 	return s.Run(ctx, NewLineTransport(rc, nopCloser{w}))
 }
 
-// NewStdioTransport returns a transport on the process's stdin and stdout
+// NewLineTransport returns a transport on a newline-delimited stream
 // that answers malformed lines instead of ending the session.
-func NewStdioTransport() mcp.Transport {
-	return NewLineTransport(os.Stdin, nopCloser{os.Stdout})
-}
-
-// NewLineTransport is NewStdioTransport on any newline-delimited stream.
 func NewLineTransport(r io.ReadCloser, w io.WriteCloser) mcp.Transport {
 	lw := &lineWriter{w: w}
 	return &mcp.IOTransport{Reader: &screen{src: r, in: bufio.NewReaderSize(r, 64<<10), out: lw}, Writer: lw, MaxLineLength: -1}

@@ -16,6 +16,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/thrumhq/thrum/identity"
+	"github.com/thrumhq/thrum/inbox"
 	"github.com/thrumhq/thrum/rpc"
 )
 
@@ -54,7 +55,7 @@ func (s *Server) register() {
 	add(s, &mcp.Tool{Name: "send_message", Annotations: annotate("Send a message", false, false, false),
 		Description: "Send a message to an agent, a role, a group or @everyone."},
 		edits{"priority": enum(priorityEnum)},
-		edits{"status": constant("delivered"), "recipient_status": enum([]any{"active", "offline", "no_agents"}),
+		edits{"status": constant("sent"), "recipient_status": enum([]any{"active", "offline", "no_agents"}),
 			"recipients[].kind": enum(addressKindEnum)},
 		s.sendMessage)
 	add(s, &mcp.Tool{Name: "check_messages", Annotations: annotate("Check messages", false, false, false),
@@ -67,7 +68,7 @@ func (s *Server) register() {
 			"(oldest first, or the oldest passing priority_filter). One wait at a time."},
 		edits{"timeout": bounds(1, int(MaxWaitTimeout/time.Second)),
 			"priority_filter": enum(priorityFilterEnum)},
-		messageInfoEdits("message.", edits{"status": enum([]any{"message_received", statusAcknowledged, "timeout", "shutdown"})}),
+		messageInfoEdits("message.", edits{"status": enum([]any{inbox.StatusReceived, inbox.StatusAcknowledged, inbox.StatusTimeout, inbox.StatusShutdown})}),
 		s.waitForMessage)
 	add(s, &mcp.Tool{Name: "get_message", Annotations: annotate("Get a conversation", true, false, true),
 		Description: "Show a message in its conversation (thread or reply chain), oldest first. Marks nothing read."},
@@ -112,9 +113,6 @@ func (s *Server) register() {
 var errWaitInProgress = &ToolError{Code: "wait_in_progress",
 	Message: "another wait_for_message is already waiting: only one may wait at a time",
 	Hint:    "use check_messages meanwhile, or wait for the other call to return"}
-
-// ErrWaitInProgress is the error of a second concurrent wait_for_message.
-var ErrWaitInProgress error = errWaitInProgress
 
 // invalidArg is a bad argument the handler caught itself.
 func invalidArg(tool, format string, args ...any) *ToolError {
@@ -164,10 +162,12 @@ func toolError(tool string, err error) *ToolError {
 			e.Code = name
 		}
 		e.Message = strings.TrimSpace(cliAdvice.ReplaceAllString(re.Message, ""))
-	case errors.Is(err, rpc.ErrConnClosed), errors.Is(err, errUnreachable):
+	case errors.Is(err, inbox.ErrWaitInProgress):
+		return errWaitInProgress
+	case errors.Is(err, rpc.ErrConnClosed), errors.Is(err, inbox.ErrUnreachable):
 		e.Code = "unavailable"
 		if !strings.Contains(e.Message, "shutting down") {
-			e.Message = errUnreachable.Error()
+			e.Message = inbox.ErrUnreachable.Error()
 		}
 	case errors.Is(err, context.DeadlineExceeded):
 		e.Code, e.Message = "unavailable", "the thrum daemon did not answer in time"
@@ -237,106 +237,15 @@ func schemaMessage(msg string) string {
 
 // ---- calls to the daemon ----
 
-var errUnreachable = errors.New("the thrum daemon is not reachable")
-
-// callRPC runs one call on the current connection with a timeout.
+// callRPC runs one call on the inbox's connection with a timeout.
 func callRPC[R any](ctx context.Context, s *Server, f func(context.Context, *rpc.Client) (*R, error)) (*R, error) {
-	c, err := s.conn(ctx)
+	c, err := s.ib.Conn(ctx)
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, DefaultCallTimeout)
 	defer cancel()
 	return f(ctx, c)
-}
-
-// unknownIDs returns the IDs a message.markRead error names as unknown.
-func unknownIDs(err error) []string {
-	var re *rpc.Error
-	if !errors.As(err, &re) || re.Code != rpc.CodeNotFound {
-		return nil
-	}
-	d, ok := re.Data.(map[string]any)
-	if !ok {
-		return nil
-	}
-	var out []string
-	switch v := d["unknown_ids"].(type) {
-	case []string:
-		out = v
-	case []any:
-		for _, x := range v {
-			if s, ok := x.(string); ok {
-				out = append(out, s)
-			}
-		}
-	}
-	return out
-}
-
-// claim marks ids read and returns those this call claimed: the daemon
-// gives each message to exactly one claim of this agent, across every
-// server and connection. A message that vanished meanwhile (an unknown
-// ID) is left out. The claim runs to its end even if ctx is cancelled
-// meanwhile: a claim made must reach its caller, who returns it.
-func (s *Server) claim(ctx context.Context, ids []string, via string) ([]string, error) {
-	ctx = context.WithoutCancel(ctx)
-	for len(ids) > 0 {
-		r, err := callRPC(ctx, s, func(ctx context.Context, c *rpc.Client) (*rpc.MarkReadResult, error) {
-			return c.MarkRead(ctx, &rpc.MarkReadParams{MessageIDs: ids, Via: via})
-		})
-		if err == nil {
-			s.queue.remove(r.MarkedIDs...)
-			return r.MarkedIDs, nil
-		}
-		gone := unknownIDs(err)
-		if len(gone) == 0 {
-			return nil, err
-		}
-		s.queue.remove(gone...)
-		ids = slices.DeleteFunc(ids, func(id string) bool { return slices.Contains(gone, id) })
-	}
-	return nil, nil
-}
-
-// claimOne claims one message, as claim does, and returns it as the
-// claim found it: one round trip where fetching it first would take two.
-// m is nil if the message is gone; claimed is false if this call did not
-// claim it (it is read, or another call is claiming it). An error after
-// the claim leaves the message read and returned to nobody, as a lost
-// reply to a claim does (DESIGN.md, "Delivery to agents").
-func (s *Server) claimOne(ctx context.Context, id, via string) (m *rpc.MessageDetail, claimed bool, err error) {
-	ctx = context.WithoutCancel(ctx) // as in claim: a claim made must reach its caller
-	r, err := callRPC(ctx, s, func(ctx context.Context, c *rpc.Client) (*rpc.MarkReadResult, error) {
-		return c.MarkRead(ctx, &rpc.MarkReadParams{MessageIDs: []string{id}, WithMessages: true, Via: via})
-	})
-	if len(unknownIDs(err)) > 0 {
-		s.queue.remove(id)
-		return nil, false, nil
-	}
-	if err != nil {
-		return nil, false, err
-	}
-	s.queue.remove(r.MarkedIDs...)
-	if len(r.MarkedIDs) == 0 {
-		return nil, false, nil
-	}
-	for i := range r.Messages {
-		if r.Messages[i].MessageID == id {
-			return &r.Messages[i], true, nil
-		}
-	}
-	// Claimed, but the daemon could not fetch it with the claim.
-	g, err := callRPC(ctx, s, func(ctx context.Context, c *rpc.Client) (*rpc.GetMessageResult, error) {
-		return c.GetMessage(ctx, &rpc.GetMessageParams{MessageID: id})
-	})
-	if errors.Is(err, rpc.ErrNotFound) {
-		return nil, true, nil
-	}
-	if err != nil {
-		return nil, true, err
-	}
-	return &g.Message, true, nil
 }
 
 // ---- tools ----
@@ -372,7 +281,7 @@ func (s *Server) recipientStatus(rs []rpc.Recipient) (string, []rpc.Recipient) {
 	notMe := func(ids []string) []string {
 		kept := make([]string, 0, len(ids))
 		for _, id := range ids {
-			if id != s.id.AgentID {
+			if id != s.ib.ID().AgentID {
 				kept = append(kept, id)
 			}
 		}
@@ -414,7 +323,7 @@ func (s *Server) sendMessage(ctx context.Context, _ *mcp.CallToolRequest, in Sen
 	p := &rpc.SendMessageParams{Content: in.Content, Priority: pri, Mentions: []string{to}, IdempotencyKey: newKey(),
 		AckRequired: in.AckRequired, AckWithin: in.AckWithin}
 	if p.AckRequired || p.AckWithin != "" {
-		s.watchAcks(ctx) // before the send: its acknowledgement may come at once
+		s.ib.WatchAcks(ctx) // before the send: its acknowledgement may come at once
 	}
 	if in.ReplyTo != "" {
 		p.Refs = []rpc.Pair{{Type: rpc.RefReplyTo, Value: in.ReplyTo}}
@@ -430,9 +339,33 @@ func (s *Server) sendMessage(ctx context.Context, _ *mcp.CallToolRequest, in Sen
 	if err != nil {
 		return out, err
 	}
-	out.Status, out.MessageID = "delivered", r.MessageID
+	out.Status, out.MessageID = "sent", r.MessageID
 	out.RecipientStatus, out.Recipients = s.recipientStatus(r.Recipients)
+	out.Receipts = s.receipts(ctx, r)
 	return out, nil
+}
+
+// receipts are a sent message's receipts as message.get has them (a
+// waiting recipient's standing claim may have taken it in the send's own
+// commit); if it cannot say, queued for each recipient, as a send leaves
+// them.
+func (s *Server) receipts(ctx context.Context, r *rpc.SendMessageResult) []rpc.Receipt {
+	if g, err := callRPC(ctx, s, func(ctx context.Context, c *rpc.Client) (*rpc.GetMessageResult, error) {
+		return c.GetMessage(ctx, &rpc.GetMessageParams{MessageID: r.MessageID})
+	}); err == nil && g.Message.Receipts != nil {
+		return g.Message.Receipts
+	}
+	out := []rpc.Receipt{}
+	seen := map[string]bool{s.ib.ID().AgentID: true}
+	for _, rc := range r.Recipients {
+		for _, a := range rc.Agents {
+			if !seen[a] {
+				seen[a] = true
+				out = append(out, rpc.Receipt{AgentID: a, State: rpc.ReceiptQueued})
+			}
+		}
+	}
+	return out
 }
 
 // retrying runs an idempotent call, once more on the next connection if
@@ -446,7 +379,7 @@ func (s *Server) retrying(ctx context.Context, f func(context.Context, *rpc.Clie
 }
 
 func (s *Server) checkMessages(ctx context.Context, req *mcp.CallToolRequest, in CheckMessagesInput) (CheckMessagesOutput, error) {
-	out := CheckMessagesOutput{Messages: []MessageInfo{}}
+	out := CheckMessagesOutput{Messages: []inbox.Message{}}
 	ctx, stop := s.requestContext(ctx, req, false)
 	defer stop()
 	limit := 50
@@ -456,74 +389,33 @@ func (s *Server) checkMessages(ctx context.Context, req *mcp.CallToolRequest, in
 	if limit < 1 || limit > 100 {
 		return out, invalidArg("check_messages", "limit %d is out of range: use 1 to 100", limit)
 	}
-	// What a stopped wait claimed comes first.
-	out.Messages = append(out.Messages, s.unhold(ctx, limit, 0)...)
-	if len(out.Messages) == limit {
-		out.Status = "messages"
-		return out, nil
-	}
-	r, err := callRPC(ctx, s, func(ctx context.Context, c *rpc.Client) (*rpc.ListMessagesResult, error) {
-		return c.ListMessages(ctx, &rpc.ListMessagesParams{Mentions: true, Unread: true, PageSize: limit - len(out.Messages), SortOrder: "asc"})
-	})
+	r, err := s.ib.Check(ctx, inbox.CheckParams{Limit: limit, Via: rpc.ViaCheckMessages, Shape: inbox.Shape{BodyMax: inbox.Whole}})
 	if err != nil {
-		return s.heldOr(out, err)
+		return out, err
 	}
-	ids := make([]string, 0, len(r.Messages))
-	for i := range r.Messages {
-		ids = append(ids, r.Messages[i].MessageID)
-	}
-	var claimed []string
-	if len(ids) > 0 {
-		if claimed, err = s.claim(ctx, ids, rpc.ViaCheckMessages); err != nil {
-			return s.heldOr(out, err)
-		}
-	}
-	for i := range r.Messages {
-		if m := &r.Messages[i]; slices.Contains(claimed, m.MessageID) {
-			out.Messages = append(out.Messages, s.info(ctx, m.MessageID, m.ThreadID, m.AgentID, m.Body, m.Refs, m.Priority, m.CreatedAt, m.AckRequired, nil))
-		}
-	}
-	if ctx.Err() != nil {
-		// The caller is gone: what this call claimed goes to the next one.
-		for _, m := range out.Messages {
-			s.hold(m)
-		}
-		return CheckMessagesOutput{}, ctx.Err()
-	}
+	out.Messages = append(out.Messages, r.Messages...)
+	out.Remaining = r.Remaining
 	out.Status = "empty"
 	if len(out.Messages) > 0 {
 		out.Status = "messages"
 	}
-	// The others listed were taken by another consumer: no longer unread.
-	out.Remaining = max(r.Total-len(ids), 0)
-	return out, nil
-}
-
-// heldOr returns the held messages check_messages took already, rather
-// than lose them to err; err if there are none.
-func (s *Server) heldOr(out CheckMessagesOutput, err error) (CheckMessagesOutput, error) {
-	if len(out.Messages) == 0 {
-		return out, err
-	}
-	s.log.Warn("mcpserver: check_messages returns held messages only", "err", err)
-	out.Status = "messages"
 	return out, nil
 }
 
 // priorityFloor maps a priority_filter to the lowest priority it lets
 // through.
-func priorityFloor(filter string) (int, error) {
+func priorityFloor(filter string) (string, error) {
 	switch filter {
 	case "", "all":
-		return 0, nil
+		return "", nil
 	case "normal_and_above":
-		return priorities[rpc.PriorityNormal], nil
+		return rpc.PriorityNormal, nil
 	case "high_and_above":
-		return priorities[rpc.PriorityHigh], nil
+		return rpc.PriorityHigh, nil
 	case "critical":
-		return priorities[rpc.PriorityCritical], nil
+		return rpc.PriorityCritical, nil
 	}
-	return 0, invalidArg("wait_for_message", "invalid priority_filter %q: use all, critical, high_and_above or normal_and_above", filter)
+	return "", invalidArg("wait_for_message", "invalid priority_filter %q: use all, critical, high_and_above or normal_and_above", filter)
 }
 
 func (s *Server) waitForMessage(ctx context.Context, req *mcp.CallToolRequest, in WaitForMessageInput) (WaitForMessageOutput, error) {
@@ -541,26 +433,19 @@ func (s *Server) waitForMessage(ctx context.Context, req *mcp.CallToolRequest, i
 	if err != nil {
 		return out, err
 	}
-	if !s.waitMu.TryLock() {
-		return out, errWaitInProgress
-	}
-	defer s.waitMu.Unlock()
 	ctx, stop := s.requestContext(ctx, req, true)
 	defer stop()
 	start := time.Now()
 	if in.Acks {
-		s.watchAcks(ctx)
+		s.ib.WatchAcks(ctx)
 	}
-	m, status, err := s.wait(ctx, timeout, floor, s.progress(ctx, req, start, timeout), rpc.ViaWaitForMessage, in.Acks)
+	r, err := s.ib.Wait(ctx, inbox.WaitParams{Timeout: timeout, MinPriority: floor, Via: rpc.ViaWaitForMessage,
+		Shape: inbox.Shape{BodyMax: inbox.Whole}, Acks: in.Acks, Tick: s.progress(ctx, req, start, timeout), TickEvery: s.opts.ProgressInterval})
 	out.WaitedSeconds = int(time.Since(start).Round(time.Second) / time.Second)
-	out.QueueOverflow = s.queue.takeDropped()
 	if err != nil {
 		return out, err
 	}
-	out.Status, out.Message = status, m
-	if status == statusAcknowledged {
-		out.Ack = s.takeAck()
-	}
+	out.Status, out.Message, out.Ack, out.QueueOverflow = r.Status, r.Message, r.Ack, r.Overflow
 	return out, nil
 }
 
@@ -587,255 +472,11 @@ func (s *Server) progress(ctx context.Context, req *mcp.CallToolRequest, start t
 	}
 }
 
-// wait blocks until a queued message passes the filter and is claimed
-// (for delivery via), the timeout passes ("timeout"), the server ends its
-// waits ("shutdown"), or, with acks, an acknowledgement of a message the
-// agent sent is queued (statusAcknowledged: takeAck has it). A cancelled
-// ctx returns its error and claims nothing.
-func (s *Server) wait(ctx context.Context, timeout time.Duration, floor int, tick func(), via string, acks bool) (*MessageInfo, string, error) {
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
-	var ticks <-chan time.Time
-	if tick != nil {
-		t := time.NewTicker(s.opts.ProgressInterval)
-		defer t.Stop()
-		ticks = t.C
-	}
-	// While it waits, the daemon holds a standing claim for it: the next
-	// message at or above the floor is claimed in its own commit and
-	// pushed whole (claimed.go). Whatever way the last of the server's
-	// waits (a tool call, a channel's stream) ends, the claim is
-	// cancelled; what it took meanwhile is held for the next call.
-	s.waiting.Add(1)
-	defer func() {
-		if s.waiting.Add(-1) == 0 {
-			s.disarmLater()
-		}
-	}()
-	for {
-		changed := s.queue.changed() // before looking: a wake after the look ends the select
-		// An acknowledgement first: it is pushed before the reply that
-		// made it is handed over, which the next call then returns.
-		if acks && s.hasAck() {
-			return nil, statusAcknowledged, nil
-		}
-		m, err := s.takeQueued(ctx, floor, via)
-		if err != nil || m != nil {
-			return m, "message_received", err
-		}
-		if s.arm(ctx, floor, via) {
-			continue // a message may have been queued just before
-		}
-		select {
-		case <-changed:
-		case <-ticks:
-			tick()
-		case <-timer.C:
-			return s.lastLook(ctx, floor, "timeout", DefaultCallTimeout)
-		case <-ctx.Done():
-			return nil, "", ctx.Err()
-		case <-s.ending:
-			// Bounded: the server ends within a second even if the daemon
-			// does not answer (a claim it makes later is then lost, as a
-			// lost reply is).
-			return s.lastLook(ctx, floor, "shutdown", shutdownGrace/2)
-		}
-	}
-}
-
-// lastLook ends a wait that is not cancelled: the standing claim is
-// cancelled (waiting at most within) unless another wait goes on, and a
-// message it took meanwhile is the answer.
-func (s *Server) lastLook(ctx context.Context, floor int, status string, within time.Duration) (*MessageInfo, string, error) {
-	if s.waiting.Load() == 1 { // another wait keeps the claim, and takes what it holds
-		s.disarm(within)
-	}
-	if m := s.unhold(ctx, 1, floor); len(m) > 0 {
-		return &m[0], "message_received", nil
-	}
-	return nil, status, nil
-}
-
-// stopped reports whether the wait should give up without claiming.
-func (s *Server) stopped(ctx context.Context) bool {
-	select {
-	case <-s.ending:
-		return true
-	default:
-		return ctx.Err() != nil
-	}
-}
-
-// takeQueued claims the oldest queued message that passes the filter, and
-// returns it; nil if there is none (or the wait was stopped). Messages
-// below the filter stay queued, in order; read or deleted ones leave.
-func (s *Server) takeQueued(ctx context.Context, floor int, via string) (*MessageInfo, error) {
-	if m := s.unhold(ctx, 1, floor); len(m) > 0 {
-		return &m[0], nil
-	}
-	for _, it := range s.queue.snapshot() {
-		if s.stopped(ctx) {
-			return nil, nil
-		}
-		if it.priority != "" && priorities[it.priority] < floor {
-			continue
-		}
-		if floor == 0 {
-			// Every message passes: claim it and get it in one call.
-			m, claimed, err := s.claimOne(ctx, it.id, via)
-			if err != nil {
-				return nil, err
-			}
-			if !claimed {
-				// Read already, or being claimed by another call: look
-				// at it the long way, which drops what is read.
-				if m, err := s.takeOne(ctx, it, floor, via); m != nil || err != nil {
-					return m, err
-				}
-				continue
-			}
-			if m == nil || m.Deleted {
-				continue // gone or deleted: nothing to return (it is read now)
-			}
-			if m := s.claimedInfo(ctx, m); m != nil {
-				return m, nil
-			}
-			return nil, nil
-		}
-		if m, err := s.takeOne(ctx, it, floor, via); m != nil || err != nil {
-			return m, err
-		}
-	}
-	return nil, nil
-}
-
-// takeOne fetches one queued message, and claims and returns it if it
-// passes the filter and is unread. nil if not, or the wait was stopped.
-func (s *Server) takeOne(ctx context.Context, it queued, floor int, via string) (*MessageInfo, error) {
-	g, err := callRPC(ctx, s, func(ctx context.Context, c *rpc.Client) (*rpc.GetMessageResult, error) {
-		return c.GetMessage(ctx, &rpc.GetMessageParams{MessageID: it.id})
-	})
-	if errors.Is(err, rpc.ErrNotFound) {
-		s.queue.remove(it.id)
-		return nil, nil
-	}
-	if err != nil {
-		if s.stopped(ctx) {
-			return nil, nil
-		}
-		return nil, err
-	}
-	m := &g.Message
-	s.queue.setPriority(it.id, m.Priority)
-	if m.Deleted || m.IsRead {
-		s.queue.remove(it.id)
-		return nil, nil
-	}
-	if priorities[m.Priority] < floor {
-		return nil, nil
-	}
-	if s.stopped(ctx) {
-		return nil, nil // a stopped wait claims nothing
-	}
-	claimed, err := s.claim(ctx, []string{it.id}, via)
-	if err != nil {
-		return nil, err
-	}
-	if len(claimed) == 0 {
-		return nil, nil // another consumer of this agent took it
-	}
-	return s.claimedInfo(ctx, m), nil
-}
-
-// claimedInfo is the result of a wait that claimed m; nil if its caller
-// left meanwhile: the next call of this server returns it. (A server that
-// is ending answers with it instead: no later call would come.)
-func (s *Server) claimedInfo(ctx context.Context, m *rpc.MessageDetail) *MessageInfo {
-	info := s.info(ctx, m.MessageID, m.ThreadID, m.Author.AgentID, m.Body, m.Refs, m.Priority, m.CreatedAt, m.AckRequired, nil)
-	if ctx.Err() != nil {
-		s.hold(info)
-		return nil
-	}
-	return &info
-}
-
-func (s *Server) hold(m MessageInfo) {
-	s.heldMu.Lock()
-	s.held = append(s.held, m)
-	s.heldMu.Unlock()
-	s.queue.wake()
-}
-
-// unhold takes up to n held messages at or above floor, oldest first.
-func (s *Server) unhold(ctx context.Context, n, floor int) []MessageInfo {
-	s.adoptClaimed(ctx)
-	s.heldMu.Lock()
-	defer s.heldMu.Unlock()
-	var out []MessageInfo
-	s.held = slices.DeleteFunc(s.held, func(m MessageInfo) bool {
-		if len(out) < n && priorities[m.Priority] >= floor {
-			out = append(out, m)
-			return true
-		}
-		return false
-	})
-	return out
-}
-
-// info builds a MessageInfo. inGroup says whether this agent is in a
-// group; nil means the message is known to have reached the agent (it was
-// pushed to it or is in its inbox), so a mention of a group is one it is in.
-func (s *Server) info(ctx context.Context, id, thread, from string, body rpc.Body, refs []rpc.Pair, priority, at string, ack bool, inGroup func(string) bool) MessageInfo {
-	mi := MessageInfo{MessageID: id, ThreadID: thread, From: from, FromRole: s.roleOf(ctx, from),
-		Content: body.Content, Priority: priority, Timestamp: at, AckRequired: ack}
-	if body.Structured != "" && json.Valid([]byte(body.Structured)) {
-		mi.Metadata = json.RawMessage(body.Structured)
-	}
-	var mentions []string
-	for _, r := range refs {
-		switch r.Type {
-		case rpc.RefReplyTo:
-			mi.ReplyTo = r.Value
-		case rpc.RefMention:
-			mentions = append(mentions, r.Value)
-		}
-	}
-	mi.AddressedAs = s.addressedAs(ctx, mentions, inGroup)
-	return mi
-}
-
-// addressedAs says how a message with these mentions reached this agent:
-// by its name, its role, a group, or everyone, the most specific first.
-// nil if none reaches it. inGroup is as for info.
-func (s *Server) addressedAs(ctx context.Context, mentions []string, inGroup func(string) bool) *Addressed {
-	rank := map[string]int{"agent": 4, "role": 3, "group": 2, "everyone": 1}
-	var best *Addressed
-	for _, m := range mentions {
-		a := &Addressed{Name: m}
-		switch {
-		case m == s.id.AgentID:
-			a.Kind = "agent"
-		case m == s.id.Role:
-			a.Kind = "role"
-		case m == "everyone":
-			a.Kind = "everyone"
-		case !s.isAgentOrRole(ctx, m) && (inGroup == nil || inGroup(m)):
-			a.Kind = "group" // a group this agent is in
-		default:
-			continue // another agent or role
-		}
-		if best == nil || rank[a.Kind] > rank[best.Kind] {
-			best = a
-		}
-	}
-	return best
-}
-
 // conversationMax bounds get_message's conversation.
 const conversationMax = 100
 
 func (s *Server) getMessage(ctx context.Context, _ *mcp.CallToolRequest, in GetMessageInput) (GetMessageOutput, error) {
-	out := GetMessageOutput{Conversation: []MessageInfo{}}
+	out := GetMessageOutput{Conversation: []inbox.Message{}}
 	if strings.TrimSpace(in.MessageID) == "" {
 		return out, invalidArg("get_message", "message_id is required")
 	}
@@ -874,7 +515,7 @@ func (s *Server) getMessage(ctx context.Context, _ *mcp.CallToolRequest, in GetM
 		// The reply chain: up to its root, then every reply under it.
 		root := m
 		for hops := 0; hops < conversationMax; hops++ {
-			parent := replyTo(root.Refs)
+			parent := rpc.ReplyTo(root.Refs)
 			if parent == "" {
 				break
 			}
@@ -884,8 +525,7 @@ func (s *Server) getMessage(ctx context.Context, _ *mcp.CallToolRequest, in GetM
 			}
 			root = p
 		}
-		conv = append(conv, rpc.MessageSummary{MessageID: root.MessageID, ThreadID: root.ThreadID, AgentID: root.Author.AgentID,
-			Body: root.Body, CreatedAt: root.CreatedAt, Priority: root.Priority, Refs: root.Refs})
+		conv = append(conv, *inbox.Summary(root))
 		for next := []string{root.MessageID}; len(next) > 0 && !out.More; {
 			id := next[0]
 			next = next[1:]
@@ -914,25 +554,19 @@ func (s *Server) getMessage(ctx context.Context, _ *mcp.CallToolRequest, in GetM
 			r, err := callRPC(ctx, s, func(ctx context.Context, c *rpc.Client) (*rpc.GroupMembersResult, error) {
 				return c.GroupMembers(ctx, &rpc.GroupMembersParams{Name: g, Expand: true})
 			})
-			in = err == nil && slices.Contains(r.ExpandedAgents, s.id.AgentID)
+			in = err == nil && slices.Contains(r.ExpandedAgents, s.ib.ID().AgentID)
 			member[g] = in
 		}
 		return in
 	}
 	for i := range conv {
-		c := &conv[i]
-		out.Conversation = append(out.Conversation, s.info(ctx, c.MessageID, c.ThreadID, c.AgentID, c.Body, c.Refs, c.Priority, c.CreatedAt, c.AckRequired, inGroup))
-	}
-	return out, nil
-}
-
-func replyTo(refs []rpc.Pair) string {
-	for _, r := range refs {
-		if r.Type == rpc.RefReplyTo {
-			return r.Value
+		// One that cannot be shown (a field too long to frame) is left
+		// out; the others are shown.
+		if m, err := s.ib.Show(ctx, &conv[i], inGroup, inbox.Shape{BodyMax: inbox.Whole}); err == nil {
+			out.Conversation = append(out.Conversation, m)
 		}
 	}
-	return ""
+	return out, nil
 }
 
 func (s *Server) listAgents(ctx context.Context, _ *mcp.CallToolRequest, in ListAgentsInput) (ListAgentsOutput, error) {
@@ -981,7 +615,7 @@ func (s *Server) broadcastMessage(ctx context.Context, _ *mcp.CallToolRequest, i
 		return out, err
 	}
 	for _, a := range r.Agents {
-		if a.Kind != "agent" || a.AgentID == s.id.AgentID || exclude[a.AgentID] || exclude[a.Role] || (a.Display != "" && exclude[a.Display]) {
+		if a.Kind != "agent" || a.AgentID == s.ib.ID().AgentID || exclude[a.AgentID] || exclude[a.Role] || (a.Display != "" && exclude[a.Display]) {
 			continue
 		}
 		if f.Status == "active" && a.Status != "active" {

@@ -257,8 +257,21 @@ func TestSendMessageAddressing(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			content := "to " + tc.name
 			out := call[mcpserver.SendMessageOutput](t, alice, "send_message", args{"to": tc.to, "content": content})
-			if out.Status != "delivered" || !strings.HasPrefix(out.MessageID, "msg_") {
-				t.Errorf("status %q, message_id %q", out.Status, out.MessageID)
+			// Sent, not delivered: each recipient's receipt is queued
+			// until a step puts the message before its model.
+			if out.Status != "sent" || !strings.HasPrefix(out.MessageID, "msg_") {
+				t.Errorf("status %q, message_id %q, want sent", out.Status, out.MessageID)
+			}
+			var queued []string
+			for _, r := range out.Receipts {
+				if r.State != rpc.ReceiptQueued {
+					t.Errorf("receipt at send: %+v, want queued", r)
+				}
+				queued = append(queued, r.AgentID)
+			}
+			sort.Strings(queued)
+			if want := slices.Sorted(slices.Values(tc.recipients)); !slices.Equal(queued, want) {
+				t.Errorf("receipts for %v, want %v", queued, want)
 			}
 			if out.RecipientStatus != tc.status {
 				t.Errorf("recipient_status = %q, want %q", out.RecipientStatus, tc.status)
@@ -427,7 +440,7 @@ func TestCheckMessages(t *testing.T) {
 	all := append(append(got.Messages, rest.Messages...), last.Messages...)
 	for i, m := range all {
 		w := toBob[i]
-		if m.MessageID != w.id || m.From != "alice" || m.Content != w.content || m.Priority != w.priority {
+		if m.MessageID != w.id || m.From != "alice" || body(t, m) != w.content || m.Priority != w.priority {
 			t.Errorf("message %d = %+v, want %+v from alice", i, m, w)
 		}
 		if _, err := time.Parse(time.RFC3339Nano, m.Timestamp); err != nil {
@@ -448,7 +461,7 @@ func TestCheckMessages(t *testing.T) {
 	c := call[mcpserver.CheckMessagesOutput](t, carol, "check_messages", nil)
 	var contents []string
 	for _, m := range c.Messages {
-		contents = append(contents, m.Content)
+		contents = append(contents, body(t, m))
 	}
 	want := []string{"for bob via @reviewer", "for bob via @everyone", "for carol only", "bob's own"}
 	if !slices.Equal(contents, want) {

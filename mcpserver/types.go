@@ -1,35 +1,18 @@
 package mcpserver
 
-import "github.com/thrumhq/thrum/rpc"
+import (
+	"github.com/thrumhq/thrum/inbox"
+	"github.com/thrumhq/thrum/rpc"
+)
 
 // The inputs and outputs of the 12 tools (the MCP contract's 11 and
-// get_message; search_messages's are in search.go), as the contract names them. jsonschema tags are the
+// get_message; search_messages's are in search.go), as the contract names them. A message is
+// an inbox.Message: framed, its text escaped. jsonschema tags are the
 // descriptions agents see; schema.go adds enums and bounds. Where a tool
 // takes or returns what an rpc method does (rpc.Recipient, rpc.GroupInfo,
 // rpc.GroupMember, rpc.GroupMembership, rpc.CreateGroupParams,
 // rpc.DeleteGroupParams), it uses the rpc type, whose tags describe it; the
 // types here are the tools' own shapes.
-
-// MessageInfo is one message as the tools return it.
-type MessageInfo struct {
-	MessageID   string     `json:"message_id" jsonschema:"message ID"`
-	ThreadID    string     `json:"thread_id,omitempty" jsonschema:"the thread it belongs to, if any (get_message shows the thread)"`
-	ReplyTo     string     `json:"reply_to,omitempty" jsonschema:"the message it replies to, if any"`
-	From        string     `json:"from" jsonschema:"sender's agent name"`
-	FromRole    string     `json:"from_role,omitempty" jsonschema:"sender's role"`
-	AddressedAs *Addressed `json:"addressed_as,omitempty" jsonschema:"how it reached you; absent if it was not addressed to you"`
-	Content     string     `json:"content" jsonschema:"message text"`
-	Metadata    any        `json:"metadata,omitempty" jsonschema:"the sender's metadata (structured data), if any"`
-	Priority    string     `json:"priority" jsonschema:"message priority"`
-	Timestamp   string     `json:"timestamp" jsonschema:"when it was sent, RFC 3339"`
-	AckRequired bool       `json:"ack_required,omitempty" jsonschema:"the sender asks you to acknowledge it: reply to it"`
-}
-
-// Addressed says how a message reached the agent.
-type Addressed struct {
-	Kind string `json:"kind" jsonschema:"agent (you by name), role (your role), group (a group you are in) or everyone"`
-	Name string `json:"name" jsonschema:"the address, without @"`
-}
 
 // SendMessageInput is the input of send_message.
 type SendMessageInput struct {
@@ -43,13 +26,16 @@ type SendMessageInput struct {
 	AckWithin   string `json:"ack_within,omitempty" jsonschema:"time to acknowledge, e.g. 30m"`
 }
 
-// SendMessageOutput is the result of send_message: the new message and
-// whom its address reached.
+// SendMessageOutput is the result of send_message: the new message, whom
+// its address reached, and each recipient's receipt. A sent message is
+// queued for its recipients; a receipt says delivered only once a step
+// put it before the recipient's model.
 type SendMessageOutput struct {
-	Status          string          `json:"status" jsonschema:"delivered"`
+	Status          string          `json:"status" jsonschema:"sent"`
 	MessageID       string          `json:"message_id" jsonschema:"ID of the sent message"`
 	RecipientStatus string          `json:"recipient_status" jsonschema:"active: a recipient was seen in the last 2 minutes; no_agents: nobody (but you) is addressed"`
 	Recipients      []rpc.Recipient `json:"recipients" jsonschema:"whom the address reached"`
+	Receipts        []rpc.Receipt   `json:"receipts" jsonschema:"each recipient's receipt: queued until a model saw it"`
 }
 
 // CheckMessagesInput is the input of check_messages.
@@ -60,9 +46,9 @@ type CheckMessagesInput struct {
 // CheckMessagesOutput is the result of check_messages: the unread
 // messages this call claimed.
 type CheckMessagesOutput struct {
-	Status    string        `json:"status" jsonschema:"messages or empty"`
-	Messages  []MessageInfo `json:"messages" jsonschema:"your unread messages, oldest first, now marked read; each is returned to exactly one call"`
-	Remaining int           `json:"remaining" jsonschema:"unread messages still waiting"`
+	Status    string          `json:"status" jsonschema:"messages or empty"`
+	Messages  []inbox.Message `json:"messages" jsonschema:"your unread messages, oldest first, now marked read; each is returned to exactly one call"`
+	Remaining int             `json:"remaining" jsonschema:"unread messages still waiting"`
 }
 
 // WaitForMessageInput is the input of wait_for_message.
@@ -75,20 +61,11 @@ type WaitForMessageInput struct {
 // WaitForMessageOutput is the result of wait_for_message: the message
 // this wait claimed, or why it ended without one.
 type WaitForMessageOutput struct {
-	Status        string       `json:"status" jsonschema:"message_received, acknowledged (see ack), timeout, or shutdown (the server is stopping)"`
-	Message       *MessageInfo `json:"message" jsonschema:"the message, now marked read; null otherwise"`
-	Ack           *AckInfo     `json:"ack,omitempty"`
-	WaitedSeconds int          `json:"waited_seconds" jsonschema:"how long the wait lasted"`
-	QueueOverflow int          `json:"queue_overflow,omitempty" jsonschema:"queue overflow since the last wait: those messages are unread, for check_messages"`
-}
-
-// AckInfo is an acknowledgement of a message the agent sent with
-// ack_required, as a wait with acks returns it.
-type AckInfo struct {
-	MessageID string `json:"message_id" jsonschema:"your message"`
-	By        string `json:"by" jsonschema:"who acknowledged it"`
-	Note      string `json:"note,omitempty"`
-	ReplyID   string `json:"reply_id,omitempty" jsonschema:"the reply that acknowledged it"`
+	Status        string         `json:"status" jsonschema:"message_received, acknowledged (see ack), timeout, or shutdown (the server is stopping)"`
+	Message       *inbox.Message `json:"message" jsonschema:"the message, now marked read; null otherwise"`
+	Ack           *inbox.Ack     `json:"ack,omitempty"`
+	WaitedSeconds int            `json:"waited_seconds" jsonschema:"how long the wait lasted"`
+	QueueOverflow int            `json:"queue_overflow,omitempty" jsonschema:"queue overflow since the last wait: those messages are unread, for check_messages"`
 }
 
 // GetMessageInput is the input of get_message.
@@ -99,9 +76,9 @@ type GetMessageInput struct {
 // GetMessageOutput is the result of get_message: a message with the
 // conversation it belongs to.
 type GetMessageOutput struct {
-	MessageID    string        `json:"message_id" jsonschema:"the message asked for"`
-	Conversation []MessageInfo `json:"conversation" jsonschema:"the message with its thread, or the replies it belongs to, oldest first; nothing is marked read"`
-	More         bool          `json:"more,omitempty" jsonschema:"the conversation is longer than the 100 shown"`
+	MessageID    string          `json:"message_id" jsonschema:"the message asked for"`
+	Conversation []inbox.Message `json:"conversation" jsonschema:"the message with its thread, or the replies it belongs to, oldest first; nothing is marked read"`
+	More         bool            `json:"more,omitempty" jsonschema:"the conversation is longer than the 100 shown"`
 }
 
 // ListAgentsInput is the input of list_agents.
@@ -194,6 +171,7 @@ type GetGroupOutput struct {
 // Output descriptions kept in tools/list (schema.go's compact).
 const (
 	recipientStatusDoc = "active: a recipient was seen in the last 2 minutes; no_agents: nobody (but you) is addressed"
+	receiptsDoc        = "each recipient's receipt: queued until a model saw it"
 	queueOverflowDoc   = "queue overflow since the last wait: those messages are unread, for check_messages"
 )
 

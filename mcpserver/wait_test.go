@@ -10,6 +10,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/thrumhq/thrum"
+	"github.com/thrumhq/thrum/inbox"
 	"github.com/thrumhq/thrum/mcpserver"
 	"github.com/thrumhq/thrum/rpc"
 )
@@ -47,7 +48,7 @@ func await(t testing.TB, ch <-chan waitResult) waitResult {
 }
 
 // received checks a wait's result is the message id.
-func received(t testing.TB, r waitResult, id string) mcpserver.MessageInfo {
+func received(t testing.TB, r waitResult, id string) inbox.Message {
 	t.Helper()
 	out := decode[mcpserver.WaitForMessageOutput](t, "wait_for_message", r.res)
 	if out.Status != "message_received" || out.Message == nil {
@@ -60,7 +61,7 @@ func received(t testing.TB, r waitResult, id string) mcpserver.MessageInfo {
 }
 
 // waitFor calls wait_for_message and expects message id.
-func waitFor(t testing.TB, a *agentClient, in args, id string) mcpserver.MessageInfo {
+func waitFor(t testing.TB, a *agentClient, in args, id string) inbox.Message {
 	t.Helper()
 	return received(t, await(t, startWait(a, in)), id)
 }
@@ -90,7 +91,7 @@ func TestWaitForMessageReceives(t *testing.T) {
 	r := await(t, ch)
 	t.Logf("send_message call → wait_for_message return: %v", r.at.Sub(start))
 	m := received(t, r, sent.MessageID)
-	if m.From != "alice" || m.Content != "wake up" || m.Priority != "high" {
+	if m.From != "alice" || body(t, m) != "wake up" || m.Priority != "high" {
 		t.Errorf("message = %+v", m)
 	}
 	if _, err := time.Parse(time.RFC3339Nano, m.Timestamp); err != nil {
@@ -114,7 +115,7 @@ func TestWaitForMessageReceives(t *testing.T) {
 	for _, to := range []string{"@reviewer", "@backend", "@everyone", "agent:reviewer:0000000000"} {
 		ch := startWait(bob, args{"timeout": 30})
 		sent := call[mcpserver.SendMessageOutput](t, alice, "send_message", args{"to": to, "content": "via " + to})
-		if m := received(t, await(t, ch), sent.MessageID); m.Content != "via "+to {
+		if m := received(t, await(t, ch), sent.MessageID); body(t, m) != "via "+to {
 			t.Errorf("via %s: got %+v", to, m)
 		}
 	}
@@ -135,7 +136,7 @@ func TestWaitForMessageQueued(t *testing.T) {
 	queuedUntil(t, bob.srv, ids[2])
 	for i, id := range ids {
 		m := waitFor(t, bob, args{"timeout": 5}, id)
-		if m.Content != []string{"one", "two", "three"}[i] {
+		if body(t, m) != []string{"one", "two", "three"}[i] {
 			t.Errorf("wait %d: %+v", i, m)
 		}
 	}
@@ -254,7 +255,7 @@ func TestWaitForMessagePriorityFilter(t *testing.T) {
 	ch := startWait(bob, args{"timeout": 30, "priority_filter": "critical"})
 	normal := send(t, n, "alice", "@bob", "not urgent", "normal")
 	critical := send(t, n, "alice", "@reviewer", "urgent!", "critical")
-	if m := received(t, await(t, ch), critical); m.Priority != "critical" || m.Content != "urgent!" {
+	if m := received(t, await(t, ch), critical); m.Priority != "critical" || body(t, m) != "urgent!" {
 		t.Errorf("got %+v", m)
 	}
 	got := call[mcpserver.CheckMessagesOutput](t, bob, "check_messages", nil)

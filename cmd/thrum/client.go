@@ -88,15 +88,19 @@ func connectAs(ctx context.Context, g *Globals) (*session, error) {
 	return s, nil
 }
 
-func (s *session) identify(ctx context.Context) error {
-	env := s.g.env
-	sel := identity.Selector{
-		Name:        s.g.AgentID,
-		Role:        s.g.Role,
-		Module:      s.g.Module,
-		NameFromEnv: s.g.AgentID != "" && env("THRUM_NAME") == s.g.AgentID,
-		RoleFromEnv: s.g.Role != "" && env("THRUM_ROLE") == s.g.Role,
+// selector is how the flags and the environment choose an identity.
+func (g *Globals) selector() identity.Selector {
+	return identity.Selector{
+		Name:        g.AgentID,
+		Role:        g.Role,
+		Module:      g.Module,
+		NameFromEnv: g.AgentID != "" && g.env("THRUM_NAME") == g.AgentID,
+		RoleFromEnv: g.Role != "" && g.env("THRUM_ROLE") == g.Role,
 	}
+}
+
+func (s *session) identify(ctx context.Context) error {
+	sel := s.g.selector()
 	f, src, err := identity.Resolve(s.l.IDs, sel)
 	if err != nil && sel.Name != "" {
 		return s.nameHint(ctx, sel.Name, err)

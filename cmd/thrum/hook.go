@@ -6,12 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/thrumhq/thrum/inbox"
 	"github.com/thrumhq/thrum/internal/frame"
 	"github.com/thrumhq/thrum/rpc"
 )
@@ -21,16 +23,31 @@ import (
 // host's documented output (DESIGN.md, "Reaching agents in their
 // hosts"). Hooks run on the host's critical path, so whatever goes wrong
 // (no daemon, no identity, bad input, a slow daemon) it prints "{}" and
-// exits 0 within hookBudget.
+// exits 0: within hookBudget, unless it has sent a claim, whose answer it
+// waits for up to the host's own timeout for the hook (hookTimeout),
+// since what a claim took must be printed or it is lost.
 type HookCmd struct {
 	Host  string `arg:"" optional:"" help:"The host: claude, codex, cursor or gemini."`
 	Event string `arg:"" optional:"" help:"The host's event, in kebab case (see the pairs above)."`
 }
 
-// A hook either adds the agent's unread messages to its context (claimed:
-// shown once) or, at a stop, asks the agent to read them first.
+// What a hook does. A hook claims only where its output goes to the model
+// with a request (DESIGN.md's table of the ways in); elsewhere it
+// announces.
 const (
+	// contextHook claims the agent's unread messages and adds them to the
+	// context, which goes out with the request it runs for.
 	contextHook = iota
+	// firstTurnHook is a contextHook at a session's start that runs with
+	// its first turn (Codex): it says nothing of what is left, which the
+	// prompt's hook of the same request shows.
+	firstTurnHook
+	// announceHook rings the doorbell in the context and claims nothing:
+	// a session's start in a host that runs it at launch, which may never
+	// come to a prompt (Claude Code, Gemini CLI, Cursor).
+	announceHook
+	// stopHook names the unread messages in a stop's block and claims
+	// nothing, since a block's reason may be dropped.
 	stopHook
 )
 
@@ -43,16 +60,16 @@ type hookSpec struct {
 // hookEvents are the HOST EVENT pairs thrum answers; `thrum setup` writes
 // hooks that call them, so the list is part of the command's contract.
 var hookEvents = []hookSpec{
-	{"claude", "session-start", "SessionStart", contextHook},
+	{"claude", "session-start", "SessionStart", announceHook},
 	{"claude", "user-prompt-submit", "UserPromptSubmit", contextHook},
 	{"claude", "post-tool-use", "PostToolUse", contextHook},
 	{"claude", "stop", "Stop", stopHook},
-	{"codex", "session-start", "SessionStart", contextHook},
+	{"codex", "session-start", "SessionStart", firstTurnHook},
 	{"codex", "user-prompt-submit", "UserPromptSubmit", contextHook},
 	{"codex", "stop", "Stop", stopHook},
-	{"cursor", "session-start", "sessionStart", contextHook},
+	{"cursor", "session-start", "sessionStart", announceHook},
 	{"cursor", "stop", "stop", stopHook},
-	{"gemini", "session-start", "SessionStart", contextHook},
+	{"gemini", "session-start", "SessionStart", announceHook},
 	{"gemini", "before-agent", "BeforeAgent", contextHook},
 	{"gemini", "after-agent", "AfterAgent", stopHook},
 }
@@ -61,7 +78,9 @@ var hookEvents = []hookSpec{
 // before it gives up on it: thrum setup writes it into the host's hook
 // entries (Claude Code and Codex take seconds, Gemini CLI milliseconds),
 // so a hook may rely on that long. Cursor is not listed: setup writes no
-// timeout there, and Cursor's own applies.
+// timeout there, and Cursor's own applies; its hooks claim nothing. A hook
+// that has sent a claim waits for its answer until hookTimeoutMargin
+// before it: what the daemon claimed must be printed, or it is lost.
 var hookTimeout = map[string]time.Duration{
 	"claude": 5 * time.Second,
 	"codex":  5 * time.Second,
@@ -69,9 +88,13 @@ var hookTimeout = map[string]time.Duration{
 }
 
 const (
-	// hookBudget bounds everything a hook does after it starts; with the
-	// process's start it stays under the second a host may wait.
+	// hookBudget bounds what a hook does before it claims, and the
+	// claim's deadline: a daemon that cannot queue the claim's read by
+	// then refuses it, and the hook prints {} having claimed nothing.
 	hookBudget = 500 * time.Millisecond
+	// hookTimeoutMargin is how long before the host's timeout a hook
+	// stops waiting for a claim's answer, to print and exit.
+	hookTimeoutMargin = time.Second
 	// hookInputWait bounds the wait for the host's JSON.
 	hookInputWait = 200 * time.Millisecond
 	// hookContextMax is Claude Code's limit on additionalContext, in
@@ -89,13 +112,18 @@ const (
 func (c *HookCmd) Help() string {
 	var b strings.Builder
 	b.WriteString(`Reads the host's hook input (JSON) on stdin and prints its documented
-output. At the start of a session, a prompt or a tool use, the agent's unread
-messages (up to 5, each in a <thrum-message> frame) become the hook's
-additional context, marked read so that they are shown once. At a stop, if
-unread messages wait, the stop is blocked (Cursor: a follow-up message) with
-a reason naming them, once for the same messages. Whatever fails — no
-daemon, no identity, bad input, a daemon that does not answer within half a
-second — it prints {} and exits 0: a hook never blocks its host.
+output. At a prompt or a tool use (and at Codex's session start, which runs
+with the first turn), the agent's unread messages (up to 5, each in a
+<thrum-message> frame) become the hook's additional context, marked read so
+that they are shown once. At a session's start in Claude Code, Gemini CLI
+and Cursor, which may never reach a prompt, it announces them and marks
+nothing read. At a stop, if unread messages wait, the stop is blocked
+(Cursor: a follow-up message) with a reason naming them, once for the same
+messages. Whatever fails — no daemon, no identity, bad input, a daemon that
+does not answer within half a second — it prints {} and exits 0: a hook
+never blocks its host. Once it has claimed messages it waits for the
+daemon's answer up to the host's timeout for the hook (10 s, as thrum setup
+writes it), so that what it claimed is what it prints.
 
 The agent: --agent-id or THRUM_NAME, else the identity file of the directory
 the host gives (cwd; Cursor: the first workspace root).
@@ -140,10 +168,15 @@ func (c *HookCmd) Run(ctx context.Context, g *Globals) error {
 	if i < 0 {
 		fmt.Fprintf(g.stderr, "thrum hook: no hook %q %q: see thrum hook --help for the pairs there are\n", c.Host, c.Event)
 	} else {
-		ctx, cancel := context.WithTimeout(ctx, hookBudget)
+		h := hookEvents[i]
+		wait := hookBudget // a host with no timeout of ours gets no claim
+		if t, ok := hookTimeout[h.host]; ok {
+			wait = t - hookTimeoutMargin
+		}
+		ctx, cancel := context.WithTimeout(ctx, wait)
 		defer cancel()
 		var err error
-		if out, err = hookEvents[i].answer(ctx, g, os.Stdin); err != nil {
+		if out, err = h.answer(ctx, time.Now().Add(hookBudget), g, os.Stdin); err != nil {
 			g.debugf("hook %s %s: %v", c.Host, c.Event, err)
 			out = hookOutput{}
 		}
@@ -170,10 +203,13 @@ type hookContextOutput struct {
 }
 
 // answer is the host's output for this hook: empty when there is nothing
-// to say.
-func (h hookSpec) answer(ctx context.Context, g *Globals, stdin io.Reader) (hookOutput, error) {
+// to say. What it does before a claim ends by budget; ctx bounds the wait
+// for a claim's answer.
+func (h hookSpec) answer(ctx context.Context, budget time.Time, g *Globals, stdin io.Reader) (hookOutput, error) {
 	var none hookOutput
-	in, err := readHookInput(ctx, stdin)
+	pre, cancel := context.WithDeadline(ctx, budget)
+	defer cancel()
+	in, err := readHookInput(pre, stdin)
 	if err != nil {
 		return none, err
 	}
@@ -183,33 +219,41 @@ func (h hookSpec) answer(ctx context.Context, g *Globals, stdin io.Reader) (hook
 	if !g.repoFlag && in.dir() != "" {
 		g.Repo = in.dir()
 	}
-	s, err := connectAs(ctx, g)
+	ib, a, err := agentInbox(pre, g, false, slog.New(slog.DiscardHandler))
 	if err != nil {
 		return none, err
 	}
-	defer s.close()
-	if h.kind == contextHook {
+	defer ib.Close()
+	var text string
+	switch h.kind {
+	case contextHook, firstTurnHook:
 		// Gemini CLI writes < and > as entities before it counts.
-		text, err := hookContext(ctx, s, frame.Options{Max: hookBodyMax, AngleEntities: h.host == "gemini"})
-		if err != nil || text == "" {
+		shape := inbox.Shape{BodyMax: hookBodyMax, AngleEntities: h.host == "gemini"}
+		text, err = hookContext(ctx, budget, ib, shape, h.kind == contextHook)
+	case announceHook:
+		text, err = hookAnnounce(pre, ib, slices.ContainsFunc(hookEvents, func(o hookSpec) bool {
+			return o.host == h.host && o.kind == contextHook
+		}))
+	default:
+		reason, err := hookStop(pre, ib, a.l)
+		if err != nil || reason == "" {
 			return none, err
 		}
-		if h.host == "cursor" {
-			return hookOutput{AdditionalContext: text}, nil
+		switch h.host {
+		case "cursor":
+			return hookOutput{FollowupMessage: reason}, nil
+		case "gemini":
+			return hookOutput{Decision: "deny", Reason: reason}, nil
 		}
-		return hookOutput{HookSpecificOutput: &hookContextOutput{HookEventName: h.name, AdditionalContext: text}}, nil
+		return hookOutput{Decision: "block", Reason: reason}, nil
 	}
-	reason, err := hookStop(ctx, s)
-	if err != nil || reason == "" {
+	if err != nil || text == "" {
 		return none, err
 	}
-	switch h.host {
-	case "cursor":
-		return hookOutput{FollowupMessage: reason}, nil
-	case "gemini":
-		return hookOutput{Decision: "deny", Reason: reason}, nil
+	if h.host == "cursor" {
+		return hookOutput{AdditionalContext: text}, nil
 	}
-	return hookOutput{Decision: "block", Reason: reason}, nil
+	return hookOutput{HookSpecificOutput: &hookContextOutput{HookEventName: h.name, AdditionalContext: text}}, nil
 }
 
 // readHookInput decodes the host's JSON object from r, waiting at most
@@ -241,73 +285,62 @@ func readHookInput(ctx context.Context, r io.Reader) (*hookInput, error) {
 }
 
 // hookContext claims the agent's oldest unread messages, as many as fit
-// in the host's limit as o counts it, and returns them framed under a
+// in the host's limit as shape counts it, and returns them framed under a
 // line that says what they are; "" if there are none. A message that
-// cannot be shown (a field too long to frame) is skipped and left
-// unread; the others are shown.
-func hookContext(ctx context.Context, s *session, o frame.Options) (string, error) {
-	r, err := s.c.ListMessages(ctx, &rpc.ListMessagesParams{Mentions: true, Unread: true, PageSize: hookMessages, SortOrder: "asc"})
-	if err != nil || len(r.Messages) == 0 {
-		return "", err
-	}
+// cannot be shown (a field too long to frame) is left unread; the others
+// are shown. The claim is bound to this hook: the daemon refuses it if it
+// could not queue it by budget, and the hook waits for its answer while
+// ctx lasts. more adds how many are left.
+func hookContext(ctx context.Context, budget time.Time, ib *inbox.Inbox, shape inbox.Shape, more bool) (string, error) {
 	const slack = 400 // the header and the line on what is left
-	used := 0
-	frames := map[string]string{}
-	var ids []string
-	for _, m := range r.Messages {
-		f, err := frame.Frame(frame.Message{ID: m.MessageID, From: m.AgentID, Priority: m.Priority, ThreadID: m.ThreadID,
-			ReplyTo: replyTo(m.Refs), Ack: m.AckRequired, Body: m.Body.Content}, o)
-		if err != nil {
-			continue
-		}
-		n := o.Len(f) + 1
-		if used+n > hookContextMax-slack {
-			break
-		}
-		used += n
-		frames[m.MessageID] = f
-		ids = append(ids, m.MessageID)
-	}
-	if len(ids) == 0 {
-		return "", nil
-	}
-	mr, err := s.c.MarkRead(ctx, &rpc.MarkReadParams{MessageIDs: ids, Via: rpc.ViaHook})
-	if err != nil {
-		return "", err
+	r, err := ib.Check(ctx, inbox.CheckParams{Limit: hookMessages, Via: rpc.ViaHook, Shape: shape,
+		TotalMax: hookContextMax - slack, Deadline: budget})
+	if err != nil || len(r.Messages) == 0 {
+		return "", err // none, or another consumer of the agent took them
 	}
 	var b strings.Builder
-	shown := 0
-	for _, id := range ids { // in the listed order: oldest first
-		if slices.Contains(mr.MarkedIDs, id) {
-			if shown == 0 {
-				fmt.Fprintf(&b, "thrum: messages from other agents for you (%s), now marked read. They are not from your user: "+
-					"weigh each as its priority says; to answer, call send_message with the sender and reply_to set to the message's id.\n", s.id.AgentID)
-			}
-			b.WriteString(frames[id] + "\n")
-			shown++
-		}
+	fmt.Fprintf(&b, "thrum: messages from other agents for you (%s), now marked read. They are not from your user: "+
+		"weigh each as its priority says; to answer, call send_message with the sender and reply_to set to the message's id.\n", ib.ID().AgentID)
+	for _, m := range r.Messages { // oldest first
+		b.WriteString(m.Content + "\n")
 	}
-	if shown == 0 {
-		return "", nil // another consumer of the agent took them
-	}
-	if more := r.Total - len(ids); more > 0 {
-		fmt.Fprintf(&b, "thrum: %d more unread: call check_messages to read them.\n", more)
+	if more && r.Remaining > 0 {
+		fmt.Fprintf(&b, "thrum: %d more unread: call check_messages to read them.\n", r.Remaining)
 	}
 	return strings.TrimSuffix(b.String(), "\n"), nil
+}
+
+// hookAnnounce rings the agent's doorbell: how many messages wait and the
+// newest by subject, claiming nothing; "" if none wait. Where a prompt's
+// hook claims (prompted), it says the prompt brings them: in Claude Code
+// and Gemini CLI the start's context goes out with the first prompt's,
+// which shows them in the same request.
+func hookAnnounce(ctx context.Context, ib *inbox.Inbox, prompted bool) (string, error) {
+	d, err := ib.Doorbell(ctx, hookMessages, nil)
+	if err != nil || d.Unread == 0 {
+		return "", err
+	}
+	if !prompted {
+		return d.Text(ib.ID().AgentID, false), nil
+	}
+	return fmt.Sprintf("thrum: %d unread %s from other agents %s for you (%s), not from your user. "+
+		"Not shown here: your prompt brings %s.", d.Unread, plural(d.Unread, "message", "messages"),
+		plural(d.Unread, "waits", "wait"), ib.ID().AgentID, plural(d.Unread, "it", "them")) + d.Named(false), nil
 }
 
 // hookStop names the agent's unread messages, newest first, unless it
 // named the same ones at its last stop: a stop is blocked once for them,
 // never again in a row (so an agent continuing because of it, with
 // stop_hook_active, is not stopped again for them). It claims nothing.
-func hookStop(ctx context.Context, s *session) (string, error) {
-	r, err := s.c.ListMessages(ctx, &rpc.ListMessagesParams{Mentions: true, Unread: true, PageSize: hookNamed, SortOrder: "desc"})
+func hookStop(ctx context.Context, ib *inbox.Inbox, l *layout) (string, error) {
+	d, err := ib.Doorbell(ctx, hookNamed, nil)
 	if err != nil {
 		return "", err
 	}
-	state := filepath.Join(filepath.Dir(s.l.Socket), "hook-stop-"+s.id.AgentID)
+	agent := ib.ID().AgentID
+	state := filepath.Join(filepath.Dir(l.Socket), "hook-stop-"+agent)
 	var ids []string
-	for _, m := range r.Messages {
+	for _, m := range slices.Backward(d.New) {
 		ids = append(ids, m.MessageID)
 	}
 	if len(ids) == 0 {
@@ -327,24 +360,24 @@ func hookStop(ctx context.Context, s *session) (string, error) {
 	// Each is named by fields from the log, escaped as a frame's; one
 	// that cannot be shown is left out of the names.
 	var names []string
-	for _, m := range r.Messages {
+	for _, m := range slices.Backward(d.New) {
 		id, err1 := frame.Field(m.MessageID)
-		from, err2 := frame.Field(m.AgentID)
+		from, err2 := frame.Field(m.From)
 		priority, err3 := frame.Field(m.Priority)
 		if err1 == nil && err2 == nil && err3 == nil {
 			names = append(names, id+" from "+from+" ("+priority+")")
 		}
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "thrum: %d unread %s from other agents %s waiting for you (%s)", r.Total,
-		plural(r.Total, "message", "messages"), plural(r.Total, "is", "are"), s.id.AgentID)
+	fmt.Fprintf(&b, "thrum: %d unread %s from other agents %s waiting for you (%s)", d.Unread,
+		plural(d.Unread, "message", "messages"), plural(d.Unread, "is", "are"), agent)
 	if len(names) > 0 {
 		b.WriteString(": " + strings.Join(names, ", "))
 	}
-	if more := r.Total - len(names); more > 0 && len(names) > 0 {
+	if more := d.Unread - len(names); more > 0 && len(names) > 0 {
 		fmt.Fprintf(&b, " and %d more", more)
 	}
 	fmt.Fprintf(&b, ". Read %s with check_messages before you finish; %s not from your user.",
-		plural(r.Total, "it", "them"), plural(r.Total, "it is", "they are"))
+		plural(d.Unread, "it", "them"), plural(d.Unread, "it is", "they are"))
 	return b.String(), nil
 }

@@ -106,18 +106,24 @@ func (h *hookRig) send(args ...string) string {
 	return strings.TrimSpace(h.main.ok("alice", append([]string{"send", "--quiet"}, args...)...).stdout)
 }
 
-// via returns how message id was delivered to bob, as its receipt says.
-func (h *hookRig) via(id string) string {
+// receipt returns bob's receipt of message id.
+func (h *hookRig) receipt(id string) rpc.Receipt {
 	h.t.Helper()
 	var g rpc.GetMessageResult
 	h.main.okJSON(&g, "alice", "message", "get", id)
 	for _, r := range g.Message.Receipts {
 		if r.AgentID == "bob" {
-			return r.Via
+			return r
 		}
 	}
 	h.t.Fatalf("%s has no receipt for bob: %+v", id, g.Message.Receipts)
-	return ""
+	return rpc.Receipt{}
+}
+
+// via returns how message id was delivered to bob, as its receipt says.
+func (h *hookRig) via(id string) string {
+	h.t.Helper()
+	return h.receipt(id).Via
 }
 
 // unread returns bob's unread message IDs, oldest first.
@@ -136,9 +142,12 @@ func (h *hookRig) unread() []string {
 // TestHookGolden runs every HOST EVENT pair `thrum hook` publishes against
 // a real daemon, with the host's documented input, and compares what it
 // prints with testdata/golden/hook-HOST-EVENT.json (message IDs replaced by
-// {{m1}}, {{m2}}): context hooks show the unread messages in frames and
-// claim them, so a second run shows nothing; stop hooks name them,
-// claim nothing, and stay silent for the same messages at the next stop
+// {{m1}}, {{m2}}): context hooks — a prompt, a tool use, Codex's session
+// start, which all go to the model with a request — show the unread
+// messages in frames and claim them, so a second run shows nothing; a
+// session's start that may never reach a prompt (Claude Code, Gemini CLI,
+// Cursor) announces them and claims nothing; stop hooks name them, claim
+// nothing, and stay silent for the same messages at the next stop
 // (stop_hook_active or not) until a new one comes.
 func TestHookGolden(t *testing.T) {
 	if testing.Short() {
@@ -163,7 +172,20 @@ func TestHookGolden(t *testing.T) {
 				t.Fatalf("output %q is not a JSON object with something to say: %v", r.stdout, err)
 			}
 
-			if spec.kind == contextHook {
+			if spec.kind == announceHook {
+				if left := h.unread(); len(left) != 2 {
+					t.Errorf("unread after %s %s: %v, want both: a session's start claims nothing", spec.host, spec.event, left)
+				}
+				checkFrames(t, r.stdout, m1, m2)
+				if r := h.receipt(m1); r.State != rpc.ReceiptQueued {
+					t.Errorf("receipt of an announced message: %+v, want queued", r)
+				}
+				if again := h.hook(nil, hookInputFor(t, spec, h.bobs, false), spec.host, spec.event); again.stdout != r.stdout {
+					t.Errorf("second run says %s, want the same announcement", again.stdout)
+				}
+				return
+			}
+			if spec.kind == contextHook || spec.kind == firstTurnHook {
 				text := r.stdout
 				if left := h.unread(); len(left) != 0 {
 					t.Errorf("unread after the context hook: %v, want both claimed", left)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/thrumhq/thrum"
 	"github.com/thrumhq/thrum/identity"
+	"github.com/thrumhq/thrum/inbox"
 	"github.com/thrumhq/thrum/mcpserver"
 	"github.com/thrumhq/thrum/rpc"
 )
@@ -105,39 +106,89 @@ func (c *McpServeCmd) Run(ctx context.Context, g *Globals) error {
 	}
 }
 
-// agentServer resolves the agent (--agent-id, THRUM_NAME, or the single
-// identity file) and connects an MCP server acting as it to the daemon,
-// with the logger it logs to (stderr: stdout may be a wire).
+// agentServer resolves the agent (see resolveAgent) and connects an MCP
+// server acting as it to the daemon, with the logger it logs to (stderr:
+// stdout may be a wire).
 func agentServer(ctx context.Context, g *Globals, opts *mcpserver.Options) (*mcpserver.Server, *identity.File, *slog.Logger, error) {
+	a, err := resolveAgent(ctx, g, true)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	o := *opts
+	o.Logger, o.Version = a.logger, thrum.Version
+	srv, err := mcpserver.New(ctx, a.dial, a.id(), &o)
+	if err != nil {
+		return nil, nil, nil, a.failed(err)
+	}
+	return srv, a.f, a.logger, nil
+}
+
+// agentInbox resolves the agent (see resolveAgent) and opens its inbox on
+// the daemon. checkHealth first asks the daemon whether it runs, for a clear
+// error when it does not (a hook, which says nothing, saves the call).
+func agentInbox(ctx context.Context, g *Globals, checkHealth bool, logger *slog.Logger) (*inbox.Inbox, *agent, error) {
+	a, err := resolveAgent(ctx, g, checkHealth)
+	if err != nil {
+		return nil, nil, err
+	}
+	if logger != nil {
+		a.logger = logger
+	}
+	ib, err := inbox.New(ctx, a.dial, a.id(), &inbox.Options{Logger: a.logger})
+	if err != nil {
+		return nil, nil, a.failed(err)
+	}
+	return ib, a, nil
+}
+
+// agent is the agent a command acts as, and how to reach its daemon.
+type agent struct {
+	l      *layout
+	f      *identity.File
+	logger *slog.Logger
+	dial   inbox.Dialer
+}
+
+func (a *agent) id() inbox.Identity {
+	return inbox.Identity{AgentID: a.f.AgentID, Role: a.f.Role, Module: a.f.Module, Token: a.f.Token}
+}
+
+// failed is err, the error of connecting as a, with the command that
+// mends it when the daemon does not know the agent.
+func (a *agent) failed(err error) error {
+	var re *rpc.Error
+	if errors.As(err, &re) && (re.Code == rpc.CodeNotFound || re.Code == rpc.CodeUnauthenticated) {
+		return withCode(exitNoIdentity, "%v: run `thrum quickstart --name %s --role %s --module %s`", err, a.f.AgentID, a.f.Role, a.f.Module)
+	}
+	return err
+}
+
+// resolveAgent resolves the agent — --agent-id or THRUM_NAME, --role,
+// else the single identity file of the repository — and the daemon's
+// socket, checking (with checkHealth) that a daemon answers there. Its logger
+// writes warnings to stderr: stdout may be a wire.
+func resolveAgent(ctx context.Context, g *Globals, checkHealth bool) (*agent, error) {
 	l, err := resolveLayout(ctx, g)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, err
 	}
-	if _, err := health(ctx, l); err != nil {
-		return nil, nil, nil, withCode(exitNoDaemon, "no daemon is running for %s: start it with `thrum daemon start`", l.Root)
+	if checkHealth {
+		if _, err := health(ctx, l); err != nil {
+			return nil, withCode(exitNoDaemon, "no daemon is running for %s: start it with `thrum daemon start`", l.Root)
+		}
 	}
-	sel := identity.Selector{Name: g.AgentID, NameFromEnv: g.AgentID != "" && g.env("THRUM_NAME") == g.AgentID}
-	f, _, err := identity.Resolve(l.IDs, sel)
+	f, _, err := identity.Resolve(l.IDs, g.selector())
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, err
 	}
 	level := slog.LevelWarn
 	if g.Verbose {
 		level = slog.LevelDebug
 	}
 	logger := slog.New(slog.NewTextHandler(g.stderr, &slog.HandlerOptions{Level: level}))
-	dial := func(ctx context.Context, onNote func(string, json.RawMessage)) (*rpc.Client, error) {
-		return rpc.Dial(ctx, l.Socket, &rpc.ClientOptions{Logger: logger, OnNotification: onNote})
+	a := &agent{l: l, f: f, logger: logger}
+	a.dial = func(ctx context.Context, onNote func(string, json.RawMessage)) (*rpc.Client, error) {
+		return rpc.Dial(ctx, l.Socket, &rpc.ClientOptions{Logger: a.logger, OnNotification: onNote})
 	}
-	o := *opts
-	o.Logger, o.Version = logger, thrum.Version
-	srv, err := mcpserver.New(ctx, dial, mcpserver.Identity{AgentID: f.AgentID, Role: f.Role, Module: f.Module, Token: f.Token}, &o)
-	if err != nil {
-		var re *rpc.Error
-		if errors.As(err, &re) && (re.Code == rpc.CodeNotFound || re.Code == rpc.CodeUnauthenticated) {
-			return nil, nil, nil, withCode(exitNoIdentity, "%v: run `thrum quickstart --name %s --role %s --module %s`", err, f.AgentID, f.Role, f.Module)
-		}
-		return nil, nil, nil, err
-	}
-	return srv, f, logger, nil
+	return a, nil
 }

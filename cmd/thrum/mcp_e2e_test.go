@@ -18,8 +18,11 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/thrumhq/thrum/inbox"
+	"github.com/thrumhq/thrum/internal/frame/frametest"
 	"github.com/thrumhq/thrum/internal/thrumtest"
 	"github.com/thrumhq/thrum/mcpserver"
+	"github.com/thrumhq/thrum/rpc"
 )
 
 // TestMCPServeEndToEnd runs the real binary the way Claude Code does: in a
@@ -59,12 +62,17 @@ func TestMCPServeEndToEnd(t *testing.T) {
 	// Bob blocks; alice's message wakes him.
 	waiting := mcpE2EWait(bob, map[string]any{"timeout": 30})
 	sent := mcpE2ECall[mcpserver.SendMessageOutput](t, alice, "send_message", map[string]any{"to": "@bob", "content": "hello from alice"})
-	if sent.Status != "delivered" || sent.RecipientStatus != "active" {
+	// Sent, not delivered: bob's receipt is queued, or delivered by his
+	// waiting wait_for_message if its standing claim took it in the send's
+	// own commit — a tool result, which goes to his model.
+	if sent.Status != "sent" || sent.RecipientStatus != "active" || len(sent.Receipts) != 1 {
 		t.Errorf("send_message = %+v", sent)
+	} else if r := sent.Receipts[0]; r.AgentID != "bob" || (r.State != rpc.ReceiptQueued && r.Via != rpc.ViaWaitForMessage) {
+		t.Errorf("bob's receipt at send = %+v, want queued (or delivered by his waiting wait)", r)
 	}
 	got := mcpE2EReceived(t, <-waiting)
-	if got.MessageID != sent.MessageID || got.From != "alice" || got.Content != "hello from alice" {
-		t.Errorf("bob's wait returned %+v, want %s from alice", got, sent.MessageID)
+	if m, _, err := frametest.Parse(got.Content); got.MessageID != sent.MessageID || got.From != "alice" || err != nil || m.Body != "hello from alice" {
+		t.Errorf("bob's wait returned %+v, want %s from alice, framed (%v)", got, sent.MessageID, err)
 	}
 
 	// Two waits at once: one is refused at once, the other gets the next
@@ -97,9 +105,9 @@ func TestMCPServeEndToEnd(t *testing.T) {
 	if got := mcpE2EReceived(t, <-filtered); got.MessageID != critical.MessageID || got.Priority != "critical" {
 		t.Errorf("filtered wait returned %+v, want the critical %s", got, critical.MessageID)
 	}
-	inbox := mcpE2ECall[mcpserver.CheckMessagesOutput](t, bob, "check_messages", nil)
-	if len(inbox.Messages) != 1 || inbox.Messages[0].MessageID != normal.MessageID {
-		t.Errorf("bob's check_messages = %+v, want only the normal %s", inbox, normal.MessageID)
+	left := mcpE2ECall[mcpserver.CheckMessagesOutput](t, bob, "check_messages", nil)
+	if len(left.Messages) != 1 || left.Messages[0].MessageID != normal.MessageID {
+		t.Errorf("bob's check_messages = %+v, want only the normal %s", left, normal.MessageID)
 	}
 
 	// The agents see each other, active.
@@ -297,7 +305,7 @@ func mcpE2EWait(cs *mcp.ClientSession, args map[string]any) <-chan mcpE2EResult 
 }
 
 // mcpE2EReceived checks a wait returned a message and gives it.
-func mcpE2EReceived(t *testing.T, r mcpE2EResult) mcpserver.MessageInfo {
+func mcpE2EReceived(t *testing.T, r mcpE2EResult) inbox.Message {
 	t.Helper()
 	if r.err != nil {
 		t.Fatalf("wait_for_message: %v", r.err)

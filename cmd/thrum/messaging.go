@@ -513,7 +513,7 @@ func originals(ctx context.Context, s *session, ms []rpc.MessageSummary) map[str
 	}
 	out := map[string]rpc.MessageSummary{}
 	for _, m := range ms {
-		p := replyTo(m.Refs)
+		p := rpc.ReplyTo(m.Refs)
 		if p == "" || have[p] {
 			continue
 		}

@@ -60,7 +60,7 @@ func renderInbox(w io.Writer, r *rpc.ListMessagesResult, v inboxView) {
 	}
 	parent := map[string]string{}
 	for _, m := range r.Messages {
-		if p := replyTo(m.Refs); p != "" && onPage[p] {
+		if p := rpc.ReplyTo(m.Refs); p != "" && onPage[p] {
 			parent[m.MessageID] = p
 		}
 	}
@@ -88,7 +88,7 @@ func renderInbox(w io.Writer, r *rpc.ListMessagesResult, v inboxView) {
 		}
 		// A reply whose original is off the page goes under that
 		// original, shown as context where the first such reply is.
-		if p := replyTo(m.Refs); p != "" {
+		if p := rpc.ReplyTo(m.Refs); p != "" {
 			if o, ok := v.Originals[p]; ok && !onPage[p] && !o.Deleted {
 				if !asContext[p] {
 					asContext[p] = true
@@ -118,7 +118,7 @@ func renderInbox(w io.Writer, r *rpc.ListMessagesResult, v inboxView) {
 			lead = "● "
 		}
 		note := ""
-		switch p := replyTo(m.Refs); {
+		switch p := rpc.ReplyTo(m.Refs); {
 		case asContext[m.MessageID]:
 			note = "(the original: not in this list)"
 		case p != "":
@@ -328,15 +328,6 @@ func wrap(text string, width int) []string {
 		out = out[:len(out)-1]
 	}
 	return out
-}
-
-func replyTo(refs []rpc.Pair) string {
-	for _, r := range refs {
-		if r.Type == rpc.RefReplyTo {
-			return r.Value
-		}
-	}
-	return ""
 }
 
 // ago renders a timestamp relative to now: "just now", "5m ago", "3h ago",

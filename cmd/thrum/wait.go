@@ -3,37 +3,41 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
 
-	"github.com/thrumhq/thrum/mcpserver"
+	"github.com/thrumhq/thrum/inbox"
+	"github.com/thrumhq/thrum/rpc"
 )
 
-// WaitCmd waits for messages addressed to the agent and prints them,
-// each claimed (marked read) for it first: the consumer
-// wait_for_message is, for scripts and for plugin monitors, which hand
-// each line of a long-running command to the agent.
+// WaitCmd waits for the agent's messages. Without --follow it is the
+// consumer wait_for_message is, for a script or a tool call whose output
+// is its result: it prints one message, claimed (marked read) for the
+// agent. With --follow it is a doorbell, for plugin monitors, which hand
+// each line of a long-running command to the agent but may lose what is
+// in the pipe: each line announces messages and claims nothing.
 type WaitCmd struct {
-	Follow  bool          `short:"f" help:"Print each message as it arrives, one line each, until SIGTERM or the reader of stdout goes away."`
+	Follow  bool          `short:"f" help:"Announce messages as they arrive, one line each, claiming nothing, until SIGTERM or the reader of stdout goes away."`
 	Timeout time.Duration `default:"5m" help:"Without --follow: give up after this long (exit code 1)."`
 }
 
 func (c *WaitCmd) Help() string {
 	return `Prints the agent's oldest unread message, or waits for the next one, and
 marks it read: each message reaches the agent once, here or through its MCP
-tools, channel or hooks. With --follow it first prints the unread messages
-(at most 50, then one line saying how many more wait), then each new one as
-it arrives, until SIGTERM, SIGINT or the end of its reader (a closed pipe):
-it then stops without claiming more.
+tools or hooks. The message is one <thrum-message> element naming its
+sender and ID, its text escaped (newlines too); with --json, the message as
+wait_for_message returns it.
 
-Each message is one line: a <thrum-message> element naming its sender and
-ID, its text escaped (newlines too) and cut at 4,000 UTF-16 units. With --json
-each line is the message as wait_for_message returns it, or
-{"more_unread": N}.
+With --follow it claims nothing: it announces. When messages arrive (and
+at the start, if some wait) it prints one line saying how many are unread
+and naming the newest, each with its sender, priority and subject — at
+most one line a second, however many arrive — and the agent reads them
+with check_messages, or its next prompt's hook shows them. It runs until
+SIGTERM, SIGINT or the end of its reader. With --json each line is
+{"unread": N, "new": [{"message_id", "from", "priority", "subject"}]}.
 
 Claude Code plugin monitor (monitors/monitors.json):
   [{"name": "thrum", "command": "thrum wait --follow"}]
@@ -45,18 +49,16 @@ Examples:
   THRUM_NAME=alice thrum wait --follow --json`
 }
 
-// errWaited ends a stream that printed what it waited for.
-var errWaited = errors.New("waited")
-
-// errUnshowable is a message print skips: a field too long to frame.
-var errUnshowable = errors.New("a message cannot be shown")
+// stopGrace bounds how long `thrum wait --follow` waits, once stopped,
+// for a line it is writing: a reader that stopped reading leaves the
+// write blocked on a full pipe, and the process exits without it.
+const stopGrace = 500 * time.Millisecond
 
 func (c *WaitCmd) Run(ctx context.Context, g *Globals) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	// A reader that goes away ends the stream before it claims another
-	// message: SIGPIPE (a write failed) or, before any write, the pipe's
-	// other end closing.
+	// A reader that goes away ends the command: SIGPIPE (a write failed)
+	// or, before any write, the pipe's other end closing.
 	sigpipe := make(chan os.Signal, 1)
 	signal.Notify(sigpipe, syscall.SIGPIPE)
 	defer signal.Stop(sigpipe)
@@ -70,72 +72,81 @@ func (c *WaitCmd) Run(ctx context.Context, g *Globals) error {
 	if g.stdout == os.Stdout {
 		defer watchReader(cancel)()
 	}
-	srv, f, _, err := agentServer(ctx, g, &mcpserver.Options{})
+	ib, a, err := agentInbox(ctx, g, true, nil)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil // stopped (a signal, or no reader) before it began
 		}
 		return err
 	}
-	defer srv.Close()
-	backlog := mcpserver.ChannelBacklog
-	if !c.Follow {
-		backlog = 1
-		var stop context.CancelFunc
-		ctx, stop = context.WithTimeout(ctx, c.Timeout)
-		defer stop()
+	defer ib.Close()
+	if c.Follow {
+		return c.follow(ctx, g, ib, a.f.AgentID)
 	}
-	got := 0
-	err = srv.Stream(ctx, backlog, func(m *mcpserver.MessageInfo, more int) error {
-		err := c.print(g, m, more)
-		if errors.Is(err, errUnshowable) {
-			// Skipped, so that the messages after it still come.
-			g.debugf("wait: %v", err)
-			return nil
-		}
-		if err != nil {
-			if m != nil {
-				return fmt.Errorf("message %s was marked read but could not be written: %w", m.MessageID, err)
-			}
-			return err
-		}
-		if m != nil {
-			got++
-			if !c.Follow {
-				return errWaited
-			}
-		}
-		return nil
-	})
+	ctx, stop := context.WithTimeout(ctx, c.Timeout)
+	defer stop()
+	shape := inbox.Shape{BodyMax: inbox.Whole, OneLine: true}
+	var m *inbox.Message
+	r, err := ib.Check(ctx, inbox.CheckParams{Limit: 1, Via: rpc.ViaStream, Shape: shape})
 	switch {
-	case errors.Is(err, errWaited):
-		return nil
+	case err != nil:
+	case len(r.Messages) > 0:
+		m = &r.Messages[0]
+	default:
+		var w *inbox.WaitResult
+		if w, err = ib.Wait(ctx, inbox.WaitParams{Timeout: c.Timeout, Via: rpc.ViaStream, Shape: shape}); err == nil {
+			m = w.Message
+		}
+	}
+	switch {
+	case m != nil:
+	case ctx.Err() == context.DeadlineExceeded:
+		return fmt.Errorf("no message for %s within %v", a.f.AgentID, c.Timeout)
+	case ctx.Err() != nil:
+		return nil // stopped
 	case err != nil:
 		return err
-	case !c.Follow && got == 0 && ctx.Err() == context.DeadlineExceeded:
-		return fmt.Errorf("no message for %s within %v", f.AgentID, c.Timeout)
+	default:
+		return fmt.Errorf("no message for %s within %v", a.f.AgentID, c.Timeout)
+	}
+	line := []byte(m.Content)
+	if g.JSON {
+		line, _ = json.Marshal(m)
+	}
+	if _, err := g.stdout.Write(append(line, '\n')); err != nil {
+		return fmt.Errorf("message %s was marked read but could not be written: %w", m.MessageID, err)
 	}
 	return nil
 }
 
-// print writes one line: the message, framed (or as JSON), or how many
-// more are unread.
-func (c *WaitCmd) print(g *Globals, m *mcpserver.MessageInfo, more int) error {
-	var line []byte
-	switch {
-	case g.JSON && m != nil:
-		line, _ = json.Marshal(m)
-	case g.JSON:
-		line, _ = json.Marshal(map[string]int{"more_unread": more})
-	case m != nil:
-		f, err := m.Framed(true)
-		if err != nil {
-			return fmt.Errorf("%w: %v", errUnshowable, err)
+// follow prints a line at each ring of the agent's doorbell until ctx
+// ends, returning within stopGrace of it even if a write is blocked.
+func (c *WaitCmd) follow(ctx context.Context, g *Globals, ib *inbox.Inbox, agent string) error {
+	done := make(chan error, 1)
+	go func() {
+		done <- ib.Doorbells(ctx, func(d *inbox.Doorbell) error {
+			line := []byte(d.Text(agent, true))
+			if g.JSON {
+				line, _ = json.Marshal(d)
+			}
+			_, err := g.stdout.Write(append(line, '\n'))
+			return err
+		})
+	}()
+	select {
+	case err := <-done:
+		if ctx.Err() != nil {
+			return nil
 		}
-		line = []byte(f)
-	default:
-		line = fmt.Appendf(nil, "thrum: %d more unread messages are waiting for you: call check_messages to read them.", more)
+		return err
+	case <-ctx.Done():
 	}
-	_, err := g.stdout.Write(append(line, '\n'))
-	return err
+	select {
+	case <-done:
+	case <-time.After(stopGrace):
+		// Blocked on a pipe nobody reads: what it was writing claimed
+		// nothing, so nothing is lost with it.
+		g.debugf("wait: a line is still being written; stopping without it")
+	}
+	return nil
 }

@@ -6,8 +6,8 @@ import (
 )
 
 // watchReader calls gone when the reader of stdout, a pipe, closes its
-// end — before anything is written, so that a stream whose reader left
-// claims nothing more — and returns a function that stops watching and
+// end — before anything is written, so that a command whose reader left
+// ends at once rather than at its next line — and returns a function that stops watching and
 // waits for the watcher. If stdout is not a pipe it watches nothing.
 func watchReader(gone func()) (stop func()) {
 	if st, err := os.Stdout.Stat(); err != nil || st.Mode()&os.ModeNamedPipe == 0 {

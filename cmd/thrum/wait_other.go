@@ -2,6 +2,6 @@
 
 package main
 
-// watchReader watches nothing here: a stream whose reader left learns it
-// from SIGPIPE at its next write (a message claimed then is lost).
+// watchReader watches nothing here: a command whose reader left learns
+// it from SIGPIPE at its next write.
 func watchReader(gone func()) (stop func()) { return func() {} }
