@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -330,6 +331,50 @@ func TestHookNeverHarmsItsHost(t *testing.T) {
 		harmless(fmt.Sprintf("%s %s without a daemon", s.host, s.event), h.hook([]string{"THRUM_NAME=bob"}, hookInputFor(t, s, h.bobs, false), s.host, s.event))
 	}
 	h.main.ok("", "daemon", "start") // for the cleanup's daemon stop
+}
+
+// TestHookSessionStartHints: a session's start tells no one to call
+// check_messages for what the prompt's hook of the same request shows.
+// Claude Code's start announces the seven unread messages, claiming
+// nothing, and says the prompt brings them; Codex's start, which runs with
+// the first turn, shows five without a line on the rest, which its prompt's
+// hook then shows.
+func TestHookSessionStartHints(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	t.Parallel()
+	h := newHookRig(t)
+	var ids []string
+	for i := range 7 {
+		ids = append(ids, h.send("--to", "@bob", fmt.Sprint("message ", i)))
+	}
+	run := func(host, event string) string {
+		t.Helper()
+		i := slices.IndexFunc(hookEvents, func(s hookSpec) bool { return s.host == host && s.event == event })
+		r := h.hook(nil, hookInputFor(t, hookEvents[i], h.bobs, false), host, event)
+		if r.code != 0 || r.stderr != "" {
+			t.Fatalf("%s %s: exit %d, stderr %q", host, event, r.code, r.stderr)
+		}
+		return r.stdout
+	}
+	if out := run("claude", "session-start"); !strings.Contains(out, "thrum: 7 unread messages") ||
+		!strings.Contains(out, "your prompt brings them") || strings.Contains(out, "check_messages") {
+		t.Errorf("claude session-start says %s, want 7 announced and brought by the prompt", out)
+	}
+	if left := h.unread(); len(left) != 7 {
+		t.Errorf("claude session-start claimed %d messages, want none", 7-len(left))
+	}
+	out := run("codex", "session-start")
+	checkFrames(t, out, ids[:5]...)
+	if strings.Contains(out, "more unread") || strings.Contains(out, "check_messages") {
+		t.Errorf("codex session-start says %s: its prompt's hook shows the rest", out)
+	}
+	out = run("codex", "user-prompt-submit")
+	checkFrames(t, out, ids[5:]...)
+	if strings.Contains(out, "more unread") {
+		t.Errorf("codex user-prompt-submit says %s, with nothing left", out)
+	}
 }
 
 // BenchmarkHook measures `thrum hook claude user-prompt-submit` as Claude
