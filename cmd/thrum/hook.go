@@ -122,7 +122,7 @@ nothing read. At a stop, if unread messages wait, the stop is blocked
 messages. Whatever fails — no daemon, no identity, bad input, a daemon that
 does not answer within half a second — it prints {} and exits 0: a hook
 never blocks its host. Once it has claimed messages it waits for the
-daemon's answer up to the host's timeout for the hook (10 s, as thrum setup
+daemon's answer up to the host's timeout for the hook (5 s, as thrum setup
 writes it), so that what it claimed is what it prints.
 
 The agent: --agent-id or THRUM_NAME, else the identity file of the directory

@@ -46,12 +46,13 @@ With --http, every request must carry the agent's token (the "token" of
 its identity file in .thrum/identities) as "Authorization: Bearer <token>";
 requests from non-loopback Hosts or foreign Origins are refused.
 
-With --channel, the server is a Claude Code channel: each message for the
-agent is pushed into the session (notifications/claude/channel) as it
-arrives, and the unread ones (up to 50) when the session starts. A pushed
-message is marked read, so no tool returns it again; Claude Code must load
-the server as a channel (claude --dangerously-load-development-channels
-server:thrum), or pushed messages are read but never seen.
+With --channel, the server is a Claude Code channel: when messages for
+the agent arrive (and when the session starts, if some wait) it announces
+them in the session (notifications/claude/channel): how many are unread
+and the newest by sender and subject, at most once a second. It marks
+nothing read, since a session that did not load the channel (claude
+--dangerously-load-development-channels server:thrum) drops it unseen:
+check_messages or the next prompt's hook reads them.
 
 Claude Code (.mcp.json or .claude/settings.json):
   {"mcpServers": {"thrum": {"type": "stdio", "command": "thrum", "args": ["mcp", "serve"]}}}
