@@ -52,7 +52,12 @@ func TestHookBoundToItsClaimWhenTheDaemonIsSlow(t *testing.T) {
 			t.Errorf("the daemon in the test did not stop:\n%s", daemonErr.String())
 		}
 	})
-	for deadline := time.Now().Add(30 * time.Second); h.main.run("daemon", "status").code != 0; time.Sleep(50 * time.Millisecond) {
+	answering := func() bool {
+		r := h.main.run("--json", "daemon", "status")
+		var st map[string]any
+		return r.code == 0 && json.Unmarshal([]byte(r.stdout), &st) == nil && st["error"] == nil
+	}
+	for deadline := time.Now().Add(30 * time.Second); !answering(); time.Sleep(50 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the daemon in the test did not start:\n%s", daemonErr.String())
 		}
