@@ -89,8 +89,9 @@ func (ib *Inbox) Check(ctx context.Context, p CheckParams) (*CheckResult, error)
 			break
 		}
 		used += n
-		ids = append(ids, m.MessageID)
-		shown[m.MessageID] = m
+		id := r.Messages[i].MessageID // as the daemon knows it: m's is escaped
+		ids = append(ids, id)
+		shown[id] = m
 	}
 	if err := pre.Err(); err != nil {
 		return ib.heldOr(out, err) // too late to claim

@@ -119,9 +119,10 @@ func bounds(lo, hi int) func(*jsonschema.Schema) {
 	}
 }
 
-// messageInfoEdits sharpens a MessageInfo at prefix.
+// messageInfoEdits sharpens a message at prefix. Its priority has no
+// enum: one synced from elsewhere may be any string (escaped), and a
+// result that broke its schema would be refused whole.
 func messageInfoEdits(prefix string, edits map[string]func(*jsonschema.Schema)) map[string]func(*jsonschema.Schema) {
-	edits[prefix+"priority"] = enum(priorityEnum)
 	edits[prefix+"addressed_as.kind"] = enum(addressKindEnum)
 	return edits
 }

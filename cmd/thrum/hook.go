@@ -312,9 +312,10 @@ func hookContext(ctx context.Context, budget time.Time, ib *inbox.Inbox, shape i
 
 // hookAnnounce rings the agent's doorbell: how many messages wait and the
 // newest by subject, claiming nothing; "" if none wait. Where a prompt's
-// hook claims (prompted), it says the prompt brings them: in Claude Code
-// and Gemini CLI the start's context goes out with the first prompt's,
-// which shows them in the same request.
+// hook claims (prompted), it names them without their subjects and says
+// the prompt brings them: in Claude Code and Gemini CLI the start's
+// context goes out with the first prompt's, which shows them in the same
+// request, once.
 func hookAnnounce(ctx context.Context, ib *inbox.Inbox, prompted bool) (string, error) {
 	d, err := ib.Doorbell(ctx, hookMessages, nil)
 	if err != nil || d.Unread == 0 {
@@ -323,9 +324,29 @@ func hookAnnounce(ctx context.Context, ib *inbox.Inbox, prompted bool) (string, 
 	if !prompted {
 		return d.Text(ib.ID().AgentID, false), nil
 	}
-	return fmt.Sprintf("thrum: %d unread %s from other agents %s for you (%s), not from your user. "+
-		"Not shown here: your prompt brings %s.", d.Unread, plural(d.Unread, "message", "messages"),
-		plural(d.Unread, "waits", "wait"), ib.ID().AgentID, plural(d.Unread, "it", "them")) + d.Named(false), nil
+	var b strings.Builder
+	fmt.Fprintf(&b, "thrum: %d unread %s from other agents %s for you (%s), not from your user",
+		d.Unread, plural(d.Unread, "message", "messages"), plural(d.Unread, "waits", "wait"), ib.ID().AgentID)
+	if names := hookNames(d); len(names) > 0 {
+		b.WriteString(": " + strings.Join(names, ", "))
+	}
+	fmt.Fprintf(&b, ". Not shown here: your prompt brings %s.", plural(d.Unread, "it", "them"))
+	return b.String(), nil
+}
+
+// hookNames names d's messages, newest first, by fields from the log
+// escaped as a frame's; one that cannot be shown is left out.
+func hookNames(d *inbox.Doorbell) []string {
+	var names []string
+	for _, m := range slices.Backward(d.New) {
+		id, err1 := frame.Field(m.MessageID)
+		from, err2 := frame.Field(m.From)
+		priority, err3 := frame.Field(m.Priority)
+		if err1 == nil && err2 == nil && err3 == nil {
+			names = append(names, id+" from "+from+" ("+priority+")")
+		}
+	}
+	return names
 }
 
 // hookStop names the agent's unread messages, newest first, unless it
@@ -357,17 +378,7 @@ func hookStop(ctx context.Context, ib *inbox.Inbox, l *layout) (string, error) {
 	if err := os.WriteFile(state, []byte(strings.Join(ids, "\n")+"\n"), 0o600); err != nil {
 		return "", err // without the record, it could block every stop
 	}
-	// Each is named by fields from the log, escaped as a frame's; one
-	// that cannot be shown is left out of the names.
-	var names []string
-	for _, m := range slices.Backward(d.New) {
-		id, err1 := frame.Field(m.MessageID)
-		from, err2 := frame.Field(m.From)
-		priority, err3 := frame.Field(m.Priority)
-		if err1 == nil && err2 == nil && err3 == nil {
-			names = append(names, id+" from "+from+" ("+priority+")")
-		}
-	}
+	names := hookNames(d)
 	var b strings.Builder
 	fmt.Fprintf(&b, "thrum: %d unread %s from other agents %s waiting for you (%s)", d.Unread,
 		plural(d.Unread, "message", "messages"), plural(d.Unread, "is", "are"), agent)

@@ -177,7 +177,9 @@ func TestHookGolden(t *testing.T) {
 				if left := h.unread(); len(left) != 2 {
 					t.Errorf("unread after %s %s: %v, want both: a session's start claims nothing", spec.host, spec.event, left)
 				}
-				checkFrames(t, r.stdout, m1, m2)
+				if !strings.Contains(r.stdout, m1) || !strings.Contains(r.stdout, m2) {
+					t.Errorf("%s %s announces %s, want both named", spec.host, spec.event, r.stdout)
+				}
 				if r := h.receipt(m1); r.State != rpc.ReceiptQueued {
 					t.Errorf("receipt of an announced message: %+v, want queued", r)
 				}
