@@ -7,6 +7,6 @@ import (
 )
 
 // TestMain fails the package if a goroutine outlives its tests: a
-// server's wait, queue or stream left running, or a connection to the
-// node left open.
+// server's wait or channel left running, or a connection to the node
+// left open.
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
