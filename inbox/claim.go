@@ -2,6 +2,7 @@ package inbox
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"slices"
 	"time"
@@ -31,6 +32,10 @@ type CheckParams struct {
 	// Shape's host counts them: messages that would not fit are not
 	// claimed.
 	TotalMax int
+	// ResultMax, if set, bounds the messages as JSON together, in bytes,
+	// for a tool result a host cuts past a size: messages that would not
+	// fit are not claimed (the first always is).
+	ResultMax int
 	// Deadline, if set, binds the claim to a caller that cannot wait
 	// long (a hook): the daemon refuses a claim it could not queue for
 	// writing by then (rpc.ErrDeadlinePassed: nothing is claimed), and
@@ -72,9 +77,10 @@ func (ib *Inbox) Check(ctx context.Context, p CheckParams) (*CheckResult, error)
 	}
 	// Framed before the claim: only what can be shown is claimed.
 	o := p.Shape.options()
-	used := 0
+	used, bytes := 0, 0
 	for _, m := range out.Messages {
 		used += o.Len(m.Content) + 1
+		bytes += jsonLen(m)
 	}
 	var ids []string
 	shown := map[string]Message{}
@@ -84,11 +90,11 @@ func (ib *Inbox) Check(ctx context.Context, p CheckParams) (*CheckResult, error)
 			ib.log.Warn("inbox: a message cannot be shown; left unread", "id", r.Messages[i].MessageID, "err", err)
 			continue
 		}
-		n := o.Len(m.Content) + 1
-		if p.TotalMax > 0 && used+n > p.TotalMax {
+		n, b := o.Len(m.Content)+1, jsonLen(m)
+		if (p.TotalMax > 0 && used+n > p.TotalMax) || (p.ResultMax > 0 && bytes > 0 && bytes+b > p.ResultMax) {
 			break
 		}
-		used += n
+		used, bytes = used+n, bytes+b
 		id := r.Messages[i].MessageID // as the daemon knows it: m's is escaped
 		ids = append(ids, id)
 		shown[id] = m
@@ -116,6 +122,12 @@ func (ib *Inbox) Check(ctx context.Context, p CheckParams) (*CheckResult, error)
 	// longer unread.
 	out.Remaining = max(r.Total-len(ids), 0)
 	return out, nil
+}
+
+// jsonLen is the length of m as JSON, with the comma after it.
+func jsonLen(m Message) int {
+	b, _ := json.Marshal(m)
+	return len(b) + 1
 }
 
 // heldOr returns the held messages Check took already, rather than lose

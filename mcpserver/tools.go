@@ -17,6 +17,7 @@ import (
 
 	"github.com/thrumhq/thrum/identity"
 	"github.com/thrumhq/thrum/inbox"
+	"github.com/thrumhq/thrum/internal/frame"
 	"github.com/thrumhq/thrum/rpc"
 )
 
@@ -378,6 +379,17 @@ func (s *Server) retrying(ctx context.Context, f func(context.Context, *rpc.Clie
 	return r, err
 }
 
+// A consuming tool's result must fit what its host shows the model, or
+// it claims what the model never sees: Codex cuts a tool's output past
+// 10,000 bytes (for a model it has no metadata for; fewer tokens for
+// others), dropping its middle. So a message's text is cut at the frame's
+// 4,000 units, with a pointer to get_message, and check_messages claims
+// no more messages than fit in toolResultMax bytes of JSON; the rest stay
+// unread, counted in remaining.
+var toolShape = inbox.Shape{BodyMax: frame.DefaultMax}
+
+const toolResultMax = 8000
+
 func (s *Server) checkMessages(ctx context.Context, req *mcp.CallToolRequest, in CheckMessagesInput) (CheckMessagesOutput, error) {
 	out := CheckMessagesOutput{Messages: []inbox.Message{}}
 	ctx, stop := s.requestContext(ctx, req, false)
@@ -389,7 +401,7 @@ func (s *Server) checkMessages(ctx context.Context, req *mcp.CallToolRequest, in
 	if limit < 1 || limit > 100 {
 		return out, invalidArg("check_messages", "limit %d is out of range: use 1 to 100", limit)
 	}
-	r, err := s.ib.Check(ctx, inbox.CheckParams{Limit: limit, Via: rpc.ViaCheckMessages, Shape: inbox.Shape{BodyMax: inbox.Whole}})
+	r, err := s.ib.Check(ctx, inbox.CheckParams{Limit: limit, Via: rpc.ViaCheckMessages, Shape: toolShape, ResultMax: toolResultMax})
 	if err != nil {
 		return out, err
 	}
@@ -440,7 +452,7 @@ func (s *Server) waitForMessage(ctx context.Context, req *mcp.CallToolRequest, i
 		s.ib.WatchAcks(ctx)
 	}
 	r, err := s.ib.Wait(ctx, inbox.WaitParams{Timeout: timeout, MinPriority: floor, Via: rpc.ViaWaitForMessage,
-		Shape: inbox.Shape{BodyMax: inbox.Whole}, Acks: in.Acks, Tick: s.progress(ctx, req, start, timeout), TickEvery: s.opts.ProgressInterval})
+		Shape: toolShape, Acks: in.Acks, Tick: s.progress(ctx, req, start, timeout), TickEvery: s.opts.ProgressInterval})
 	out.WaitedSeconds = int(time.Since(start).Round(time.Second) / time.Second)
 	if err != nil {
 		return out, err

@@ -3,6 +3,7 @@ package mcpserver_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"reflect"
 	"slices"
 	"sort"
@@ -801,5 +802,39 @@ func TestToolResultsFrameBodies(t *testing.T) {
 	out := decode[mcpserver.WaitForMessageOutput](t, "wait_for_message", r.res)
 	if out.Message == nil || body(t, *out.Message) != attack {
 		t.Errorf("the frame does not give the body back: %+v", out.Message)
+	}
+}
+
+// TestCheckMessagesFitsAToolResult: check_messages claims only as many
+// messages as fit in a tool result a host shows whole (Codex cuts one
+// past 10,000 bytes from the middle, and what it cut was claimed and
+// never seen); the rest stay unread, counted, for the next call.
+func TestCheckMessagesFitsAToolResult(t *testing.T) {
+	n := newNode(t, nil)
+	addAgent(t, n, "alice", "implementer", "auth")
+	bob := connect(t, n, addAgent(t, n, "bob", "reviewer", "auth"), nil)
+	const sent = 60
+	for i := range sent {
+		send(t, n, "alice", "@bob", fmt.Sprintf("flood-%04d is a note for you", i), "normal")
+	}
+	taken := 0
+	for calls := 1; ; calls++ {
+		res := mustRaw(t, bob, "check_messages", args{"limit": 100})
+		raw, _ := json.Marshal(res.StructuredContent)
+		if len(raw) > 10000 || len(resultText(res)) > 10000 {
+			t.Errorf("call %d: a result of %d bytes, over the 10,000 a host shows whole", calls, len(raw))
+		}
+		out := decode[mcpserver.CheckMessagesOutput](t, "check_messages", res)
+		taken += len(out.Messages)
+		if u := len(unread(t, n, "bob")); u != sent-taken || out.Remaining != u {
+			t.Fatalf("call %d: %d unread, remaining %d; want %d", calls, u, out.Remaining, sent-taken)
+		}
+		if out.Remaining == 0 {
+			t.Logf("%d messages in %d calls", sent, calls)
+			break
+		}
+		if len(out.Messages) == 0 || calls > sent {
+			t.Fatalf("call %d took nothing with %d left", calls, out.Remaining)
+		}
 	}
 }
