@@ -169,9 +169,6 @@ func New(ctx context.Context, dial Dialer, id Identity, opts *Options) (*Server,
 	return s, nil
 }
 
-// Inbox returns the agent's inbox the server uses.
-func (s *Server) Inbox() *inbox.Inbox { return s.ib }
-
 // MCP returns the underlying go-sdk server.
 func (s *Server) MCP() *mcp.Server { return s.mcp }
 
