@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -84,11 +85,32 @@ exec "$real" "$@"
 		return slices.Contains([]string{"CLAUDECODE", "CLAUDE_CODE_ENTRYPOINT", "CODEX_HOME", "THRUM_NAME", "THRUM_HOME",
 			"GEMINI_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_API_KEY", "ANTHROPIC_BASE_URL", "OPENAI_BASE_URL"}, k)
 	})
+	t.Cleanup(s.killLeftovers)
 	thrumtest.Git(t, s.Repo, "init", "-q", "-b", "main")
 	thrumtest.GitUser(t, s.Repo)
 	thrumtest.Git(t, s.Repo, "commit", "-q", "--allow-empty", "-m", "scratch")
 	s.MustThrum("init")
 	return s
+}
+
+// killLeftovers kills what the scene's processes left running when the
+// test ends (it runs after every other cleanup of the scene): Codex's TUI
+// starts an app-server daemon that outlives it, and a Claude Code
+// plugin's monitor may outlive its host. A process is the scene's when
+// its environment holds the scene's HOME.
+func (s *Scene) killLeftovers() {
+	envs, _ := filepath.Glob("/proc/[0-9]*/environ")
+	for _, p := range envs {
+		env, err := os.ReadFile(p)
+		if err != nil || !bytes.Contains(append([]byte{0}, env...), []byte("\x00HOME="+s.Home+"\x00")) {
+			continue
+		}
+		var pid int
+		fmt.Sscan(filepath.Base(filepath.Dir(p)), &pid)
+		if pid != os.Getpid() {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
 }
 
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }

@@ -1,6 +1,7 @@
 package hosttest
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -28,9 +29,12 @@ func (s *Scene) Interactive(h Host, args ...string) *TTY {
 	t := &TTY{s: s, sock: filepath.Join(s.Dir, "tmux.sock")}
 	cmd := []string{"new-session", "-d", "-s", "host", "-x", "200", "-y", "50", "-c", s.Repo}
 	// Through env -i, not tmux's -e: tmux puts its client's PATH over
-	// the session's.
+	// the session's. From a shell, as a terminal runs it: tmux resumes a
+	// pane's own process when it stops, so a host stopped by a test
+	// (SIGSTOP) would not stay stopped. The shell outlives a Ctrl-C the
+	// host takes as "press again to quit".
 	cmd = append(append(cmd, "--", "env", "-i"), append(s.Env, "PWD="+s.Repo)...)
-	cmd = append(cmd, h.Path(s.T))
+	cmd = append(cmd, "sh", "-c", `trap : INT; "$@"; exit $?`, "sh", h.Path(s.T))
 	if _, err := t.tmux(append(cmd, args...)...); err != nil {
 		s.T.Fatal(err)
 	}
@@ -92,12 +96,23 @@ func (t *TTY) Exited() bool {
 	return strings.TrimSpace(out) == "1"
 }
 
-// PID is the host process's ID.
+// PID is the host process's ID (the child of the pane's shell), or 0
+// once it has exited.
 func (t *TTY) PID() int {
 	out, _ := t.tmux("display-message", "-p", "-t", "host", "#{pane_pid}")
-	var pid int
-	fmt.Sscan(out, &pid)
-	return pid
+	shell := strings.TrimSpace(out)
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, p := range stats {
+		b, _ := os.ReadFile(p)
+		// pid (comm) state ppid ...: comm may hold spaces and parentheses.
+		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+		if len(f) > 1 && f[1] == shell {
+			var pid int
+			fmt.Sscan(filepath.Base(filepath.Dir(p)), &pid)
+			return pid
+		}
+	}
+	return 0
 }
 
 // Quit ends the host as a person would (hostQuit's keys), waits up to
