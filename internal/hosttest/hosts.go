@@ -115,9 +115,31 @@ const mockKey = "sk-mock-hosttest-0123456789abcdefghij"
 // does once by hand. It does not run `thrum setup`.
 func (s *Scene) Prepare(h Host) {
 	s.T.Helper()
+	s.prepare(h, true)
+}
+
+// PrepareUntrusted is Prepare without the repository's trust: the host
+// asks for it at its first start there, as it asks a user who has just
+// run `thrum setup` (see TrustAsPrinted).
+func (s *Scene) PrepareUntrusted(h Host) {
+	s.T.Helper()
+	s.prepare(h, false)
+}
+
+func (s *Scene) prepare(h Host, trusted bool) {
+	s.T.Helper()
 	var err error
 	switch h.Name {
 	case "claude":
+		projects := map[string]any{}
+		if trusted {
+			projects[s.Repo] = map[string]any{
+				"hasTrustDialogAccepted":        true,
+				"hasCompletedProjectOnboarding": true,
+				"enabledMcpjsonServers":         []string{"thrum"},
+				"allowedTools":                  []string{},
+			}
+		}
 		s.Setenv("ANTHROPIC_BASE_URL="+s.Model.URL, "ANTHROPIC_API_KEY="+mockKey, "DISABLE_AUTOUPDATER=1",
 			"DISABLE_TELEMETRY=1", "DISABLE_ERROR_REPORTING=1", "IS_SANDBOX=1", "ANTHROPIC_MODEL=claude-sonnet-4-5",
 			"ANTHROPIC_SMALL_FAST_MODEL=claude-haiku-4-5")
@@ -126,16 +148,15 @@ func (s *Scene) Prepare(h Host) {
 			"theme":                         "dark",
 			"bypassPermissionsModeAccepted": true,
 			"customApiKeyResponses":         map[string]any{"approved": []string{mockKey[len(mockKey)-20:]}, "rejected": []string{}},
-			"projects": map[string]any{s.Repo: map[string]any{
-				"hasTrustDialogAccepted":        true,
-				"hasCompletedProjectOnboarding": true,
-				"enabledMcpjsonServers":         []string{"thrum"},
-				"allowedTools":                  []string{},
-			}},
+			"projects":                      projects,
 		})
 	case "codex":
 		home := filepath.Join(s.Home, ".codex")
 		s.Setenv("CODEX_HOME="+home, "MOCK_API_KEY="+mockKey)
+		trust := ""
+		if trusted {
+			trust = fmt.Sprintf("\n[projects.%q]\ntrust_level = \"trusted\"\n", s.Repo)
+		}
 		err = writeFile(filepath.Join(home, "config.toml"), fmt.Sprintf(`model = "mock-model"
 model_provider = "mock"
 check_for_update_on_startup = false
@@ -147,13 +168,14 @@ wire_api = "responses"
 env_key = "MOCK_API_KEY"
 request_max_retries = 0
 stream_max_retries = 0
-
-[projects.%q]
-trust_level = "trusted"
-`, s.Model.URL+"/v1", s.Repo))
+%s`, s.Model.URL+"/v1", trust))
 	case "gemini":
 		s.Setenv("GEMINI_API_KEY="+mockKey, "GOOGLE_GEMINI_BASE_URL="+s.Model.URL, "GEMINI_CLI_NO_RELAUNCH=true")
 		dir := filepath.Join(s.Home, ".gemini")
+		folders := map[string]any{}
+		if trusted {
+			folders[s.Repo] = "TRUST_FOLDER"
+		}
 		err = errors.Join(
 			writeJSONFile(filepath.Join(dir, "settings.json"), map[string]any{
 				"security":  map[string]any{"auth": map[string]any{"selectedType": "gemini-api-key"}, "folderTrust": map[string]any{"enabled": true}},
@@ -164,7 +186,7 @@ trust_level = "trusted"
 				// A fixed model: else a classifier request picks one.
 				"model": map[string]any{"name": "gemini-2.5-flash"},
 			}),
-			writeJSONFile(filepath.Join(dir, "trustedFolders.json"), map[string]any{s.Repo: "TRUST_FOLDER"}))
+			writeJSONFile(filepath.Join(dir, "trustedFolders.json"), folders))
 	case "opencode":
 		s.Setenv("OPENCODE_DISABLE_AUTOUPDATE=true", "OPENCODE_DISABLE_MODELS_FETCH=true", "OPENCODE_DISABLE_SHARE=true")
 		err = writeJSONFile(filepath.Join(s.Home, ".config", "opencode", "opencode.json"), map[string]any{

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -25,6 +26,13 @@ const runFor = 3 * time.Minute
 // registered and `thrum setup` run with extra flags.
 func liveScene(t *testing.T, h hosttest.Host, setup ...string) *hosttest.Scene {
 	t.Helper()
+	return newLiveScene(t, h, append([]string{"--agent", "alice"}, setup...)...)
+}
+
+// newLiveScene is liveScene with `thrum setup` run with only the flags
+// given: without --agent, the host's entries name no agent.
+func newLiveScene(t *testing.T, h hosttest.Host, setup ...string) *hosttest.Scene {
+	t.Helper()
 	hosttest.Live(t)
 	h.Path(t)
 	s := hosttest.NewScene(t)
@@ -32,7 +40,7 @@ func liveScene(t *testing.T, h hosttest.Host, setup ...string) *hosttest.Scene {
 	s.StartDaemon()
 	s.Agent("alice")
 	s.Agent("bob")
-	s.Setup(h.Name, append([]string{"--agent", "alice"}, setup...)...)
+	s.Setup(h.Name, setup...)
 	if h == hosttest.Codex {
 		s.CodexTrustHooks() // what the TUI's review does once
 	}
@@ -261,28 +269,50 @@ func mcpServeEnv(t *testing.T, s *hosttest.Scene) map[string]string {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
-		procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
-		for _, p := range procs {
-			b, _ := os.ReadFile(p)
-			args := strings.Split(string(b), "\x00")
-			if len(args) > 2 && strings.HasSuffix(args[0], "thrum") && args[1] == "mcp" && args[2] == "serve" {
-				env, _ := os.ReadFile(filepath.Join(filepath.Dir(p), "environ"))
-				if !strings.Contains(string(env), "HOME="+s.Home) {
-					continue // another scene's
-				}
-				out := map[string]string{}
-				for _, kv := range strings.Split(string(env), "\x00") {
-					if k, v, ok := strings.Cut(kv, "="); ok {
-						out[k] = v
-					}
-				}
-				return out
-			}
+		if pid, env := thrumProcess(s, "mcp", "serve"); pid != 0 {
+			return env
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
 	t.Fatal("no thrum mcp serve started by the host")
 	return nil
+}
+
+// thrumProcess finds a running `thrum ARGS...` of the scene (its HOME)
+// and returns its process ID and environment, or 0.
+func thrumProcess(s *hosttest.Scene, args ...string) (int, map[string]string) {
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		b, _ := os.ReadFile(p)
+		cmd := strings.Split(strings.TrimSuffix(string(b), "\x00"), "\x00")
+		if len(cmd) <= len(args) || !strings.HasSuffix(cmd[0], "thrum") || !slices.Equal(cmd[1:1+len(args)], args) {
+			continue
+		}
+		env, _ := os.ReadFile(filepath.Join(filepath.Dir(p), "environ"))
+		if !strings.Contains(string(env), "HOME="+s.Home+"\x00") {
+			continue // another scene's
+		}
+		out := map[string]string{}
+		for _, kv := range strings.Split(string(env), "\x00") {
+			if k, v, ok := strings.Cut(kv, "="); ok {
+				out[k] = v
+			}
+		}
+		var pid int
+		fmt.Sscan(filepath.Base(filepath.Dir(p)), &pid)
+		return pid, out
+	}
+	return 0, nil
+}
+
+// load is the machine's load average (1, 5, 15 minutes), for figures.
+func load() string {
+	b, _ := os.ReadFile("/proc/loadavg")
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
 }
 
 func p50p99(lat []time.Duration) string {

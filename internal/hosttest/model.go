@@ -62,6 +62,31 @@ func (r *Request) Tool(name string) string {
 	return ""
 }
 
+// ServerTools returns the tools of the MCP server named server that the
+// request offers the model, by their own names (without the host's
+// prefix), sorted: those it declares (mcp__SERVER__x, a plugin's
+// mcp__plugin_P_SERVER__x, Codex's mcp__SERVER/x, Gemini CLI's
+// mcp_SERVER_x, opencode's SERVER_x) and those Claude Code names in its
+// text, one a line, for the model to load first (it defers MCP tools).
+func (r *Request) ServerTools(server string) []string {
+	q := regexp.QuoteMeta(server)
+	declared := regexp.MustCompile(`^(?:mcp__(?:plugin_[A-Za-z0-9-]+_)?` + q + `(?:__|` + nsSep + `)|mcp_` + q + `_|` + q + `_)(\w+)$`)
+	// One name a line: the list of deferred tools, not a mention.
+	named := regexp.MustCompile(`(?m)^mcp__(?:plugin_[A-Za-z0-9-]+_)?` + q + `__(\w+)$`)
+	seen := map[string]bool{}
+	for _, t := range r.Tools {
+		if m := declared.FindStringSubmatch(t); m != nil {
+			seen[m[1]] = true
+		}
+	}
+	for _, v := range r.Strings {
+		for _, m := range named.FindAllStringSubmatch(v, -1) {
+			seen[m[1]] = true
+		}
+	}
+	return slices.Sorted(maps.Keys(seen))
+}
+
 // Reply is what the mock model answers: Text, or a call of the tool
 // Call (matched as Request.Tool does) with the JSON arguments Args.
 type Reply struct {
@@ -126,10 +151,12 @@ func Steps(steps ...Reply) func(*Request) Reply {
 	}
 }
 
-// deferredTool finds an MCP tool named in the request's text but not
-// declared (mcp__SERVER__name), or "".
+// deferredTool finds an MCP tool the request lists for loading but does
+// not declare (mcp__SERVER__name alone on a line, as ServerTools reads
+// it), or "". A mere mention (a sub-agent's tools) is not one: searching
+// for it would never end.
 func deferredTool(r *Request, name string) string {
-	re := regexp.MustCompile(`mcp__[A-Za-z0-9_-]+__` + regexp.QuoteMeta(name) + `\b`)
+	re := regexp.MustCompile(`(?m)^mcp__[A-Za-z0-9_-]+__` + regexp.QuoteMeta(name) + `$`)
 	for _, v := range r.Strings {
 		if m := re.FindString(v); m != "" {
 			return m
