@@ -14,6 +14,26 @@ import (
 // and every case must hold.
 const KnownLosses = false
 
+// KnownServerExits is the switch for the cases where `thrum mcp serve`
+// exits for a reason it could recover from (no daemon, an agent it
+// cannot tell): while it is true they log KNOWN and pass; whoever makes
+// the server stay up sets it false.
+const KnownServerExits = true
+
+// Expect fails the test with the message unless ok. When known (one of
+// the switches) is on, the failure is known today: it is logged as KNOWN,
+// with why, and the test passes.
+func Expect(t testing.TB, ok, known bool, why, format string, args ...any) {
+	t.Helper()
+	switch {
+	case ok:
+	case known:
+		t.Logf("KNOWN today (%s): %s", why, fmt.Sprintf(format, args...))
+	default:
+		t.Errorf(format, args...)
+	}
+}
+
 // Sent is one message a case sent: its ID and a marker only its body
 // carries.
 type Sent struct {
