@@ -128,9 +128,13 @@ func (m *Model) SetScript(f func(*Request) Reply) {
 // a host's side requests such as a title) with the steps in order, each
 // step once, then with text "done". A step calling a tool the request
 // does not declare answers text saying so, which fails the case that
-// expected the call.
+// expected the call. Claude Code declares MCP tools only by name, or not
+// at all in a turn a monitor started, until the model loads them: as a
+// model does, a step first loads its tool through ToolSearch, by the
+// listed name, else by a search for the tool's name, once.
 func Steps(steps ...Reply) func(*Request) Reply {
 	var mu sync.Mutex
+	searched := false
 	return func(r *Request) Reply {
 		mu.Lock()
 		defer mu.Unlock()
@@ -138,15 +142,15 @@ func Steps(steps ...Reply) func(*Request) Reply {
 			return Reply{Text: "done"}
 		}
 		s := steps[0]
-		if s.Call != "" && r.Tool(s.Call) == "" {
-			if name := deferredTool(r, s.Call); name != "" && r.Tool("ToolSearch") != "" {
-				// Claude Code declares MCP tools only by name until
-				// the model loads them, as a model does: through
-				// ToolSearch. The step stays for the next request.
-				return Reply{Call: "ToolSearch", Args: `{"query":"select:` + name + `","max_results":5}`}
+		if s.Call != "" && r.Tool(s.Call) == "" && r.Tool("ToolSearch") != "" && !searched {
+			searched = true // the step stays for the next request
+			query := s.Call
+			if name := deferredTool(r, s.Call); name != "" {
+				query = "select:" + name
 			}
+			return Reply{Call: "ToolSearch", Args: fmt.Sprintf(`{"query":%q,"max_results":5}`, query)}
 		}
-		steps = steps[1:]
+		steps, searched = steps[1:], false
 		return s
 	}
 }
