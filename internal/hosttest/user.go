@@ -20,26 +20,42 @@ import (
 func (s *Scene) TrustAsPrinted(h Host) {
 	s.T.Helper()
 	tty := s.Interactive(h)
+	// step waits for want on the screen, lets the screen settle (a key
+	// sent to a dialog still drawing is lost), then sends keys.
 	step := func(want string, keys ...string) {
 		s.T.Helper()
 		if !tty.WaitScreen(90*time.Second, want) {
 			s.T.Fatalf("%s: waited for %q; the screen:\n%s", h.Name, want, tty.Screen())
 		}
+		time.Sleep(time.Second)
 		for _, k := range keys {
 			tty.Keys(k)
 			time.Sleep(400 * time.Millisecond)
 		}
 	}
+	// choose presses key until the screen shows want (an option
+	// selected), then Enter.
+	choose := func(want, key string) {
+		s.T.Helper()
+		for i := 0; !strings.Contains(tty.Screen(), want); i++ {
+			if i == 10 {
+				s.T.Fatalf("%s: pressed %s 10 times for %q; the screen:\n%s", h.Name, key, want, tty.Screen())
+			}
+			tty.Keys(key)
+			time.Sleep(time.Second)
+		}
+		tty.Keys("Enter")
+	}
 	switch h.Name {
 	case "claude":
-		step("Yes, I trust this folder", "Down") // "No, exit" is preselected
-		step("❯ Yes, I trust this folder", "Enter")
-		step("New MCP server found in this project: thrum", "Up", "Up")
-		step("❯ Use this MCP server", "Enter")
+		step("Yes, I trust this folder")
+		choose("❯ Yes, I trust this folder", "Down") // "No, exit" is preselected
+		step("New MCP server found in this project: thrum")
+		choose("❯ Use this MCP server", "Up")
 		step("? for shortcuts")
 	case "codex":
 		step("Trust this folder?")
-		step("› 1. Trust and continue", "Enter")
+		choose("› 1. Trust and continue", "Up")
 		// Codex offers a review of the new hooks at once; setup's advice
 		// is /hooks, which a person who skipped it finds.
 		step("Hooks need review", "Escape")
@@ -49,7 +65,7 @@ func (s *Scene) TrustAsPrinted(h Host) {
 		step("enter details", "Escape")
 	case "gemini":
 		step("Do you trust the files in this folder?")
-		step("● 1. Trust folder", "Enter")
+		choose("● 1. Trust folder", "Up")
 		for i := 0; i < 100 && !tty.Exited(); i++ {
 			time.Sleep(200 * time.Millisecond)
 		}
