@@ -2,6 +2,7 @@ package hosttest_test
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -35,6 +36,13 @@ func pluginTTY(t *testing.T) (*hosttest.Scene, *hosttest.TTY) {
 		t.Fatal(err)
 	}
 	t.Logf("plugin install:\n%s", s.InstallClaudePlugin(clone))
+	// thrum's tools allowed, as "Yes, and don't ask again" at the first
+	// call does: else a woken turn waits for a person at that dialog.
+	allow := `{"permissions": {"allow": ["mcp__plugin_thrum_thrum"]}}`
+	dir := filepath.Join(s.Repo, ".claude")
+	if err := errors.Join(os.MkdirAll(dir, 0o755), os.WriteFile(filepath.Join(dir, "settings.local.json"), []byte(allow), 0o644)); err != nil {
+		t.Fatal(err)
+	}
 	tty := s.Interactive(hosttest.Claude)
 	if !tty.WaitScreen(90*time.Second, "1 monitor") {
 		t.Fatalf("the plugin's monitor did not start; the screen:\n%s", tty.Screen())
@@ -52,6 +60,7 @@ func TestLivePluginMonitorWake(t *testing.T) {
 	s, tty := pluginTTY(t)
 	var sent []hosttest.Sent
 	var lat []time.Duration
+	first := -1 // thrum's tools the first woken turn offered
 	for i := range monitorWakes {
 		s.Model.SetScript(hosttest.Steps(hosttest.Reply{Call: "check_messages"}, hosttest.Reply{Text: "read it"}))
 		at := time.Now()
@@ -62,9 +71,13 @@ func TestLivePluginMonitorWake(t *testing.T) {
 			continue
 		}
 		lat = append(lat, r.At.Sub(at))
+		if first < 0 {
+			first = len(r.ServerTools("thrum"))
+		}
 		time.Sleep(5 * time.Second) // the turn ends
 	}
-	t.Logf("ROW claude plugin monitor, idle wake: woke %d of %d, %s, from the send's start (load %s)", len(lat), monitorWakes, p50p99(lat), load())
+	t.Logf("ROW claude plugin monitor, idle wake: woke %d of %d, %s, from the send's start (load %s); the first woken turn offered %d of thrum's tools",
+		len(lat), monitorWakes, p50p99(lat), load(), first)
 	if len(lat) < monitorWakes {
 		t.Errorf("woke %d of %d; the screen:\n%s", len(lat), monitorWakes, tty.Screen())
 	}
