@@ -64,7 +64,10 @@ func TestLivePluginMonitorWake(t *testing.T) {
 	for i := range monitorWakes {
 		s.Model.SetScript(hosttest.Steps(hosttest.Reply{Call: "check_messages"}, hosttest.Reply{Text: "read it"}))
 		at := time.Now()
-		sent = append(sent, s.SendMarked("bob", "@alice", fmt.Sprintf("monitor%02d", i), 1)...)
+		// The marker below the first line: a doorbell names a message by
+		// that line (its subject), and only the body counts as shown.
+		marker := fmt.Sprintf("monitor-%04d", i)
+		sent = append(sent, hosttest.Sent{ID: s.Send("bob", "@alice", "a note for you\n"+marker+" is its body"), Marker: marker})
 		r := s.Model.WaitFor(20*time.Second, func(r *hosttest.Request) bool { return r.At.After(at) && len(r.Tools) > 0 })
 		if r == nil {
 			t.Logf("message %d: no model request within 20 s", i)
