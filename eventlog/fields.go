@@ -75,38 +75,27 @@ const (
 // identityID reports whether s is an agent or user ID as the log keeps
 // one: a name, user:<name>, or an older agent:<role>:<hash>.
 func identityID(s string) bool {
-	if s == "" || len(s) > MaxIDLen || !(alnum(s[0]) || s[0] == '_') {
-		return false
-	}
-	for i := 1; i < len(s); i++ {
-		if c := s[i]; !(alnum(c) || c == '_' || c == '-' || c == ':') {
-			return false
-		}
-	}
-	return true
+	return token(s, MaxIDLen, func(c byte) bool { return alnum(c) || c == '_' || c == '-' || c == ':' }) && s[0] != '-' && s[0] != ':'
 }
 
 // refID reports whether s is the ID of a message, session, thread or
 // event.
 func refID(s string) bool {
-	if s == "" || len(s) > MaxRefLen {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; !(alnum(c) || c == '_' || c == '-') {
-			return false
-		}
-	}
-	return true
+	return token(s, MaxRefLen, func(c byte) bool { return alnum(c) || c == '_' || c == '-' })
 }
 
 // name reports whether s is a group, role or module name.
 func name(s string) bool {
-	if s == "" || len(s) > MaxRefLen {
+	return token(s, MaxRefLen, func(c byte) bool { return c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_' })
+}
+
+// token reports whether s has 1 to max bytes, each one ok allows.
+func token(s string, max int, ok func(byte) bool) bool {
+	if s == "" || len(s) > max {
 		return false
 	}
 	for i := 0; i < len(s); i++ {
-		if c := s[i]; !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_') {
+		if !ok(s[i]) {
 			return false
 		}
 	}
