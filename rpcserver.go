@@ -386,13 +386,6 @@ func (s *RPCServer) registerUser(ctx context.Context, p *rpc.RegisterUserParams)
 	return r, nil
 }
 
-// listenerKey keys a connection's Subscription (jsonrpc.Conn.Value).
-type listenerKey struct{}
-
-// subscribe attaches a subscription to this connection: its notifications
-// are pushed as notification.message (notification.receipt for
-// receipts). The connection's listener is made
-// on the first subscribe and closed with the connection.
 // health is the node's health with what this server refused.
 func (s *RPCServer) health(ctx context.Context, p *rpc.HealthParams) (*rpc.HealthResult, error) {
 	h, err := s.n.Health(ctx, p)
@@ -412,6 +405,13 @@ func (s *RPCServer) getMessage(ctx context.Context, p *rpc.GetMessageParams) (*r
 	return r, nil
 }
 
+// listenerKey keys a connection's Subscription (jsonrpc.Conn.Value).
+type listenerKey struct{}
+
+// subscribe attaches a subscription to this connection: its notifications
+// are pushed as notification.message (notification.receipt for
+// receipts). The connection's listener is made on the first
+// subscribe and closed with the connection.
 func (s *RPCServer) subscribe(ctx context.Context, p *rpc.SubscribeParams) (*rpc.SubscribeResult, error) {
 	c := jsonrpc.ConnFromContext(ctx)
 	if c == nil {
