@@ -88,7 +88,7 @@ type CLI struct {
 	Version    VersionCmd    `cmd:"" help:"Print thrum's version."`
 }
 
-// exitError carries an exit code through kong's Run.
+// codeError carries an exit code through kong's Run.
 type codeError struct {
 	code int
 	err  error

@@ -455,7 +455,7 @@ func (s *Server) isShutdown() bool {
 	return s.shutdown
 }
 
-// beginShutdown stops accepting and returns the live connections and the
+// beginShutdownLocked stops accepting and returns the live connections and the
 // first error of closing the listeners. s.mu must be held.
 func (s *Server) beginShutdownLocked() (conns []*Conn, err error) {
 	if !s.shutdown {
