@@ -21,33 +21,11 @@ import (
 // loaded from what the stop saved), and reports the same after a forced
 // round.
 func BenchmarkDaemonSyncRSS(b *testing.B) {
-	bin := filepath.Join(b.TempDir(), "thrum")
-	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/thrum").CombinedOutput(); err != nil {
-		b.Fatalf("build: %v\n%s", err, out)
-	}
+	bin := buildThrum(b)
 	src := benchDir(b, 100_000)
-	git := func(dir string, args ...string) string {
-		cmd := exec.Command("git", args...)
-		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=b", "GIT_AUTHOR_EMAIL=b@b", "GIT_COMMITTER_NAME=b", "GIT_COMMITTER_EMAIL=b@b")
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			b.Fatalf("git %v: %v\n%s", args, err, out)
-		}
-		return strings.TrimSpace(string(out))
-	}
 	var firstMiB, idleMiB, restartMiB, roundMs float64
 	for i := 0; i < b.N; i++ {
-		top := b.TempDir()
-		remote := filepath.Join(top, "remote.git")
-		root := filepath.Join(top, "repo")
-		git(top, "init", "-q", "--bare", "-b", "main", remote)
-		git(top, "init", "-q", "-b", "main", root)
-		os.WriteFile(filepath.Join(root, "README.md"), []byte("# project\n"), 0o644)
-		git(root, "add", "README.md")
-		git(root, "commit", "-q", "-m", "initial")
-		git(root, "remote", "add", "origin", remote)
-		git(root, "push", "-q", "origin", "main")
+		_, root, remote := syncBenchRepo(b)
 		if out, err := exec.Command(bin, "--repo", root, "init").CombinedOutput(); err != nil {
 			b.Fatalf("thrum init: %v\n%s", err, out)
 		}
@@ -63,29 +41,7 @@ func BenchmarkDaemonSyncRSS(b *testing.B) {
 		os.Remove(filepath.Join(logDir, "complete"))
 		sock := filepath.Join(root, ".thrum", "var", "thrum.sock")
 		ctx := context.Background()
-		var cmd *exec.Cmd
-		var c *rpc.Client
-		start := func() {
-			cmd = exec.Command(bin, "--repo", root, "daemon", "run")
-			if err := cmd.Start(); err != nil {
-				b.Fatal(err)
-			}
-			c = nil
-			for start := time.Now(); c == nil; time.Sleep(time.Millisecond) {
-				if cl, err := rpc.Dial(ctx, sock, nil); err == nil {
-					if _, err := cl.Health(ctx, &rpc.HealthParams{}); err == nil {
-						c = cl
-						break
-					}
-					cl.Close()
-				}
-				if time.Since(start) > time.Minute {
-					cmd.Process.Kill()
-					b.Fatal("daemon never answered")
-				}
-			}
-		}
-		start()
+		cmd, c, _ := startColdDaemon(b, bin, root, sock)
 		synced := func(after string) string {
 			for start := time.Now(); ; time.Sleep(20 * time.Millisecond) {
 				st, err := c.SyncStatus(ctx, &rpc.SyncStatusParams{})
@@ -104,7 +60,7 @@ func BenchmarkDaemonSyncRSS(b *testing.B) {
 			}
 		}
 		last := synced("")
-		if got := git(remote, "rev-list", "--count", "a-sync"); got == "0" {
+		if got := benchGit(b, remote, "rev-list", "--count", "a-sync"); got == "0" {
 			b.Fatal("the remote has no a-sync commits")
 		}
 		time.Sleep(time.Second)
@@ -124,7 +80,7 @@ func BenchmarkDaemonSyncRSS(b *testing.B) {
 		if _, err := os.Stat(filepath.Join(root, ".thrum", "var", thrum.DefaultDBName+".index")); err != nil {
 			b.Fatalf("the stop saved no index, so the restart would build one: %v", err)
 		}
-		start()
+		cmd, c, _ = startColdDaemon(b, bin, root, sock)
 		if _, err := c.SyncForce(ctx, &rpc.SyncForceParams{Wait: true}); err != nil {
 			b.Fatal(err)
 		}
@@ -150,36 +106,14 @@ func BenchmarkDaemonSyncRSS(b *testing.B) {
 //
 //	THRUM_BENCH_CACHE=DIR go test -run '^$' -bench DaemonImportRSS -benchtime 1x .
 func BenchmarkDaemonImportRSS(b *testing.B) {
-	bin := filepath.Join(b.TempDir(), "thrum")
-	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/thrum").CombinedOutput(); err != nil {
-		b.Fatalf("build: %v\n%s", err, out)
-	}
+	bin := buildThrum(b)
 	src := benchDir(b, 100_000)
-	git := func(dir string, args ...string) string {
-		cmd := exec.Command("git", args...)
-		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=b", "GIT_AUTHOR_EMAIL=b@b", "GIT_COMMITTER_NAME=b", "GIT_COMMITTER_EMAIL=b@b")
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			b.Fatalf("git %v: %v\n%s", args, err, out)
-		}
-		return strings.TrimSpace(string(out))
-	}
 	var before, after, hwm, importMs float64
 	for i := 0; i < b.N; i++ {
-		top := b.TempDir()
-		remote := filepath.Join(top, "remote.git")
-		root := filepath.Join(top, "repo")
-		git(top, "init", "-q", "--bare", "-b", "main", remote)
-		git(top, "init", "-q", "-b", "main", root)
-		os.WriteFile(filepath.Join(root, "README.md"), []byte("# project\n"), 0o644)
-		git(root, "add", "README.md")
-		git(root, "commit", "-q", "-m", "initial")
-		git(root, "remote", "add", "origin", remote)
-		git(root, "push", "-q", "origin", "main")
+		top, root, remote := syncBenchRepo(b)
 		// The other machine's log: the fixture's shards, as its a-sync.
 		other := filepath.Join(top, "other")
-		git(top, "init", "-q", "-b", "a-sync", other)
+		benchGit(b, top, "init", "-q", "-b", "a-sync", other)
 		for _, sub := range []string{"events.jsonl", "events", "messages"} {
 			if _, err := os.Stat(filepath.Join(src, sub)); err == nil {
 				if err := copyTree(filepath.Join(src, sub), filepath.Join(other, sub)); err != nil {
@@ -187,38 +121,20 @@ func BenchmarkDaemonImportRSS(b *testing.B) {
 				}
 			}
 		}
-		git(other, "add", "-A")
-		git(other, "commit", "-q", "-m", "thrum: sync from another machine")
+		benchGit(b, other, "add", "-A")
+		benchGit(b, other, "commit", "-q", "-m", "thrum: sync from another machine")
 
 		if out, err := exec.Command(bin, "--repo", root, "init").CombinedOutput(); err != nil {
 			b.Fatalf("thrum init: %v\n%s", err, out)
 		}
-		cmd := exec.Command(bin, "--repo", root, "daemon", "run", "--sync-interval", "1h")
-		if err := cmd.Start(); err != nil {
-			b.Fatal(err)
-		}
 		ctx := context.Background()
-		sock := filepath.Join(root, ".thrum", "var", "thrum.sock")
-		var c *rpc.Client
-		for start := time.Now(); c == nil; time.Sleep(5 * time.Millisecond) {
-			if cl, err := rpc.Dial(ctx, sock, nil); err == nil {
-				if _, err := cl.Health(ctx, &rpc.HealthParams{}); err == nil {
-					c = cl
-					break
-				}
-				cl.Close()
-			}
-			if time.Since(start) > time.Minute {
-				cmd.Process.Kill()
-				b.Fatal("daemon never answered")
-			}
-		}
+		cmd, c, _ := startColdDaemon(b, bin, root, filepath.Join(root, ".thrum", "var", "thrum.sock"), "--sync-interval", "1h")
 		if _, err := c.SyncForce(ctx, &rpc.SyncForceParams{Wait: true}); err != nil {
 			b.Fatal(err)
 		}
 		time.Sleep(time.Second)
 		before += rssMiB(cmd.Process.Pid)
-		git(other, "push", "-q", "-f", remote, "a-sync") // over the daemon's first commit: its next round merges
+		benchGit(b, other, "push", "-q", "-f", remote, "a-sync") // over the daemon's first commit: its next round merges
 		t0 := time.Now()
 		st, err := c.SyncForce(ctx, &rpc.SyncForceParams{Wait: true})
 		if err != nil || st.LastError != "" {
@@ -241,4 +157,34 @@ func BenchmarkDaemonImportRSS(b *testing.B) {
 	b.ReportMetric(after/float64(b.N), "rss-after-import-MiB")
 	b.ReportMetric(hwm/float64(b.N), "hwm-MiB")
 	b.ReportMetric(importMs/float64(b.N), "import-round-ms")
+}
+
+// syncBenchRepo makes, in a fresh directory top, a bare remote and a
+// repository root whose main branch (a README) it holds.
+func syncBenchRepo(b *testing.B) (top, root, remote string) {
+	top = b.TempDir()
+	remote, root = filepath.Join(top, "remote.git"), filepath.Join(top, "repo")
+	benchGit(b, top, "init", "-q", "--bare", "-b", "main", remote)
+	benchGit(b, top, "init", "-q", "-b", "main", root)
+	if err := os.WriteFile(filepath.Join(root, "README.md"), []byte("# project\n"), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	benchGit(b, root, "add", "README.md")
+	benchGit(b, root, "commit", "-q", "-m", "initial")
+	benchGit(b, root, "remote", "add", "origin", remote)
+	benchGit(b, root, "push", "-q", "origin", "main")
+	return top, root, remote
+}
+
+// benchGit runs git in dir, committing as b <b@b>, and returns its output
+// trimmed.
+func benchGit(b *testing.B, dir string, args ...string) string {
+	cmd := exec.Command("git", args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=b", "GIT_AUTHOR_EMAIL=b@b", "GIT_COMMITTER_NAME=b", "GIT_COMMITTER_EMAIL=b@b")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		b.Fatalf("git %v: %v\n%s", args, err, out)
+	}
+	return strings.TrimSpace(string(out))
 }
