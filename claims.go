@@ -301,8 +301,12 @@ type standingClaims struct {
 	inSends atomic.Int32                // len(taking), read without mu
 }
 
-// priorityRank orders the priorities, lowest first.
-var priorityRank = map[string]int{rpc.PriorityLow: 0, rpc.PriorityNormal: 1, rpc.PriorityHigh: 2, rpc.PriorityCritical: 3}
+// priorityRank is p's place in eventlog.Priorities, lowest first; ok is
+// false for no priority there.
+func priorityRank(p string) (rank int, ok bool) {
+	rank = slices.Index(eventlog.Priorities, p)
+	return rank, rank >= 0
+}
 
 // arm makes sc wanted at floor, for a consumer that delivers via.
 func (c *standingClaims) arm(sc *standingClaim, floor int, via string) {
@@ -370,7 +374,7 @@ func (c *standingClaims) reserve(id, author, priority string, recipients []rpc.R
 	if len(c.armed) == 0 {
 		return nil, nil
 	}
-	rank := priorityRank[priority]
+	rank, _ := priorityRank(priority) // a sent message's, checked at send
 	var taken []*standingClaim
 	var reads []*eventlog.Event
 	seen := map[string]bool{author: true}
@@ -479,7 +483,7 @@ func (s *RPCServer) claimNext(ctx context.Context, p *rpc.ClaimNextParams) (*rpc
 	}
 	floor := 0
 	if p.MinPriority != "" {
-		f, ok := priorityRank[p.MinPriority]
+		f, ok := priorityRank(p.MinPriority)
 		if !ok {
 			return nil, invalid("invalid min_priority %q: use low, normal, high or critical", p.MinPriority)
 		}
