@@ -17,5 +17,5 @@ func openNoFollow(path string) (*os.File, error) {
 // ownedByUser reports whether the file belongs to the user running thrum.
 func ownedByUser(st fs.FileInfo) bool {
 	s, ok := st.Sys().(*syscall.Stat_t)
-	return ok && int(s.Uid) == os.Getuid()
+	return ok && int(s.Uid) == os.Geteuid()
 }
