@@ -84,6 +84,8 @@ func CheckShard(shard string, e *Event) error {
 		return fmt.Errorf("a %s in %s: credentials are local to the machine that issued them", e.Type, ShardPath(shard))
 	case e.Type == TypeMachine:
 		return fmt.Errorf("a %s in %s: a machine's ID is its own, never synced", e.Type, ShardPath(shard))
+	case e.Type == TypeKeyTrust:
+		return fmt.Errorf("a %s in %s: the owner's trust in a key is its own clone's, never synced", e.Type, ShardPath(shard))
 	}
 	return CheckPlace(shard, e)
 }
@@ -96,7 +98,7 @@ func CheckShard(shard string, e *Event) error {
 //     type, or events of a type this version does not know whose
 //     agent_id is the agent.
 //   - events.jsonl holds no message event.
-//   - Credentials and the machine's ID belong in the local shard, which
+//   - Credentials, the machine's ID and the owner's trust in keys belong in the local shard, which
 //     holds only what this machine wrote.
 func CheckPlace(shard string, e *Event) error {
 	file := ShardPath(shard)
@@ -108,6 +110,8 @@ func CheckPlace(shard string, e *Event) error {
 		return fmt.Errorf("a %s in %s: credentials belong in the local shard, %s", e.Type, file, LocalFile)
 	case e.Type == TypeMachine:
 		return fmt.Errorf("a %s in %s: a machine's ID belongs in its local shard, %s", e.Type, file, LocalFile)
+	case e.Type == TypeKeyTrust:
+		return fmt.Errorf("a %s in %s: the owner's trust belongs in the local shard, %s", e.Type, file, LocalFile)
 	case shard == "":
 		if messageTypes[e.Type] {
 			return fmt.Errorf("a %s by %q in %s: message events belong in their author's shard, %s", e.Type, author, file, ShardPath(AgentShard(author)))

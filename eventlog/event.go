@@ -36,6 +36,12 @@ type Event struct {
 	Payload any    // appended: marshalled as the payload fields (a struct or pointer to one)
 	Raw     []byte // committed or scanned: the line without its newline
 
+	// Sign, if set, signs the event as Append writes it: the committer
+	// encodes the line once, calls Sign with it and ends the line with
+	// the signature it returns (see ParseSig). An error fails the
+	// event's Append call.
+	Sign func(unsigned []byte) (Sig, error)
+
 	// Offset is the byte offset just past this event's line in its shard
 	// file, set by Append and Scan: a projection records it as its
 	// checkpoint.

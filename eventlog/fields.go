@@ -133,6 +133,11 @@ func (c *fieldCheck) optional(check func(string, string), field, v string) {
 
 func (c *fieldCheck) name(field, v string) { c.rule(name(v), field, v, ruleName) }
 
+func (c *fieldCheck) key(field, v string) {
+	_, err := DecodeKey(v)
+	c.rule(err == nil, field, v, "an Ed25519 public key: 43 characters of base64url")
+}
+
 func (c *fieldCheck) text(field, v string) {
 	c.rule(len(v) <= MaxTextLen, field, v, fmt.Sprintf("at most %d bytes", MaxTextLen))
 }
@@ -180,6 +185,17 @@ func CheckFields(e *Event, now time.Time) error {
 		c.optional(c.name, "module", p.Module)
 		c.text("display", p.Display)
 		c.optional(c.ref, "repo_id", p.RepoID)
+		c.optional(c.key, "key", p.Key)
+		c.optional(c.ref, "machine", p.Machine)
+	case AgentSeal:
+		c.id("agent_id", p.AgentID)
+		c.list("hashes", len(p.Hashes))
+		for _, h := range p.Hashes {
+			c.rule(len(h) == b64.EncodedLen(16) && refID(h), "hashes", h, "use LegacyHash: 22 characters of base64url")
+		}
+	case KeyTrust:
+		c.id("agent_id", p.AgentID)
+		c.key("key", p.Key)
 	case Credential:
 		c.id("agent_id", p.AgentID)
 	case AgentCleanup:
@@ -296,7 +312,7 @@ func typedPayload(e *Event) (any, error) {
 		switch p := e.Payload.(type) {
 		case AgentRegister, Credential, AgentCleanup, SessionStart, SessionEnd, SessionHeartbeat, SessionIntent, SessionTask,
 			SessionContext, MessageCreate, MessageEdit, MessageDelete, MessageRead, MessageAck, ThreadCreate, GroupCreate,
-			GroupDelete, GroupMember, Machine:
+			GroupDelete, GroupMember, Machine, AgentSeal, KeyTrust:
 			return p, nil
 		}
 		b, err := json.Marshal(e.Payload)

@@ -514,6 +514,17 @@ func (l *Log) commit(batch []*appendReq) {
 			if err = e.encode(&sb.buf); err != nil {
 				break
 			}
+			if e.Sign != nil {
+				if err = appendSig(&sb.buf, start, e.Sign); err != nil {
+					sb.buf.Truncate(start)
+					break
+				}
+				if sb.buf.Len()-start > MaxLineBytes {
+					sb.buf.Truncate(start)
+					err = fmt.Errorf("%w: %s event is over %d bytes once signed", ErrTooLarge, e.Type, MaxLineBytes)
+					break
+				}
+			}
 			e.Raw = append([]byte(nil), sb.buf.Bytes()[start:sb.buf.Len()-1]...)
 			e.decoded = nil // decoded again from this line (decodePayload)
 		}

@@ -26,6 +26,8 @@ const (
 	TypeGroupMemberDel   = "group.member.remove"     // GroupMember
 	TypeCredentialAdd    = "credential.add"          // Credential (the local shard only)
 	TypeMachine          = "machine.id"              // Machine (the local shard only)
+	TypeAgentSeal        = "agent.seal"              // AgentSeal
+	TypeKeyTrust         = "key.trust"               // KeyTrust (the local shard only)
 )
 
 // Pair is a {type, value} scope or ref, in events as in the RPC
@@ -39,6 +41,11 @@ type Pair struct {
 // and display name. It carries no credential: a log written before
 // credentials were local has token_hash and revoke_tokens fields here,
 // which are ignored (see Credential).
+//
+// Key is the identity's public key (EncodeKey), with which it signs its
+// events, and Machine the machine that registered it there: the event is
+// signed by that machine's key, which binds the two. Both are empty in
+// registrations written before events were signed.
 type AgentRegister struct {
 	AgentID string `json:"agent_id"`
 	Kind    string `json:"kind"` // "agent" or "user"
@@ -47,6 +54,26 @@ type AgentRegister struct {
 	Module  string `json:"module,omitempty"`
 	Display string `json:"display,omitempty"`
 	RepoID  string `json:"repo_id,omitempty"`
+	Key     string `json:"key,omitempty"`
+	Machine string `json:"machine,omitempty"`
+}
+
+// AgentSeal seals an identity's legacy: the unsigned events it wrote
+// before it had a key, each named by its LegacyHash. Written, signed by
+// the identity's key, right after the registration that brings the key
+// (in pieces of at most MaxListLen); once the key is pinned, an unsigned
+// event of the identity is taken only if a seal names it.
+type AgentSeal struct {
+	AgentID string   `json:"agent_id"`
+	Hashes  []string `json:"hashes"`
+}
+
+// KeyTrust records the owner's word that Key is AgentID's (thrum agent
+// trust): a key other than the one first seen for it, which admission
+// then takes. It lives in the local shard: trust is each clone's own.
+type KeyTrust struct {
+	AgentID string `json:"agent_id"`
+	Key     string `json:"key"`
 }
 
 // Credential adds a token that authenticates as an identity on this
@@ -228,10 +255,11 @@ type GroupMember struct {
 	Machine    string `json:"machine,omitempty"`
 }
 
-// Machine names the machine a log belongs to: a random ID, written once
-// to the local shard. A group records the machine that created it, and
-// only events from that machine change it (signed events will prove
-// where an event comes from; today it is what the event says).
+// Machine names the machine a log belongs to, in the local shard: the
+// encoded public key of its machine key (MachineID), or in a log from
+// before machine keys a random ID, which a key-derived one supersedes.
+// A group records the machine that created it, and only events signed
+// by that machine's key change it.
 type Machine struct {
 	MachineID string `json:"machine_id"`
 }
@@ -266,4 +294,47 @@ var decoders = map[string]func([]byte) (any, error){
 	TypeGroupMemberDel:   decodeAs[GroupMember],
 	TypeCredentialAdd:    decodeAs[Credential],
 	TypeMachine:          decodeAs[Machine],
+	TypeAgentSeal:        decodeAs[AgentSeal],
+	TypeKeyTrust:         decodeAs[KeyTrust],
+}
+
+// MachineSigned returns the machine whose key signs an event of a type
+// that the machine writes in its own name: a group's changes (the
+// machine that created the group alone changes it) and a registration
+// (which binds an identity's key to the machine). ok is false for every
+// other type, which its author's key signs (see Signer). machine is ""
+// in such an event written before machines had keys.
+func MachineSigned(e *Event) (machine string, ok bool) {
+	switch p, _ := typedPayload(e); p := p.(type) {
+	case AgentRegister:
+		return p.Machine, true
+	case GroupCreate:
+		return p.Machine, true
+	case GroupDelete:
+		return p.Machine, true
+	case GroupMember:
+		return p.Machine, true
+	}
+	return "", false
+}
+
+// BringsKeys reports whether an event brings keys or seals (a
+// registration, a seal): what another machine's events may wait for.
+func BringsKeys(e *Event) bool {
+	switch e.Type {
+	case TypeAgentRegister, TypeAgentUpdate, TypeAgentSeal:
+		return true
+	}
+	return false
+}
+
+// Signer returns the identity whose key signs an event that no machine
+// signs in its own name (see MachineSigned): the user a message was
+// sent as an agent by, else its author. "" for an event that names no
+// one (an application's event), which its machine's key signs.
+func Signer(e *Event) string {
+	if a := e.actors(); a.ActingAs != "" {
+		return a.ActingAs
+	}
+	return Author(e)
 }
