@@ -143,10 +143,14 @@ func (n *Node) RegisterAgent(ctx context.Context, p *rpc.RegisterAgentParams) (*
 		revoke = !same && p.Force // a different agent takes the name over
 	}
 	token := identity.NewToken()
-	if err := n.append(ctx, &eventlog.Event{Type: typ, Payload: eventlog.AgentRegister{
+	evs, err := n.registration(ctx, typ, eventlog.AgentRegister{
 		AgentID: id, Kind: rpc.KindAgent, Name: p.Name, Role: p.Role, Module: p.Module,
 		Display: p.Display, RepoID: n.opts.RepoID,
-	}}, credential(id, identity.HashToken(token), revoke)); err != nil {
+	}, existing != nil)
+	if err != nil {
+		return nil, err
+	}
+	if err := n.append(ctx, append(evs, credential(id, identity.HashToken(token), revoke))...); err != nil {
 		return nil, err
 	}
 	return &rpc.RegisterAgentResult{AgentID: id, Status: status, Token: token}, nil
@@ -510,9 +514,13 @@ func (n *Node) RegisterUser(ctx context.Context, p *rpc.RegisterUserParams) (*rp
 		}
 	}
 	token := identity.NewToken()
-	if err := n.append(ctx, &eventlog.Event{Type: typ, Payload: eventlog.AgentRegister{
+	evs, err := n.registration(ctx, typ, eventlog.AgentRegister{
 		AgentID: id, Kind: rpc.KindUser, Name: p.Username, Display: display,
-	}}, credential(id, identity.HashToken(token), false)); err != nil {
+	}, existing != nil)
+	if err != nil {
+		return nil, err
+	}
+	if err := n.append(ctx, append(evs, credential(id, identity.HashToken(token), false))...); err != nil {
 		return nil, err
 	}
 	return &rpc.RegisterUserResult{UserID: id, Username: p.Username, DisplayName: display, Token: token, Status: status}, nil

@@ -22,7 +22,7 @@ const maxAppEventType = 128
 // wants kept, ordered and synced with the messages. typ must begin with
 // AppEventPrefix (for instance "app.review.audit"); payload must marshal
 // to a JSON object, whose fields become the event's, and may not use the
-// envelope's fields (event_id, type, timestamp). The event goes to the
+// envelope's fields (event_id, type, timestamp, sig). The event goes to the
 // log's shared shard (events.jsonl).
 //
 // Like every write of the node, it returns once the event is durable and
@@ -46,7 +46,7 @@ func (n *Node) AppendEvent(ctx context.Context, typ string, payload any) (*event
 	if !bytes.HasPrefix(bytes.TrimSpace(b), []byte("{")) || json.Unmarshal(b, &fields) != nil {
 		return nil, invalid("event %s: payload must be a JSON object", typ)
 	}
-	for _, k := range []string{"event_id", "type", "timestamp"} {
+	for _, k := range []string{"event_id", "type", "timestamp", "sig"} {
 		if _, ok := fields[k]; ok {
 			return nil, invalid("event %s: payload field %q is the envelope's", typ, k)
 		}

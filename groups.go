@@ -181,7 +181,7 @@ func (n *Node) ownGroup(ctx context.Context, name string) error {
 	if err != nil {
 		return internal("group", err)
 	}
-	if g.Machine != "" && g.Machine != n.machine {
+	if g.Machine != "" && !n.ownMachine(g.Machine) {
 		return forbidden("group %s was created on another machine, which alone changes it: change it there", name)
 	}
 	return nil

@@ -379,12 +379,14 @@ func tagsOf(m *store.Message) []string {
 	return []string{}
 }
 
-func summary(m *store.Message) rpc.MessageSummary {
+// summary is a message as listings return it; local holds the
+// identities registered here (localIdentities).
+func (n *Node) summary(m *store.Message, local map[string]bool) rpc.MessageSummary {
 	return rpc.MessageSummary{
 		MessageID: m.MessageID, ThreadID: m.ThreadID, AgentID: m.AgentID, Body: body(m),
 		CreatedAt: m.CreatedAt, UpdatedAt: m.UpdatedAt, Deleted: m.Deleted, IsRead: m.IsRead,
 		Priority: m.Priority, Scopes: pairs(m.Scopes), Refs: pairs(m.Refs), Tags: tagsOf(m), Version: m.Version,
-		AckRequired: m.AckRequired,
+		AckRequired: m.AckRequired, Sender: n.sender(m, local),
 	}
 }
 
@@ -422,6 +424,10 @@ func (n *Node) messageDetail(ctx context.Context, id, reader string) (*rpc.Messa
 	if err != nil {
 		return nil, internal("get message", err)
 	}
+	local, err := n.localIdentities(ctx)
+	if err != nil {
+		return nil, err
+	}
 	d := rpc.MessageDetail{
 		MessageID: m.MessageID, ThreadID: m.ThreadID,
 		Author: rpc.Author{AgentID: m.AgentID, SessionID: m.SessionID},
@@ -429,7 +435,7 @@ func (n *Node) messageDetail(ctx context.Context, id, reader string) (*rpc.Messa
 		Metadata:  rpc.MessageMetadata{DeletedAt: m.DeletedAt, DeleteReason: m.DeleteReason},
 		CreatedAt: m.CreatedAt, UpdatedAt: m.UpdatedAt, Deleted: m.Deleted,
 		Priority: m.Priority, Tags: tagsOf(m), Version: m.Version, IsRead: m.IsRead,
-		AckRequired: m.AckRequired, AckDue: m.AckDue,
+		AckRequired: m.AckRequired, AckDue: m.AckDue, Sender: n.sender(m, local),
 	}
 	if m.Disclose {
 		d.DisclosedVia = m.ActingAs
@@ -569,9 +575,13 @@ func (n *Node) messages(ctx context.Context, f store.MessageFilter) (*messagePag
 	if err != nil {
 		return nil, internal("list messages", err)
 	}
+	local, err := n.localIdentities(ctx)
+	if err != nil {
+		return nil, err
+	}
 	out := &messagePage{Messages: make([]rpc.MessageSummary, 0, len(rows)), Total: total, Unread: unread}
 	for _, m := range rows {
-		out.Messages = append(out.Messages, summary(m))
+		out.Messages = append(out.Messages, n.summary(m, local))
 	}
 	return out, nil
 }

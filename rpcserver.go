@@ -272,6 +272,7 @@ func (s *RPCServer) bindAll(sy SyncControl) {
 	bind(s, rpc.MethodAgentListContext, access.Read, n.ListContext)
 	bind(s, rpc.MethodAgentDelete, access.Write, guarded(pol.DeleteAgent, n.DeleteAgent))
 	bind(s, rpc.MethodAgentCleanup, access.Write, guarded(pol.CleanupAgents, n.CleanupAgents))
+	bind(s, rpc.MethodAgentTrust, access.Read, guarded(pol.TrustAgent, n.TrustAgent))
 	bind(s, rpc.MethodSessionStart, access.Write, s.startSession)
 	bind(s, rpc.MethodSessionEnd, access.Write, guarded(pol.EndSession, n.EndSession))
 	bind(s, rpc.MethodSessionHeartbeat, access.Write, n.Heartbeat)

@@ -74,12 +74,16 @@ func (n *Node) SearchMessages(ctx context.Context, p *rpc.SearchMessagesParams) 
 	if byTime {
 		out.SortBy = "created_at"
 	}
+	local, err := n.localIdentities(ctx)
+	if err != nil {
+		return nil, err
+	}
 	for _, h := range hits {
 		m := byID[h.MessageID]
 		if m == nil {
 			continue // cannot happen: both reads see messages, which rows never leave
 		}
-		r := rpc.SearchResult{MessageSummary: summary(m)}
+		r := rpc.SearchResult{MessageSummary: n.summary(m, local)}
 		r.Snippet, r.Highlights = splitSnippet(h.Snippet)
 		out.Results = append(out.Results, r)
 	}

@@ -2,6 +2,7 @@ package thrum
 
 import (
 	"context"
+	"crypto/ed25519"
 	"fmt"
 	"maps"
 	"slices"
@@ -10,6 +11,7 @@ import (
 	"github.com/thrumhq/thrum/eventlog"
 	"github.com/thrumhq/thrum/eventlog/admit"
 	"github.com/thrumhq/thrum/identity"
+	"github.com/thrumhq/thrum/store"
 )
 
 // Admission returns the node's admission of lines from other machines:
@@ -19,23 +21,57 @@ import (
 func (n *Node) Admission() *admit.Gate { return n.gate }
 
 // admitSynced is the node's part of admission (admit.Options.Judge),
-// after the log's shard rules (eventlog.CheckShard) passed an event: an
-// event that claims an identity registered on this machine (one with a
-// credential here: an agent or a user) is refused, since that identity
-// writes its events here and nowhere else. A non-empty reason refuses
-// the event; an error means the node could not tell. A read or an
-// acknowledgement dated before its message (as this machine has it) is
-// refused too: no agent reads a message before it was sent. So is a
-// group event that changes a group it may not (groupRule).
-func (n *Node) admitSynced(ctx context.Context, shard string, e *eventlog.Event) (reason string, err error) {
+// after the log's shard and field rules passed the events of one call.
+// Registrations and seals are judged first, in the order found, so that
+// the keys and seals they bring hold for every other event of the call,
+// wherever it stands; then the rest. Each event is held to:
+//
+//   - who it may claim to be: no identity registered on this machine
+//     (one with a credential here: an agent or a user), which writes its
+//     events here and nowhere else;
+//   - what it may change: a read or an acknowledgement dated before its
+//     message (as this machine has it) is refused, since no agent reads
+//     a message before it was sent; so is a group event that changes a
+//     group it may not (groupRule);
+//   - whose key signed it (admitSignature).
+func (n *Node) admitSynced(ctx context.Context, shard string, evs []*eventlog.Event) ([]admit.Verdict, error) {
+	ring, err := n.readKeyring(ctx)
+	if err != nil {
+		return nil, err
+	}
+	v := &keyView{n: n, ring: ring, keys: map[string][]ed25519.PublicKey{}, seals: map[string]map[string]bool{}}
+	out := make([]admit.Verdict, len(evs))
+	for _, first := range []bool{true, false} {
+		for i, e := range evs {
+			if eventlog.BringsKeys(e) != first {
+				continue
+			}
+			vd, err := n.judgeSynced(ctx, v, shard, e)
+			if err != nil {
+				return nil, err
+			}
+			out[i] = vd
+			if vd == (admit.Verdict{}) {
+				if err := v.learn(ctx, e); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
+// judgeSynced holds one event to the node's rules (see admitSynced).
+func (n *Node) judgeSynced(ctx context.Context, v *keyView, shard string, e *eventlog.Event) (admit.Verdict, error) {
+	refuse := func(reason string) (admit.Verdict, error) { return admit.Verdict{Refuse: reason}, nil }
 	if reason, err := n.groupRule(ctx, e); reason != "" || err != nil {
-		return reason, err
+		return admit.Verdict{Refuse: reason}, err
 	}
 	if latest, err := n.receiptFloor(ctx, e); err != nil {
-		return "", err
+		return admit.Verdict{}, err
 	} else if e.Time.Before(latest) {
-		return fmt.Sprintf("a %s by %q in %s dated %s, before its message (%s)",
-			e.Type, eventlog.Author(e), eventlog.ShardPath(shard), e.Timestamp(), eventlog.FormatTime(latest)), nil
+		return refuse(fmt.Sprintf("a %s by %q in %s dated %s, before its message (%s)",
+			e.Type, eventlog.Author(e), eventlog.ShardPath(shard), e.Timestamp(), eventlog.FormatTime(latest)))
 	}
 	for _, id := range eventlog.Claims(e) {
 		cands := []string{id}
@@ -45,41 +81,244 @@ func (n *Node) admitSynced(ctx context.Context, shard string, e *eventlog.Event)
 		for _, cand := range cands {
 			local, err := n.store.HasCredential(ctx, cand)
 			if err != nil {
-				return "", internal("check a synced event", err)
+				return admit.Verdict{}, internal("check a synced event", err)
 			}
 			if local {
-				return fmt.Sprintf("a %s by %q in %s: %s is registered on this machine, which alone writes its events",
-					e.Type, id, eventlog.ShardPath(shard), cand), nil
+				return refuse(fmt.Sprintf("a %s by %q in %s: %s is registered on this machine, which alone writes its events",
+					e.Type, id, eventlog.ShardPath(shard), cand))
 			}
 		}
 	}
-	return "", nil
+	return n.admitSignature(ctx, v, shard, e)
 }
 
-// ensureMachine reads this machine's ID from the local shard, writing a
-// new one there on the first open: what a group records as the machine
-// that created it (see groupRule).
+// admitSignature holds an event to its signature:
+//
+//   - an event the machine writes in its own name (eventlog.MachineSigned)
+//     is signed by the key of the machine it names, whose ID is its key;
+//   - any other is signed by a key this clone trusts for the identity
+//     that acted (eventlog.Signer): the team's keyring's for an identity
+//     it lists, else those the identity's registrations brought (the
+//     first of which was trusted on first use), and any the owner
+//     trusted here. An identity with no key here yet waits: its
+//     registration has not arrived;
+//   - a registration may bring a new key for its identity only if the
+//     identity has none here yet (trust on first use), or the key is one
+//     of those trusted;
+//   - an event that names no one (an application's) claims no one, and
+//     is taken signed or not;
+//   - an unsigned event (admitUnsigned) is legacy.
+func (n *Node) admitSignature(ctx context.Context, v *keyView, shard string, e *eventlog.Event) (admit.Verdict, error) {
+	where := fmt.Sprintf("a %s by %q in %s", e.Type, eventlog.Author(e), eventlog.ShardPath(shard))
+	refuse := func(format string, args ...any) (admit.Verdict, error) {
+		return admit.Verdict{Refuse: where + ": " + fmt.Sprintf(format, args...)}, nil
+	}
+	sig, unsigned, signed, err := eventlog.ParseSig(e.Raw)
+	if err != nil {
+		return refuse("%v", err)
+	}
+	machine, byMachine := eventlog.MachineSigned(e)
+	if !signed {
+		return n.admitUnsigned(ctx, v, where, e, machine, byMachine)
+	}
+	var pub ed25519.PublicKey
+	switch id := eventlog.Signer(e); {
+	case byMachine:
+		k, ok := eventlog.MachineKey(machine)
+		if !ok {
+			return refuse("signed, but it names machine %q, whose ID is not its key: the machine that signs such an event is named by its key", machine)
+		}
+		if sig.KeyID != eventlog.KeyID(k) {
+			return refuse("not signed by machine %s, which it names and which alone writes it", machine)
+		}
+		pub = k
+	case id == "":
+		return admit.Verdict{}, nil
+	default:
+		keys, err := v.trusted(ctx, id)
+		if err != nil {
+			return admit.Verdict{}, err
+		}
+		if len(keys) == 0 {
+			return admit.Verdict{Wait: fmt.Sprintf("%s: the key of %s has not arrived yet (its registration)", where, id)}, nil
+		}
+		for _, k := range keys {
+			if eventlog.KeyID(k) == sig.KeyID {
+				pub = k
+				break
+			}
+		}
+		if pub == nil {
+			return refuse("signed by a key (ID %s) this clone does not trust for %s: a forgery, or a new key of %s, which is taken on the owner's word", sig.KeyID, id, id)
+		}
+	}
+	if !eventlog.VerifyLine(n.opts.RepoID, sig, unsigned, pub) {
+		return refuse("its signature does not verify: the line was changed after it was signed (or signed for another repository than %q)", n.opts.RepoID)
+	}
+	if e.Type == eventlog.TypeAgentRegister || e.Type == eventlog.TypeAgentUpdate {
+		p, err := eventlog.PayloadAs[eventlog.AgentRegister](e)
+		if err != nil || p.Key == "" {
+			return admit.Verdict{}, nil
+		}
+		keys, err := v.trusted(ctx, p.AgentID)
+		if err != nil {
+			return admit.Verdict{}, err
+		}
+		k, _ := eventlog.DecodeKey(p.Key) // CheckFields passed it
+		if len(keys) > 0 && !slices.ContainsFunc(keys, func(t ed25519.PublicKey) bool { return t.Equal(k) }) {
+			return refuse("a new key for %s (%s, from machine %s), where this clone trusts another: a key changes only on the owner's word, or the team's thrum-keys",
+				p.AgentID, p.Key, machine)
+		}
+	}
+	return admit.Verdict{}, nil
+}
+
+// admitUnsigned holds an unsigned event to the legacy rules: one that
+// names a machine whose ID is its key is refused (such a machine signs
+// all it writes); one whose author has no key here is taken (written
+// before its author signed, or before its key arrived: shown as
+// unverified); once the author's key is trusted here, it is taken only if
+// one of the author's seals names it, wherever it stands in the file.
+func (n *Node) admitUnsigned(ctx context.Context, v *keyView, where string, e *eventlog.Event, machine string, byMachine bool) (admit.Verdict, error) {
+	if _, keyed := eventlog.MachineKey(machine); byMachine && keyed {
+		return admit.Verdict{Refuse: fmt.Sprintf("%s: unsigned, but it names machine %s, which signs all it writes", where, machine)}, nil
+	}
+	id := eventlog.Author(e)
+	if id == "" {
+		return admit.Verdict{}, nil
+	}
+	keys, err := v.trusted(ctx, id)
+	if err != nil || len(keys) == 0 {
+		return admit.Verdict{}, err
+	}
+	sealed, err := v.sealed(ctx, id, eventlog.LegacyHash(e.Raw))
+	if err != nil || sealed {
+		return admit.Verdict{}, err
+	}
+	return admit.Verdict{Refuse: fmt.Sprintf("%s: unsigned, but %s signs its events (its key is trusted here) and no seal of its names this one: written since, or forged", where, id)}, nil
+}
+
+// keyView is what one admission call knows of keys and seals: the
+// store's, the keyring's, and what the call's earlier events brought.
+type keyView struct {
+	n     *Node
+	ring  *keyring
+	keys  map[string][]ed25519.PublicKey // trusted keys by identity, as loaded and learned
+	seals map[string]map[string]bool     // hashes sealed by this call's events, by identity
+}
+
+// trusted returns the keys this clone trusts for an identity: the
+// keyring's if it lists the identity, else those its registrations
+// brought; and those the owner trusted here.
+func (v *keyView) trusted(ctx context.Context, id string) ([]ed25519.PublicKey, error) {
+	if ks, ok := v.keys[id]; ok {
+		return ks, nil
+	}
+	rows, err := v.n.store.Keys(ctx, id)
+	if err != nil {
+		return nil, internal("read keys", err)
+	}
+	var out []ed25519.PublicKey
+	listed := false
+	if v.ring != nil {
+		out = append(out, v.ring.keys[id]...)
+		listed = len(out) > 0
+	}
+	for _, r := range rows {
+		if r.Source == store.KeyRegistered && listed {
+			continue
+		}
+		if k, err := eventlog.DecodeKey(r.Key); err == nil {
+			out = append(out, k)
+		}
+	}
+	v.keys[id] = out
+	return out, nil
+}
+
+// sealed reports whether a seal names an identity's unsigned event.
+func (v *keyView) sealed(ctx context.Context, id, hash string) (bool, error) {
+	if v.seals[id][hash] {
+		return true, nil
+	}
+	ok, err := v.n.store.Sealed(ctx, id, hash)
+	if err != nil {
+		return false, internal("read seals", err)
+	}
+	return ok, nil
+}
+
+// learn takes in what an admitted event brings: a registration's key, a
+// seal's hashes.
+func (v *keyView) learn(ctx context.Context, e *eventlog.Event) error {
+	switch e.Type {
+	case eventlog.TypeAgentRegister, eventlog.TypeAgentUpdate:
+		p, err := eventlog.PayloadAs[eventlog.AgentRegister](e)
+		if err != nil || p.Key == "" {
+			return nil
+		}
+		ks, err := v.trusted(ctx, p.AgentID)
+		if err != nil {
+			return err
+		}
+		if k, err := eventlog.DecodeKey(p.Key); err == nil && !slices.ContainsFunc(ks, func(t ed25519.PublicKey) bool { return t.Equal(k) }) {
+			v.keys[p.AgentID] = append(ks, k)
+		}
+	case eventlog.TypeAgentSeal:
+		p, err := eventlog.PayloadAs[eventlog.AgentSeal](e)
+		if err != nil {
+			return nil
+		}
+		if v.seals[p.AgentID] == nil {
+			v.seals[p.AgentID] = map[string]bool{}
+		}
+		for _, h := range p.Hashes {
+			v.seals[p.AgentID][h] = true
+		}
+	}
+	return nil
+}
+
+// ensureMachine sets this machine's key and ID: the ID is the machine
+// key's public key (eventlog.MachineID), recorded in the local shard.
+// A log from before machine keys holds a random ID there, which a new
+// record supersedes; the old IDs stay this machine's (n.oldMachines):
+// the groups made under one are its own here, though no other machine
+// can tell they come from it.
 func (n *Node) ensureMachine(ctx context.Context) error {
+	k, err := n.signer.Key(MachineKey, true)
+	if err != nil {
+		return fmt.Errorf("machine key: %w", err)
+	}
+	if n.machinePub, err = publicKey(k); err != nil {
+		return fmt.Errorf("machine key: %w", err)
+	}
+	n.machineKey, n.machine = k, eventlog.MachineID(n.machinePub)
 	from := n.log.Positions()
 	from[eventlog.LocalFile] = 0
-	_, err := n.log.Scan(ctx, from, func(e *eventlog.Event) error {
-		if e.Type != eventlog.TypeMachine || e.Shard != eventlog.LocalShard || n.machine != "" {
+	last := ""
+	_, err = n.log.Scan(ctx, from, func(e *eventlog.Event) error {
+		if e.Type != eventlog.TypeMachine || e.Shard != eventlog.LocalShard {
 			return nil
 		}
 		if p, err := eventlog.PayloadAs[eventlog.Machine](e); err == nil && eventlog.CheckFields(e, n.now()) == nil {
-			n.machine = p.MachineID
+			last = p.MachineID
+			if p.MachineID != n.machine && !slices.Contains(n.oldMachines, p.MachineID) {
+				n.oldMachines = append(n.oldMachines, p.MachineID)
+			}
 		}
 		return nil
 	})
-	if err != nil || n.machine != "" {
+	if err != nil || last == n.machine {
 		return err
 	}
-	id := eventlog.NewID()
-	if err := n.append(ctx, &eventlog.Event{Type: eventlog.TypeMachine, Shard: eventlog.LocalShard, Payload: eventlog.Machine{MachineID: id}}); err != nil {
-		return err
-	}
-	n.machine = id
-	return nil
+	return n.append(ctx, &eventlog.Event{Type: eventlog.TypeMachine, Shard: eventlog.LocalShard, Payload: eventlog.Machine{MachineID: n.machine}})
+}
+
+// ownMachine reports whether a machine ID is this machine's, now or
+// before it had a key.
+func (n *Node) ownMachine(id string) bool {
+	return id == n.machine || slices.Contains(n.oldMachines, id)
 }
 
 // groupRule says why a group event from another machine may not enter
@@ -113,7 +352,7 @@ func (n *Node) groupRule(ctx context.Context, e *eventlog.Event) (string, error)
 	default:
 		return "", nil
 	}
-	if machine == n.machine {
+	if n.ownMachine(machine) {
 		return fmt.Sprintf("a %s of group %s says it comes from this machine (%s), which writes its own events", e.Type, name, machine), nil
 	}
 	if e.Type == eventlog.TypeGroupCreate {
@@ -126,10 +365,10 @@ func (n *Node) groupRule(ctx context.Context, e *eventlog.Event) (string, error)
 	if err != nil {
 		return "", internal("check a synced group event", err)
 	}
-	switch g.Machine {
-	case n.machine, "":
+	switch {
+	case g.Machine == "" || n.ownMachine(g.Machine):
 		return fmt.Sprintf("a %s of group %s, which this machine created (or one made before machines were recorded): only this machine changes it", e.Type, name), nil
-	case machine:
+	case g.Machine == machine:
 		return "", nil
 	}
 	return fmt.Sprintf("a %s of group %s from machine %q: the group was created on machine %s, which alone changes it", e.Type, name, machine, g.Machine), nil

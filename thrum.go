@@ -2,6 +2,8 @@ package thrum
 
 import (
 	"context"
+	"crypto"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"io"
@@ -139,6 +141,24 @@ type Options struct {
 
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
+
+	// Signer holds the keys the node signs its events with: the
+	// machine's (MachineKey) and one per identity registered here, made
+	// when first asked for. Whoever can read them can write as this
+	// machine. Default: key files (0600) in DefaultKeyDir in the data
+	// directory. Lose them, and the node makes new keys, which other
+	// clones take only on their owner's word.
+	Signer Signer
+
+	// Keyring, if set, returns the team's keyring: the text of the
+	// thrum-keys file as the repository's default branch has it (nil if
+	// it has none), and the version read (a commit or blob ID), which
+	// the node compares to know when the file changed. Admission calls
+	// it for each batch of another machine's lines; what it lists is
+	// honoured over the keys first seen (see KeyringStatus). The library
+	// never runs git: the reference CLI reads origin/HEAD. Default: no
+	// keyring.
+	Keyring func(ctx context.Context) (text []byte, version string, err error)
 }
 
 // Node is an open thrum data directory: the event log, the projector of
@@ -155,8 +175,20 @@ type Node struct {
 	idx     *msgindex.Index      // proj's: messages in memory, for listing
 	lock    io.Closer            // the data directory's flock, if Open took it
 	gate    *admit.Gate          // what every line from another machine goes through (synctrust.go)
-	machine string               // this machine's ID (synctrust.go)
-	started time.Time
+	machine string               // this machine's ID: its key, encoded (synctrust.go)
+	// oldMachines are the IDs this machine had before its key (random
+	// ones, from before machine keys).
+	oldMachines []string
+	signer      Signer            // the keys the node signs with (signing.go)
+	machineKey  crypto.Signer     // the machine's key: signer's MachineKey
+	machinePub  ed25519.PublicKey // its public key
+
+	// The team's keyring as read last (keyring.go).
+	ringMu      sync.Mutex
+	ring        *keyring
+	ringSeen    bool // the file was there
+	ringChanged *rpc.KeyringChange
+	started     time.Time
 
 	ctlMu sync.Mutex // serializes check-then-write operations on agents, sessions and groups
 	keys  keyLocks   // serialize calls with the same idempotency key
@@ -353,6 +385,10 @@ func newNode(ctx context.Context, lg *eventlog.Log, p *Projector, opts *Options,
 		n.Close()
 		return nil, fmt.Errorf("thrum: open: %w", err)
 	}
+	if err := n.openSigner(); err != nil {
+		n.Close()
+		return nil, fmt.Errorf("thrum: open: %w", err)
+	}
 	// Old tokens are adopted first: only while the log has no local
 	// shard, which the machine's ID then starts.
 	if err := n.adoptIdentityTokens(ctx); err != nil {
@@ -360,6 +396,10 @@ func newNode(ctx context.Context, lg *eventlog.Log, p *Projector, opts *Options,
 		return nil, fmt.Errorf("thrum: open: %w", err)
 	}
 	if err := n.ensureMachine(ctx); err != nil {
+		n.Close()
+		return nil, fmt.Errorf("thrum: open: %w", err)
+	}
+	if err := n.ensureKeys(ctx); err != nil {
 		n.Close()
 		return nil, fmt.Errorf("thrum: open: %w", err)
 	}

@@ -19,10 +19,12 @@ import (
 //   - Node.append: refused while committed events wait to be applied
 //     (storage.go), or if a field breaks the log's rules
 //     (eventlog.CheckFields, which admission runs on other machines);
-//     otherwise the events go to the log.
+//     otherwise each event gets the key that signs it (Node.sign,
+//     signing.go) and the events go to the log.
 //   - eventlog.Log.Append: queued for the log's committer, which takes
-//     every call waiting (group commit), writes their lines and fsyncs
-//     them once. While the fsync runs it hands the batch to the
+//     every call waiting (group commit), encodes each line once, signs
+//     those bytes (the line ends in its "sig" member), writes the lines
+//     and fsyncs them once. While the fsync runs it hands the batch to the
 //     Projector's Stage, which Open sets as the log's
 //     eventlog.Options.Stage (an embedder composing parts with New sets it,
 //     or OnCommit to Commit).
@@ -61,6 +63,9 @@ func (n *Node) append(ctx context.Context, evs ...*eventlog.Event) error {
 		}
 		if e.Time.IsZero() && floor.After(n.now()) {
 			e.Time = floor
+		}
+		if err := n.sign(e); err != nil {
+			return err
 		}
 	}
 	if err := n.log.Append(ctx, evs...); err != nil {

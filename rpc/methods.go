@@ -48,6 +48,11 @@ func (c *Client) DeleteAgent(ctx context.Context, p *DeleteAgentParams) (*Delete
 	return call[DeleteAgentResult](ctx, c, MethodAgentDelete, p)
 }
 
+// TrustAgent calls the "agent.trust" method.
+func (c *Client) TrustAgent(ctx context.Context, p *TrustAgentParams) (*TrustAgentResult, error) {
+	return call[TrustAgentResult](ctx, c, MethodAgentTrust, p)
+}
+
 // CleanupAgents calls the "agent.cleanup" method.
 func (c *Client) CleanupAgents(ctx context.Context, p *CleanupAgentsParams) (*CleanupAgentsResult, error) {
 	return call[CleanupAgentsResult](ctx, c, MethodAgentCleanup, p)

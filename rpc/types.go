@@ -20,6 +20,7 @@ const (
 	MethodAgentWhoami       = "agent.whoami"
 	MethodAgentListContext  = "agent.listContext"
 	MethodAgentDelete       = "agent.delete"
+	MethodAgentTrust        = "agent.trust"
 	MethodAgentCleanup      = "agent.cleanup"
 	MethodSessionStart      = "session.start"
 	MethodSessionEnd        = "session.end"
@@ -336,6 +337,33 @@ type DeleteAgentResult struct {
 	Message string `json:"message"`
 }
 
+// TrustAgentParams are the params of agent.trust (an extension of the
+// spec): the identity whose new key the owner vouches for, and the key
+// (EncodeKey form), which may be left out when exactly one new key of
+// the identity waits (a registration refused for bringing it).
+type TrustAgentParams struct {
+	Name string `json:"name"`
+	Key  string `json:"key,omitempty"`
+}
+
+// TrustAgentResult is the result of agent.trust: the key now trusted
+// here, how many refused events it let in, and the new keys of the
+// identity that still wait.
+type TrustAgentResult struct {
+	AgentID  string       `json:"agent_id"`
+	Key      string       `json:"key"`
+	Imported int          `json:"imported"`
+	Pending  []PendingKey `json:"pending"`
+}
+
+// PendingKey is a new key of an identity that this clone refused for
+// want of the owner's word: from the registration that brought it.
+type PendingKey struct {
+	Key     string `json:"key"`
+	Machine string `json:"machine"` // the machine that registered it
+	At      string `json:"at"`      // when the registration was refused
+}
+
 // CleanupAgentsParams are the params of agent.cleanup. Without Force or
 // with DryRun, orphans are listed and none deleted.
 type CleanupAgentsParams struct {
@@ -588,7 +616,26 @@ type MessageDetail struct {
 	// at send, in that order (message.get only; empty for a message
 	// addressed to no one).
 	Receipts []Receipt `json:"receipts,omitempty"`
+	// Sender says how far the message is known to be its author's:
+	// SenderLocal, SenderVerified or SenderUnverified.
+	Sender string `json:"sender"`
 }
+
+// Values of Sender: how far a message is known to be its author's.
+const (
+	// SenderLocal: written on this machine, by an identity registered
+	// here.
+	SenderLocal = "local"
+	// SenderVerified: written on another machine and signed by a key
+	// this clone trusts for its author (the first seen for it, the
+	// team's thrum-keys, or one the owner trusted): that machine's
+	// thrum wrote it for its author.
+	SenderVerified = "verified"
+	// SenderUnverified: an unsigned message from another machine,
+	// written before its author had a key (its legacy): nothing proves
+	// who wrote it.
+	SenderUnverified = "unverified"
+)
 
 // Receipt states, in the order a receipt moves through them.
 const (
@@ -729,6 +776,9 @@ type MessageSummary struct {
 	Version   int      `json:"version"`
 	// AckRequired says the sender asked for an acknowledgement.
 	AckRequired bool `json:"ack_required,omitempty"`
+	// Sender says how far the message is known to be its author's (as
+	// in MessageDetail).
+	Sender string `json:"sender"`
 }
 
 // EditMessageParams are the params of message.edit: a new Content, a new
@@ -1222,6 +1272,31 @@ type SyncStatusResult struct {
 	// reason, the most recent first. Both extend the spec.
 	Refused  int           `json:"refused"`
 	Refusals []SyncRefusal `json:"refusals"`
+	// Waiting counts the remote's events that wait for their author's
+	// key (its registration has not arrived): kept, neither imported nor
+	// refused, and judged again when keys arrive. An extension.
+	Waiting int `json:"waiting"`
+	// Keyring is the team's thrum-keys as sync reads it (nil without
+	// one): an extension of the spec.
+	Keyring *KeyringStatus `json:"keyring,omitempty"`
+}
+
+// KeyringStatus is what the team's keyring (a thrum-keys file on the
+// repository's default branch) holds: whose keys it lists are theirs,
+// over the keys first seen.
+type KeyringStatus struct {
+	Present  bool           `json:"present"`           // the default branch has the file
+	Version  string         `json:"version"`           // what was read (a blob or commit ID)
+	Entries  int            `json:"entries"`           // keys listed
+	Problems []string       `json:"problems"`          // lines skipped, and why
+	Changed  *KeyringChange `json:"changed,omitempty"` // its last change while this node ran
+}
+
+// KeyringChange is a change of the keyring a node saw.
+type KeyringChange struct {
+	From string `json:"from"` // the version before ("" if there was no file)
+	To   string `json:"to"`
+	At   string `json:"at"` // when the node saw it
 }
 
 // SyncRefusal is why sync refused events of one remote file.

@@ -94,6 +94,9 @@ var applySQL = map[string]string{
 	"group.purge":  `DELETE FROM group_members WHERE group_name = ?`,
 	"member.add":   `INSERT OR IGNORE INTO group_members(group_name, member_type, member_id, added_at) VALUES(?, ?, ?, ?)`,
 	"member.del":   `DELETE FROM group_members WHERE group_name = ? AND member_type = ? AND member_id = ?`,
+
+	"key.add":  `INSERT OR IGNORE INTO keys(agent_id, key, source, machine, added_at) VALUES(?, ?, ?, ?, ?)`,
+	"seal.add": `INSERT OR IGNORE INTO seals(agent_id, hash) VALUES(?, ?)`,
 }
 
 func newApplier(w *sqlx.DB, path string) (*applier, error) {
@@ -213,9 +216,9 @@ type txApplier struct {
 
 // The hot tables' row buffers, empty.
 var (
-	msgRows = rowBuf{cols: 15, head: `INSERT OR IGNORE INTO messages(message_id, agent_id, session_id, thread_id, created_at,
+	msgRows = rowBuf{cols: 16, head: `INSERT OR IGNORE INTO messages(message_id, agent_id, session_id, thread_id, created_at,
 			body_format, body_content, body_structured, priority, tags, acting_as, disclose,
-			recipients, ack_required, ack_due) VALUES`}
+			recipients, ack_required, ack_due, signed) VALUES`}
 	scopeRows = rowBuf{cols: 3, head: `INSERT OR IGNORE INTO message_scopes(message_id, scope_type, scope_value) VALUES`}
 	refRows   = rowBuf{cols: 3, head: `INSERT OR IGNORE INTO message_refs(message_id, ref_type, ref_value) VALUES`}
 	readRows  = rowBuf{cols: 5, head: `INSERT OR IGNORE INTO message_reads(message_id, session_id, agent_id, read_at, via) VALUES`}
@@ -321,7 +324,35 @@ func (t *txApplier) event(ctx context.Context, e *eventlog.Event) error {
 		}
 		// A token hash here (a log from before credentials were local)
 		// is never applied: tokens come from the local shard alone.
-		return t.exec(ctx, "agent.upsert", p.AgentID, p.Kind, p.Name, p.Role, p.Module, p.Display, p.RepoID, ts, ts)
+		if err := t.exec(ctx, "agent.upsert", p.AgentID, p.Kind, p.Name, p.Role, p.Module, p.Display, p.RepoID, ts, ts); err != nil {
+			return err
+		}
+		if p.Key == "" {
+			return nil
+		}
+		return t.exec(ctx, "key.add", p.AgentID, p.Key, KeyRegistered, p.Machine, ts)
+
+	case eventlog.TypeKeyTrust:
+		if e.Shard != eventlog.LocalShard {
+			return nil // the owner's word is each clone's own
+		}
+		p, err := payload[eventlog.KeyTrust](e)
+		if err != nil {
+			return err
+		}
+		return t.exec(ctx, "key.add", p.AgentID, p.Key, KeyTrusted, "", ts)
+
+	case eventlog.TypeAgentSeal:
+		p, err := payload[eventlog.AgentSeal](e)
+		if err != nil {
+			return err
+		}
+		for _, h := range p.Hashes {
+			if err := t.exec(ctx, "seal.add", p.AgentID, h); err != nil {
+				return err
+			}
+		}
+		return nil
 
 	case eventlog.TypeCredentialAdd:
 		if e.Shard != eventlog.LocalShard {
@@ -432,7 +463,7 @@ func (t *txApplier) event(ctx context.Context, e *eventlog.Event) error {
 		}
 		t.msgRows.add(p.MessageID, p.AgentID, p.SessionID, p.ThreadID, ts,
 			p.Format, p.Content, nullJSON(p.Structured), p.Priority, tags, p.ActingAs, p.Disclose,
-			recipients, p.AckRequired, AckDue(p, e.Time))
+			recipients, p.AckRequired, AckDue(p, e.Time), eventlog.Signed(e.Raw))
 		for _, sc := range p.Scopes {
 			t.scopeRows.add(p.MessageID, sc.Type, sc.Value)
 		}

@@ -207,6 +207,7 @@ type Message struct {
 	Version      int    `db:"version"`
 	AckRequired  bool   `db:"ack_required"`
 	AckDue       string `db:"ack_due"` // "" if no deadline
+	Signed       bool   `db:"signed"`  // its line ends in a signature
 	IsRead       bool   `db:"is_read"`
 
 	Scopes []eventlog.Pair `db:"-"`
@@ -225,7 +226,7 @@ func (m *Message) TagList() []string {
 const messageCols = `m.message_id, m.agent_id, m.session_id, m.thread_id, m.created_at, COALESCE(m.updated_at, '') AS updated_at,
 	COALESCE(m.deleted, 0) AS deleted, COALESCE(m.deleted_at, '') AS deleted_at, COALESCE(m.delete_reason, '') AS delete_reason,
 	m.body_format, m.body_content, COALESCE(m.body_structured, '') AS body_structured,
-	m.priority, m.tags, m.acting_as, m.disclose, m.version, m.ack_required, m.ack_due`
+	m.priority, m.tags, m.acting_as, m.disclose, m.version, m.ack_required, m.ack_due, m.signed`
 
 // readExpr is true when reader has read message m or wrote it (a message
 // a user sent as the reader does not count as written by it). Its two
@@ -754,4 +755,50 @@ func (s *Store) MessageIDs(ctx context.Context, f MessageFilter) (ids []string, 
 		return nil, 0, 0, fmt.Errorf("store: list messages: %w", err)
 	}
 	return ids, total, unread, nil
+}
+
+// Key sources (keys.source): a registration brought the key, or the
+// owner trusted it here.
+const (
+	KeyRegistered = "registration"
+	KeyTrusted    = "trust"
+)
+
+// Key is a row of keys: a key an identity signs with.
+type Key struct {
+	AgentID string `db:"agent_id"`
+	Key     string `db:"key"`
+	Source  string `db:"source"`
+	Machine string `db:"machine"`
+	AddedAt string `db:"added_at"`
+}
+
+// Keys returns the keys of an identity, the earliest first.
+func (s *Store) Keys(ctx context.Context, agentID string) ([]Key, error) {
+	var out []Key
+	err := s.sel(ctx, &out, `SELECT agent_id, key, source, machine, added_at FROM keys WHERE agent_id = ? ORDER BY added_at, key, source`, agentID)
+	return out, err
+}
+
+// AllKeys returns every identity's keys.
+func (s *Store) AllKeys(ctx context.Context) ([]Key, error) {
+	var out []Key
+	err := s.sel(ctx, &out, `SELECT agent_id, key, source, machine, added_at FROM keys ORDER BY agent_id, added_at, key, source`)
+	return out, err
+}
+
+// Sealed reports whether a seal of the identity names the unsigned
+// event whose eventlog.LegacyHash is hash.
+func (s *Store) Sealed(ctx context.Context, agentID, hash string) (bool, error) {
+	var n int
+	err := s.get(ctx, &n, `SELECT EXISTS(SELECT 1 FROM seals WHERE agent_id = ? AND hash = ?)`, agentID, hash)
+	return n == 1, err
+}
+
+// Credentialed returns the identities with a credential on this machine
+// (registered here), sorted.
+func (s *Store) Credentialed(ctx context.Context) ([]string, error) {
+	var out []string
+	err := s.sel(ctx, &out, `SELECT DISTINCT agent_id FROM tokens ORDER BY agent_id`)
+	return out, err
 }

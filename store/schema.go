@@ -16,11 +16,14 @@ package store
 // message_reads.via, message_acks. 8 = message_edits.sets: the fields
 // an edit set, so each field keeps its latest edit's value whatever
 // order edits sync in. 9 = groups.machine: the machine that created
-// each group, which alone changes it.
+// each group, which alone changes it. 10 = signatures: messages.signed,
+// keys (the identities' keys their registrations brought, and the
+// owner's trust) and seals (the unsigned events each identity's seal
+// names).
 // Adding an index needs no new version: every open runs the index DDL
 // (IF NOT EXISTS), so a projection made before idx_messages_session gains
 // it in place, and an older thrum ignores an index it does not know.
-const schemaVersion = 9
+const schemaVersion = 10
 
 const schema = `
 CREATE TABLE IF NOT EXISTS meta (
@@ -121,7 +124,8 @@ CREATE TABLE IF NOT EXISTS messages (
   version INTEGER NOT NULL DEFAULT 0,
   recipients TEXT NOT NULL DEFAULT '', -- JSON array of agent IDs, '' for none
   ack_required INTEGER NOT NULL DEFAULT 0,
-  ack_due TEXT NOT NULL DEFAULT '' -- created_at + ack_within, '' for no deadline
+  ack_due TEXT NOT NULL DEFAULT '', -- created_at + ack_within, '' for no deadline
+  signed INTEGER NOT NULL DEFAULT 0 -- its line ends in a signature (admission verified it, or this machine wrote it)
 );
 
 CREATE TABLE IF NOT EXISTS message_scopes (
@@ -223,6 +227,24 @@ CREATE TABLE IF NOT EXISTS groups (
   created_by TEXT NOT NULL,
   machine TEXT NOT NULL DEFAULT ''
 );
+-- The keys each identity signs with: those its registrations brought
+-- (source 'registration', with the machine that signed it) and those the
+-- owner trusted here (source 'trust', from the local shard). Admission
+-- reads them; nothing else does.
+CREATE TABLE IF NOT EXISTS keys (
+  agent_id TEXT NOT NULL,
+  key TEXT NOT NULL,
+  source TEXT NOT NULL,
+  machine TEXT NOT NULL DEFAULT '',
+  added_at TEXT NOT NULL,
+  PRIMARY KEY (agent_id, key, source)
+) WITHOUT ROWID;
+-- The unsigned events an identity's seals name (eventlog.LegacyHash).
+CREATE TABLE IF NOT EXISTS seals (
+  agent_id TEXT NOT NULL,
+  hash TEXT NOT NULL,
+  PRIMARY KEY (agent_id, hash)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS group_members (
   group_name TEXT NOT NULL,
   member_type TEXT NOT NULL,
@@ -259,5 +281,5 @@ var Tables = []string{
 	"agents", "tokens", "sessions", "session_scopes", "session_refs", "work_contexts",
 	"messages", "message_scopes", "message_refs", "message_edits", "message_reads",
 	"message_acks", "threads", "thread_scopes", "groups", "group_members", "checkpoints",
-	"idempotency_keys", "messages_fts_terms", "messages_fts_plain_terms",
+	"idempotency_keys", "messages_fts_terms", "messages_fts_plain_terms", "keys", "seals",
 }

@@ -136,8 +136,16 @@ func (c *DaemonRunCmd) Run(ctx context.Context, g *Globals) error {
 	// through this pointer.
 	var syncer atomic.Pointer[gitsync.Syncer]
 	syncOn := l.Git && gitsync.HasRemote(ctx, l.Root, gitsync.DefaultRemote)
-	opts := &thrum.Options{Logger: logger, DBPath: l.DB, RepoID: l.RepoID(ctx), GitRepo: gitwork.New(l.Root), IdentityDir: l.IDs,
-		IdentityDirs: worktreeIdentityDirs(l)}
+	keys, err := l.keys()
+	if err != nil {
+		return fmt.Errorf("daemon: %w", err)
+	}
+	repo := gitwork.New(l.Root)
+	opts := &thrum.Options{Logger: logger, DBPath: l.DB, RepoID: l.RepoID(ctx), GitRepo: repo, IdentityDir: l.IDs,
+		IdentityDirs: worktreeIdentityDirs(l), Signer: keys}
+	if l.Git {
+		opts.Keyring = repo.Keyring
+	}
 	if syncOn {
 		opts.OnLocalCommit = func() {
 			if s := syncer.Load(); s != nil {

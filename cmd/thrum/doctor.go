@@ -70,7 +70,16 @@ func (c *DoctorCmd) Run(ctx context.Context, g *Globals) error {
 		return fmt.Errorf("doctor: repair the log: %w", err)
 	}
 	open := func() (*thrum.Node, error) {
-		return thrum.Open(ctx, l.LogDir, &thrum.Options{DBPath: l.DB, RepoID: l.RepoID(ctx), GitRepo: gitwork.New(l.Root), IdentityDir: l.IDs})
+		keys, err := l.keys()
+		if err != nil {
+			return nil, err
+		}
+		repo := gitwork.New(l.Root)
+		opts := &thrum.Options{DBPath: l.DB, RepoID: l.RepoID(ctx), GitRepo: repo, IdentityDir: l.IDs, Signer: keys}
+		if l.Git {
+			opts.Keyring = repo.Keyring
+		}
+		return thrum.Open(ctx, l.LogDir, opts)
 	}
 	removeDB := func() error {
 		for _, s := range []string{"", "-wal", "-shm"} {

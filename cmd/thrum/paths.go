@@ -12,8 +12,10 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/thrumhq/thrum"
 	"github.com/thrumhq/thrum/eventlog/gitsync"
 	"github.com/thrumhq/thrum/internal/dirlock"
+	"github.com/thrumhq/thrum/internal/keystore"
 	"github.com/thrumhq/thrum/internal/private"
 )
 
@@ -143,6 +145,12 @@ func (l *layout) RepoID(ctx context.Context) string {
 		}
 	}
 	return l.repoID
+}
+
+// keys opens the node's key store: .thrum/var/keys (the main
+// worktree's, for a feature worktree), never in the synced log.
+func (l *layout) keys() (*keystore.Store, error) {
+	return keystore.Open(filepath.Join(filepath.Dir(l.DB), thrum.DefaultKeyDir))
 }
 
 // initialized reports whether init has run here.

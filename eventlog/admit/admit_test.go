@@ -34,6 +34,17 @@ func newGate(t testing.TB, l *eventlog.Log, opts *admit.Options) *admit.Gate {
 	return g
 }
 
+// eachEvent is a Judge that judges each event alone.
+func eachEvent(judge func(*eventlog.Event) admit.Verdict) admit.Judge {
+	return func(_ context.Context, _ string, evs []*eventlog.Event) ([]admit.Verdict, error) {
+		out := make([]admit.Verdict, len(evs))
+		for i, e := range evs {
+			out[i] = judge(e)
+		}
+		return out, nil
+	}
+}
+
 // line is an event line of type typ at time at with the given payload
 // fields (a JSON object's members).
 func line(typ string, at time.Time, fields string) []byte {
@@ -71,13 +82,13 @@ func shardLines(t *testing.T, l *eventlog.Log, shard string) [][]byte {
 func TestGateImportsRefusesAndSkips(t *testing.T) {
 	l := openLog(t)
 	var judged []string
-	g := newGate(t, l, &admit.Options{Judge: func(_ context.Context, shard string, e *eventlog.Event) (string, error) {
+	g := newGate(t, l, &admit.Options{Judge: eachEvent(func(e *eventlog.Event) admit.Verdict {
 		judged = append(judged, e.ID)
 		if strings.Contains(string(e.Raw), "mallory was here") {
-			return "the judge said no", nil
+			return admit.Verdict{Refuse: "the judge said no"}
 		}
-		return "", nil
-	}})
+		return admit.Verdict{}
+	})})
 	good := message("alice")
 	judgedNo := bytes.Replace(message("alice"), []byte(`"content":"hi"`), []byte(`"content":"mallory was here"`), 1)
 	lines := [][]byte{

@@ -2,7 +2,6 @@ package admit_test
 
 import (
 	"bytes"
-	"context"
 	"testing"
 	"time"
 
@@ -40,7 +39,7 @@ func FuzzAdmit(f *testing.F) {
 			shard = ""
 		}
 		l := openLog(t)
-		g := newGate(t, l, &admit.Options{Judge: func(context.Context, string, *eventlog.Event) (string, error) { return "", nil }})
+		g := newGate(t, l, &admit.Options{Judge: eachEvent(func(*eventlog.Event) admit.Verdict { return admit.Verdict{} })})
 		lines := bytes.Split(data, []byte("\n"))
 		src := admit.Source{File: eventlog.ShardPath(shard), Commit: "fuzz"}
 		res, err := g.Admit(t.Context(), src, shard, lines)

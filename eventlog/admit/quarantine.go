@@ -38,14 +38,16 @@ const MaxRefusalGroups = 20
 
 // Refusal is a remote line kept out of the log: a line of QuarantineFile.
 type Refusal struct {
-	At      string `json:"at"`                 // when it was refused (eventlog.TimeFormat)
-	File    string `json:"file"`               // where it was found (Source.File)
-	Commit  string `json:"commit"`             // the source's version then (Source.Commit)
-	Reason  string `json:"reason"`             // why it was refused
-	EventID string `json:"event_id,omitempty"` // its event ID, if it is an event
-	SHA256  string `json:"sha256,omitempty"`   // else the line's hash
-	Bytes   int    `json:"bytes"`              // the line's length (a line over eventlog.MaxLineBytes is read no further)
-	Line    string `json:"line"`               // the line as found, its first maxRefusalLine bytes
+	At      string  `json:"at"`                 // when it was refused (eventlog.TimeFormat)
+	File    string  `json:"file"`               // where it was found (Source.File)
+	Shard   *string `json:"shard,omitempty"`    // the shard it was found for (nil for a file, and in refusals kept before shards were recorded)
+	Commit  string  `json:"commit"`             // the source's version then (Source.Commit)
+	Reason  string  `json:"reason"`             // why it was refused, or why it waits
+	Wait    bool    `json:"wait,omitempty"`     // it waits (it could not be judged yet): kept whole
+	EventID string  `json:"event_id,omitempty"` // its event ID, if it is an event
+	SHA256  string  `json:"sha256,omitempty"`   // else the line's hash
+	Bytes   int     `json:"bytes"`              // the line's length (a line over eventlog.MaxLineBytes is read no further)
+	Line    string  `json:"line"`               // the line as found, its first maxRefusalLine bytes
 }
 
 // maxRefusalLine bounds the part of a refused line that the quarantine
@@ -53,14 +55,32 @@ type Refusal struct {
 const maxRefusalLine = 16 << 10
 
 // newRefusal describes a refused line.
-func newRefusal(at string, src Source, line []byte, reason string) Refusal {
-	r := Refusal{At: at, File: src.File, Commit: src.Commit, Reason: reason, Bytes: len(line), Line: string(line[:min(len(line), maxRefusalLine)])}
+func newRefusal(at string, src Source, shard string, line []byte, reason string) Refusal {
+	r := Refusal{At: at, File: src.File, Shard: &shard, Commit: src.Commit, Reason: reason, Bytes: len(line), Line: string(line[:min(len(line), maxRefusalLine)])}
 	if id := eventlog.LineID(line[:min(len(line), eventlog.MaxLineBytes)]); id == "" {
 		sum := sha256.Sum256(line)
 		r.SHA256 = hex.EncodeToString(sum[:])
 	} else {
 		r.EventID = id
 	}
+	return r
+}
+
+// shard returns the shard a refused line was found for: recorded, or
+// (in a refusal kept before shards were) the shard of the segment file
+// it was found in.
+func (r *Refusal) shard() (string, bool) {
+	if r.Shard != nil {
+		return *r.Shard, true
+	}
+	shard, _, ok := eventlog.ParseSegmentPath(r.File)
+	return shard, ok
+}
+
+// newWait describes a line that waits: kept whole, to be judged again.
+func newWait(at string, src Source, shard string, line []byte, reason string) Refusal {
+	r := newRefusal(at, src, shard, line, reason)
+	r.Wait, r.Line = true, string(line)
 	return r
 }
 
@@ -174,6 +194,16 @@ type quarantine struct {
 	keys  map[string]struct{} // the lines kept in the file
 	size  int64               // the file's length
 	tally                     // lines refused: kept, or seen this process past the bound
+	waits int                 // lines kept that wait
+}
+
+// count counts a line kept, or seen past the bound.
+func (q *quarantine) count(r *Refusal) {
+	if r.Wait {
+		q.waits++
+		return
+	}
+	q.tally.add(r)
 }
 
 // loadQuarantine reads what earlier Gates refused.
@@ -185,12 +215,52 @@ func loadQuarantine(dir string) (*quarantine, error) {
 	}
 	for i := range rs {
 		q.keys[rs[i].key()] = struct{}{}
-		q.tally.add(&rs[i])
+		q.count(&rs[i])
 	}
 	if st, err := os.Stat(q.path); err == nil {
 		q.size = st.Size()
 	}
 	return q, nil
+}
+
+// settle rewrites the quarantine once lines were judged again: the
+// lines whose events the log holds now (held) go, and a line that waited
+// and is refused now takes its refusal (refused, by event ID).
+func (q *quarantine) settle(held map[string]bool, refused map[string]Refusal) error {
+	rs, err := ReadQuarantine(filepath.Dir(q.path))
+	if err != nil {
+		return err
+	}
+	changed := false
+	var buf bytes.Buffer
+	nq := &quarantine{path: q.path, keys: map[string]struct{}{}}
+	for i := range rs {
+		r := &rs[i]
+		if r.EventID != "" && held[r.EventID] {
+			changed = true
+			continue
+		}
+		if now, ok := refused[r.EventID]; ok && r.Wait && r.EventID != "" {
+			r, changed = &now, true
+		}
+		b, err := json.Marshal(r)
+		if err != nil {
+			return err
+		}
+		buf.Write(b)
+		buf.WriteByte('\n')
+		nq.keys[r.key()] = struct{}{}
+		nq.count(r)
+	}
+	if !changed {
+		return nil
+	}
+	if err := private.WriteFile(q.path, buf.Bytes()); err != nil {
+		return fmt.Errorf("quarantine: %w", err)
+	}
+	nq.size = int64(buf.Len())
+	*q = *nq
+	return nil
 }
 
 // add keeps the refusals not kept yet and counts them.
@@ -202,10 +272,13 @@ func (q *quarantine) add(rs []Refusal) error {
 		if _, dup := q.keys[k]; dup {
 			continue
 		}
-		q.tally.add(r)
 		if q.size+int64(buf.Len()) >= maxQuarantineBytes {
-			continue // counted, not kept
+			if !r.Wait {
+				q.tally.add(r) // counted, not kept
+			}
+			continue // a line that waits and is not kept is brought again by its transport, if at all
 		}
+		q.count(r)
 		q.keys[k] = struct{}{}
 		b, err := json.Marshal(r)
 		if err != nil {

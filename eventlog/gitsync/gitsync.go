@@ -124,6 +124,9 @@ type Status struct {
 	// admit.Gate.Refusals).
 	Refused  int
 	Refusals []admit.RefusalCount
+	// Waiting counts the remote lines that wait for their author's key
+	// (admit.Gate.Waiting).
+	Waiting int
 }
 
 // Syncer syncs one log worktree with a remote. Notify, Force and Status
@@ -334,6 +337,7 @@ func (s *Syncer) Status() Status {
 	st := s.status
 	st.Running = s.running
 	st.Refused, st.Refusals = s.opts.Gate.Refusals()
+	st.Waiting = s.opts.Gate.Waiting()
 	if !s.running {
 		st.State = StateStopped
 	} else if st.State == StateStopped {

@@ -409,6 +409,15 @@ func (p *Policy) CleanupAgents(ctx context.Context, a *rpc.CleanupAgentsParams) 
 	return nil
 }
 
+// TrustAgent is agent.trust's rule: whose key is whose is the owner's
+// word alone.
+func (p *Policy) TrustAgent(ctx context.Context, _ *rpc.TrustAgentParams) error {
+	if !isOwner(ctx) {
+		return rpc.Errorf(rpc.CodeForbidden, "agent.trust needs the owner: the Unix socket, or a WebSocket authenticated with the owner's secret")
+	}
+	return nil
+}
+
 // EndSession is session.end's rule: only the session's agent or the
 // owner. (The node refuses an agent ending another's session, but lets a
 // user end any: over a WebSocket, only an owner-authenticated one.)

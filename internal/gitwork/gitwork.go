@@ -8,10 +8,13 @@ package gitwork
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/thrumhq/thrum/eventlog"
@@ -44,8 +47,15 @@ func lines(s string) []string {
 }
 
 // Repo is the git repository whose working tree (any of its worktrees)
-// is at Dir ("" for the current directory).
-type Repo struct{ Dir string }
+// is at Dir ("" for the current directory). Its methods may be called
+// concurrently.
+type Repo struct {
+	Dir string
+
+	mu       sync.Mutex // guards the keyring read last
+	ring     []byte
+	ringBlob string
+}
 
 // New returns the repository whose working tree is at dir.
 func New(dir string) *Repo { return &Repo{Dir: dir} }
@@ -122,4 +132,35 @@ func (r *Repo) Context(ctx context.Context, dir string) (c eventlog.SessionConte
 	}
 	sort.Strings(c.ChangedFiles)
 	return c, true
+}
+
+// KeyringFile is the team's keyring at the root of the repository
+// (thrum.Options.Keyring).
+const KeyringFile = "thrum-keys"
+
+// Keyring returns the team's keyring as the default branch of the
+// remote origin has it (origin/HEAD:thrum-keys), never the worktree's
+// copy, which any branch or local edit could change: its text (nil if
+// there is none, or origin/HEAD is not set) and its blob's ID as the
+// version. thrum.Options.Keyring takes it.
+func (r *Repo) Keyring(ctx context.Context) ([]byte, string, error) {
+	blob, err := gitOutput(ctx, r.Dir, "rev-parse", "--verify", "--quiet", "refs/remotes/origin/HEAD:"+KeyringFile)
+	var exit *exec.ExitError
+	if errors.As(err, &exit) && exit.ExitCode() == 1 {
+		return nil, "", nil // no origin/HEAD, or no file there
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("read %s from origin/HEAD: %w", KeyringFile, err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if blob == r.ringBlob {
+		return r.ring, blob, nil
+	}
+	text, err := gitOutput(ctx, r.Dir, "cat-file", "blob", blob)
+	if err != nil {
+		return nil, "", fmt.Errorf("read %s from origin/HEAD: %w", KeyringFile, err)
+	}
+	r.ring, r.ringBlob = []byte(text+"\n"), blob
+	return r.ring, blob, nil
 }
