@@ -29,7 +29,9 @@ const SigDomain = "thrum-event-v1"
 // sigKey is the member a signature is written as.
 const sigKey = `,"sig":"`
 
-var b64 = base64.RawURLEncoding
+// b64 is strict: a value has one encoding, so a signed line has one
+// form.
+var b64 = base64.RawURLEncoding.Strict()
 
 // keyIDLen and sigLen are the encoded lengths of a key ID (8 bytes of
 // the key's SHA-256) and an Ed25519 signature.
@@ -155,9 +157,9 @@ func Signed(line []byte) bool {
 }
 
 // VerifyLine checks a signed line's signature with pub for the
-// repository repoID.
+// repository repoID, and that the line names pub as its key.
 func VerifyLine(repoID string, s Sig, unsigned []byte, pub ed25519.PublicKey) bool {
-	return len(pub) == ed25519.PublicKeySize && ed25519.Verify(pub, SignedMessage(repoID, unsigned), s.Sig)
+	return len(pub) == ed25519.PublicKeySize && s.KeyID == KeyID(pub) && ed25519.Verify(pub, SignedMessage(repoID, unsigned), s.Sig)
 }
 
 // appendSig ends the encoded line in buf[start:] (its newline included)
