@@ -39,7 +39,12 @@ func (n *Node) admitSynced(ctx context.Context, shard string, evs []*eventlog.Ev
 	if err != nil {
 		return nil, err
 	}
-	v := &keyView{n: n, ring: ring, keys: map[string][]ed25519.PublicKey{}, seals: map[string]map[string]bool{}}
+	v := &keyView{n: n, ring: ring, keys: map[string][]ed25519.PublicKey{}, seals: map[string]map[string]bool{}, signs: map[string]bool{}}
+	for _, e := range evs {
+		if eventlog.Signed(e.Raw) {
+			v.signs[eventlog.Signer(e)] = true
+		}
+	}
 	out := make([]admit.Verdict, len(evs))
 	for _, first := range []bool{true, false} {
 		for i, e := range evs {
@@ -176,8 +181,9 @@ func (n *Node) admitSignature(ctx context.Context, v *keyView, shard string, e *
 // admitUnsigned holds an unsigned event to the legacy rules: one that
 // names a machine whose ID is its key is refused (such a machine signs
 // all it writes); one whose author has no key here is taken (written
-// before its author signed, or before its key arrived: shown as
-// unverified); once the author's key is trusted here, it is taken only if
+// before its author signed: shown as unverified), unless the same call
+// brings events its author signed: then it waits for the author's key
+// and seal; once the author's key is trusted here, it is taken only if
 // one of the author's seals names it, wherever it stands in the file.
 func (n *Node) admitUnsigned(ctx context.Context, v *keyView, where string, e *eventlog.Event, machine string, byMachine bool) (admit.Verdict, error) {
 	if _, keyed := eventlog.MachineKey(machine); byMachine && keyed {
@@ -188,8 +194,14 @@ func (n *Node) admitUnsigned(ctx context.Context, v *keyView, where string, e *e
 		return admit.Verdict{}, nil
 	}
 	keys, err := v.trusted(ctx, id)
-	if err != nil || len(keys) == 0 {
+	if err != nil {
 		return admit.Verdict{}, err
+	}
+	if len(keys) == 0 {
+		if v.signs[id] {
+			return admit.Verdict{Wait: fmt.Sprintf("%s: unsigned, and %s signs the events that follow: it waits for %s's key and seal", where, id, id)}, nil
+		}
+		return admit.Verdict{}, nil
 	}
 	sealed, err := v.sealed(ctx, id, eventlog.LegacyHash(e.Raw))
 	if err != nil || sealed {
@@ -205,6 +217,7 @@ type keyView struct {
 	ring  *keyring
 	keys  map[string][]ed25519.PublicKey // trusted keys by identity, as loaded and learned
 	seals map[string]map[string]bool     // hashes sealed by this call's events, by identity
+	signs map[string]bool                // identities that signed events of this call
 }
 
 // trusted returns the keys this clone trusts for an identity: the

@@ -2,6 +2,7 @@ package gitsync_test
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"os"
 	"path/filepath"
@@ -123,31 +124,98 @@ func TestForgedMessageInAnotherShard(t *testing.T) {
 	}
 }
 
-// TestForgedMessageInAuthorsShard: a message that says alice wrote it,
-// pushed into alice's own shard, is refused on the machine where alice is
-// registered (which alone writes her events). On another clone nothing
-// tells it from one of hers: sync does not prove authorship there.
+// TestForgedMessageInAuthorsShard: messages that say alice wrote them,
+// pushed into alice's own shard, are refused on every clone: on the
+// machine where alice is registered (which alone writes her events), and
+// on any other, where alice's key (from her registration, signed by her
+// machine) shows they are not hers, each with its reason: one unsigned,
+// one signed by the forger's own key, and one of hers replayed as a new
+// message with its body changed. Her real messages arrive, verified.
 func TestForgedMessageInAuthorsShard(t *testing.T) {
 	t.Parallel()
 	remote, a, b := pair(t, nil)
-	id, line := forgedMessage(t, "alice", "bob", "I approve, ship it")
-	forge(t, remote, map[string][]string{eventlog.ShardPath("alice"): {line}})
+	first := a.send("alice", "bob", "the real alice")
 	syncAll(t, a, b)
-	if author, ok := a.hasMessage(id); ok {
-		t.Errorf("a, where alice is registered, shows the forged message from %s", author)
-	}
-	rs := refusedIn(t, a)
-	if len(rs) != 1 || !strings.Contains(rs[0].Reason, "alice is registered on this machine") {
-		t.Errorf("a's quarantine = %+v, want the forged line refused as alice's", rs)
-	}
-	_, shown := b.hasMessage(id)
-	t.Logf("b, where alice is not registered, shows the forged message: %v", shown)
-	// a's own messages still reach b.
-	real := a.send("alice", "bob", "the real alice")
+	unsignedID, unsigned := forgedMessage(t, "alice", "bob", "I approve, ship it")
+	ownKeyID, ownKey := forgedMessage(t, "alice", "bob", "approved by alice")
+	ownKey = thrumtest.SignLine(t, ownKey, "", thrumtest.NewKey(t))
+	real := lineOf(t, a, eventlog.ShardPath("alice"), first)
+	replayID := "msg_" + eventlog.NewID()
+	replay := strings.Replace(strings.Replace(strings.Replace(real, "the real alice", "ship it, no review", 1),
+		first, replayID, 1), eventlog.LineID([]byte(real)), eventlog.NewID(), 1)
+	forge(t, remote, map[string][]string{eventlog.ShardPath("alice"): {unsigned, ownKey, replay}})
 	syncAll(t, a, b)
-	if _, ok := b.hasMessage(real); !ok {
-		t.Errorf("b lacks alice's real message")
+	for _, id := range []string{unsignedID, ownKeyID, replayID} {
+		for _, c := range []*clone{a, b} {
+			if author, ok := c.hasMessage(id); ok {
+				t.Errorf("%s shows the message %s forged in alice's shard, from %s", c.name, id, author)
+			}
+		}
 	}
+	if rs := refusedIn(t, a); len(rs) != 3 || !strings.Contains(rs[0].Reason, "alice is registered on this machine") {
+		t.Errorf("a's quarantine = %+v, want the forged lines refused as alice's", rs)
+	}
+	reasons := map[string]string{}
+	for _, r := range refusedIn(t, b) {
+		reasons[r.Line] = r.Reason
+	}
+	for line, want := range map[string]string{
+		unsigned: `a message.create by "alice" in messages/alice.jsonl: unsigned, but alice signs its events`,
+		ownKey:   "signed by a key (ID " + keyIDOf(t, ownKey) + ") this clone does not trust for alice",
+		replay:   "its signature does not verify: the line was changed after it was signed",
+	} {
+		if !strings.Contains(reasons[line], want) {
+			t.Errorf("b refused %.60s… for %q, want %q", line, reasons[line], want)
+		}
+	}
+	// a's own messages still reach b, shown as verified there and as
+	// local on a.
+	later := a.send("alice", "bob", "the real alice again")
+	syncAll(t, a, b)
+	for _, id := range []string{first, later} {
+		if got := senderOf(t, b, id); got != rpc.SenderVerified {
+			t.Errorf("b: alice's real message %s has sender %q, want verified", id, got)
+		}
+		if got := senderOf(t, a, id); got != rpc.SenderLocal {
+			t.Errorf("a: alice's message %s has sender %q, want local", id, got)
+		}
+	}
+}
+
+// lineOf returns the line of a clone's shard file that holds text.
+func lineOf(t *testing.T, c *clone, rel, text string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(c.wt, filepath.FromSlash(rel)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, text) {
+			return l
+		}
+	}
+	t.Fatalf("%s: no line of %s holds %q", c.name, rel, text)
+	return ""
+}
+
+// keyIDOf returns the key ID a signed line names.
+func keyIDOf(t *testing.T, line string) string {
+	t.Helper()
+	s, _, ok, err := eventlog.ParseSig([]byte(line))
+	if !ok || err != nil {
+		t.Fatalf("not a signed line: %s", line)
+	}
+	return s.KeyID
+}
+
+// senderOf returns what message.get says of a message's sender.
+func senderOf(t *testing.T, c *clone, id string) string {
+	t.Helper()
+	r, err := c.n.GetMessage(context.Background(), &rpc.GetMessageParams{MessageID: id})
+	if err != nil {
+		t.Fatalf("%s: get %s: %v", c.name, id, err)
+	}
+	return r.Message.Sender
 }
 
 // TestForgedRegistration: agent.register events pushed to events.jsonl
@@ -429,12 +497,34 @@ func TestSyncedEventsDoNotChangeAnotherMachinesGroup(t *testing.T) {
 	if _, ok := a.inbox("alice")[id]; !ok {
 		t.Error("alice on a did not get bob's message to @backend sent from b")
 	}
-	// A delete that claims a's machine: a refuses it; b cannot tell it
-	// from a's own until events are signed.
-	forge(t, remote, map[string][]string{eventlog.EventsFile: {asA}})
-	syncAll(t, a)
-	if got := members(a); !slices.Equal(got, []string{"alice", "bob"}) {
-		t.Errorf("a: after a delete claiming its machine, backend reaches %v", got)
+	// Deletes that claim a's machine, unsigned or signed by another key,
+	// and one that a third machine signed as itself: both clones refuse
+	// them all, b because a's machine signs what it writes.
+	third := thrumtest.NewKey(t)
+	thirdID := eventlog.MachineID(third.Public().(ed25519.PublicKey))
+	asAOtherKey := thrumtest.SignLine(t, thrumtest.EventLine(t, eventlog.TypeGroupDelete, map[string]any{
+		"name": "backend", "agent_id": "owner", "machine": machineOf(t, a, "backend")}), "", third)
+	asThird := thrumtest.SignLine(t, thrumtest.EventLine(t, eventlog.TypeGroupMemberAdd, map[string]any{
+		"group": "backend", "member_type": "agent", "member_id": "mallory", "agent_id": "owner", "machine": thirdID}), "", third)
+	forge(t, remote, map[string][]string{eventlog.EventsFile: {asA, asAOtherKey, asThird}})
+	syncAll(t, a, b)
+	for _, c := range []*clone{a, b} {
+		if got := members(c); !slices.Equal(got, []string{"alice", "bob"}) {
+			t.Errorf("%s: after deletes claiming a's machine, backend reaches %v", c.name, got)
+		}
+	}
+	reasons := map[string]string{}
+	for _, r := range refusedIn(t, b) {
+		reasons[r.Line] = r.Reason
+	}
+	for line, want := range map[string]string{
+		asA:         "unsigned, but it names machine " + machineOf(t, a, "backend") + ", which signs all it writes",
+		asAOtherKey: "not signed by machine " + machineOf(t, a, "backend"),
+		asThird:     "the group was created on machine " + machineOf(t, a, "backend"),
+	} {
+		if !strings.Contains(reasons[line], want) {
+			t.Errorf("b refused %.60s… for %q, want %q", line, reasons[line], want)
+		}
 	}
 	// The local API refuses on b what a's rule would refuse from b.
 	if _, err := b.n.AddGroupMember(owner, &rpc.GroupMembership{Group: "backend", MemberType: rpc.MemberAgent, MemberID: "bob"}); !errors.Is(err, rpc.ErrForbidden) {

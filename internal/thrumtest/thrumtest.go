@@ -25,6 +25,9 @@ package thrumtest
 import (
 	"bytes"
 	"context"
+	"crypto"
+	"crypto/ed25519"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -485,6 +488,29 @@ func EventLine(t testing.TB, typ string, payload map[string]any) string {
 		return head + "," + string(b[1:])
 	}
 	return head + "}"
+}
+
+// SignLine returns line (an unsigned event line, as EventLine makes)
+// signed with key for the repository repoID, as a thrum holding that key
+// would sign it: a forger's own key, in the tests that push one.
+func SignLine(t testing.TB, line, repoID string, key ed25519.PrivateKey) string {
+	t.Helper()
+	sig, err := key.Sign(nil, eventlog.SignedMessage(repoID, []byte(line)), crypto.Hash(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := eventlog.Sig{KeyID: eventlog.KeyID(key.Public().(ed25519.PublicKey)), Sig: sig}
+	return strings.TrimSuffix(line, "}") + `,"sig":"` + s.String() + `"}`
+}
+
+// NewKey returns a fresh Ed25519 key: a forger's, or another machine's.
+func NewKey(t testing.TB) ed25519.PrivateKey {
+	t.Helper()
+	_, key, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return key
 }
 
 // Planted is a file ForgeBranch puts in a branch's tree: a regular file
