@@ -6,11 +6,14 @@ import (
 	"context"
 	"crypto/ed25519"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/thrumhq/thrum/eventlog"
 	"github.com/thrumhq/thrum/rpc"
+	"github.com/thrumhq/thrum/store"
 )
 
 // The team's keyring: a thrum-keys file at the root of the repository,
@@ -125,8 +128,21 @@ func (n *Node) KeyringStatus(ctx context.Context) (*rpc.KeyringStatus, error) {
 		return nil, err
 	}
 	n.ringMu.Lock()
-	defer n.ringMu.Unlock()
-	st := &rpc.KeyringStatus{Present: n.ringSeen, Version: n.ring.version, Entries: n.ring.entries,
-		Problems: append([]string{}, n.ring.problems...), Changed: n.ringChanged}
+	ring := n.ring
+	st := &rpc.KeyringStatus{Present: n.ringSeen, Version: ring.version, Entries: ring.entries,
+		Problems: append([]string{}, ring.problems...), Changed: n.ringChanged, Overrides: []string{}}
+	n.ringMu.Unlock()
+	for _, id := range slices.Sorted(maps.Keys(ring.keys)) {
+		rows, err := n.store.Keys(ctx, id)
+		if err != nil {
+			return nil, internal("read keys", err)
+		}
+		for _, r := range rows {
+			k, err := eventlog.DecodeKey(r.Key)
+			if err == nil && r.Source == store.KeyRegistered && !slices.ContainsFunc(ring.keys[id], func(t ed25519.PublicKey) bool { return t.Equal(k) }) {
+				st.Overrides = append(st.Overrides, fmt.Sprintf("%s: a registration brought key %s (from machine %s), which thrum-keys does not list: its events are refused", id, r.Key, r.Machine))
+			}
+		}
+	}
 	return st, nil
 }

@@ -1290,6 +1290,10 @@ type KeyringStatus struct {
 	Entries  int            `json:"entries"`           // keys listed
 	Problems []string       `json:"problems"`          // lines skipped, and why
 	Changed  *KeyringChange `json:"changed,omitempty"` // its last change while this node ran
+	// Overrides names the keys, first seen for an identity the keyring
+	// lists, that the keyring does not: this clone refuses what they
+	// sign.
+	Overrides []string `json:"overrides"`
 }
 
 // KeyringChange is a change of the keyring a node saw.

@@ -15,6 +15,7 @@ type AgentCmd struct {
 	Whoami  AgentWhoamiCmd  `cmd:"" help:"Show the current identity and session."`
 	Delete  AgentDeleteCmd  `cmd:"" help:"Delete an agent (its messages stay)."`
 	Cleanup AgentCleanupCmd `cmd:"" help:"Find and delete orphaned agents."`
+	Trust   AgentTrustCmd   `cmd:"" help:"Take an agent's new key, on your word, and what it signed."`
 }
 
 // AgentListCmd lists agents; the global --role and --module filter it.
@@ -89,6 +90,37 @@ func (c *AgentDeleteCmd) Run(ctx context.Context, g *Globals) error {
 		return s.c.DeleteAgent(ctx, &rpc.DeleteAgentParams{Name: c.Name})
 	}, func(w io.Writer, v any) {
 		fmt.Fprintf(w, "> %s\n", v.(*rpc.DeleteAgentResult).Message)
+	})
+}
+
+type AgentTrustCmd struct {
+	Name string `arg:"" help:"Agent (or user:NAME) whose new key to trust."`
+	Key  string `help:"The key to trust (as sync status and doctor show it); needed when several new keys wait."`
+}
+
+func (c *AgentTrustCmd) Help() string {
+	return `A clone trusts the first key it sees for an agent (or the one the team's
+thrum-keys file lists). A registration that brings another key, and
+everything that key signs, is refused until you say the key is the
+agent's: after it lost its old key, say, or registered on another
+machine. Check the key with the agent's owner first: whoever can push to
+the remote can bring a key too. This records your word on this clone
+only, then takes in what the quarantine held for want of it.
+
+Examples:
+  thrum agent trust alice
+  thrum agent trust alice --key Xy3…`
+}
+
+func (c *AgentTrustCmd) Run(ctx context.Context, g *Globals) error {
+	return call(ctx, g, false, func(s *session) (any, error) {
+		return s.c.TrustAgent(ctx, &rpc.TrustAgentParams{Name: c.Name, Key: c.Key})
+	}, func(w io.Writer, v any) {
+		r := v.(*rpc.TrustAgentResult)
+		fmt.Fprintf(w, "> Trusted key %s for @%s on this clone; %d %s it signed taken in.\n", r.Key, r.AgentID, r.Imported, plural(r.Imported, "event", "events"))
+		for _, k := range r.Pending {
+			fmt.Fprintf(w, "  Still waiting for your word: key %s (machine %s)\n", k.Key, k.Machine)
+		}
 	})
 }
 

@@ -234,7 +234,7 @@ func (c *DaemonRunCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	ropts := &thrum.RPCOptions{OwnerSecret: secret, Logger: logger, WebSessionFile: filepath.Join(filepath.Dir(l.Socket), "web.sessions")}
 	if gs != nil {
-		ropts.Sync = rpcSync{gs}
+		ropts.Sync = rpcSync{gs, n}
 	}
 	srv := n.RPCServer(ropts)
 	ul, err := thrum.ListenUnix(l.Socket)
@@ -828,12 +828,19 @@ func syncTime(t time.Time) string {
 }
 
 // rpcSync answers sync.status and sync.force from the daemon's syncer.
-type rpcSync struct{ s *gitsync.Syncer }
+type rpcSync struct {
+	s *gitsync.Syncer
+	n *thrum.Node // the team's keyring
+}
 
-func (r rpcSync) SyncStatus(context.Context, *rpc.SyncStatusParams) (*rpc.SyncStatusResult, error) {
+func (r rpcSync) SyncStatus(ctx context.Context, _ *rpc.SyncStatusParams) (*rpc.SyncStatusResult, error) {
 	st := r.s.Status()
+	ring, err := r.n.KeyringStatus(ctx)
+	if err != nil {
+		return nil, err
+	}
 	return &rpc.SyncStatusResult{Running: st.Running, LastSyncAt: syncTime(st.LastSyncAt), LastError: st.LastError, SyncState: st.State,
-		Refused: st.Refused, Refusals: syncRefusals(st.Refusals)}, nil
+		Refused: st.Refused, Refusals: syncRefusals(st.Refusals), Waiting: st.Waiting, Keyring: ring}, nil
 }
 
 // syncRefusals is what sync.status and doctor report of the quarantine.

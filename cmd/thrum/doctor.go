@@ -13,11 +13,13 @@ import (
 	"github.com/thrumhq/thrum/eventlog/admit"
 	"github.com/thrumhq/thrum/eventlog/gitsync"
 	"github.com/thrumhq/thrum/internal/gitwork"
+	"github.com/thrumhq/thrum/rpc"
 )
 
 // DoctorCmd checks the event log against the projection.
 type DoctorCmd struct {
 	Rebuild bool `help:"Replace the projection with one rebuilt from the log, then check again."`
+	Verify  bool `help:"Also check every event's signature again, with the keys this clone trusts (admission checked each once; start and rebuild never do)."`
 }
 
 func (c *DoctorCmd) Help() string {
@@ -45,6 +47,13 @@ machine or change a group made here; files that are none of the log's):
 they sit in the log directory's quarantine.jsonl, never applied. They
 are not problems of this log and do not change the exit status; they
 say that someone who can push to the remote wrote events as others.
+Lines that wait for their author's key (its registration has not
+arrived) sit there too, counted apart: they are imported when it does.
+Doctor shows the team's keyring (thrum-keys on origin/HEAD), what it
+could not read, and keys first seen that it overrides. With --verify it
+checks every signature in the log again; one that does not verify is a
+problem.
+
 Before it opens the log, doctor (like the daemon) moves aside what a
 clone an older thrum made took from the remote (symbolic links, special
 files, the remote's lines of a local.jsonl) and lists it.
@@ -52,6 +61,7 @@ files, the remote's lines of a local.jsonl) and lists it.
 Examples:
   thrum daemon stop && thrum doctor && thrum daemon start
   thrum doctor --rebuild
+  thrum doctor --verify
   thrum doctor --json`
 }
 
@@ -98,7 +108,7 @@ func (c *DoctorCmd) Run(ctx context.Context, g *Globals) error {
 		if verr != nil {
 			return fmt.Errorf("doctor: %w (and checking the log failed: %v)", err, verr)
 		}
-		return c.report(g, l, rep, false)
+		return c.report(ctx, g, l, nil, rep, false)
 	case err != nil && c.Rebuild:
 		g.hint("thrum: the projection did not open (%v): rebuilding it from the log", err)
 		if err := removeDB(); err != nil {
@@ -116,8 +126,8 @@ func (c *DoctorCmd) Run(ctx context.Context, g *Globals) error {
 		return fmt.Errorf("doctor: %w", err)
 	}
 	if !c.Rebuild || !rep.OK() && rep.Lines > rep.Events {
-		n.Close()
-		return c.report(g, l, rep, false)
+		defer n.Close()
+		return c.report(ctx, g, l, n, rep, false)
 	}
 	if !g.JSON {
 		c.print(textWriter{g.stdout}, l, rep)
@@ -134,14 +144,30 @@ func (c *DoctorCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return fmt.Errorf("doctor: %w", err)
 	}
-	return c.report(g, l, rep, true)
+	return c.report(ctx, g, l, n, rep, true)
 }
 
-// report prints rep and what sync refused, and returns the exit status.
-func (c *DoctorCmd) report(g *Globals, l *layout, rep *thrum.VerifyReport, rebuilt bool) error {
+// report prints rep, the signatures (with --verify) and the keyring of
+// n (nil when the log did not open), and what sync refused, and returns
+// the exit status.
+func (c *DoctorCmd) report(ctx context.Context, g *Globals, l *layout, n *thrum.Node, rep *thrum.VerifyReport, rebuilt bool) error {
 	refused, err := admit.ReadQuarantine(l.LogDir)
 	if err != nil {
 		return fmt.Errorf("doctor: %w", err)
+	}
+	counts, waiting := admit.CountRefusals(refused)
+	var sigs *thrum.SignatureReport
+	var ring *rpc.KeyringStatus
+	if n != nil {
+		if c.Verify {
+			if sigs, err = n.VerifySignatures(ctx); err != nil {
+				return fmt.Errorf("doctor: %w", err)
+			}
+			rep.Problems = append(rep.Problems, sigs.Problems...)
+		}
+		if ring, err = n.KeyringStatus(ctx); err != nil {
+			return fmt.Errorf("doctor: %w", err)
+		}
 	}
 	adopted, err := gitsync.ReadAdopted(l.adopted())
 	if err != nil {
@@ -152,7 +178,8 @@ func (c *DoctorCmd) report(g *Globals, l *layout, rep *thrum.VerifyReport, rebui
 			adopted = []gitsync.Adoption{}
 		}
 		if err := g.out(map[string]any{"ok": rep.OK(), "rebuilt": rebuilt, "report": rep,
-			"refused": len(refused), "refusals": syncRefusals(admit.CountRefusals(refused)), "adopted": adopted}, nil); err != nil {
+			"refused": len(refused) - waiting, "refusals": syncRefusals(counts), "waiting": waiting, "adopted": adopted,
+			"signatures": sigs, "keyring": ring}, nil); err != nil {
 			return err
 		}
 	} else {
@@ -160,10 +187,19 @@ func (c *DoctorCmd) report(g *Globals, l *layout, rep *thrum.VerifyReport, rebui
 			fmt.Fprintf(textWriter{g.stdout}, "Rebuilt %s from the log.\n", l.DB)
 		}
 		c.print(textWriter{g.stdout}, l, rep)
-		if len(refused) > 0 {
+		w := textWriter{g.stdout}
+		if sigs != nil {
+			fmt.Fprintf(w, "Signatures: %d verified, %d unsigned (written before their writers signed), %d naming no one.\n", sigs.Verified, sigs.Unsigned, sigs.Anonymous)
+		}
+		printKeyring(w, ring)
+		if waiting > 0 {
+			fmt.Fprintf(w, "%d %s from the remote wait for their author's key (its registration has not arrived); they are imported when it does.\n",
+				waiting, plural(waiting, "event", "events"))
+		}
+		if k := len(refused) - waiting; k > 0 {
 			fmt.Fprintf(textWriter{g.stdout}, "Sync refused %d %s from the remote (kept in %s, never applied):\n",
-				len(refused), plural(len(refused), "event", "events"), filepath.Join(l.LogDir, admit.QuarantineFile))
-			for _, r := range admit.CountRefusals(refused) {
+				k, plural(k, "event", "events"), filepath.Join(l.LogDir, admit.QuarantineFile))
+			for _, r := range counts {
 				fmt.Fprintf(textWriter{g.stdout}, "  %d × %s: %s\n", r.Count, r.File, r.Reason)
 			}
 			g.hint("Someone who can push to the remote's %s branch wrote those events as others: each refusal in the file names the remote commit it came in.", SyncBranch)
@@ -199,5 +235,26 @@ func (c *DoctorCmd) print(w io.Writer, l *layout, rep *thrum.VerifyReport) {
 		fmt.Fprintln(w, "No problems found.")
 	} else {
 		fmt.Fprintf(w, "%d problem(s).\n", len(rep.Problems))
+	}
+}
+
+// printKeyring says what the team's keyring holds (nothing without one).
+func printKeyring(w io.Writer, ring *rpc.KeyringStatus) {
+	if ring == nil || !ring.Present && ring.Changed == nil {
+		return
+	}
+	if ring.Present {
+		fmt.Fprintf(w, "The team's keyring (%s on origin/HEAD, blob %.12s): %d %s.\n", gitwork.KeyringFile, ring.Version, ring.Entries, plural(ring.Entries, "key", "keys"))
+	} else {
+		fmt.Fprintf(w, "The team's keyring (%s on origin/HEAD) is gone.\n", gitwork.KeyringFile)
+	}
+	if ch := ring.Changed; ch != nil {
+		fmt.Fprintf(w, "  changed at %s: %.12s → %.12s\n", ch.At, ch.From, ch.To)
+	}
+	for _, p := range ring.Problems {
+		fmt.Fprintf(w, "  skipped: %s\n", p)
+	}
+	for _, o := range ring.Overrides {
+		fmt.Fprintf(w, "  over first use: %s\n", o)
 	}
 }

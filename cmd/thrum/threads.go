@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/thrumhq/thrum/rpc"
@@ -147,7 +148,25 @@ func (c *SyncStatusCmd) Run(ctx context.Context, g *Globals) error {
 			fmt.Fprintf(w, "  Last error: %s\n", r.LastError)
 		}
 		printRefusals(w, r.Refused, r.Refusals)
+		if r.Waiting > 0 {
+			fmt.Fprintf(w, "  Waiting: %d %s from the remote wait for their author's key (its registration has not arrived)\n", r.Waiting, plural(r.Waiting, "event", "events"))
+		}
+		printKeyring(indent{w}, r.Keyring)
 	})
+}
+
+// indent writes its lines two spaces in.
+type indent struct{ w io.Writer }
+
+func (i indent) Write(p []byte) (int, error) {
+	var b []byte
+	for line := range strings.Lines(string(p)) {
+		b = append(append(b, "  "...), line...)
+	}
+	if _, err := i.w.Write(b); err != nil {
+		return 0, err
+	}
+	return len(p), nil
 }
 
 // printRefusals says what sync refused from the remote, and why.

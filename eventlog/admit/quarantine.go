@@ -127,13 +127,18 @@ func ReadQuarantine(dir string) ([]Refusal, error) {
 }
 
 // CountRefusals groups refusals by file and reason, the most recent
-// first.
-func CountRefusals(rs []Refusal) []RefusalCount {
+// first; it also returns how many of rs wait (Refusal.Wait), which it
+// leaves out.
+func CountRefusals(rs []Refusal) (counts []RefusalCount, waiting int) {
 	var t tally
 	for i := range rs {
+		if rs[i].Wait {
+			waiting++
+			continue
+		}
 		t.add(&rs[i])
 	}
-	return t.counts(-1)
+	return t.counts(-1), waiting
 }
 
 // tally counts refusals by file and reason.
