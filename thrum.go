@@ -182,6 +182,7 @@ type Node struct {
 	signer      Signer            // the keys the node signs with (signing.go)
 	machineKey  crypto.Signer     // the machine's key: signer's MachineKey
 	machinePub  ed25519.PublicKey // its public key
+	signOff     bool              // events go unsigned: the benchmarks' baseline (export_test.go)
 
 	// The team's keyring as read last (keyring.go).
 	ringMu      sync.Mutex

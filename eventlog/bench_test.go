@@ -1,10 +1,12 @@
 package eventlog
 
 import (
+	"bytes"
 	"context"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 var benchPayload = MessageCreate{
@@ -91,4 +93,46 @@ func BenchmarkScan(b *testing.B) {
 	}
 	b.StopTimer()
 	reportEventsPerSec(b, scans*total)
+}
+
+// BenchmarkSignVerify signs a message line as the committer does and
+// verifies it as admission does (ParseSig, VerifyLine): the cost a
+// signed event adds across machines.
+//
+//	go test -run '^$' -bench SignVerify ./eventlog/
+func BenchmarkSignVerify(b *testing.B) {
+	pub, priv := newKey(b)
+	sign := signer(priv, "0123456789abcdef")
+	var buf bytes.Buffer
+	e := &Event{ID: NewID(), Type: TypeMessageCreate, Time: time.Now(), Payload: MessageCreate{MessageID: "msg_" + NewID(), AgentID: "alice",
+		SessionID: "ses_" + NewID(), Format: "markdown", Content: "the build is green on main; merging the signing branch next",
+		Refs: []Pair{{"mention", "bob"}}, Priority: "normal", Recipients: []string{"bob"}}}
+	if err := e.encode(&buf); err != nil {
+		b.Fatal(err)
+	}
+	line := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+	signedLine := signLine(b, line, sign)
+	signOnce := func() { signLine(b, line, sign) }
+	verifyOnce := func() {
+		s, unsigned, ok, err := ParseSig(signedLine)
+		if !ok || err != nil || !VerifyLine("0123456789abcdef", s, unsigned, pub) {
+			b.Fatal("does not verify")
+		}
+	}
+	b.Run("sign", func(b *testing.B) {
+		for b.Loop() {
+			signOnce()
+		}
+	})
+	b.Run("verify", func(b *testing.B) {
+		for b.Loop() {
+			verifyOnce()
+		}
+	})
+	b.Run("sign+verify", func(b *testing.B) {
+		for b.Loop() {
+			signOnce()
+			verifyOnce()
+		}
+	})
 }

@@ -21,6 +21,7 @@ import (
 	"bytes"
 	"container/heap"
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"io"
@@ -28,6 +29,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -454,9 +457,11 @@ func (l *Log) drain() {
 	}
 }
 
-// commit writes one batch: encode every event, append each shard's lines
-// in one write, fsync each touched shard, then pass it to applyLoop.
-// An event that fails to encode fails only its own request.
+// commit writes one batch: encode every event, sign those that ask
+// (Event.Sign: all the batch's at once, on every CPU), append each
+// shard's lines in one write, fsync each touched shard, then pass it to
+// applyLoop. An event that fails to encode or sign fails only its own
+// request.
 func (l *Log) commit(batch []*appendReq) {
 	if l.commitHook != nil {
 		l.commitHook(len(batch))
@@ -466,6 +471,8 @@ func (l *Log) commit(batch []*appendReq) {
 	errs := make([]error, len(batch))
 	var all []*Event
 	var imported map[string]map[idKey]struct{} // the IDs this commit imports, by shard path
+	var toSign []signing                       // the events to sign, once all are encoded
+	assigned := make([][]*Event, len(batch))   // the events each request got their IDs from here
 	for i, r := range batch {
 		if r.dedupe {
 			if imported == nil {
@@ -483,13 +490,13 @@ func (l *Log) commit(batch []*appendReq) {
 		// Encode each request's events into scratch first, so a failure
 		// leaves no partial request behind.
 		staged := map[string]int{}
-		var assigned []*Event
 		var err error
+		signs := len(toSign)
 		for _, e := range r.evs {
 			id, t := ids.next(time.Now())
 			if e.ID == "" && e.Time.IsZero() {
 				e.ID, e.Time = id.String(), t
-				assigned = append(assigned, e)
+				assigned[i] = append(assigned[i], e)
 			} else if e.ID == "" {
 				e.ID = id.String()
 			} else if e.Time.IsZero() {
@@ -514,27 +521,20 @@ func (l *Log) commit(batch []*appendReq) {
 			if err = e.encode(&sb.buf); err != nil {
 				break
 			}
-			if e.Sign != nil {
-				if err = appendSig(&sb.buf, start, e.Sign); err != nil {
-					sb.buf.Truncate(start)
-					break
-				}
-				if sb.buf.Len()-start > MaxLineBytes {
-					sb.buf.Truncate(start)
-					err = fmt.Errorf("%w: %s event is over %d bytes once signed", ErrTooLarge, e.Type, MaxLineBytes)
-					break
-				}
-			}
 			e.Raw = append([]byte(nil), sb.buf.Bytes()[start:sb.buf.Len()-1]...)
 			e.decoded = nil // decoded again from this line (decodePayload)
+			if e.Sign != nil {
+				toSign = append(toSign, signing{e: e, req: i})
+			}
 		}
 		if err != nil {
 			for rel, n := range staged {
 				bufs[rel].buf.Truncate(n)
 			}
-			for _, e := range assigned { // a retry gets fresh, in-order IDs
+			for _, e := range assigned[i] { // a retry gets fresh, in-order IDs
 				e.ID, e.Time, e.Raw = "", time.Time{}, nil
 			}
+			toSign = toSign[:signs]
 			errs[i] = err
 			continue
 		}
@@ -543,6 +543,9 @@ func (l *Log) commit(batch []*appendReq) {
 			sb.evs = append(sb.evs, e)
 		}
 		all = append(all, r.evs...)
+	}
+	if len(toSign) > 0 {
+		all = l.sign(batch, toSign, errs, assigned, order, all)
 	}
 
 	// Write every shard's lines, then fsync them all. A failure at any
@@ -1311,4 +1314,79 @@ func lastIndexByte(f *os.File, end, size int64) (int64, error) {
 		end -= n
 	}
 	return -1, nil
+}
+
+// signing is an event of a batch to sign, and the request it is in.
+type signing struct {
+	e   *Event
+	req int
+}
+
+// sign signs the batch's events that ask, at once on every CPU (their
+// writers wait on the batch: the committer is the one goroutine that
+// works meanwhile), and ends each one's line with its signature. A
+// request with an event that fails to sign, or grows past MaxLineBytes,
+// fails: its events leave the shards' buffers (rebuilt from the lines)
+// and all, which sign returns.
+func (l *Log) sign(batch []*appendReq, toSign []signing, errs []error, assigned [][]*Event, order []*shardBuf, all []*Event) []*Event {
+	sigs := make([]Sig, len(toSign))
+	serrs := make([]error, len(toSign))
+	workers := min(runtime.GOMAXPROCS(0), len(toSign))
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := w; k < len(toSign); k += workers {
+				sigs[k], serrs[k] = toSign[k].e.Sign(toSign[k].e.Raw)
+			}
+		}()
+	}
+	wg.Wait()
+	failed := map[int]bool{}
+	for k, t := range toSign {
+		err := serrs[k]
+		if err == nil && (len(sigs[k].KeyID) != keyIDLen || len(sigs[k].Sig) != ed25519.SignatureSize) {
+			err = ErrBadSig
+		}
+		if err == nil && len(t.e.Raw)+SigMemberLen+1 > MaxLineBytes {
+			err = fmt.Errorf("%w: %s event is over %d bytes once signed", ErrTooLarge, t.e.Type, MaxLineBytes)
+		}
+		if err != nil {
+			if errs[t.req] == nil {
+				errs[t.req] = err
+			}
+			failed[t.req] = true
+			continue
+		}
+		t.e.Raw = withSig(t.e.Raw, sigs[k])
+	}
+	inFailed := map[*Event]bool{}
+	for i := range failed {
+		for _, e := range batch[i].evs {
+			inFailed[e] = true
+		}
+		for _, e := range assigned[i] { // a retry gets fresh, in-order IDs
+			e.ID, e.Time = "", time.Time{}
+		}
+	}
+	for _, sb := range order {
+		sb.buf.Reset()
+		kept := sb.evs[:0]
+		for _, e := range sb.evs {
+			if inFailed[e] {
+				continue
+			}
+			sb.buf.Write(e.Raw)
+			sb.buf.WriteByte('\n')
+			kept = append(kept, e)
+		}
+		sb.evs = kept
+	}
+	for i := range failed {
+		for _, e := range batch[i].evs {
+			e.Raw = nil
+		}
+	}
+	return slices.DeleteFunc(all, func(e *Event) bool { return inFailed[e] })
 }

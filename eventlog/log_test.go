@@ -759,6 +759,11 @@ func TestCommitEncodeFailureIsolated(t *testing.T) {
 	l, rec := openStalledLog(t, Options{})
 	rec.unblock()
 	big := lineOfSize(t, Event{ID: testID, Type: "big", Time: testTime}, MaxLineBytes+1)
+	_, priv := newKey(t)
+	sign := signer(priv, "")
+	noKey := errors.New("no key")
+	failSign := func([]byte) (Sig, error) { return Sig{}, noKey }
+	almost := lineOfSize(t, Event{ID: testID, Type: "almost", Time: testTime}, MaxLineBytes-SigMemberLen/2)
 
 	reqs := []struct {
 		name    string
@@ -769,6 +774,9 @@ func TestCommitEncodeFailureIsolated(t *testing.T) {
 		{"good before", []*Event{{Type: "good1"}, {Type: "good1", Shard: "s"}}, nil, ""},
 		{"too large", []*Event{{Type: "bad", Shard: "s"}, {ID: testID, Type: "big", Time: testTime, Payload: big}}, ErrTooLarge, ""},
 		{"bad payload", []*Event{{Type: "bad", Shard: "t"}, {Type: "bad", Payload: 7}}, nil, "not a JSON object"},
+		{"signed", []*Event{{Type: "good2", Shard: "s", Sign: sign}}, nil, ""},
+		{"sign fails", []*Event{{Type: "bad", Shard: "t", Sign: sign}, {Type: "bad", Shard: "s", Sign: failSign}}, noKey, ""},
+		{"too large once signed", []*Event{{Type: "bad", Shard: "s", Sign: sign}, {ID: testID, Type: "almost", Time: testTime, Payload: almost, Sign: sign}}, ErrTooLarge, ""},
 		{"good after", []*Event{{Type: "good2", Shard: "s"}}, nil, ""},
 	}
 	batch := make([]*appendReq, len(reqs))
@@ -787,16 +795,26 @@ func TestCommitEncodeFailureIsolated(t *testing.T) {
 			t.Errorf("%s: error %v, want nil", r.name, err)
 		}
 	}
-	if sizes := rec.sizes(); !slices.Equal(sizes, []int{3}) {
-		t.Errorf("OnCommit batches %v, want one of 3 events (the failed requests left out)", sizes)
+	if sizes := rec.sizes(); !slices.Equal(sizes, []int{4}) {
+		t.Errorf("OnCommit batches %v, want one of 4 events (the failed requests left out)", sizes)
 	}
 	got, _ := scanAll(t, l, nil)
 	var types []string
 	for _, e := range got {
 		types = append(types, e.Type)
 	}
-	if want := []string{"good1", "good1", "good2"}; !slices.Equal(types, want) {
+	if want := []string{"good1", "good1", "good2", "good2"}; !slices.Equal(types, want) {
 		t.Fatalf("log holds %v, want %v", types, want)
+	}
+	if !Signed(got[2].Raw) || Signed(got[3].Raw) {
+		t.Errorf("the signed request's line is not signed, or the unsigned one's is: %s, %s", got[2].Raw, got[3].Raw)
+	}
+	for _, r := range reqs[3:6] {
+		for _, e := range r.evs {
+			if r.name != "signed" && (e.Raw != nil || e.ID != "" && e.ID != testID) {
+				t.Errorf("%s: a failed event kept its line or its ID: %q %s", r.name, e.ID, e.Raw)
+			}
+		}
 	}
 	if b, err := os.ReadFile(filepath.Join(l.Dir(), "messages", "t.jsonl")); len(b) != 0 {
 		t.Errorf("a failed request left %q in messages/t.jsonl (%v)", b, err)

@@ -333,6 +333,21 @@ func BringsKeys(e *Event) bool {
 // sent as an agent by, else its author. "" for an event that names no
 // one (an application's event), which its machine's key signs.
 func Signer(e *Event) string {
+	if e.Raw == nil { // being appended: its payload says, with no JSON
+		switch p := e.Payload.(type) {
+		case MessageCreate:
+			if p.ActingAs != "" {
+				return p.ActingAs
+			}
+			return p.AgentID
+		case MessageRead:
+			return p.AgentID
+		case MessageAck:
+			return p.AgentID
+		case SessionHeartbeat:
+			return p.AgentID
+		}
+	}
 	if a := e.actors(); a.ActingAs != "" {
 		return a.ActingAs
 	}

@@ -162,22 +162,14 @@ func VerifyLine(repoID string, s Sig, unsigned []byte, pub ed25519.PublicKey) bo
 	return len(pub) == ed25519.PublicKeySize && s.KeyID == KeyID(pub) && ed25519.Verify(pub, SignedMessage(repoID, unsigned), s.Sig)
 }
 
-// appendSig ends the encoded line in buf[start:] (its newline included)
-// with its signature, which sign makes over the line as it stands.
-func appendSig(buf *bytes.Buffer, start int, sign func(unsigned []byte) (Sig, error)) error {
-	line := buf.Bytes()[start : buf.Len()-1]
-	s, err := sign(line)
-	if err != nil {
-		return err
-	}
-	if len(s.KeyID) != keyIDLen || len(s.Sig) != ed25519.SignatureSize {
-		return ErrBadSig
-	}
-	buf.Truncate(buf.Len() - 2) // "}\n"
-	buf.WriteString(sigKey)
-	buf.WriteString(s.String())
-	buf.WriteString("\"}\n")
-	return nil
+// withSig returns the unsigned line ended with its signature s: its
+// last "}" moved past the sig member.
+func withSig(unsigned []byte, s Sig) []byte {
+	out := make([]byte, 0, len(unsigned)+SigMemberLen)
+	out = append(out, unsigned[:len(unsigned)-1]...)
+	out = append(out, sigKey...)
+	out = append(out, s.String()...)
+	return append(out, '"', '}')
 }
 
 // LegacyHash is how a seal (AgentSeal) names an unsigned line: 16 bytes

@@ -21,6 +21,16 @@ func signer(priv ed25519.PrivateKey, repoID string) func([]byte) (Sig, error) {
 	}
 }
 
+// signLine signs an unsigned line as the committer does.
+func signLine(t testing.TB, unsigned []byte, sign func([]byte) (Sig, error)) []byte {
+	t.Helper()
+	s, err := sign(unsigned)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return withSig(unsigned, s)
+}
+
 func newKey(t testing.TB) (ed25519.PublicKey, ed25519.PrivateKey) {
 	t.Helper()
 	pub, priv, err := ed25519.GenerateKey(rand.Reader)
@@ -103,10 +113,7 @@ func TestParseSig(t *testing.T) {
 	if err := e.encode(&buf); err != nil {
 		t.Fatal(err)
 	}
-	if err := appendSig(&buf, 0, signer(priv, "")); err != nil {
-		t.Fatal(err)
-	}
-	good := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+	good := signLine(t, bytes.TrimSuffix(buf.Bytes(), []byte("\n")), signer(priv, ""))
 	cut := bytes.LastIndex(good, []byte(`,"sig":"`))
 	for _, c := range []struct {
 		name        string
@@ -148,10 +155,7 @@ func FuzzVerify(f *testing.F) {
 		if err := e.encode(&buf); err != nil {
 			f.Fatal(err)
 		}
-		if err := appendSig(&buf, 0, signer(seed, "repo")); err != nil {
-			f.Fatal(err)
-		}
-		line := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+		line := signLine(f, bytes.TrimSuffix(buf.Bytes(), []byte("\n")), signer(seed, "repo"))
 		signedLines[string(line)] = true
 		f.Add(line)
 		f.Add(bytes.Replace(line, []byte("ship it"), []byte("ship it!"), 1))
