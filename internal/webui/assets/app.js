@@ -329,6 +329,13 @@ function collapse(body) {
   return b;
 }
 
+// What a message's sender field says (message.get, message.list).
+const senderTitles = {
+  local: 'written on this machine, by an identity registered here',
+  verified: "signed on another machine by a key this clone trusts for its author",
+  unverified: 'unsigned, from before its author had a key: nothing proves who wrote it',
+};
+
 function messageItem(m, opts = {}) {
   const li = el('li', 'msg');
   li.dataset.id = m.message_id;
@@ -337,6 +344,11 @@ function messageItem(m, opts = {}) {
   const author = m.author ? m.author.agent_id : m.agent_id;
   head.append(el('span', 'author', agentLabel(author)));
   if (m.disclosed_via) head.append(el('span', 'via', `via ${m.disclosed_via}`));
+  if (m.sender) {
+    const s = el('span', `sender ${m.sender}`, m.sender === 'unverified' ? 'unverified (legacy)' : m.sender);
+    s.title = senderTitles[m.sender] || '';
+    head.append(s);
+  }
   const to = mentionsOf(m);
   if (to.length) {
     head.append(el('span', 'to', '→ ' + to.map((a) => `@${a} (${addressKind(a)})`).join(', ')));
