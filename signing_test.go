@@ -3,6 +3,7 @@ package thrum_test
 import (
 	"context"
 	"crypto/ed25519"
+	"encoding/json"
 	"errors"
 	"math/rand/v2"
 	"os"
@@ -15,6 +16,8 @@ import (
 	"github.com/thrumhq/thrum/eventlog"
 	"github.com/thrumhq/thrum/eventlog/admit"
 	"github.com/thrumhq/thrum/identity"
+	"github.com/thrumhq/thrum/inbox"
+	"github.com/thrumhq/thrum/internal/frame"
 	"github.com/thrumhq/thrum/internal/thrumtest"
 	"github.com/thrumhq/thrum/rpc"
 )
@@ -568,5 +571,49 @@ func trade(t *testing.T, r *rand.Rand, from, to *thrum.Node) {
 			}
 			ls = ls[k:]
 		}
+	}
+}
+
+// The frame an agent is shown says what the node knows of the sender: a
+// message from another machine signed by its author's key is verified,
+// one from before its author signed is unverified, one written here is
+// local.
+func TestFrameSaysTheSender(t *testing.T) {
+	t.Parallel()
+	a, old := legacyNode(t)
+	if _, err := a.StartSession(context.Background(), &rpc.StartSessionParams{AgentID: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	signed := send(t, a, "alice", "everyone", "signed now")
+	b := thrumtest.OpenNode(t, &thrum.Options{NoSync: true})
+	bob := thrumtest.Register(t, b, "bob", "reviewer", "core")
+	thrumtest.Register(t, b, "dana", "implementer", "core")
+	carry(t, a, b)
+	here := send(t, b, "dana", "bob", "written on bob's machine")
+	dial := func(_ context.Context, onNote func(string, json.RawMessage)) (*rpc.Client, error) {
+		return b.Dial(&rpc.ClientOptions{OnNotification: onNote}), nil
+	}
+	ib, err := inbox.New(context.Background(), dial, inbox.Identity{AgentID: bob.ID, Role: bob.Role, Token: bob.Token}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ib.Close()
+	r, err := ib.Check(context.Background(), inbox.CheckParams{Limit: 10, Via: rpc.ViaCheckMessages})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{old[0]: frame.Unverified, old[1]: frame.Unverified, signed: frame.Verified, here: frame.Local}
+	for _, m := range r.Messages {
+		w, ok := want[m.MessageID]
+		if !ok {
+			continue
+		}
+		delete(want, m.MessageID)
+		if !strings.Contains(m.Content, ` sender="`+w+`"`) {
+			t.Errorf("message %s framed as\n%s\nwant sender=%q", m.MessageID, m.Content, w)
+		}
+	}
+	for id := range want {
+		t.Errorf("bob was not shown message %s", id)
 	}
 }

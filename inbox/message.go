@@ -66,9 +66,12 @@ func (s Shape) options() frame.Options {
 // consumer leaves out.
 func (ib *Inbox) Show(ctx context.Context, m *rpc.MessageSummary, inGroup func(string) bool, shape Shape) (Message, error) {
 	r := ib.roles(ctx, m.AgentID)
-	sender := frame.Unverified
-	if r.agents[m.AgentID].Local {
-		sender = frame.Local
+	sender := m.Sender // the node's word: local, verified or unverified
+	if sender == "" {  // a daemon from before signatures
+		sender = frame.Unverified
+		if r.agents[m.AgentID].Local {
+			sender = frame.Local
+		}
 	}
 	content, err := frame.Frame(frame.Message{ID: m.MessageID, From: m.AgentID, Priority: m.Priority, ThreadID: m.ThreadID,
 		ReplyTo: rpc.ReplyTo(m.Refs), Ack: m.AckRequired, Sender: sender, Body: m.Body.Content}, shape.options())
@@ -111,7 +114,7 @@ func (ib *Inbox) Show(ctx context.Context, m *rpc.MessageSummary, inGroup func(s
 func Summary(d *rpc.MessageDetail) *rpc.MessageSummary {
 	return &rpc.MessageSummary{MessageID: d.MessageID, ThreadID: d.ThreadID, AgentID: d.Author.AgentID, Body: d.Body,
 		CreatedAt: d.CreatedAt, UpdatedAt: d.UpdatedAt, Deleted: d.Deleted, IsRead: d.IsRead, Priority: d.Priority,
-		Scopes: d.Scopes, Refs: d.Refs, Tags: d.Tags, Version: d.Version, AckRequired: d.AckRequired}
+		Scopes: d.Scopes, Refs: d.Refs, Tags: d.Tags, Version: d.Version, AckRequired: d.AckRequired, Sender: d.Sender}
 }
 
 // addressedAs says how a message with these mentions reached the agent:

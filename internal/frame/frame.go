@@ -58,10 +58,11 @@ type Message struct {
 	Body   string
 }
 
-// Values of Message.Sender, the frame's sender attribute. Events are not
-// signed yet, so no sender is Verified; Local is an agent registered on
-// this machine, whose events sync never brings in (DESIGN.md, "Sync
-// trust").
+// Values of Message.Sender, the frame's sender attribute, as the node
+// says them of a message (rpc.MessageDetail.Sender): Local is an
+// identity registered on this machine, whose events sync never brings in;
+// Verified a message from another machine signed by a key the clone
+// trusts for its author; Unverified one from before its author signed.
 const (
 	Verified   = "verified"
 	Unverified = "unverified"
