@@ -249,7 +249,13 @@ func printKeyring(w io.Writer, ring *rpc.KeyringStatus) {
 		fmt.Fprintf(w, "The team's keyring (%s on origin/HEAD) is gone.\n", gitwork.KeyringFile)
 	}
 	if ch := ring.Changed; ch != nil {
-		fmt.Fprintf(w, "  changed at %s: %.12s → %.12s\n", ch.At, ch.From, ch.To)
+		from, to := ch.From, ch.To
+		for _, v := range []*string{&from, &to} {
+			if *v == "" {
+				*v = "none"
+			}
+		}
+		fmt.Fprintf(w, "  changed at %s: %.12s → %.12s\n", ch.At, from, to)
 	}
 	for _, p := range ring.Problems {
 		fmt.Fprintf(w, "  skipped: %s\n", p)
