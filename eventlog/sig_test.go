@@ -171,3 +171,23 @@ func FuzzVerify(f *testing.F) {
 		}
 	})
 }
+
+// The signed line format, pinned: Ed25519 is deterministic, so a fixed
+// key, event and repository give these exact bytes. A change here is a
+// change of the log's format, which every clone must read.
+func TestSignedLineGolden(t *testing.T) {
+	key := ed25519.NewKeyFromSeed(bytes.Repeat([]byte{1}, ed25519.SeedSize))
+	var buf bytes.Buffer
+	e := &Event{ID: "01JGOLDEN00000000000000000", Type: TypeMessageCreate, Time: time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC),
+		Payload: MessageCreate{MessageID: "msg_1", AgentID: "alice", SessionID: "ses_1", Format: "markdown", Content: "ship it", Priority: "normal"}}
+	if err := e.encode(&buf); err != nil {
+		t.Fatal(err)
+	}
+	got := string(signLine(t, bytes.TrimSuffix(buf.Bytes(), []byte("\n")), signer(key, "0123456789abcdef")))
+	const want = `{"event_id":"01JGOLDEN00000000000000000","type":"message.create","timestamp":"2026-11-29T12:00:00.000000000Z",` +
+		`"message_id":"msg_1","agent_id":"alice","session_id":"ses_1","format":"markdown","content":"ship it","priority":"normal",` +
+		`"sig":"NHUPmL1Z_Pw.Evg3zTkL-565r72T8Ng1MtiISTjv2eQSAoajM19sgr7nuD_bX-q0APgGBO8YRo-_RlB4M1LaFinlW9IDPNVDDg"}`
+	if got != want {
+		t.Errorf("signed line\n got: %s\nwant: %s", got, want)
+	}
+}
