@@ -1267,6 +1267,10 @@ type SyncStatusResult struct {
 	LastSyncAt string `json:"last_sync_at"`
 	LastError  string `json:"last_error"`
 	SyncState  string `json:"sync_state"` // "stopped", "idle", "synced" or "error"
+	// IntervalMs is how often a git round runs without new events, and
+	// NextSyncAt when the next one is due (RFC 3339); both extend the spec.
+	IntervalMs int64  `json:"interval_ms,omitempty"`
+	NextSyncAt string `json:"next_sync_at,omitempty"`
 	// Refused counts the remote's events that sync kept out of the log
 	// (quarantined, never applied); Refusals says why, by remote file and
 	// reason, the most recent first. Both extend the spec.

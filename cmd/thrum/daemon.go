@@ -33,7 +33,9 @@ import (
 )
 
 // InitCmd prepares thrum in a repository or directory.
-type InitCmd struct{}
+type InitCmd struct {
+	Local bool `help:"Keep the log on this machine: never sync it (sets thrum.local in .git/config)."`
+}
 
 func (c *InitCmd) Help() string {
 	return `In a git repository, init creates the orphan branch a-sync and checks it out
@@ -44,8 +46,13 @@ remote's events come in through sync, which checks each, and nothing of
 the remote's tree is ever checked out. Runtime state goes to .thrum/,
 which init adds to .git/info/exclude. Outside git, the log is .thrum/log.
 
+With a git remote, the daemon pushes the log (every message body) to the
+remote's a-sync branch: init says where. --local keeps it on this machine
+(undo: git config --unset thrum.local).
+
 Examples:
   thrum init && thrum daemon start
+  thrum init --local
   thrum init --repo ~/src/project --json`
 }
 
@@ -58,7 +65,16 @@ func (c *InitCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return fmt.Errorf("init: %w", err)
 	}
-	res := map[string]any{"root": l.Root, "git": l.Git, "log_dir": l.LogDir, "home": l.Home, "created": created, "shares": l.Shared}
+	if c.Local {
+		if err := setLocal(ctx, l); err != nil {
+			return fmt.Errorf("init: %w", err)
+		}
+	}
+	to, err := whereTo(ctx, l)
+	if err != nil {
+		return fmt.Errorf("init: %w", err)
+	}
+	res := map[string]any{"root": l.Root, "git": l.Git, "log_dir": l.LogDir, "home": l.Home, "created": created, "shares": l.Shared, "leaves": to}
 	return g.out(res, func(w io.Writer) {
 		if len(created) == 0 {
 			fmt.Fprintf(w, "thrum is already set up in %s\n", l.Root)
@@ -70,6 +86,10 @@ func (c *InitCmd) Run(ctx context.Context, g *Globals) error {
 		}
 		if l.Shared != "" {
 			fmt.Fprintf(w, "  this worktree shares the daemon and log of %s (see .thrum/redirect); its agents' identities are its own\n", filepath.Dir(l.Shared))
+		}
+		fmt.Fprintln(w, to.line())
+		if h := to.historyLine(); h != "" {
+			fmt.Fprintln(w, h)
 		}
 		next := "thrum quickstart --name NAME --role ROLE --module MODULE"
 		if _, err := health(ctx, l); err == nil {
@@ -135,7 +155,11 @@ func (c *DaemonRunCmd) Run(ctx context.Context, g *Globals) error {
 	// the open log, and the node needs the syncer's hooks: they meet
 	// through this pointer.
 	var syncer atomic.Pointer[gitsync.Syncer]
-	syncOn := l.Git && gitsync.HasRemote(ctx, l.Root, gitsync.DefaultRemote)
+	to, err := whereTo(ctx, l)
+	if err != nil {
+		return fmt.Errorf("daemon: %w", err)
+	}
+	syncOn := to.gitSyncs()
 	keys, err := l.keys()
 	if err != nil {
 		return fmt.Errorf("daemon: %w", err)
@@ -284,7 +308,7 @@ func (c *DaemonRunCmd) Run(ctx context.Context, g *Globals) error {
 	errc := make(chan error, 2)
 	go func() { errc <- srv.Serve(ul) }()
 	go func() { errc <- hs.Serve(wl) }()
-	logger.Info("thrum daemon ready", "pid", os.Getpid(), "socket", l.Socket, "ws", fmt.Sprintf("ws://%s/ws", wl.Addr()), "log", l.LogDir)
+	logger.Info("thrum daemon ready", "pid", os.Getpid(), "socket", l.Socket, "ws", fmt.Sprintf("ws://%s/ws", wl.Addr()), "log", l.LogDir, "leaves", to.line())
 
 	var serveErr error
 	select {
@@ -478,6 +502,10 @@ func (c *DaemonStartCmd) Run(ctx context.Context, g *Globals) error {
 			if moved {
 				st["ws_port_was"] = lastPort
 			}
+			announce, err := announceLeaves(ctx, l, st)
+			if err != nil {
+				return err
+			}
 			return g.out(st, func(w io.Writer) {
 				fmt.Fprintf(w, "Daemon started (pid %d)\n  socket:    %s\n", cmd.Process.Pid, l.Socket)
 				if p, ok := st["ws_port"]; ok {
@@ -485,6 +513,9 @@ func (c *DaemonStartCmd) Run(ctx context.Context, g *Globals) error {
 				}
 				if moved {
 					fmt.Fprintf(w, "  the web console's port %d was taken, so it moved to %v: open the console again with thrum web\n", lastPort, st["ws_port"])
+				}
+				if announce != "" {
+					fmt.Fprintln(w, announce)
 				}
 				printHealthNotes(w, h)
 			})
@@ -840,7 +871,8 @@ func (r rpcSync) SyncStatus(ctx context.Context, _ *rpc.SyncStatusParams) (*rpc.
 		return nil, err
 	}
 	return &rpc.SyncStatusResult{Running: st.Running, LastSyncAt: syncTime(st.LastSyncAt), LastError: st.LastError, SyncState: st.State,
-		Refused: st.Refused, Refusals: syncRefusals(st.Refusals), Waiting: st.Waiting, Keyring: ring}, nil
+		IntervalMs: st.Interval.Milliseconds(), NextSyncAt: syncTime(st.NextRound), Refused: st.Refused, Refusals: syncRefusals(st.Refusals),
+		Waiting: st.Waiting, Keyring: ring}, nil
 }
 
 // syncRefusals is what sync.status and doctor report of the quarantine.

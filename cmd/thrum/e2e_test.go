@@ -437,8 +437,9 @@ func TestEndToEndRun(t *testing.T) {
 	c.okJSON(&ss, "alice", "session", "start")
 	hasKeys(t, "session start", ss, "session_id", "agent_id", "started_at")
 
-	// Sync is off without a remote.
-	c.fails(exitError, "", []string{"sync", "status"}, "sync is off")
+	// Sync is off without a remote: a state (exit 0), not a failure;
+	// forcing a round is one.
+	contains(t, "sync status", c.ok("", "sync", "status").stdout, "Sync: off")
 	r = c.fails(exitError, "", []string{"--json", "sync", "force"})
 	if err := json.Unmarshal([]byte(r.stderr), &jerr); err != nil || !strings.Contains(str(jerr, "error.message"), "sync is off") {
 		t.Errorf("sync force --json error = %q", r.stderr)

@@ -55,10 +55,6 @@ func (c *ThreadGetCmd) Help() string {
 	return "Examples:\n  thrum thread get thr_01HXE...\n  thrum thread get thr_01HXE... --page-size 20 --page 2"
 }
 
-func (c *SyncStatusCmd) Help() string {
-	return "Sync runs when the repository has a remote (origin).\n\nExamples:\n  thrum sync status\n  thrum sync status --json"
-}
-
 func (c *SyncForceCmd) Help() string {
 	return "Starts a sync round now and returns; watch it with thrum sync status.\nWith --wait it returns once that round is done: the remote's events are\nthen in the log and the local ones pushed.\n\nExamples:\n  thrum sync force\n  thrum sync force --wait\n  thrum sync force && thrum sync status"
 }

@@ -133,6 +133,10 @@ func TestSyncForceWaitSaysWhenItFails(t *testing.T) {
 	if r.code != 1 || !strings.Contains(r.stderr, "sync failed") {
 		t.Fatalf("sync force --wait with the remote gone:\n%s", r)
 	}
+	// sync status says so too, by its exit code.
+	if r := c.run("sync", "status"); r.code != 1 || !strings.Contains(r.stdout, "Sync: error") {
+		t.Fatalf("sync status after a failed round:\n%s", r)
+	}
 }
 
 // TestSyncEndToEnd runs two clones of a bare remote, each with its own

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -118,43 +117,6 @@ func countUnread(ms []rpc.MessageSummary) int {
 	return n
 }
 
-// SyncCmd groups git sync commands.
-type SyncCmd struct {
-	Status SyncStatusCmd `cmd:"" help:"Show the sync loop's state."`
-	Force  SyncForceCmd  `cmd:"" help:"Sync now (--wait: until the round is done)."`
-}
-
-// syncOff turns method-not-found into what it means here.
-func syncOff(err error) error {
-	if errors.Is(err, rpc.ErrMethodNotFound) {
-		return errors.New("sync is off: this repository has no remote (add one with git remote add origin URL, then restart the daemon)")
-	}
-	return err
-}
-
-type SyncStatusCmd struct{}
-
-func (c *SyncStatusCmd) Run(ctx context.Context, g *Globals) error {
-	return call(ctx, g, false, func(s *session) (any, error) {
-		r, err := s.c.SyncStatus(ctx, &rpc.SyncStatusParams{})
-		return r, syncOff(err)
-	}, func(w io.Writer, v any) {
-		r := v.(*rpc.SyncStatusResult)
-		fmt.Fprintf(w, "Sync: %s (running: %v)\n", r.SyncState, r.Running)
-		if r.LastSyncAt != "" {
-			fmt.Fprintf(w, "  Last sync: %s\n", ago(r.LastSyncAt, time.Now()))
-		}
-		if r.LastError != "" {
-			fmt.Fprintf(w, "  Last error: %s\n", r.LastError)
-		}
-		printRefusals(w, r.Refused, r.Refusals)
-		if r.Waiting > 0 {
-			fmt.Fprintf(w, "  Waiting: %d %s from the remote wait for their author's key (its registration has not arrived)\n", r.Waiting, plural(r.Waiting, "event", "events"))
-		}
-		printKeyring(indent{w}, r.Keyring)
-	})
-}
-
 // indent writes its lines two spaces in.
 type indent struct{ w io.Writer }
 
@@ -167,48 +129,4 @@ func (i indent) Write(p []byte) (int, error) {
 		return 0, err
 	}
 	return len(p), nil
-}
-
-// printRefusals says what sync refused from the remote, and why.
-func printRefusals(w io.Writer, refused int, rs []rpc.SyncRefusal) {
-	if refused == 0 {
-		return
-	}
-	fmt.Fprintf(w, "  Refused: %d %s from the remote, kept out of the log (quarantined, not applied):\n", refused, plural(refused, "event", "events"))
-	for _, r := range rs {
-		fmt.Fprintf(w, "    %d × %s: %s\n", r.Count, r.File, r.Reason)
-	}
-}
-
-// syncWaitTimeout bounds sync force --wait: a round of fetch, merge and
-// push with the remote.
-const syncWaitTimeout = 5 * time.Minute
-
-type SyncForceCmd struct {
-	Wait bool `help:"Return once a round started now has finished (exit 1 if it failed)."`
-}
-
-func (c *SyncForceCmd) Run(ctx context.Context, g *Globals) error {
-	return call(ctx, g, false, func(s *session) (any, error) {
-		ctx := ctx
-		if c.Wait { // a round with the remote may take longer than a call
-			var cancel context.CancelFunc
-			ctx, cancel = context.WithTimeout(ctx, syncWaitTimeout)
-			defer cancel()
-		}
-		r, err := s.c.SyncForce(ctx, &rpc.SyncForceParams{Wait: c.Wait})
-		if err == nil && r.LastError != "" {
-			return r, fmt.Errorf("sync failed: %s", r.LastError)
-		}
-		return r, syncOff(err)
-	}, func(w io.Writer, v any) {
-		r := v.(*rpc.SyncForceResult)
-		if c.Wait {
-			fmt.Fprintf(w, "> Synced (%s)\n", r.SyncState)
-		} else if r.Triggered {
-			fmt.Fprintln(w, "> Sync triggered")
-		} else {
-			fmt.Fprintf(w, "> Sync already running (%s)\n", r.SyncState)
-		}
-	})
 }

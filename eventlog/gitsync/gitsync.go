@@ -112,12 +112,14 @@ type Status struct {
 	State      string
 	LastSyncAt time.Time
 	LastError  string
-	Pending    bool // local events not synced yet
-	Rounds     int  // rounds completed successfully
-	Commits    int  // commits created
-	Imported   int  // remote events imported
-	Checked    int  // lines of remote shard files read and checked against the log
-	Packs      int  // repacks of the sync repository
+	Interval   time.Duration // Options.Interval: how often a round runs without new events
+	NextRound  time.Time     // when the next timed round is due (zero while Run is not running)
+	Pending    bool          // local events not synced yet
+	Rounds     int           // rounds completed successfully
+	Commits    int           // commits created
+	Imported   int           // remote events imported
+	Checked    int           // lines of remote shard files read and checked against the log
+	Packs      int           // repacks of the sync repository
 	// Refused counts the remote lines and files kept out of the log
 	// (admit.QuarantineFile), those kept before included; Refusals says
 	// why, by file and reason, the most recent first (see
@@ -132,10 +134,14 @@ type Status struct {
 // Syncer syncs one log worktree with a remote. Notify, Force and Status
 // may be called concurrently with Run.
 type Syncer struct {
-	dir    string // the worktree (the log's directory)
-	log    *eventlog.Log
-	opts   Options
-	branch string // the ref HEAD names: what the Syncer commits to
+	dir string // the worktree (the log's directory)
+	// remoteDir is where git talks to the remote: the main worktree,
+	// where a remote's relative path means what its user meant (git
+	// reads it from the top of the worktree it runs in).
+	remoteDir string
+	log       *eventlog.Log
+	opts      Options
+	branch    string // the ref HEAD names: what the Syncer commits to
 
 	trigger chan struct{} // a sync is wanted (debounced)
 	force   chan struct{} // a sync is wanted now
@@ -143,6 +149,7 @@ type Syncer struct {
 	mu      sync.Mutex
 	status  Status
 	running bool
+	ticked  time.Time // when Run's ticker started or last fired
 
 	// Rounds started and finished (successful or not), the last one's
 	// error, and a channel closed when a round finishes: what Refresh
@@ -219,6 +226,13 @@ func New(log *eventlog.Log, opts *Options) (*Syncer, error) {
 	}
 	if s.branch = lines[3]; !strings.HasPrefix(s.branch, "refs/heads/") {
 		return nil, fmt.Errorf("gitsync: the worktree %s has no branch checked out (HEAD is detached): check out the sync branch %s there", s.dir, s.opts.Branch)
+	}
+	common := lines[2]
+	if !filepath.IsAbs(common) {
+		common = filepath.Join(s.dir, common)
+	}
+	if s.remoteDir = common; filepath.Base(common) == ".git" {
+		s.remoteDir = filepath.Dir(common)
 	}
 	if err := s.removeStaleLocks(lines[1], lines[2]); err != nil {
 		return nil, fmt.Errorf("gitsync: %w", err)
@@ -336,6 +350,10 @@ func (s *Syncer) Status() Status {
 	defer s.mu.Unlock()
 	st := s.status
 	st.Running = s.running
+	st.Interval = s.opts.Interval
+	if s.running {
+		st.NextRound = s.ticked.Add(s.opts.Interval)
+	}
 	st.Refused, st.Refusals = s.opts.Gate.Refusals()
 	st.Waiting = s.opts.Gate.Waiting()
 	if !s.running {
@@ -350,16 +368,16 @@ func (s *Syncer) Status() Status {
 // is recorded in Status and retried at the next trigger; nothing is lost
 // while the remote is unreachable.
 func (s *Syncer) Run(ctx context.Context) error {
+	tick := time.NewTicker(s.opts.Interval)
+	defer tick.Stop()
 	s.mu.Lock()
-	s.running = true
+	s.running, s.ticked = true, time.Now()
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
 		s.running = false
 		s.mu.Unlock()
 	}()
-	tick := time.NewTicker(s.opts.Interval)
-	defer tick.Stop()
 	s.round(ctx) // catch up with the remote at start
 	for {
 		select {
@@ -367,6 +385,9 @@ func (s *Syncer) Run(ctx context.Context) error {
 			return nil
 		case <-s.force:
 		case <-tick.C:
+			s.mu.Lock()
+			s.ticked = time.Now()
+			s.mu.Unlock()
 		case <-s.trigger:
 			// Debounce: let a burst of events finish, unless forced.
 			select {
@@ -504,7 +525,7 @@ func (s *Syncer) attempt(ctx context.Context, first bool) (pushed bool, rejected
 	}
 	remoteRef := "refs/remotes/" + s.opts.Remote + "/" + s.opts.Branch
 	remote := "" // the remote's head; "" while it has no sync branch (the push creates it)
-	_, err = s.git(ctx, "fetch", "--quiet", "--no-tags", "--no-auto-maintenance", "--no-write-fetch-head",
+	_, err = s.remoteGit(ctx, "fetch", "--quiet", "--no-tags", "--no-auto-maintenance", "--no-write-fetch-head",
 		"--negotiation-tip="+s.branch, s.opts.Remote, "+refs/heads/"+s.opts.Branch+":"+remoteRef)
 	switch {
 	case err == nil:
@@ -533,7 +554,7 @@ func (s *Syncer) attempt(ctx context.Context, first bool) (pushed bool, rejected
 // remote refused it as not a fast-forward (rejected says how). Hooks of
 // the user's repository (pre-push) are not run for the sync branch.
 func (s *Syncer) push(ctx context.Context) (pushed bool, rejected, err error) {
-	if _, err := s.git(ctx, "push", "--quiet", "--no-verify", s.opts.Remote, s.head+":refs/heads/"+s.opts.Branch); err != nil {
+	if _, err := s.remoteGit(ctx, "push", "--quiet", "--no-verify", s.opts.Remote, s.head+":refs/heads/"+s.opts.Branch); err != nil {
 		if strings.Contains(err.Error(), "rejected") || strings.Contains(err.Error(), "fetch first") || strings.Contains(err.Error(), "non-fast-forward") {
 			return false, err, nil
 		}
@@ -547,7 +568,7 @@ func (s *Syncer) push(ctx context.Context) (pushed bool, rejected, err error) {
 // none).
 func (s *Syncer) lsRemote(ctx context.Context) (string, error) {
 	ref := "refs/heads/" + s.opts.Branch
-	out, err := s.git(ctx, "ls-remote", s.opts.Remote, ref)
+	out, err := s.remoteGit(ctx, "ls-remote", s.opts.Remote, ref)
 	if err != nil {
 		return "", fmt.Errorf("ls-remote: %w", err)
 	}
@@ -1094,7 +1115,21 @@ func (s *Syncer) git(ctx context.Context, args ...string) (string, error) {
 // gitIO runs git with args, stdin as its standard input, and returns its
 // standard output; a failure carries git's own words.
 func (s *Syncer) gitIO(ctx context.Context, stdin io.Reader, args ...string) ([]byte, error) {
-	cmd := s.command(ctx, stdin, args...)
+	return runGit(s.command(ctx, stdin, args...), args)
+}
+
+// remoteGit is git talking to the remote (fetch, push, ls-remote), run
+// in remoteDir: a remote added as ../shared.git from the repository's
+// root is found from there, not from the log's worktree. These commands
+// name their refs in full, so they touch no working tree.
+func (s *Syncer) remoteGit(ctx context.Context, args ...string) (string, error) {
+	cmd := s.command(ctx, nil, args...)
+	cmd.Dir = s.remoteDir
+	b, err := runGit(cmd, args)
+	return strings.TrimSpace(string(b)), err
+}
+
+func runGit(cmd *exec.Cmd, args []string) ([]byte, error) {
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {

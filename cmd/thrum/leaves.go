@@ -1,0 +1,141 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/thrumhq/thrum/eventlog/gitsync"
+	"github.com/thrumhq/thrum/internal/private"
+)
+
+// What leaves this machine, and where. init says it every time, the
+// daemon's start the first time it changes, in one line: the log's
+// events go to the git remote's sync branch, and (see nats.go) to a NATS
+// stream. A clone that is local (git config thrum.local true, set by
+// `thrum init --local`) sends nothing anywhere. Only this clone's own
+// configuration (.git/config, the command line, the environment) decides
+// it: nothing committed to the repository can.
+
+// localKey is the git config key of local mode, in this clone's
+// .git/config: a setting no commit can carry.
+const localKey = "thrum.local"
+
+// leaves is where the log's events go from this clone.
+type leaves struct {
+	Local     bool   `json:"local"`
+	Remote    string `json:"remote,omitempty"`     // the git remote ("" if none)
+	RemoteURL string `json:"remote_url,omitempty"` // its URL as git config has it, credentials hidden
+	Branch    string `json:"branch,omitempty"`     // the sync branch on it
+	// History is how many commits the remote's sync branch holds as this
+	// clone last fetched it (0 if it has none): events already there.
+	History int `json:"remote_history,omitempty"`
+}
+
+// whereTo works out where this clone's events go. Outside git nothing
+// leaves.
+func whereTo(ctx context.Context, l *layout) (*leaves, error) {
+	w := &leaves{}
+	if !l.Git {
+		return w, nil
+	}
+	local, err := gitBool(ctx, l.Root, localKey)
+	if err != nil {
+		return nil, err
+	}
+	w.Local = local
+	if n, err := git(ctx, l.Root, "rev-list", "--count", "refs/remotes/"+gitsync.DefaultRemote+"/"+SyncBranch); err == nil {
+		w.History, _ = strconv.Atoi(n)
+	}
+	if !gitsync.HasRemote(ctx, l.Root, gitsync.DefaultRemote) {
+		return w, nil
+	}
+	u, _ := git(ctx, l.Root, "remote", "get-url", gitsync.DefaultRemote)
+	w.Remote, w.RemoteURL, w.Branch = gitsync.DefaultRemote, hideSecret(u), SyncBranch
+	return w, nil
+}
+
+// gitSyncs reports whether the daemon syncs through the git remote.
+func (w *leaves) gitSyncs() bool { return !w.Local && w.Remote != "" }
+
+// line says in one line what leaves this machine, and where.
+func (w *leaves) line() string {
+	switch {
+	case w.Local:
+		return "Local: the log stays on this machine (" + localKey + " is set in .git/config); nothing is sent anywhere."
+	case w.gitSyncs():
+		return fmt.Sprintf("Sync: the daemon pushes every message and event of the log (not credentials) to git remote %s (%s), branch %s; to keep them on this machine: thrum init --local",
+			w.Remote, w.RemoteURL, w.Branch)
+	}
+	return "Sync: off (no git remote): the log stays on this machine."
+}
+
+// historyLine says what the remote's sync branch already holds, and how
+// to delete it ("" if it holds nothing).
+func (w *leaves) historyLine() string {
+	if w.History == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%s/%s already holds %d %s of thrum's log, pushed by this or another clone; to delete it from the remote: git push %s --delete %s",
+		gitsync.DefaultRemote, SyncBranch, w.History, plural(w.History, "commit", "commits"), gitsync.DefaultRemote, SyncBranch)
+}
+
+// announce returns the line the first time it differs from what this
+// clone's daemon last announced ("" otherwise), and records it.
+func (w *leaves) announce(l *layout) (string, error) {
+	path := filepath.Join(filepath.Dir(l.PIDFile), "leaves")
+	line := w.line()
+	if b, err := os.ReadFile(path); err == nil && strings.TrimSpace(string(b)) == line {
+		return "", nil
+	} else if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return "", err
+	}
+	return line, private.WriteFile(path, []byte(line+"\n"))
+}
+
+// setLocal records local mode in this clone's git config.
+func setLocal(ctx context.Context, l *layout) error {
+	if !l.Git {
+		return nil // outside git nothing leaves anyway
+	}
+	_, err := git(ctx, l.Root, "config", "--local", "--bool", localKey, "true")
+	return err
+}
+
+// gitBool reads a boolean git config key (false when unset).
+func gitBool(ctx context.Context, dir, key string) (bool, error) {
+	v, err := git(ctx, dir, "config", "--type=bool", "--default=false", "--get", key)
+	if err != nil {
+		return false, fmt.Errorf("git config %s: %w", key, err)
+	}
+	return v == "true", nil
+}
+
+// hideSecret drops a password from a URL, for printing.
+func hideSecret(s string) string {
+	u, err := url.Parse(s)
+	if err != nil || u.User == nil {
+		return s
+	}
+	if _, has := u.User.Password(); has {
+		u.User = url.UserPassword(u.User.Username(), "xxxxx")
+	}
+	return u.String()
+}
+
+// announceLeaves adds where the log goes to a started daemon's status,
+// and returns the line to print: the first time it differs from what
+// this clone's daemon last said, "" after.
+func announceLeaves(ctx context.Context, l *layout, st map[string]any) (string, error) {
+	to, err := whereTo(ctx, l)
+	if err != nil {
+		return "", fmt.Errorf("daemon start: %w", err)
+	}
+	st["leaves"] = to
+	return to.announce(l)
+}
