@@ -1,0 +1,358 @@
+package natsync
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/thrumhq/thrum/eventlog"
+)
+
+// errOtherWriter is a subject whose last message this clone did not
+// write: another clone publishes as this machine (a copy of it).
+var errOtherWriter = errors.New("another clone publishes as this machine")
+
+// publishLoop publishes what the log committed, on Notify and after
+// each (re)connection, until ctx ends. Every failure makes it ask the
+// stream where each subject stands before it publishes again.
+func (s *Syncer) publishLoop(ctx context.Context, nc *nats.Conn, js jetstream.JetStream) {
+	checked := false
+	var maxLine int
+	for ctx.Err() == nil {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.pubWake:
+		}
+		if !nc.IsConnected() {
+			checked = false // the connection's handler wakes this loop
+			continue
+		}
+		var err error
+		if !checked {
+			if maxLine, err = s.check(ctx, nc, js); err != nil {
+				s.fail(err)
+				sleep(ctx, s.opts.Retry, nil)
+				wake(s.pubWake)
+				continue
+			}
+			checked = true
+		}
+		s.mu.Lock()
+		s.pubStarted++
+		pass := s.pubStarted
+		s.mu.Unlock()
+		for err == nil {
+			var more bool
+			if more, err = s.publishRound(ctx, js, maxLine); err == nil {
+				s.ok(nc)
+				if !more {
+					s.mu.Lock()
+					s.pubDone = pass
+					s.advancedLocked()
+					s.mu.Unlock()
+					break
+				}
+			}
+		}
+		if err != nil && ctx.Err() == nil {
+			s.fail(err)
+			checked = false
+			sleep(ctx, s.opts.Retry, nil)
+			wake(s.pubWake)
+		}
+	}
+}
+
+// check asks the stream where each of this clone's subjects stands, and
+// sets the positions by it: a subject's last message says how far the
+// shard is published (further than the saved state after a crash, less
+// far after the server lost what it had acknowledged but not yet
+// written). A stream made again is given all this clone wrote. It
+// returns the longest run a message may carry.
+func (s *Syncer) check(ctx context.Context, nc *nats.Conn, js jetstream.JetStream) (maxRun int, err error) {
+	str, err := js.Stream(ctx, s.cfg.Stream)
+	if err != nil {
+		return 0, fmt.Errorf("stream %s: %w", s.cfg.Stream, err)
+	}
+	info := str.CachedInfo()
+	maxRun = int(nc.MaxPayload())
+	if m := int(info.Config.MaxMsgSize); m > 0 && m < maxRun {
+		maxRun = m
+	}
+	maxRun -= headroom
+	s.mu.Lock()
+	s.status.MaxAge = info.Config.MaxAge
+	st := s.st
+	if !st.PubCreated.Equal(info.Created) {
+		// A stream this clone has not published to (the first, or one
+		// made again) gets all this clone wrote, so a clone that reads
+		// it needs no other way to any of it.
+		for _, sub := range st.Subjects {
+			sub.Pos, sub.Seq = 0, 0
+		}
+		st.PubCreated = info.Created
+		s.dirty = true
+	}
+	var mine []string
+	for path, sub := range st.Subjects {
+		if sub.Seq > 0 {
+			mine = append(mine, path)
+		}
+	}
+	s.mu.Unlock()
+	for _, path := range mine {
+		shard, _, _ := eventlog.ParseSegmentPath(path)
+		m, err := str.GetLastMsgForSubject(ctx, s.subject(shard))
+		if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+			return 0, fmt.Errorf("last message of %s: %w", s.subject(shard), err)
+		}
+		var end int64
+		if m != nil {
+			off, perr := strconv.ParseInt(m.Header.Get(HeaderOffset), 10, 64)
+			if perr != nil || off < 0 {
+				return 0, fmt.Errorf("%w: %s's last message (sequence %d) has no offset", errOtherWriter, m.Subject, m.Sequence)
+			}
+			same, err := s.logHas(ctx, path, off, m.Data)
+			if err != nil {
+				return 0, err
+			}
+			if !same {
+				return 0, fmt.Errorf("%w: %s's last message (sequence %d) differs from this log at %s offset %d; was this clone copied? Give one of the copies its own machine name", errOtherWriter, m.Subject, m.Sequence, path, off)
+			}
+			end = off + int64(len(m.Data))
+		}
+		s.mu.Lock()
+		sub := st.Subjects[path]
+		switch {
+		case m != nil:
+			sub.Pos, sub.Seq = end, m.Sequence
+		case time.Since(sub.At) < s.status.MaxAge || s.status.MaxAge == 0:
+			// Messages the stream still had to keep are gone: it lost
+			// what it had acknowledged. Publish it all again.
+			sub.Pos, sub.Seq = 0, 0
+		default:
+			sub.Seq = 0 // aged out
+		}
+		s.dirty = true
+		s.mu.Unlock()
+	}
+	return maxRun, nil
+}
+
+// logHas reports whether the log holds data at offset off of the shard
+// file path.
+func (s *Syncer) logHas(ctx context.Context, path string, off int64, data []byte) (bool, error) {
+	if len(data) == 0 {
+		return false, nil
+	}
+	from := s.log.Positions()
+	if from[path] < off+int64(len(data)) {
+		return false, nil
+	}
+	from[path] = off
+	var got []byte
+	errDone := errors.New("done")
+	_, err := s.log.Scan(ctx, from, func(e *eventlog.Event) error {
+		if eventlog.ShardPath(e.Shard) != path {
+			return nil
+		}
+		got = append(append(got, e.Raw...), '\n')
+		if len(got) >= len(data) {
+			return errDone
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, errDone) {
+		return false, err
+	}
+	return bytes.Equal(got, data), nil
+}
+
+// run is a message to publish: consecutive lines of one shard that this
+// machine wrote, from offset start to end.
+type run struct {
+	path       string
+	shard      string
+	start, end int64
+	data       []byte
+	skip       int64 // without data: the offset past the lines skipped
+	closed     bool  // takes no more lines this round
+}
+
+// publishRound reads what the log committed past each shard's position,
+// publishes one run per shard, and moves the positions on as the stream
+// acknowledges. more says whether lines were left for another round.
+func (s *Syncer) publishRound(ctx context.Context, js jetstream.JetStream, maxRun int) (more bool, err error) {
+	from := s.log.Positions()
+	s.mu.Lock()
+	for path := range from {
+		switch sub := s.st.Subjects[path]; {
+		case path == eventlog.LocalFile:
+		case sub == nil:
+			s.st.Subjects[path] = &subjectState{}
+			from[path] = 0
+		default:
+			from[path] = sub.Pos
+		}
+	}
+	var unpublished int64
+	s.mu.Unlock()
+
+	runs := map[string]*run{}
+	var order []*run
+	local := map[string]bool{} // by author, for this round
+	tooLarge, budget := 0, roundBytes
+	errFull := errors.New("round full")
+	_, err = s.log.Scan(ctx, from, func(e *eventlog.Event) error {
+		if e.Shard == eventlog.LocalShard {
+			return nil
+		}
+		path := eventlog.ShardPath(e.Shard)
+		r := runs[path]
+		if r == nil {
+			r = &run{path: path, shard: e.Shard, closed: len(order) >= maxRunsOut}
+			runs[path] = r
+			order = append(order, r)
+		}
+		if r.closed {
+			more = true
+			return nil
+		}
+		mine, err := s.wroteHere(ctx, e, local)
+		if err != nil {
+			return err
+		}
+		n := int64(len(e.Raw) + 1)
+		switch {
+		case !mine || n > int64(maxRun):
+			if len(r.data) > 0 {
+				r.closed, more = true, true // a run is consecutive lines
+				return nil
+			}
+			if mine {
+				tooLarge++ // git carries it
+			}
+			r.skip = e.Offset
+			return nil
+		case len(r.data)+int(n) > maxRun:
+			r.closed, more = true, true
+			return nil
+		}
+		if len(r.data) == 0 {
+			r.start = e.Offset - n
+		}
+		r.data = append(append(r.data, e.Raw...), '\n')
+		r.end = e.Offset
+		if budget -= int(n); budget <= 0 {
+			more = true
+			return errFull
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, errFull) {
+		return false, fmt.Errorf("read the log: %w", err)
+	}
+
+	// One message per subject in flight; all subjects at once.
+	type sent struct {
+		r   *run
+		ack jetstream.PubAckFuture
+	}
+	var out []sent
+	expect := map[*run]uint64{}
+	s.mu.Lock()
+	s.status.TooLarge += tooLarge
+	for _, r := range order {
+		sub := s.st.Subjects[r.path]
+		if len(r.data) == 0 {
+			if r.skip > sub.Pos {
+				sub.Pos, s.dirty = r.skip, true
+			}
+			continue
+		}
+		expect[r] = sub.Seq
+	}
+	s.mu.Unlock()
+	for _, r := range order {
+		seq, ok := expect[r]
+		if !ok {
+			continue
+		}
+		msg := &nats.Msg{Subject: s.subject(r.shard), Data: r.data, Header: nats.Header{HeaderOffset: []string{strconv.FormatInt(r.start, 10)}}}
+		f, perr := js.PublishMsgAsync(msg, jetstream.WithExpectLastSequencePerSubject(seq))
+		if perr != nil {
+			err = perr
+			break
+		}
+		out = append(out, sent{r, f})
+	}
+	for _, o := range out {
+		var ack *jetstream.PubAck
+		select {
+		case ack = <-o.ack.Ok():
+		case perr := <-o.ack.Err():
+			if isWrongLast(perr) {
+				perr = fmt.Errorf("%s: the stream's last message is not the one this clone published last (%w); asking the stream", o.ack.Msg().Subject, perr)
+			}
+			err = errors.Join(err, perr)
+			continue
+		case <-ctx.Done():
+			return false, ctx.Err()
+		}
+		s.mu.Lock()
+		sub := s.st.Subjects[o.r.path]
+		sub.Pos, sub.Seq, sub.At = o.r.end, ack.Sequence, time.Now()
+		s.status.Published++
+		s.advancedLocked()
+		s.mu.Unlock()
+	}
+	ends := s.log.Positions()
+	s.mu.Lock()
+	for path, end := range ends {
+		if sub := s.st.Subjects[path]; sub != nil && path != eventlog.LocalFile {
+			unpublished += max(end-sub.Pos, 0)
+		}
+	}
+	s.status.Unpublished = unpublished
+	s.mu.Unlock()
+	return more && err == nil, err
+}
+
+// wroteHere reports whether this machine wrote e, asking Options.Local
+// once per author and round.
+func (s *Syncer) wroteHere(ctx context.Context, e *eventlog.Event, cache map[string]bool) (bool, error) {
+	if s.opts.Local == nil {
+		return true, nil
+	}
+	key := e.Shard + "\x00" + eventlog.Author(e)
+	if e.Shard == "" {
+		key = "\x00" + fmt.Sprint(eventlog.Claims(e))
+	}
+	if v, ok := cache[key]; ok {
+		return v, nil
+	}
+	v, err := s.opts.Local(ctx, e)
+	if err != nil {
+		return false, err
+	}
+	cache[key] = v
+	return v, nil
+}
+
+// isWrongLast reports whether a publish was refused because the subject's
+// last sequence was not the one it expected.
+func isWrongLast(err error) bool {
+	var je jetstream.JetStreamError
+	if errors.As(err, &je) && je.APIError() != nil {
+		c := je.APIError().ErrorCode
+		return c == jetstream.JSErrCodeStreamWrongLastSequence || c == jetstream.JSErrCodeStreamWrongLastSequenceConstant
+	}
+	return false
+}
