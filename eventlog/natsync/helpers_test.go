@@ -332,8 +332,12 @@ func settle(t testing.TB, ms ...*machine) {
 	defer cancel()
 	for range 2 {
 		for _, m := range ms {
-			if err := m.s.Refresh(ctx); err != nil {
-				t.Fatalf("%s: Refresh: %v (status %+v)", m.name, err, m.s.Status())
+			// Refresh fails while the connection is not back yet.
+			for err := m.s.Refresh(ctx); err != nil; err = m.s.Refresh(ctx) {
+				if ctx.Err() != nil {
+					t.Fatalf("%s: Refresh: %v (status %+v)", m.name, err, m.s.Status())
+				}
+				time.Sleep(50 * time.Millisecond)
 			}
 		}
 	}

@@ -333,6 +333,9 @@ func (s *Syncer) Run(ctx context.Context) error {
 				s.fail(fmt.Errorf("disconnected: %w", err))
 			}
 		}),
+		// A connection refused (a server down, credentials refused)
+		// while it tries again.
+		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) { s.fail(err) }),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { s.fail(err) }),
 	}
 	s.setState(StateConnecting, "")
@@ -462,14 +465,14 @@ func (s *Syncer) Refresh(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("natsync: %w", err)
 	}
-	last := str.CachedInfo().State.LastSeq
+	info := str.CachedInfo()
 	s.mu.Lock()
 	want := s.pubStarted + 1
 	s.mu.Unlock()
 	s.Notify()
 	for {
 		s.mu.Lock()
-		done := s.st.Seq >= last && s.pubDone >= want
+		done := s.st.Created.Equal(info.Created) && s.st.Seq >= info.State.LastSeq && s.pubDone >= want
 		wait := s.progress
 		s.mu.Unlock()
 		if done {

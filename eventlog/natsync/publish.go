@@ -102,7 +102,7 @@ func (s *Syncer) check(ctx context.Context, nc *nats.Conn, js jetstream.JetStrea
 	}
 	var mine []string
 	for path, sub := range st.Subjects {
-		if sub.Seq > 0 {
+		if sub.Sent {
 			mine = append(mine, path)
 		}
 	}
@@ -133,7 +133,7 @@ func (s *Syncer) check(ctx context.Context, nc *nats.Conn, js jetstream.JetStrea
 		switch {
 		case m != nil:
 			sub.Pos, sub.Seq = end, m.Sequence
-		case time.Since(sub.At) < s.status.MaxAge || s.status.MaxAge == 0:
+		case sub.Seq > 0 && (time.Since(sub.At) < s.status.MaxAge || s.status.MaxAge == 0):
 			// Messages the stream still had to keep are gone: it lost
 			// what it had acknowledged. Publish it all again.
 			sub.Pos, sub.Seq = 0, 0
@@ -278,6 +278,7 @@ func (s *Syncer) publishRound(ctx context.Context, js jetstream.JetStream, maxRu
 			continue
 		}
 		expect[r] = sub.Seq
+		sub.Sent, s.dirty = true, true
 	}
 	s.mu.Unlock()
 	for _, r := range order {

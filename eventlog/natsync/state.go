@@ -48,6 +48,9 @@ type subjectState struct {
 	// acknowledged.
 	Seq uint64    `json:"seq"`
 	At  time.Time `json:"at"`
+	// Sent says a message went out on the subject, acknowledged or not:
+	// the stream may hold messages of it that Seq does not know of.
+	Sent bool `json:"sent,omitempty"`
 }
 
 func loadState(path string) (*state, error) {
