@@ -91,6 +91,10 @@ func (s *Syncer) consume(ctx context.Context, nc *nats.Conn, js jetstream.JetStr
 		<-cc.Closed()
 	}()
 	s.ok(nc)
+	// The stream may be made again without the consumer failing: look
+	// at it now and then.
+	look := time.NewTicker(lookEvery)
+	defer look.Stop()
 	batch := make([]jetstream.Msg, 0, s.opts.Batch)
 	for {
 		select {
@@ -98,6 +102,10 @@ func (s *Syncer) consume(ctx context.Context, nc *nats.Conn, js jetstream.JetStr
 			return nil
 		case <-s.conWake:
 			return nil // look at the stream again
+		case <-look.C:
+			if i, err := str.Info(ctx); err != nil || !i.Created.Equal(info.Created) {
+				return err
+			}
 		case err := <-errs:
 			if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, jetstream.ErrConsumerNotFound) {
 				return err
@@ -139,8 +147,12 @@ func (s *Syncer) startAt(ctx context.Context, str jetstream.Stream, info *jetstr
 		// The first time: all the stream holds (the log keeps each event once).
 	case !created.Equal(info.Created):
 		// Made again: whatever the old one held that this clone had not
-		// read is lost to the stream.
+		// read is lost to the stream, and publishing starts over in it.
 		seq, at, behind = 0, time.Time{}, 1
+		s.mu.Lock()
+		s.pubCheck = true
+		s.mu.Unlock()
+		wake(s.pubWake)
 	case seq > 0:
 		m, err := str.GetMsg(ctx, seq)
 		switch {

@@ -75,6 +75,7 @@ const (
 
 	eventsToken = "@events" // the subject token of events.jsonl ("" shard)
 	stateEvery  = time.Second
+	lookEvery   = 30 * time.Second // how often an idle consumer looks at the stream
 	heartbeat   = 5 * time.Second
 	maxRunsOut  = 256     // messages in flight at once (one per subject)
 	roundBytes  = 8 << 20 // what one publishing round reads at most
@@ -260,6 +261,7 @@ type Syncer struct {
 	// Publishing passes started, and the last one that published all
 	// there was (what Refresh waits for).
 	pubStarted, pubDone uint64
+	pubCheck            bool // the consumer saw the stream made again
 }
 
 // New returns a Syncer for the log, with the state an earlier one left
@@ -472,7 +474,7 @@ func (s *Syncer) Refresh(ctx context.Context) error {
 	s.Notify()
 	for {
 		s.mu.Lock()
-		done := s.st.Created.Equal(info.Created) && s.st.Seq >= info.State.LastSeq && s.pubDone >= want
+		done := s.st.Created.Equal(info.Created) && s.st.PubCreated.Equal(info.Created) && s.st.Seq >= info.State.LastSeq && s.pubDone >= want
 		wait := s.progress
 		s.mu.Unlock()
 		if done {

@@ -124,7 +124,11 @@ func TestStreamMadeAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	after := b.send("bob", "alice", "while there is no stream")
-	initStream(t, cfg)
+	// The server may still be removing the old stream's files.
+	waitFor(t, 10*time.Second, "the stream made again", func() bool {
+		_, created, err := natsync.InitStream(context.Background(), &cfg, nil)
+		return err == nil && created
+	})
 	settle(t, a, b)
 	if !a.has(after) {
 		t.Fatal("a lacks what b sent while the stream was gone")

@@ -35,6 +35,11 @@ func (s *Syncer) publishLoop(ctx context.Context, nc *nats.Conn, js jetstream.Je
 			continue
 		}
 		var err error
+		s.mu.Lock()
+		if s.pubCheck {
+			s.pubCheck, checked = false, false
+		}
+		s.mu.Unlock()
 		if !checked {
 			if maxLine, err = s.check(ctx, nc, js); err != nil {
 				s.fail(err)
@@ -271,6 +276,10 @@ func (s *Syncer) publishRound(ctx context.Context, js jetstream.JetStream, maxRu
 	s.status.TooLarge += tooLarge
 	for _, r := range order {
 		sub := s.st.Subjects[r.path]
+		if sub == nil { // a shard made after from was taken: Scan read it all
+			sub = &subjectState{}
+			s.st.Subjects[r.path] = sub
+		}
 		if len(r.data) == 0 {
 			if r.skip > sub.Pos {
 				sub.Pos, s.dirty = r.skip, true
