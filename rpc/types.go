@@ -1271,6 +1271,9 @@ type SyncStatusResult struct {
 	// NextSyncAt when the next one is due (RFC 3339); both extend the spec.
 	IntervalMs int64  `json:"interval_ms,omitempty"`
 	NextSyncAt string `json:"next_sync_at,omitempty"`
+	// NATS is the live transport's state when the daemon has one (an
+	// extension of the spec); with NATS alone, the fields above are its.
+	NATS *SyncNATS `json:"nats,omitempty"`
 	// Refused counts the remote's events that sync kept out of the log
 	// (quarantined, never applied); Refusals says why, by remote file and
 	// reason, the most recent first. Both extend the spec.
@@ -1305,6 +1308,31 @@ type KeyringChange struct {
 	From string `json:"from"` // the version before ("" if there was no file)
 	To   string `json:"to"`
 	At   string `json:"at"` // when the node saw it
+}
+
+// SyncNATS is the state of live delivery through a NATS stream.
+type SyncNATS struct {
+	Server    string `json:"server"`     // the URL connected to, credentials hidden
+	Stream    string `json:"stream"`     // the stream's name
+	State     string `json:"state"`      // "connecting", "live", "error" or "stopped"
+	LastError string `json:"last_error"` // empty when the last step worked
+	MaxAgeMs  int64  `json:"max_age_ms"` // how long the stream keeps an event
+	// Published counts messages (runs of events) published since the
+	// daemon started; UnpublishedBytes is what of this machine's
+	// shards waits to be.
+	Published        int   `json:"published"`
+	UnpublishedBytes int64 `json:"unpublished_bytes"`
+	// Imported counts events taken from the stream since the daemon
+	// started; Lag is how many stream messages wait to be read.
+	Imported int    `json:"imported"`
+	Lag      uint64 `json:"lag"`
+	// TooLarge counts events over the server's max_payload (left to
+	// git); Gaps, messages that began past the end of their shard here
+	// (left to git); Missed, stream messages gone before they were read,
+	// with no git remote to bring their events.
+	TooLarge int    `json:"too_large"`
+	Gaps     int    `json:"gaps"`
+	Missed   uint64 `json:"missed"`
 }
 
 // SyncRefusal is why sync refused events of one remote file.

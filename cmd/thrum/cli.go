@@ -78,7 +78,7 @@ type CLI struct {
 	Agent      AgentCmd      `cmd:"" help:"List, inspect, delete and clean up agents."`
 	Session    SessionCmd    `cmd:"" help:"Manage work sessions."`
 	Thread     ThreadCmd     `cmd:"" help:"Create, list and read threads."`
-	Sync       SyncCmd       `cmd:"" help:"Inspect and trigger git sync."`
+	Sync       SyncCmd       `cmd:"" help:"Inspect and trigger sync between machines (git, NATS)."`
 	Mcp        McpCmd        `cmd:"" help:"Run the MCP server for an agent."`
 	Setup      SetupCmd      `cmd:"" help:"Add thrum's MCP server and hooks to an agent host's configuration."`
 	Wait       WaitCmd       `cmd:"" help:"Wait for a message for the agent and print it (--follow: each one as it arrives)."`
@@ -195,7 +195,8 @@ var flagEnv = map[string]string{
 	"agent-id":     "THRUM_NAME",
 	"home":         "THRUM_HOME",
 	"call-timeout": "THRUM_CALL_TIMEOUT",
-	"channel":      "THRUM_CHANNEL", // mcp serve --channel
+	"channel":      "THRUM_CHANNEL",  // mcp serve --channel
+	"nats":         "THRUM_NATS_URL", // daemon start/run --nats
 }
 
 // envResolver fills flags from the environment through env, so tests can

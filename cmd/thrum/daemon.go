@@ -17,13 +17,11 @@ import (
 	"runtime/metrics"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/thrumhq/thrum"
 	"github.com/thrumhq/thrum/eventlog/admit"
-	"github.com/thrumhq/thrum/eventlog/gitsync"
 	"github.com/thrumhq/thrum/identity"
 	"github.com/thrumhq/thrum/internal/dirlock"
 	"github.com/thrumhq/thrum/internal/gitwork"
@@ -70,7 +68,7 @@ func (c *InitCmd) Run(ctx context.Context, g *Globals) error {
 			return fmt.Errorf("init: %w", err)
 		}
 	}
-	to, err := whereTo(ctx, l)
+	to, err := whereTo(ctx, l, nil)
 	if err != nil {
 		return fmt.Errorf("init: %w", err)
 	}
@@ -116,6 +114,7 @@ type DaemonRunCmd struct {
 	WSAddr       string        `name:"ws-addr" default:"127.0.0.1:0" help:"Loopback address of the WebSocket (port 0 picks a free one)."`
 	SyncInterval time.Duration `default:"60s" help:"How often to sync with the git remote when idle."`
 	SyncWait     time.Duration `default:"2s" help:"How long a send naming an unknown recipient waits for a sync with the git remote before refusing (0: no wait)."`
+	natsFlags
 }
 
 func (c *DaemonRunCmd) Help() string {
@@ -151,15 +150,15 @@ func (c *DaemonRunCmd) Run(ctx context.Context, g *Globals) error {
 		level = slog.LevelDebug
 	}
 	logger := slog.New(slog.NewTextHandler(g.stderr, &slog.HandlerOptions{Level: level}))
-	// Sync runs only in a git repository with a remote. The syncer needs
-	// the open log, and the node needs the syncer's hooks: they meet
-	// through this pointer.
-	var syncer atomic.Pointer[gitsync.Syncer]
-	to, err := whereTo(ctx, l)
+	// Sync runs with a git remote (not in a local clone) and with a NATS
+	// server. The syncers need the open log, and the node needs their
+	// hooks: they meet through sy (sync.go).
+	var sy syncers
+	to, err := whereTo(ctx, l, &c.natsFlags)
 	if err != nil {
 		return fmt.Errorf("daemon: %w", err)
 	}
-	syncOn := to.gitSyncs()
+	syncOn := to.gitSyncs() || to.natsConfig() != nil
 	keys, err := l.keys()
 	if err != nil {
 		return fmt.Errorf("daemon: %w", err)
@@ -171,28 +170,18 @@ func (c *DaemonRunCmd) Run(ctx context.Context, g *Globals) error {
 		opts.Keyring = repo.Keyring
 	}
 	if syncOn {
-		opts.OnLocalCommit = func() {
-			if s := syncer.Load(); s != nil {
-				s.Notify()
-			}
-		}
+		opts.OnLocalCommit = sy.notify
 		opts.SyncState = func() string {
-			s := syncer.Load()
-			if s == nil {
+			if !sy.on() {
 				return "pending"
 			}
-			return healthSyncState(s.Status())
+			return sy.state()
 		}
 		if c.SyncWait > 0 {
 			// An unknown recipient may have registered on another clone:
 			// a send waits up to SyncWait for a round with the remote.
 			opts.RefreshTimeout = c.SyncWait
-			opts.Refresh = func(ctx context.Context) error {
-				if s := syncer.Load(); s != nil {
-					return s.Refresh(ctx)
-				}
-				return errors.New("sync has not started yet")
-			}
+			opts.Refresh = sy.refresh
 		}
 	}
 	// What a clone that an older thrum made let the remote plant is
@@ -248,17 +237,14 @@ func (c *DaemonRunCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return fmt.Errorf("daemon: owner secret: %w", err)
 	}
-	// The syncer is made (not run) before the server, which answers
-	// sync.status and sync.force through it.
-	var gs *gitsync.Syncer
-	if syncOn {
-		if gs, err = gitsync.New(n.EventLog(), &gitsync.Options{Interval: c.SyncInterval, Logger: logger, Gate: n.Admission()}); err != nil {
-			return err
-		}
+	// The syncers are made (not run) before the server, which answers
+	// sync.status and sync.force through them.
+	if err := sy.make(n, l, to, c.SyncInterval, logger); err != nil {
+		return err
 	}
 	ropts := &thrum.RPCOptions{OwnerSecret: secret, Logger: logger, WebSessionFile: filepath.Join(filepath.Dir(l.Socket), "web.sessions")}
-	if gs != nil {
-		ropts.Sync = rpcSync{gs, n}
+	if sy.on() {
+		ropts.Sync = &sy
 	}
 	srv := n.RPCServer(ropts)
 	ul, err := thrum.ListenUnix(l.Socket)
@@ -290,20 +276,14 @@ func (c *DaemonRunCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	defer os.Remove(l.PIDFile) // the port file stays: the next start binds that port again if it can
-	flags, _ := json.Marshal(daemonFlags{WSAddr: c.WSAddr, SyncInterval: c.SyncInterval, SyncWait: c.SyncWait, Verbose: g.Verbose})
+	flags, _ := json.Marshal(daemonFlags{WSAddr: c.WSAddr, SyncInterval: c.SyncInterval, SyncWait: c.SyncWait, Verbose: g.Verbose, natsFlags: c.natsFlags})
 	if err := writeFile(flagsFile(l), string(flags)); err != nil {
 		return err
 	}
 
-	syncDone := make(chan struct{})
 	syncCtx, stopSync := context.WithCancel(context.Background())
 	defer stopSync()
-	if gs != nil {
-		syncer.Store(gs)
-		go func() { defer close(syncDone); gs.Run(syncCtx) }()
-	} else {
-		close(syncDone)
-	}
+	syncDone := sy.run(syncCtx, logger)
 
 	errc := make(chan error, 2)
 	go func() { errc <- srv.Serve(ul) }()
@@ -323,14 +303,7 @@ func (c *DaemonRunCmd) Run(ctx context.Context, g *Globals) error {
 	os.Remove(l.Socket)
 	stopSync()
 	<-syncDone
-	if s := syncer.Load(); s != nil {
-		// One last round, so events of the final moments reach the remote.
-		fctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		if err := s.SyncOnce(fctx); err != nil {
-			logger.Warn("final sync failed; it will happen at the next start", "err", err)
-		}
-		cancel()
-	}
+	sy.final(logger)
 	if serveErr != nil && !errors.Is(serveErr, thrum.ErrServerClosed) && !errors.Is(serveErr, http.ErrServerClosed) {
 		return serveErr
 	}
@@ -360,6 +333,7 @@ type daemonFlags struct {
 	SyncInterval time.Duration `json:"sync_interval"`
 	SyncWait     time.Duration `json:"sync_wait"`
 	Verbose      bool          `json:"verbose"`
+	natsFlags                  // as given: the environment's THRUM_NATS_URL included
 }
 
 func flagsFile(l *layout) string { return filepath.Join(filepath.Dir(l.PIDFile), "daemon.flags") }
@@ -424,6 +398,7 @@ type DaemonStartCmd struct {
 	SyncInterval time.Duration `default:"60s" help:"How often to sync with the git remote when idle."`
 	SyncWait     time.Duration `default:"2s" help:"How long a send naming an unknown recipient waits for a sync with the git remote before refusing (0: no wait)."`
 	Timeout      time.Duration `default:"10s" help:"How long to wait for the daemon to answer."`
+	natsFlags
 
 	verbose bool // run the daemon with --verbose (restart: it was)
 }
@@ -476,6 +451,7 @@ func (c *DaemonStartCmd) Run(ctx context.Context, g *Globals) error {
 	if g.Verbose || c.verbose {
 		args = append([]string{"--verbose"}, args...)
 	}
+	args = append(args, c.natsFlags.args()...)
 	lastPort := 0 // the port an open console knows, which the daemon takes again if free
 	if _, port, _ := net.SplitHostPort(c.WSAddr); port == "0" {
 		lastPort = readPort(l.WSPort)
@@ -502,7 +478,7 @@ func (c *DaemonStartCmd) Run(ctx context.Context, g *Globals) error {
 			if moved {
 				st["ws_port_was"] = lastPort
 			}
-			announce, err := announceLeaves(ctx, l, st)
+			announce, err := announceLeaves(ctx, l, &c.natsFlags, st)
 			if err != nil {
 				return err
 			}
@@ -782,7 +758,7 @@ func (c *DaemonRestartCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	start := &DaemonStartCmd{WSAddr: f.WSAddr, SyncInterval: f.SyncInterval, SyncWait: f.SyncWait, Timeout: c.Timeout, verbose: f.Verbose}
+	start := &DaemonStartCmd{WSAddr: f.WSAddr, SyncInterval: f.SyncInterval, SyncWait: f.SyncWait, Timeout: c.Timeout, verbose: f.Verbose, natsFlags: f.natsFlags}
 	return start.Run(ctx, g)
 }
 
@@ -841,38 +817,11 @@ func (c *DaemonStatusCmd) Run(ctx context.Context, g *Globals) error {
 	})
 }
 
-func healthSyncState(st gitsync.Status) string {
-	switch {
-	case st.State == gitsync.StateError:
-		return "error"
-	case st.Pending || st.State == gitsync.StateIdle:
-		return "pending"
-	}
-	return "synced"
-}
-
 func syncTime(t time.Time) string {
 	if t.IsZero() {
 		return ""
 	}
 	return t.UTC().Format(time.RFC3339Nano)
-}
-
-// rpcSync answers sync.status and sync.force from the daemon's syncer.
-type rpcSync struct {
-	s *gitsync.Syncer
-	n *thrum.Node // the team's keyring
-}
-
-func (r rpcSync) SyncStatus(ctx context.Context, _ *rpc.SyncStatusParams) (*rpc.SyncStatusResult, error) {
-	st := r.s.Status()
-	ring, err := r.n.KeyringStatus(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return &rpc.SyncStatusResult{Running: st.Running, LastSyncAt: syncTime(st.LastSyncAt), LastError: st.LastError, SyncState: st.State,
-		IntervalMs: st.Interval.Milliseconds(), NextSyncAt: syncTime(st.NextRound), Refused: st.Refused, Refusals: syncRefusals(st.Refusals),
-		Waiting: st.Waiting, Keyring: ring}, nil
 }
 
 // syncRefusals is what sync.status and doctor report of the quarantine.
@@ -882,24 +831,6 @@ func syncRefusals(cs []admit.RefusalCount) []rpc.SyncRefusal {
 		out = append(out, rpc.SyncRefusal{File: c.File, Reason: c.Reason, Count: c.Count, LastAt: syncTime(c.Last)})
 	}
 	return out
-}
-
-func (r rpcSync) SyncForce(ctx context.Context, p *rpc.SyncForceParams) (*rpc.SyncForceResult, error) {
-	if p.Wait {
-		err := r.s.Refresh(ctx) // a round that started after this call
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		st := r.s.Status()
-		res := &rpc.SyncForceResult{Triggered: true, LastSyncAt: syncTime(st.LastSyncAt), SyncState: st.State}
-		if err != nil {
-			res.LastError = err.Error()
-		}
-		return res, nil
-	}
-	triggered := r.s.Force()
-	st := r.s.Status()
-	return &rpc.SyncForceResult{Triggered: triggered, LastSyncAt: syncTime(st.LastSyncAt), SyncState: st.State}, nil
 }
 
 // errSilent marks an error already reported to the user.

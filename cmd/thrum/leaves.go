@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/thrumhq/thrum/eventlog/gitsync"
+	"github.com/thrumhq/thrum/eventlog/natsync"
 	"github.com/thrumhq/thrum/internal/private"
 )
 
@@ -35,20 +36,31 @@ type leaves struct {
 	// History is how many commits the remote's sync branch holds as this
 	// clone last fetched it (0 if it has none): events already there.
 	History int `json:"remote_history,omitempty"`
+	// NATS is where the daemon publishes live (nats.go).
+	NATS *natsPlan `json:"nats,omitempty"`
 }
 
-// whereTo works out where this clone's events go. Outside git nothing
-// leaves.
-func whereTo(ctx context.Context, l *layout) (*leaves, error) {
+// whereTo works out where this clone's events go, with f the daemon's
+// NATS flags (nil: none given).
+func whereTo(ctx context.Context, l *layout, f *natsFlags) (*leaves, error) {
 	w := &leaves{}
+	var err error
+	if l.Git {
+		if w.Local, err = gitBool(ctx, l.Root, localKey); err != nil {
+			return nil, err
+		}
+	}
+	if !w.Local {
+		if f == nil {
+			f = &natsFlags{}
+		}
+		if w.NATS, err = planNATS(ctx, l, f); err != nil {
+			return nil, err
+		}
+	}
 	if !l.Git {
 		return w, nil
 	}
-	local, err := gitBool(ctx, l.Root, localKey)
-	if err != nil {
-		return nil, err
-	}
-	w.Local = local
 	if n, err := git(ctx, l.Root, "rev-list", "--count", "refs/remotes/"+gitsync.DefaultRemote+"/"+SyncBranch); err == nil {
 		w.History, _ = strconv.Atoi(n)
 	}
@@ -63,16 +75,32 @@ func whereTo(ctx context.Context, l *layout) (*leaves, error) {
 // gitSyncs reports whether the daemon syncs through the git remote.
 func (w *leaves) gitSyncs() bool { return !w.Local && w.Remote != "" }
 
-// line says in one line what leaves this machine, and where.
+// natsConfig is the NATS server and stream the daemon uses (nil: none).
+func (w *leaves) natsConfig() *natsync.Config {
+	if w.Local || w.NATS == nil {
+		return nil
+	}
+	return w.NATS.Config
+}
+
+// line says what leaves this machine, and where: one line per way out.
 func (w *leaves) line() string {
+	var out []string
 	switch {
 	case w.Local:
 		return "Local: the log stays on this machine (" + localKey + " is set in .git/config); nothing is sent anywhere."
 	case w.gitSyncs():
-		return fmt.Sprintf("Sync: the daemon pushes every message and event of the log (not credentials) to git remote %s (%s), branch %s; to keep them on this machine: thrum init --local",
-			w.Remote, w.RemoteURL, w.Branch)
+		out = append(out, fmt.Sprintf("Sync: the daemon pushes every message and event of the log (not credentials) to git remote %s (%s), branch %s; to keep them on this machine: thrum init --local",
+			w.Remote, w.RemoteURL, w.Branch))
+	case w.natsConfig() == nil:
+		out = append(out, "Sync: off (no git remote): the log stays on this machine.")
 	}
-	return "Sync: off (no git remote): the log stays on this machine."
+	if w.NATS != nil {
+		if n := w.NATS.line(); n != "" {
+			out = append(out, n)
+		}
+	}
+	return strings.Join(out, "\n")
 }
 
 // historyLine says what the remote's sync branch already holds, and how
@@ -131,8 +159,8 @@ func hideSecret(s string) string {
 // announceLeaves adds where the log goes to a started daemon's status,
 // and returns the line to print: the first time it differs from what
 // this clone's daemon last said, "" after.
-func announceLeaves(ctx context.Context, l *layout, st map[string]any) (string, error) {
-	to, err := whereTo(ctx, l)
+func announceLeaves(ctx context.Context, l *layout, f *natsFlags, st map[string]any) (string, error) {
+	to, err := whereTo(ctx, l, f)
 	if err != nil {
 		return "", fmt.Errorf("daemon start: %w", err)
 	}

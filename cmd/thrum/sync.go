@@ -5,16 +5,23 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/thrumhq/thrum"
 	"github.com/thrumhq/thrum/eventlog/gitsync"
+	"github.com/thrumhq/thrum/eventlog/natsync"
 	"github.com/thrumhq/thrum/rpc"
 )
 
-// SyncCmd groups git sync commands.
+// SyncCmd groups sync commands.
 type SyncCmd struct {
-	Status SyncStatusCmd `cmd:"" help:"Show the sync loop's state."`
+	Status SyncStatusCmd `cmd:"" help:"Show where the log goes and how each way out stands."`
 	Force  SyncForceCmd  `cmd:"" help:"Sync now (--wait: until the round is done)."`
+	Nats   SyncNATSCmd   `cmd:"" name:"nats" help:"Live delivery between machines through NATS: create the stream, accept a suggested server."`
 }
 
 // syncOff turns method-not-found into what it means here.
@@ -29,11 +36,13 @@ type SyncStatusCmd struct{}
 
 func (c *SyncStatusCmd) Help() string {
 	return `Shows where the log goes and how sync stands: the state of the last git
-round, when it ran, the interval and when the next timed round is due,
-and what sync refused from the remote. With no remote (or thrum.local
-set), sync is off: the log stays on this machine.
+round, when it ran, the interval and when the next timed round is due;
+with NATS, its server, stream, what waits to be published and read, and
+the last error; and what sync refused from the remote. With neither a
+remote nor a NATS server (or with thrum.local set), sync is off: the log
+stays on this machine.
 
-Exit codes: 0 synced, idle or off; 1 the last round failed.
+Exit codes: 0 synced, idle or off; 1 the last git round or NATS step failed.
 
 Examples:
   thrum sync status
@@ -49,12 +58,12 @@ func (c *SyncStatusCmd) Run(ctx context.Context, g *Globals) error {
 			off = true
 			return &rpc.SyncStatusResult{SyncState: "off", Refusals: []rpc.SyncRefusal{}}, nil
 		}
-		failed = err == nil && r.SyncState == gitsync.StateError
+		failed = err == nil && (r.SyncState == gitsync.StateError || r.NATS != nil && r.NATS.State == natsync.StateError)
 		return r, err
 	}, func(w io.Writer, v any) {
 		r := v.(*rpc.SyncStatusResult)
 		if off {
-			fmt.Fprintln(w, "Sync: off (no git remote, or thrum.local is set): the log stays on this machine")
+			fmt.Fprintln(w, "Sync: off (no git remote and no NATS server, or thrum.local is set): the log stays on this machine")
 			return
 		}
 		fmt.Fprintf(w, "Sync: %s (running: %v)\n", r.SyncState, r.Running)
@@ -72,6 +81,9 @@ func (c *SyncStatusCmd) Run(ctx context.Context, g *Globals) error {
 		if r.LastError != "" {
 			fmt.Fprintf(w, "  Last error: %s\n", r.LastError)
 		}
+		if n := r.NATS; n != nil {
+			printNATS(w, n)
+		}
 		printRefusals(w, r.Refused, r.Refusals)
 		if r.Waiting > 0 {
 			fmt.Fprintf(w, "  Waiting: %d %s from the remote wait for their author's key (its registration has not arrived)\n", r.Waiting, plural(r.Waiting, "event", "events"))
@@ -82,6 +94,28 @@ func (c *SyncStatusCmd) Run(ctx context.Context, g *Globals) error {
 		return &codeError{code: exitError, err: errSilent} // the output said why
 	}
 	return err
+}
+
+// printNATS says how live delivery through NATS stands.
+func printNATS(w io.Writer, n *rpc.SyncNATS) {
+	fmt.Fprintf(w, "  NATS: %s, server %s, stream %s", n.State, n.Server, n.Stream)
+	if n.MaxAgeMs > 0 {
+		fmt.Fprintf(w, " (keeps events %s)", time.Duration(n.MaxAgeMs)*time.Millisecond)
+	}
+	fmt.Fprintf(w, "\n    published %d %s, %d bytes waiting; imported %d %s, %d %s to read\n",
+		n.Published, plural(n.Published, "message", "messages"), n.UnpublishedBytes, n.Imported, plural(n.Imported, "event", "events"), n.Lag, plural(int(n.Lag), "message", "messages"))
+	if n.LastError != "" {
+		fmt.Fprintf(w, "    last error: %s\n", n.LastError)
+	}
+	if n.TooLarge > 0 {
+		fmt.Fprintf(w, "    %d %s over the server's max_payload, left to git\n", n.TooLarge, plural(n.TooLarge, "event", "events"))
+	}
+	if n.Gaps > 0 {
+		fmt.Fprintf(w, "    %d %s began past the end of their shard here, left to git\n", n.Gaps, plural(n.Gaps, "message", "messages"))
+	}
+	if n.Missed > 0 {
+		fmt.Fprintf(w, "    %d stream %s went before this clone read them, and no git remote brings their events\n", n.Missed, plural(int(n.Missed), "message", "messages"))
+	}
 }
 
 // printRefusals says what sync refused from the remote, and why.
@@ -126,4 +160,194 @@ func (c *SyncForceCmd) Run(ctx context.Context, g *Globals) error {
 			fmt.Fprintf(w, "> Sync already running (%s)\n", r.SyncState)
 		}
 	})
+}
+
+// syncers are the daemon's ways out: git, NATS, either or both. The node
+// is made before them (they need its log) and calls them through these
+// methods, which do nothing until they are set.
+type syncers struct {
+	git  atomic.Pointer[gitsync.Syncer]
+	nats atomic.Pointer[natsync.Syncer]
+	node *thrum.Node // the team's keyring, for sync.status
+}
+
+// make builds the syncers that to names, without running them.
+func (sy *syncers) make(n *thrum.Node, l *layout, to *leaves, interval time.Duration, logger *slog.Logger) error {
+	sy.node = n
+	var gs *gitsync.Syncer
+	if to.gitSyncs() {
+		var err error
+		if gs, err = gitsync.New(n.EventLog(), &gitsync.Options{Interval: interval, Logger: logger, Gate: n.Admission()}); err != nil {
+			return err
+		}
+	}
+	if cfg := to.natsConfig(); cfg != nil {
+		machine, err := machineName(l)
+		if err != nil {
+			return fmt.Errorf("daemon: %w", err)
+		}
+		o := &natsync.Options{Machine: machine, Admission: newAdmission(n), Local: n.WroteHere, Logger: logger,
+			StateFile: filepath.Join(filepath.Dir(l.PIDFile), "nats.json")}
+		if gs != nil {
+			o.Refresh = gs.Refresh
+		}
+		ns, err := natsync.New(n.EventLog(), cfg, o)
+		if err != nil {
+			return fmt.Errorf("daemon: %w", err)
+		}
+		sy.nats.Store(ns)
+	}
+	if gs != nil {
+		sy.git.Store(gs)
+	}
+	return nil
+}
+
+// on reports whether any syncer is there.
+func (sy *syncers) on() bool { return sy.git.Load() != nil || sy.nats.Load() != nil }
+
+// run runs the syncers until ctx ends; the channel is closed when they
+// have returned.
+func (sy *syncers) run(ctx context.Context, logger *slog.Logger) <-chan struct{} {
+	var wg sync.WaitGroup
+	if gs := sy.git.Load(); gs != nil {
+		wg.Go(func() { gs.Run(ctx) })
+	}
+	if ns := sy.nats.Load(); ns != nil {
+		wg.Go(func() {
+			if err := ns.Run(ctx); err != nil {
+				logger.Error("NATS sync stopped", "err", err)
+			}
+		})
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	return done
+}
+
+// notify is the node's OnLocalCommit.
+func (sy *syncers) notify() {
+	if gs := sy.git.Load(); gs != nil {
+		gs.Notify()
+	}
+	if ns := sy.nats.Load(); ns != nil {
+		ns.Notify()
+	}
+}
+
+// refresh is the node's Refresh: a git round if there is git (it brings
+// everything), else NATS caught up.
+func (sy *syncers) refresh(ctx context.Context) error {
+	if gs := sy.git.Load(); gs != nil {
+		return gs.Refresh(ctx)
+	}
+	if ns := sy.nats.Load(); ns != nil {
+		return ns.Refresh(ctx)
+	}
+	return errors.New("sync has not started yet")
+}
+
+// state is health's sync_state: "error" if a way out failed last,
+// "pending" while one has events to send or take, else "synced".
+func (sy *syncers) state() string {
+	state := "synced"
+	if gs := sy.git.Load(); gs != nil {
+		switch st := gs.Status(); {
+		case st.State == gitsync.StateError:
+			return "error"
+		case st.Pending || st.State == gitsync.StateIdle:
+			state = "pending"
+		}
+	}
+	if ns := sy.nats.Load(); ns != nil {
+		switch st := ns.Status(); {
+		case st.State == natsync.StateError:
+			return "error"
+		case st.State != natsync.StateLive || st.Lag > 0 || st.Unpublished > 0:
+			state = "pending"
+		}
+	}
+	return state
+}
+
+// SyncStatus answers sync.status: git's state as the spec has it, and
+// NATS's beside it (with NATS alone, the top fields are NATS's).
+func (sy *syncers) SyncStatus(ctx context.Context, _ *rpc.SyncStatusParams) (*rpc.SyncStatusResult, error) {
+	ring, err := sy.node.KeyringStatus(ctx)
+	if err != nil {
+		return nil, err
+	}
+	refused, counts := sy.node.Admission().Refusals()
+	res := &rpc.SyncStatusResult{Refused: refused, Refusals: syncRefusals(counts), Keyring: ring}
+	if gs := sy.git.Load(); gs != nil {
+		st := gs.Status()
+		res = &rpc.SyncStatusResult{Running: st.Running, LastSyncAt: syncTime(st.LastSyncAt), LastError: st.LastError, SyncState: st.State,
+			IntervalMs: st.Interval.Milliseconds(), NextSyncAt: syncTime(st.NextRound), Refused: st.Refused, Refusals: syncRefusals(st.Refusals),
+			Waiting: st.Waiting, Keyring: ring}
+	}
+	if ns := sy.nats.Load(); ns != nil {
+		st := ns.Status()
+		res.NATS = &rpc.SyncNATS{Server: st.Server, Stream: st.Stream, State: st.State, LastError: st.LastError, MaxAgeMs: st.MaxAge.Milliseconds(),
+			Published: st.Published, UnpublishedBytes: st.Unpublished, Imported: st.Imported, Lag: st.Lag, TooLarge: st.TooLarge, Gaps: st.Gaps, Missed: st.Missed}
+		if sy.git.Load() == nil {
+			res.Running, res.LastError = st.State != natsync.StateStopped, st.LastError
+			switch st.State {
+			case natsync.StateLive:
+				res.SyncState = gitsync.StateSynced
+			case natsync.StateError:
+				res.SyncState = gitsync.StateError
+			case natsync.StateStopped:
+				res.SyncState = gitsync.StateStopped
+			default:
+				res.SyncState = gitsync.StateIdle
+			}
+		}
+	}
+	return res, nil
+}
+
+// SyncForce answers sync.force: a git round now (with Wait, until it is
+// done), and NATS woken (with Wait, until what was written before the
+// call is published and the stream as of the call imported).
+func (sy *syncers) SyncForce(ctx context.Context, p *rpc.SyncForceParams) (*rpc.SyncForceResult, error) {
+	gs, ns := sy.git.Load(), sy.nats.Load()
+	res := &rpc.SyncForceResult{Triggered: true}
+	var errs []error
+	if p.Wait {
+		if gs != nil {
+			errs = append(errs, gs.Refresh(ctx)) // a round that started after this call
+		}
+		if ns != nil {
+			errs = append(errs, ns.Refresh(ctx))
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+	} else {
+		if gs != nil {
+			res.Triggered = gs.Force()
+		}
+		if ns != nil {
+			ns.Notify()
+		}
+	}
+	if st, err := sy.SyncStatus(ctx, nil); err == nil {
+		res.LastSyncAt, res.SyncState = st.LastSyncAt, st.SyncState
+	}
+	if err := errors.Join(errs...); err != nil {
+		res.LastError = err.Error()
+	}
+	return res, nil
+}
+
+// final runs one last git round, so events of the final moments reach
+// the remote (NATS published them as they came).
+func (sy *syncers) final(logger *slog.Logger) {
+	if gs := sy.git.Load(); gs != nil {
+		fctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := gs.SyncOnce(fctx); err != nil {
+			logger.Warn("final sync failed; it will happen at the next start", "err", err)
+		}
+	}
 }
