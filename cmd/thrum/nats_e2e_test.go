@@ -400,4 +400,3 @@ func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
-
