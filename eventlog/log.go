@@ -1042,7 +1042,13 @@ func (r *shardReader) open(i int, at int64) error {
 		return fmt.Errorf("eventlog: %w", err)
 	}
 	if r.br == nil {
-		r.br = bufio.NewReaderSize(f, 256<<10)
+		// A reader of a shard's tail (a publisher after each commit)
+		// reads a few lines: its buffer is as small as what is there.
+		size := int64(256 << 10)
+		if r.limited {
+			size = min(size, max(r.limit-r.segs[i].base-at, 4096))
+		}
+		r.br = bufio.NewReaderSize(f, int(size))
 	} else {
 		r.br.Reset(f)
 	}
