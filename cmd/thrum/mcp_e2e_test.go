@@ -149,7 +149,7 @@ func TestMCPServeEndToEnd(t *testing.T) {
 
 // mcpE2E is one repository driven through the real thrum binary.
 type mcpE2E struct {
-	t    *testing.T
+	t    testing.TB
 	bin  string
 	repo string
 

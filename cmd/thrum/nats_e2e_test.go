@@ -26,7 +26,7 @@ var natsAllowed = []string{"natsync:", "final sync failed", "gitsync: sync faile
 // natsClones clones the remote n times, each with init and a daemon
 // started with args and the NATS server; the stream is made first. With
 // git false, each clone forgets its remote: NATS alone carries events.
-func natsClones(t *testing.T, remote *thrumtest.Remote, ns *thrumtest.NATSServer, useGit bool, names []string, args ...string) []*syncCLI {
+func natsClones(t testing.TB, remote *thrumtest.Remote, ns *thrumtest.NATSServer, useGit bool, names []string, args ...string) []*syncCLI {
 	t.Helper()
 	bin := thrumtest.Binary(t)
 	var cs []*syncCLI
@@ -160,7 +160,7 @@ func (s *sender) run(ctx context.Context, n int, acked *atomic.Int64) error {
 
 // eightSenders registers four agents in each of two clones, each writing
 // to one agent of the other clone: 8 senders, n messages in all.
-func eightSenders(t *testing.T, a, b *syncCLI) []*sender {
+func eightSenders(t testing.TB, a, b *syncCLI) []*sender {
 	t.Helper()
 	var out []*sender
 	for i := range 4 {
@@ -185,7 +185,7 @@ func eightSenders(t *testing.T, a, b *syncCLI) []*sender {
 
 // sendAll runs the senders, n messages in all, calling at(k) as the
 // acknowledged count passes each k of marks.
-func sendAll(t *testing.T, senders []*sender, n int, marks []int64, at func(mark int64)) {
+func sendAll(t testing.TB, senders []*sender, n int, marks []int64, at func(mark int64)) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -262,7 +262,7 @@ func (c *syncCLI) messageTotal() int {
 // stopAndCompare stops the clones' daemons and checks "logs equal": the
 // same event IDs per shard (each once), and every agent's shard
 // byte-identical to its author's.
-func stopAndCompare(t *testing.T, cs ...*syncCLI) {
+func stopAndCompare(t testing.TB, cs ...*syncCLI) {
 	t.Helper()
 	type shardLog struct {
 		ids   map[string]map[string]bool

@@ -67,7 +67,9 @@ func (s *Syncer) consume(ctx context.Context, nc *nats.Conn, js jetstream.JetStr
 	if err != nil {
 		return fmt.Errorf("consumer on %s: %w", s.cfg.Stream, err)
 	}
-	msgs := make(chan jetstream.Msg, s.opts.Batch)
+	// What the client buffers is bounded in bytes (a message may hold a
+	// megabyte of lines), and so is a batch.
+	msgs := make(chan jetstream.Msg, 16)
 	errs := make(chan error, 1)
 	stop := make(chan struct{})
 	cc, err := cons.Consume(func(m jetstream.Msg) {
@@ -75,7 +77,7 @@ func (s *Syncer) consume(ctx context.Context, nc *nats.Conn, js jetstream.JetStr
 		case msgs <- m:
 		case <-stop:
 		}
-	}, jetstream.PullMaxMessages(s.opts.Batch), jetstream.PullHeartbeat(heartbeat),
+	}, jetstream.PullMaxBytes(max(batchBytes, 2*int(nc.MaxPayload()))), jetstream.PullHeartbeat(heartbeat),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 			select {
 			case errs <- err:
@@ -112,16 +114,23 @@ func (s *Syncer) consume(ctx context.Context, nc *nats.Conn, js jetstream.JetStr
 			}
 			s.fail(err) // the ordered consumer recovers from the rest itself
 		case m := <-msgs:
+			// A batch takes what follows within a moment: one import
+			// (one fsync) for a burst.
 			batch = append(batch[:0], m)
+			size := len(m.Data())
+			lull := time.NewTimer(batchLull)
 		more:
-			for len(batch) < s.opts.Batch {
+			for len(batch) < s.opts.Batch && size < batchBytes {
 				select {
 				case m := <-msgs:
 					batch = append(batch, m)
-				default:
+					size += len(m.Data())
+					lull.Reset(batchLull)
+				case <-lull.C:
 					break more
 				}
 			}
+			lull.Stop()
 			if err := s.importBatch(ctx, batch); err != nil {
 				return err
 			}

@@ -77,9 +77,12 @@ const (
 	stateEvery  = time.Second
 	lookEvery   = 30 * time.Second // how often an idle consumer looks at the stream
 	heartbeat   = 5 * time.Second
-	maxRunsOut  = 256     // messages in flight at once (one per subject)
-	roundBytes  = 8 << 20 // what one publishing round reads at most
-	headroom    = 512     // bytes of a message that are not its lines
+	maxRunsOut  = 256                    // messages in flight at once (one per subject)
+	roundBytes  = 8 << 20                // what one publishing round reads at most
+	roundGap    = 20 * time.Millisecond  // the least time between two publishing passes
+	batchBytes  = 4 << 20                // what one import takes at most (a message more)
+	batchLull   = 500 * time.Microsecond // a batch ends when no message came for this long
+	headroom    = 512                    // bytes of a message that are not its lines
 )
 
 // Sync states, as Status reports them.
@@ -262,6 +265,11 @@ type Syncer struct {
 	// there was (what Refresh waits for).
 	pubStarted, pubDone uint64
 	pubCheck            bool // the consumer saw the stream made again
+
+	// The publisher's own (see wroteHere): Options.Local's answers by
+	// author, and the local shard's end when they were given.
+	local    map[string]bool
+	localEnd int64
 }
 
 // New returns a Syncer for the log, with the state an earlier one left

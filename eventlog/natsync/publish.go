@@ -24,12 +24,20 @@ var errOtherWriter = errors.New("another clone publishes as this machine")
 func (s *Syncer) publishLoop(ctx context.Context, nc *nats.Conn, js jetstream.JetStream) {
 	checked := false
 	var maxLine int
+	var last time.Time // when the last pass began
 	for ctx.Err() == nil {
 		select {
 		case <-ctx.Done():
 			return
 		case <-s.pubWake:
 		}
+		// Passes come at most every roundGap: a send after a quiet
+		// moment goes at once, a burst in a few messages, each holding
+		// all its shard's lines of the moment.
+		if d := roundGap - time.Since(last); d > 0 {
+			sleep(ctx, d, nil)
+		}
+		last = time.Now()
 		if !nc.IsConnected() {
 			checked = false // the connection's handler wakes this loop
 			continue
@@ -212,7 +220,12 @@ func (s *Syncer) publishRound(ctx context.Context, js jetstream.JetStream, maxRu
 
 	runs := map[string]*run{}
 	var order []*run
-	local := map[string]bool{} // by author, for this round
+	// Who wrote here changes only with the local shard (credentials):
+	// the answers hold until it grows.
+	if end := from[eventlog.LocalFile]; s.localEnd != end || s.local == nil {
+		s.local, s.localEnd = map[string]bool{}, end
+	}
+	local := s.local
 	tooLarge, budget := 0, roundBytes
 	errFull := errors.New("round full")
 	_, err = s.log.Scan(ctx, from, func(e *eventlog.Event) error {
@@ -336,7 +349,7 @@ func (s *Syncer) publishRound(ctx context.Context, js jetstream.JetStream, maxRu
 }
 
 // wroteHere reports whether this machine wrote e, asking Options.Local
-// once per author and round.
+// once per author while the local shard stays as it is.
 func (s *Syncer) wroteHere(ctx context.Context, e *eventlog.Event, cache map[string]bool) (bool, error) {
 	if s.opts.Local == nil {
 		return true, nil
