@@ -147,7 +147,7 @@ func BenchmarkNATSCatchUp100k(b *testing.B) {
 		a.do("alice", "send", "the first", "--to", "@alice")
 		a.do("", "daemon", "stop")
 		thrumtest.CopyMessages(b, filepath.Join(a.repo, ".git", "thrum-sync", "a-sync", filepath.FromSlash(eventlog.ShardPath("alice"))), n-1)
-		a.do("", "daemon", "start", "--nats", ns.URL)
+		a.do("", "daemon", "start", "--nats", ns.URL, "--timeout", "5m") // it applies the copied messages first
 		waitFor(b, 5*time.Minute, "a to publish its history", func() bool {
 			st := a.syncStatus()
 			return str(st, "nats.state") == "live" && num(st, "nats.unpublished_bytes") == 0 && num(st, "nats.published") > 0

@@ -80,7 +80,7 @@ const (
 	maxRunsOut  = 256                    // messages in flight at once (one per subject)
 	roundBytes  = 8 << 20                // what one publishing round reads at most
 	roundGap    = 20 * time.Millisecond  // the least time between two publishing passes
-	batchBytes  = 4 << 20                // what one import takes at most (a message more)
+	batchBytes  = 1 << 20                // what one import takes at most (a message more)
 	batchLull   = 500 * time.Microsecond // a batch ends when no message came for this long
 	headroom    = 512                    // bytes of a message that are not its lines
 )
