@@ -38,8 +38,12 @@ func natsClones(t testing.TB, remote *thrumtest.Remote, ns *thrumtest.NATSServer
 		c.do("", "init")
 		if i == 0 {
 			c.do("", "sync", "nats", "init", "--nats", ns.URL)
+			c.startDaemon(append([]string{"--nats", ns.URL}, args...)...)
+		} else {
+			// As the README has it: the clone's own git config.
+			thrumtest.Git(t, c.repo, "config", "thrum.natsUrl", ns.URL)
+			c.startDaemon(args...)
 		}
-		c.startDaemon(append([]string{"--nats", ns.URL}, args...)...)
 		cs = append(cs, c)
 	}
 	return cs

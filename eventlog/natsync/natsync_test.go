@@ -372,3 +372,58 @@ func TestGapWaitsForGit(t *testing.T) {
 		t.Errorf("alice's shard on d differs from a's:\n%s\n%s", got, want)
 	}
 }
+
+// TestLeastPrivileges: machines whose server users may do only what
+// docs/sync.md lists for a daemon (publish on their own subjects, stream
+// info, last messages, ordered consumers, replies) exchange messages;
+// neither can delete the stream.
+func TestLeastPrivileges(t *testing.T) {
+	daemon := func(user, machine string) *server.User {
+		return &server.User{Username: user, Password: "pw", Permissions: &server.Permissions{
+			Publish: &server.SubjectPermission{Allow: []string{
+				"thrum.test." + machine + ".>",
+				"$JS.API.STREAM.INFO.thrum-test",
+				"$JS.API.STREAM.MSG.GET.thrum-test",
+				"$JS.API.CONSUMER.CREATE.thrum-test.>",
+				"$JS.API.CONSUMER.MSG.NEXT.thrum-test.>",
+				"$JS.API.CONSUMER.DELETE.thrum-test.>",
+			}},
+			Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX.>"}},
+		}}
+	}
+	ns := startServer(t, func(o *server.Options) {
+		o.Users = []*server.User{{Username: "admin", Password: "pw"}, daemon("ua", "a"), daemon("ub", "b")}
+	})
+	url := func(user string) string { return "nats://" + user + ":pw@127.0.0.1:" + strconv.Itoa(ns.port) }
+	cfg := testConfig(ns)
+	cfg.URL = url("admin")
+	initStream(t, cfg)
+	ca, cb := cfg, cfg
+	ca.URL, cb.URL = url("ua"), url("ub")
+	a, b := newMachine(t, "a", ca), newMachine(t, "b", cb)
+	a.register("alice")
+	b.register("bob")
+	settle(t, a, b)
+	id := a.send("alice", "bob", "with least privileges")
+	settle(t, a, b)
+	if !b.has(id) {
+		t.Fatalf("b lacks the message: a %+v, b %+v", a.s.Status(), b.s.Status())
+	}
+	for _, m := range []*machine{a, b} {
+		if st := m.s.Status(); st.LastError != "" {
+			t.Errorf("%s: %+v", m.name, st)
+		}
+	}
+	sameLogs(t, a, b)
+	nc, err := nats.Connect(url("ua"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := js.DeleteStream(ctx, cfg.Stream); err == nil {
+		t.Error("a daemon's user deleted the stream")
+	}
+}
