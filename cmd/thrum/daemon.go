@@ -68,7 +68,7 @@ func (c *InitCmd) Run(ctx context.Context, g *Globals) error {
 			return fmt.Errorf("init: %w", err)
 		}
 	}
-	to, err := whereTo(ctx, l, nil)
+	to, err := whereTo(ctx, l, envNATS(g))
 	if err != nil {
 		return fmt.Errorf("init: %w", err)
 	}
@@ -419,6 +419,9 @@ func (c *DaemonStartCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	if _, err := l.setup(ctx); err != nil {
 		return fmt.Errorf("daemon start: %w", err)
+	}
+	if _, err := whereTo(ctx, l, &c.natsFlags); err != nil { // refused here, not in the daemon's log
+		return err
 	}
 	// Starts run one at a time: the one that finds no daemon starts it, the
 	// others then find it running.

@@ -173,16 +173,20 @@ func (c *DoctorCmd) report(ctx context.Context, g *Globals, l *layout, n *thrum.
 	if err != nil {
 		return fmt.Errorf("doctor: %w", err)
 	}
+	nats := doctorNATS(ctx, g, l)
 	if g.JSON {
 		if adopted == nil {
 			adopted = []gitsync.Adoption{}
 		}
 		if err := g.out(map[string]any{"ok": rep.OK(), "rebuilt": rebuilt, "report": rep,
 			"refused": len(refused) - waiting, "refusals": syncRefusals(counts), "waiting": waiting, "adopted": adopted,
-			"signatures": sigs, "keyring": ring}, nil); err != nil {
+			"signatures": sigs, "keyring": ring, "nats": nats}, nil); err != nil {
 			return err
 		}
 	} else {
+		if nats != nil {
+			fmt.Fprintln(textWriter{g.stdout}, nats.line())
+		}
 		if rebuilt {
 			fmt.Fprintf(textWriter{g.stdout}, "Rebuilt %s from the log.\n", l.DB)
 		}

@@ -237,3 +237,35 @@ func (c *SyncNATSAcceptCmd) Run(ctx context.Context, g *Globals) error {
 		fmt.Fprintf(w, "Accepted NATS server %s for this clone (%s); restart the daemon to use it.\n", hideSecret(suggested), natsAcceptedKey)
 	})
 }
+
+// envNATS is the NATS flags of a command that has none: the
+// environment's THRUM_NATS_URL.
+func envNATS(g *Globals) *natsFlags { return &natsFlags{NATS: g.env("THRUM_NATS_URL")} }
+
+// doctorPlan is what doctor says of NATS, so two clones can be compared:
+// the server, the stream and subjects, and this clone's machine name.
+type doctorPlan struct {
+	natsPlan
+	Machine string `json:"machine,omitempty"`
+}
+
+func (d *doctorPlan) line() string {
+	if d.Config == nil {
+		return d.natsPlan.line()
+	}
+	return fmt.Sprintf("NATS: server %s (from %s), stream %s, subjects %s.>; this clone publishes as %s", d.Server, d.From, d.Stream, d.Subjects, d.Machine)
+}
+
+// doctorNATS is this clone's NATS configuration as the daemon would
+// take it from .git/config and the environment (nil when there is none).
+func doctorNATS(ctx context.Context, g *Globals, l *layout) *doctorPlan {
+	to, err := whereTo(ctx, l, envNATS(g))
+	if err != nil || to.NATS == nil || to.NATS.Config == nil && to.NATS.Suggested == "" {
+		return nil
+	}
+	d := &doctorPlan{natsPlan: *to.NATS}
+	if b, err := os.ReadFile(filepath.Join(filepath.Dir(l.PIDFile), "machine")); err == nil {
+		d.Machine = strings.TrimSpace(string(b))
+	}
+	return d
+}

@@ -404,3 +404,58 @@ func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestNATSConfigFromThisCloneOnly: a server that a committed
+// .thrumconfig suggests is shown by init and not used until this clone
+// accepts it; a commit that changes it stops NATS until accepted again;
+// doctor shows what the daemon would use; and a plain nats:// to another
+// host without credentials is refused, from the flag as from
+// THRUM_NATS_URL.
+func TestNATSConfigFromThisCloneOnly(t *testing.T) {
+	t.Parallel()
+	ns := thrumtest.StartNATS(t)
+	remote := thrumtest.GitRemote(t)
+	c := &syncCLI{thrumCLI: &thrumCLI{t: t, repo: remote.Clone("a"), bin: thrumtest.Binary(t)}, name: "a", allowed: natsAllowed}
+	thrumtest.Git(t, c.repo, "remote", "remove", "origin")
+	suggest := func(url string) {
+		if err := os.WriteFile(filepath.Join(c.repo, ".thrumconfig"), []byte("[nats]\n\turl = "+url+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		thrumtest.Git(t, c.repo, "add", ".thrumconfig")
+		thrumtest.Git(t, c.repo, "commit", "-q", "-m", "suggest a NATS server")
+	}
+	suggest(ns.URL)
+	r := c.do("", "init")
+	contains(t, "init", r.stdout, ".thrumconfig suggests the server "+ns.URL+"; it is not used until you accept it: thrum sync nats accept")
+	contains(t, "doctor", c.do("", "doctor").stdout, "suggests the server "+ns.URL)
+	c.startDaemon()
+	if st := c.syncStatus(); str(st, "sync_state") != "off" {
+		t.Fatalf("a suggestion was used before it was accepted: %v", st)
+	}
+
+	contains(t, "accept", c.do("", "sync", "nats", "accept").stdout, "Accepted NATS server "+ns.URL)
+	c.do("", "sync", "nats", "init")
+	c.do("", "daemon", "restart")
+	waitFor(t, 10*time.Second, "NATS live", func() bool { return str(c.syncStatus(), "nats.state") == "live" })
+	c.do("", "daemon", "stop")
+	contains(t, "doctor", c.do("", "doctor").stdout, "NATS: server "+ns.URL+" (from .thrumconfig (accepted)), stream thrum-")
+	c.do("", "daemon", "start")
+
+	suggest("nats://127.0.0.1:1")
+	c.do("", "daemon", "restart")
+	if st := c.syncStatus(); st["nats"] != nil {
+		t.Fatalf("a changed suggestion was used without being accepted: %v", st)
+	}
+
+	c.do("", "daemon", "stop")
+	for _, env := range []map[string]string{nil, {"THRUM_NATS_URL": "nats://nats.example.com:4222"}} {
+		args := []string{"daemon", "start"}
+		if env == nil {
+			args = append(args, "--nats", "nats://nats.example.com:4222")
+		}
+		r := c.withEnv(env, args...)
+		if r.code != exitUsage || !strings.Contains(r.stderr, "--nats-insecure") || !strings.Contains(r.stderr, "in the clear") {
+			t.Errorf("a plain nats:// to another host without credentials:\n%s", r)
+		}
+	}
+}
