@@ -56,7 +56,7 @@ func (c *ThreadGetCmd) Help() string {
 }
 
 func (c *SyncForceCmd) Help() string {
-	return "Starts a sync round now and returns; watch it with thrum sync status.\nWith --wait it returns once that round is done: the remote's events are\nthen in the log and the local ones pushed.\n\nExamples:\n  thrum sync force\n  thrum sync force --wait\n  thrum sync force && thrum sync status"
+	return "Starts a git round now and wakes NATS, and returns; watch it with thrum sync\nstatus. With --wait it returns once that round is done and NATS has published\nwhat was written before and read the stream as it was: the others' events\nare then in the log and the local ones sent. With NATS alone, only the NATS\npart; with neither, sync is off.\n\nExamples:\n  thrum sync force\n  thrum sync force --wait\n  thrum sync force && thrum sync status"
 }
 
 func (c *VersionCmd) Help() string { return "Examples:\n  thrum version\n  thrum version --json" }

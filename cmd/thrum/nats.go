@@ -31,6 +31,7 @@ const (
 	natsDomainKey   = "thrum.natsDomain"
 	natsInsecureKey = "thrum.natsInsecure"
 	natsStreamKey   = "thrum.natsStream"
+	natsSubjectsKey = "thrum.natsSubjects"
 	natsAcceptedKey = "thrum.natsAccepted"
 	suggestionFile  = ".thrumconfig" // git config format, committed: nats.url
 )
@@ -116,6 +117,9 @@ func planNATS(ctx context.Context, l *layout, f *natsFlags) (*natsPlan, error) {
 		}
 		if s := gitValue(ctx, l.Root, natsStreamKey); s != "" {
 			cfg.Stream = s
+		}
+		if s := gitValue(ctx, l.Root, natsSubjectsKey); s != "" {
+			cfg.Subjects = s
 		}
 	}
 	if err := cfg.Check(); err != nil {

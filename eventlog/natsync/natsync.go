@@ -264,7 +264,7 @@ type Syncer struct {
 	// Publishing passes started, and the last one that published all
 	// there was (what Refresh waits for).
 	pubStarted, pubDone uint64
-	pubCheck            bool // the consumer saw the stream made again
+	pubCheck            bool // a (re)connection, or the consumer saw the stream made again
 
 	// The publisher's own (see wroteHere): Options.Local's answers by
 	// author, and the local shard's end when they were given.
@@ -393,6 +393,7 @@ func (s *Syncer) connected() {
 	if s.status.State == StateConnecting || s.status.State == StateError {
 		s.status.State = StateLive
 	}
+	s.pubCheck = true // the server may have lost what it acknowledged
 	s.mu.Unlock()
 	wake(s.conWake)
 	wake(s.pubWake)
