@@ -7,15 +7,28 @@ import (
 	"github.com/thrumhq/thrum/identity"
 )
 
+// Machine returns this log's machine ID (see eventlog.Machine): what a
+// group records as the machine that made it, and what a live transport
+// names this machine by.
+func (n *Node) Machine() string { return n.machine }
+
 // WroteHere reports whether this machine wrote an event of its log, as
-// a live transport asks before publishing it: an event claimed by an
-// identity registered here (one with a credential here, which writes its
-// events here and nowhere else: AdmitSynced refuses them from any other
-// machine), by the owner or the node itself, or by no one. An event claimed only by
-// identities of other machines came here by sync. The owner's and node's
-// events of other machines look like this one's and are published
-// again: that costs a duplicate, which every log drops.
+// a live transport asks before publishing it. An event that names its
+// machine (a group's) was written there. Otherwise it was written here
+// if it is claimed by an identity registered here (one with a
+// credential here, which writes its events here and nowhere else: the
+// admission refuses them from any other machine), by the owner or the
+// node itself, or by no one; one claimed only by identities of other
+// machines came by sync. The owner's events of other machines that name
+// no machine look like this one's and are published again: that costs a
+// duplicate, which every log drops.
 func (n *Node) WroteHere(ctx context.Context, e *eventlog.Event) (bool, error) {
+	var m struct {
+		Machine string `json:"machine"`
+	}
+	if e.Decode(&m) == nil && m.Machine != "" {
+		return m.Machine == n.machine, nil
+	}
 	claims := eventlog.Claims(e)
 	if len(claims) == 0 {
 		return true, nil

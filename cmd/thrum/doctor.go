@@ -173,7 +173,11 @@ func (c *DoctorCmd) report(ctx context.Context, g *Globals, l *layout, n *thrum.
 	if err != nil {
 		return fmt.Errorf("doctor: %w", err)
 	}
-	nats := doctorNATS(ctx, g, l)
+	machine := ""
+	if n != nil {
+		machine = n.Machine()
+	}
+	nats := doctorNATS(ctx, g, l, machine)
 	if g.JSON {
 		if adopted == nil {
 			adopted = []gitsync.Adoption{}

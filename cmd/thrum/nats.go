@@ -2,18 +2,14 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/base32"
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/thrumhq/thrum/eventlog/natsync"
-	"github.com/thrumhq/thrum/internal/private"
 )
 
 // NATS, live between machines (eventlog/natsync). Where the server is
@@ -146,24 +142,6 @@ func (p *natsPlan) line() string {
 	return fmt.Sprintf("Live: the daemon publishes every event this clone writes to NATS server %s, stream %s (subjects %s.>)", p.Server, p.Stream, p.Subjects)
 }
 
-// machineName is this clone's name in its NATS subjects, made once and
-// kept with its runtime state (a copied clone must be given another:
-// remove the file in the copy).
-func machineName(l *layout) (string, error) {
-	path := filepath.Join(filepath.Dir(l.PIDFile), "machine")
-	if b, err := os.ReadFile(path); err == nil {
-		if s := strings.TrimSpace(string(b)); s != "" {
-			return s, nil
-		}
-	} else if !errors.Is(err, os.ErrNotExist) {
-		return "", err
-	}
-	b := make([]byte, 10)
-	rand.Read(b)
-	name := strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b))
-	return name, private.WriteFile(path, []byte(name+"\n"))
-}
-
 // SyncNATSCmd groups what a clone's owner does about NATS.
 type SyncNATSCmd struct {
 	Init   SyncNATSInitCmd   `cmd:"" help:"Create the repository's stream on the NATS server (once, by someone with the rights)."`
@@ -261,15 +239,12 @@ func (d *doctorPlan) line() string {
 }
 
 // doctorNATS is this clone's NATS configuration as the daemon would
-// take it from .git/config and the environment (nil when there is none).
-func doctorNATS(ctx context.Context, g *Globals, l *layout) *doctorPlan {
+// take it from .git/config and the environment (nil when there is none),
+// with the log's machine ID.
+func doctorNATS(ctx context.Context, g *Globals, l *layout, machine string) *doctorPlan {
 	to, err := whereTo(ctx, l, envNATS(g))
 	if err != nil || to.NATS == nil || to.NATS.Config == nil && to.NATS.Suggested == "" {
 		return nil
 	}
-	d := &doctorPlan{natsPlan: *to.NATS}
-	if b, err := os.ReadFile(filepath.Join(filepath.Dir(l.PIDFile), "machine")); err == nil {
-		d.Machine = strings.TrimSpace(string(b))
-	}
-	return d
+	return &doctorPlan{natsPlan: *to.NATS, Machine: machine}
 }

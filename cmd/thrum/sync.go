@@ -182,11 +182,7 @@ func (sy *syncers) make(n *thrum.Node, l *layout, to *leaves, interval time.Dura
 		}
 	}
 	if cfg := to.natsConfig(); cfg != nil {
-		machine, err := machineName(l)
-		if err != nil {
-			return fmt.Errorf("daemon: %w", err)
-		}
-		o := &natsync.Options{Machine: machine, Admission: newAdmission(n), Local: n.WroteHere, Logger: logger,
+		o := &natsync.Options{Machine: n.Machine(), Admission: n.Admission(), Local: n.WroteHere, Logger: logger,
 			StateFile: filepath.Join(filepath.Dir(l.PIDFile), "nats.json")}
 		if gs != nil {
 			o.Refresh = gs.Refresh

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/thrumhq/thrum/eventlog"
+	"github.com/thrumhq/thrum/eventlog/admit"
 )
 
 // consumeLoop imports the stream's messages until ctx ends, starting
@@ -203,7 +204,7 @@ func (s *Syncer) gitRound(ctx context.Context) error {
 // pending is what a batch imports into one shard: lines, in order.
 type pending struct {
 	shard string
-	src   Source
+	src   admit.Source
 	lines [][]byte
 	have  int64 // the agent shard's end here once these are in
 }
@@ -221,13 +222,15 @@ func (s *Syncer) importBatch(ctx context.Context, batch []jetstream.Msg) error {
 			if len(p.lines) == 0 {
 				continue
 			}
-			n, err := s.opts.Admission.Admit(ctx, p.src, p.shard, p.lines)
+			r, err := s.opts.Admission.Admit(ctx, p.src, p.shard, p.lines)
+			if r != nil {
+				s.mu.Lock()
+				s.status.Imported += len(r.Imported)
+				s.mu.Unlock()
+			}
 			if err != nil {
 				return fmt.Errorf("admit %s: %w", p.src.File, err)
 			}
-			s.mu.Lock()
-			s.status.Imported += n
-			s.mu.Unlock()
 		}
 		clear(shards)
 		order = order[:0]
@@ -247,7 +250,7 @@ func (s *Syncer) importBatch(ctx context.Context, batch []jetstream.Msg) error {
 		}
 		p := shards[shard]
 		if p == nil {
-			p = &pending{shard: shard, src: Source{File: m.Subject(), Commit: "stream sequence " + strconv.FormatUint(meta.Sequence.Stream, 10)}}
+			p = &pending{shard: shard, src: admit.Source{File: m.Subject(), Commit: "stream sequence " + strconv.FormatUint(meta.Sequence.Stream, 10)}}
 			p.have = s.log.Positions()[eventlog.ShardPath(shard)]
 			shards[shard] = p
 			order = append(order, p)
@@ -273,7 +276,7 @@ func (s *Syncer) importBatch(ctx context.Context, batch []jetstream.Msg) error {
 			if err := s.gitRound(ctx); err != nil && s.opts.Logger != nil {
 				s.opts.Logger.Warn("natsync: git round for a gap", "err", err)
 			}
-			p = &pending{shard: shard, src: Source{File: m.Subject(), Commit: "stream sequence " + strconv.FormatUint(meta.Sequence.Stream, 10)}}
+			p = &pending{shard: shard, src: admit.Source{File: m.Subject(), Commit: "stream sequence " + strconv.FormatUint(meta.Sequence.Stream, 10)}}
 			p.have = s.log.Positions()[eventlog.ShardPath(shard)]
 			shards[shard] = p
 			order = append(order, p)

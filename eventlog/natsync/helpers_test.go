@@ -15,6 +15,7 @@ import (
 
 	"github.com/thrumhq/thrum"
 	"github.com/thrumhq/thrum/eventlog"
+	"github.com/thrumhq/thrum/eventlog/admit"
 	"github.com/thrumhq/thrum/eventlog/natsync"
 	"github.com/thrumhq/thrum/internal/thrumtest"
 	"github.com/thrumhq/thrum/rpc"
@@ -96,7 +97,7 @@ func newMachine(t testing.TB, name string, cfg natsync.Config) *machine {
 			s.Notify()
 		}
 	}})
-	m.gate = &testGate{n: m.n}
+	m.gate = &testGate{g: m.n.Admission()}
 	m.start(nil)
 	return m
 }
@@ -152,52 +153,21 @@ func (m *machine) send(from, to, content string) string {
 	return r.MessageID
 }
 
-// testGate is the admission a node gives remote lines until the shared
-// one lands: the log's rules, the node's, and each event ID once.
+// testGate is the node's one admission, counting what it refused.
 type testGate struct {
-	n       *thrum.Node
+	g       *admit.Gate
 	mu      sync.Mutex
-	have    map[string]bool
 	refused int
 }
 
-func (g *testGate) Admit(ctx context.Context, src natsync.Source, shard string, lines [][]byte) (int, error) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.have == nil {
-		g.have = map[string]bool{}
-		if _, err := g.n.EventLog().Scan(ctx, nil, func(e *eventlog.Event) error { g.have[e.ID] = true; return nil }); err != nil {
-			return 0, err
-		}
+func (g *testGate) Admit(ctx context.Context, src admit.Source, shard string, lines [][]byte) (*admit.Result, error) {
+	r, err := g.g.Admit(ctx, src, shard, lines)
+	if r != nil {
+		g.mu.Lock()
+		g.refused += len(r.Refused)
+		g.mu.Unlock()
 	}
-	var ok [][]byte
-	for _, l := range lines {
-		e, err := eventlog.DecodeLine(l)
-		if err != nil {
-			g.refused++
-			continue
-		}
-		if g.have[e.ID] {
-			continue
-		}
-		if err := eventlog.CheckShard(shard, e); err != nil {
-			g.refused++
-			continue
-		}
-		if why, err := g.n.AdmitSynced(ctx, shard, e); err != nil {
-			return 0, err
-		} else if why != "" {
-			g.refused++
-			continue
-		}
-		g.have[e.ID] = true
-		ok = append(ok, l)
-	}
-	if len(ok) == 0 {
-		return 0, nil
-	}
-	evs, err := g.n.EventLog().Import(ctx, shard, ok)
-	return len(evs), err
+	return r, err
 }
 
 func (g *testGate) refusals() int {

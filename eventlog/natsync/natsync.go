@@ -55,6 +55,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/thrumhq/thrum/eventlog"
+	"github.com/thrumhq/thrum/eventlog/admit"
 )
 
 // Defaults.
@@ -173,26 +174,20 @@ func validSubject(s string) bool {
 	return true
 }
 
-// Source says where a batch of lines came from, for the admission's
-// quarantine: the subject and the stream sequences.
-type Source struct {
-	File   string
-	Commit string
-}
-
-// Admission is the one admission of lines another machine wrote (a thrum
-// node's, shared with git sync): it imports those of one shard that may
-// enter the log, drops those the log holds, and quarantines the rest,
-// returning how many it imported. An error imports nothing more; the
-// Syncer reads the same messages again later.
+// Admission is the one admission of lines another machine wrote (a
+// thrum node's admit.Gate, shared with git sync): it imports those of
+// one shard that may enter the log, drops those the log holds, and
+// quarantines the rest. An error imports nothing more; the Syncer reads
+// the same messages again later.
 type Admission interface {
-	Admit(ctx context.Context, src Source, shard string, lines [][]byte) (imported int, err error)
+	Admit(ctx context.Context, src admit.Source, shard string, lines [][]byte) (*admit.Result, error)
 }
 
 // Options configure a Syncer. Machine and Admission are required.
 type Options struct {
-	// Machine names this clone in its subjects. Two clones must never
-	// share one (a copied clone is caught by the stream, and stops).
+	// Machine names this clone in its subjects (a thrum node's Machine).
+	// Two clones must never share one: a copied clone is caught by the
+	// stream, and stops publishing.
 	Machine string
 	// Admission takes what arrives from other machines.
 	Admission Admission

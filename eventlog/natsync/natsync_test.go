@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/thrumhq/thrum/eventlog/admit"
 	"github.com/thrumhq/thrum/eventlog/natsync"
 )
 
@@ -360,7 +361,7 @@ func TestGapWaitsForGit(t *testing.T) {
 		for _, l := range lines[:1] { // the line the stream lost
 			ls = append(ls, bytes.TrimSuffix(l, []byte("\n")))
 		}
-		_, err := d.gate.Admit(ctx, natsync.Source{File: "git"}, "alice", ls)
+		_, err := d.gate.Admit(ctx, admit.Source{File: "git"}, "alice", ls)
 		return err
 	}
 	d.start(&natsync.Options{Refresh: gitRound})

@@ -348,24 +348,25 @@ func (s *Syncer) publishRound(ctx context.Context, js jetstream.JetStream, maxRu
 	return more && err == nil, err
 }
 
-// wroteHere reports whether this machine wrote e, asking Options.Local
-// once per author while the local shard stays as it is.
+// wroteHere reports whether this machine wrote e, asking Options.Local;
+// for an agent's shard, once per author while the local shard stays as
+// it is (events.jsonl's events are asked each time: their answer may
+// depend on more than who claims them).
 func (s *Syncer) wroteHere(ctx context.Context, e *eventlog.Event, cache map[string]bool) (bool, error) {
 	if s.opts.Local == nil {
 		return true, nil
 	}
 	key := e.Shard + "\x00" + eventlog.Author(e)
-	if e.Shard == "" {
-		key = "\x00" + fmt.Sprint(eventlog.Claims(e))
-	}
-	if v, ok := cache[key]; ok {
+	if v, ok := cache[key]; ok && e.Shard != "" {
 		return v, nil
 	}
 	v, err := s.opts.Local(ctx, e)
 	if err != nil {
 		return false, err
 	}
-	cache[key] = v
+	if e.Shard != "" {
+		cache[key] = v
+	}
 	return v, nil
 }
 
