@@ -137,7 +137,7 @@ func (s *Syncer) check(ctx context.Context, nc *nats.Conn, js jetstream.JetStrea
 				return 0, err
 			}
 			if !same {
-				return 0, fmt.Errorf("%w: %s's last message (sequence %d) differs from this log at %s offset %d; was this clone copied? Give one of the copies its own machine name", errOtherWriter, m.Subject, m.Sequence, path, off)
+				return 0, fmt.Errorf("%w: %s's last message (sequence %d) differs from this log at %s offset %d; was this clone copied? A copy shares its machine ID: run NATS in one of them only", errOtherWriter, m.Subject, m.Sequence, path, off)
 			}
 			end = off + int64(len(m.Data))
 		}
