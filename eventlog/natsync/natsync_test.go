@@ -265,6 +265,34 @@ func TestCopiedCloneStops(t *testing.T) {
 		return strings.Contains(a.s.Status().LastError, "another clone publishes as this machine") ||
 			strings.Contains(copied.s.Status().LastError, "another clone publishes as this machine")
 	})
+	// And the subject never took both: every message on it is one
+	// clone's lines at their offset.
+	nc, err := nats.Connect(ns.url())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	str, err := js.Stream(context.Background(), cfg.Stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writers := map[string]int{}
+	for seq := uint64(1); seq <= str.CachedInfo().State.LastSeq; seq++ {
+		m, err := str.GetMsg(context.Background(), seq)
+		if err != nil || m.Subject != cfg.Subjects+".a.@events" {
+			continue
+		}
+		off, _ := strconv.ParseInt(m.Header.Get(natsync.HeaderOffset), 10, 64)
+		for _, c := range []*machine{a, copied} {
+			if b := shardBytes(t, c.n.EventLog(), ""); int64(len(b)) >= off+int64(len(m.Data)) && bytes.Equal(b[off:off+int64(len(m.Data))], m.Data) {
+				writers[c.name+fmt.Sprintf("%p", c)]++
+			}
+		}
+	}
+	if len(writers) != 1 {
+		t.Errorf("the subject of a's events took the lines of %d clones: %v", len(writers), writers)
+	}
 }
 
 // TestLostMessagesPublishedAgain: messages the stream acknowledged and
