@@ -70,7 +70,7 @@ func (s *Syncer) consume(ctx context.Context, nc *nats.Conn, js jetstream.JetStr
 	}
 	// What the client buffers is bounded in bytes (a message may hold a
 	// megabyte of lines), and so is a batch.
-	msgs := make(chan jetstream.Msg, 4)
+	msgs := make(chan jetstream.Msg, 1)
 	errs := make(chan error, 1)
 	stop := make(chan struct{})
 	cc, err := cons.Consume(func(m jetstream.Msg) {
@@ -78,7 +78,7 @@ func (s *Syncer) consume(ctx context.Context, nc *nats.Conn, js jetstream.JetStr
 		case msgs <- m:
 		case <-stop:
 		}
-	}, jetstream.PullMaxBytes(max(batchBytes, int(nc.MaxPayload())+headroom)), jetstream.PullHeartbeat(heartbeat),
+	}, jetstream.PullMaxBytes(2*max(batchBytes, int(nc.MaxPayload())+headroom)), jetstream.PullHeartbeat(heartbeat),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 			select {
 			case errs <- err:

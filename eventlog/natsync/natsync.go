@@ -79,7 +79,7 @@ const (
 	lookEvery   = 30 * time.Second // how often an idle consumer looks at the stream
 	heartbeat   = 5 * time.Second
 	maxRunsOut  = 256                    // messages in flight at once (one per subject)
-	roundBytes  = 8 << 20                // what one publishing round reads at most
+	roundBytes  = 2 << 20                // what one round reads of a shard at most
 	roundGap    = 20 * time.Millisecond  // the least time between two publishing passes
 	batchBytes  = 1 << 20                // what one import takes at most (a message more)
 	batchLull   = 500 * time.Microsecond // a batch ends when no message came for this long

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strconv"
 	"time"
 
@@ -196,86 +197,45 @@ type run struct {
 	start, end int64
 	data       []byte
 	skip       int64 // without data: the offset past the lines skipped
-	closed     bool  // takes no more lines this round
 }
 
 // publishRound reads what the log committed past each shard's position,
 // publishes one run per shard, and moves the positions on as the stream
 // acknowledges. more says whether lines were left for another round.
 func (s *Syncer) publishRound(ctx context.Context, js jetstream.JetStream, maxRun int) (more bool, err error) {
-	from := s.log.Positions()
+	ends := s.log.Positions()
+	from := map[string]int64{}
 	s.mu.Lock()
-	for path := range from {
+	for path, end := range ends {
 		switch sub := s.st.Subjects[path]; {
 		case path == eventlog.LocalFile:
 		case sub == nil:
 			s.st.Subjects[path] = &subjectState{}
 			from[path] = 0
-		default:
+		case sub.Pos < end:
 			from[path] = sub.Pos
 		}
 	}
 	var unpublished int64
 	s.mu.Unlock()
 
-	runs := map[string]*run{}
-	var order []*run
 	// Who wrote here changes only with the local shard (credentials):
 	// the answers hold until it grows.
-	if end := from[eventlog.LocalFile]; s.localEnd != end || s.local == nil {
+	if end := ends[eventlog.LocalFile]; s.localEnd != end || s.local == nil {
 		s.local, s.localEnd = map[string]bool{}, end
 	}
-	local := s.local
-	tooLarge, budget := 0, roundBytes
-	errFull := errors.New("round full")
-	_, err = s.log.Scan(ctx, from, func(e *eventlog.Event) error {
-		if e.Shard == eventlog.LocalShard {
-			return nil
-		}
-		path := eventlog.ShardPath(e.Shard)
-		r := runs[path]
-		if r == nil {
-			r = &run{path: path, shard: e.Shard, closed: len(order) >= maxRunsOut}
-			runs[path] = r
-			order = append(order, r)
-		}
-		if r.closed {
+	var order []*run
+	tooLarge := 0
+	for path, pos := range from {
+		if len(order) == maxRunsOut {
 			more = true
-			return nil
+			break
 		}
-		mine, err := s.wroteHere(ctx, e, local)
+		r, n, full, err := s.collect(ctx, path, pos, ends, maxRun)
 		if err != nil {
-			return err
+			return false, fmt.Errorf("read the log: %w", err)
 		}
-		n := int64(len(e.Raw) + 1)
-		switch {
-		case !mine || n > int64(maxRun):
-			if len(r.data) > 0 {
-				r.closed, more = true, true // a run is consecutive lines
-				return nil
-			}
-			if mine {
-				tooLarge++ // git carries it
-			}
-			r.skip = e.Offset
-			return nil
-		case len(r.data)+int(n) > maxRun:
-			r.closed, more = true, true
-			return nil
-		}
-		if len(r.data) == 0 {
-			r.start = e.Offset - n
-		}
-		r.data = append(append(r.data, e.Raw...), '\n')
-		r.end = e.Offset
-		if budget -= int(n); budget <= 0 {
-			more = true
-			return errFull
-		}
-		return nil
-	})
-	if err != nil && !errors.Is(err, errFull) {
-		return false, fmt.Errorf("read the log: %w", err)
+		order, tooLarge, more = append(order, r), tooLarge+n, more || full
 	}
 
 	// One message per subject in flight; all subjects at once.
@@ -336,7 +296,7 @@ func (s *Syncer) publishRound(ctx context.Context, js jetstream.JetStream, maxRu
 		s.advancedLocked()
 		s.mu.Unlock()
 	}
-	ends := s.log.Positions()
+	ends = s.log.Positions()
 	s.mu.Lock()
 	for path, end := range ends {
 		if sub := s.st.Subjects[path]; sub != nil && path != eventlog.LocalFile {
@@ -346,6 +306,60 @@ func (s *Syncer) publishRound(ctx context.Context, js jetstream.JetStream, maxRu
 	s.status.Unpublished = unpublished
 	s.mu.Unlock()
 	return more && err == nil, err
+}
+
+// collect reads one shard from pos: the run of this machine's
+// consecutive lines to publish next (up to maxRun bytes), or, before
+// any, how far the lines to skip go (another machine's, or too large for
+// a message: those it counts). full says lines were left for another
+// round. Each shard is read on its own (every other shard from its end),
+// so a long backlog in one is read once, and delays no other.
+func (s *Syncer) collect(ctx context.Context, path string, pos int64, ends map[string]int64, maxRun int) (r *run, tooLarge int, full bool, err error) {
+	from := maps.Clone(ends)
+	from[path] = pos
+	r = &run{path: path}
+	r.shard, _, _ = eventlog.ParseSegmentPath(path)
+	read := 0
+	errStop := errors.New("stop")
+	_, err = s.log.Scan(ctx, from, func(e *eventlog.Event) error {
+		if eventlog.ShardPath(e.Shard) != path {
+			return nil // a shard made since ends was taken: its own round
+		}
+		mine, err := s.wroteHere(ctx, e, s.local)
+		if err != nil {
+			return err
+		}
+		n := int64(len(e.Raw) + 1)
+		if read += int(n); read > roundBytes {
+			full = true
+			return errStop
+		}
+		switch {
+		case !mine || n > int64(maxRun):
+			if len(r.data) > 0 {
+				full = true // a run is consecutive lines
+				return errStop
+			}
+			if mine {
+				tooLarge++ // git carries it
+			}
+			r.skip = e.Offset
+			return nil
+		case len(r.data)+int(n) > maxRun:
+			full = true
+			return errStop
+		}
+		if len(r.data) == 0 {
+			r.start = e.Offset - n
+		}
+		r.data = append(append(r.data, e.Raw...), '\n')
+		r.end = e.Offset
+		return nil
+	})
+	if errors.Is(err, errStop) {
+		err = nil
+	}
+	return r, tooLarge, full, err
 }
 
 // wroteHere reports whether this machine wrote e, asking Options.Local;
