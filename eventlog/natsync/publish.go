@@ -224,18 +224,9 @@ func (s *Syncer) publishRound(ctx context.Context, js jetstream.JetStream, maxRu
 	if end := ends[eventlog.LocalFile]; s.localEnd != end || s.local == nil {
 		s.local, s.localEnd = map[string]bool{}, end
 	}
-	var order []*run
-	tooLarge := 0
-	for path, pos := range from {
-		if len(order) == maxRunsOut {
-			more = true
-			break
-		}
-		r, n, full, err := s.collect(ctx, path, pos, ends, maxRun)
-		if err != nil {
-			return false, fmt.Errorf("read the log: %w", err)
-		}
-		order, tooLarge, more = append(order, r), tooLarge+n, more || full
+	order, tooLarge, more, err := s.collect(ctx, from, ends, maxRun)
+	if err != nil {
+		return false, fmt.Errorf("read the log: %w", err)
 	}
 
 	// One message per subject in flight; all subjects at once.
@@ -308,58 +299,90 @@ func (s *Syncer) publishRound(ctx context.Context, js jetstream.JetStream, maxRu
 	return more && err == nil, err
 }
 
-// collect reads one shard from pos: the run of this machine's
-// consecutive lines to publish next (up to maxRun bytes), or, before
-// any, how far the lines to skip go (another machine's, or too large for
-// a message: those it counts). full says lines were left for another
-// round. Each shard is read on its own (every other shard from its end),
-// so a long backlog in one is read once, and delays no other.
-func (s *Syncer) collect(ctx context.Context, path string, pos int64, ends map[string]int64, maxRun int) (r *run, tooLarge int, full bool, err error) {
-	from := maps.Clone(ends)
-	from[path] = pos
-	r = &run{path: path}
-	r.shard, _, _ = eventlog.ParseSegmentPath(path)
-	read := 0
-	errStop := errors.New("stop")
-	_, err = s.log.Scan(ctx, from, func(e *eventlog.Event) error {
-		if eventlog.ShardPath(e.Shard) != path {
-			return nil // a shard made since ends was taken: its own round
+// collect reads the shards from their positions in from: for each, the
+// run of this machine's consecutive lines to publish next (up to maxRun
+// bytes), or, before any, how far the lines to skip go (another
+// machine's, or too large for a message: those it counts). full says
+// lines were left for another round. It reads each shard no further
+// than its next run (or roundBytes of lines to skip), and stops when
+// every shard is done, so a long backlog is read once.
+func (s *Syncer) collect(ctx context.Context, from, ends map[string]int64, maxRun int) (runs []*run, tooLarge int, full bool, err error) {
+	at := maps.Clone(ends)
+	open := map[string]*run{} // shards still being read
+	for path, pos := range from {
+		if len(open) == maxRunsOut {
+			full = true
+			break
 		}
-		mine, err := s.wroteHere(ctx, e, s.local)
+		at[path] = pos
+		r := &run{path: path}
+		r.shard, _, _ = eventlog.ParseSegmentPath(path)
+		open[path] = r
+		runs = append(runs, r)
+	}
+	if len(open) == 0 {
+		return runs, 0, full, nil
+	}
+	read := map[string]int{}
+	errStop := errors.New("stop")
+	_, err = s.log.Scan(ctx, at, func(e *eventlog.Event) error {
+		path := eventlog.ShardPath(e.Shard)
+		r := open[path]
+		if r == nil {
+			return nil // done, or made since ends was taken: a later round's
+		}
+		done, err := s.take(ctx, r, e, maxRun, &tooLarge)
 		if err != nil {
 			return err
 		}
-		n := int64(len(e.Raw) + 1)
-		if read += int(n); read > roundBytes {
-			full = true
-			return errStop
-		}
+		read[path] += len(e.Raw) + 1
 		switch {
-		case !mine || n > int64(maxRun):
-			if len(r.data) > 0 {
-				full = true // a run is consecutive lines
+		case done: // e waits for the next run
+			full = true
+		case read[path] > roundBytes:
+			full = full || e.Offset < ends[path]
+		}
+		if done || read[path] > roundBytes || e.Offset >= ends[path] {
+			delete(open, path)
+			if len(open) == 0 {
 				return errStop
 			}
-			if mine {
-				tooLarge++ // git carries it
-			}
-			r.skip = e.Offset
-			return nil
-		case len(r.data)+int(n) > maxRun:
-			full = true
-			return errStop
 		}
-		if len(r.data) == 0 {
-			r.start = e.Offset - n
-		}
-		r.data = append(append(r.data, e.Raw...), '\n')
-		r.end = e.Offset
 		return nil
 	})
 	if errors.Is(err, errStop) {
 		err = nil
 	}
-	return r, tooLarge, full, err
+	return runs, tooLarge, full, err
+}
+
+// take adds e to its shard's run, or to the lines skipped before it;
+// done says the run is complete without it (e is left for the next).
+func (s *Syncer) take(ctx context.Context, r *run, e *eventlog.Event, maxRun int, tooLarge *int) (done bool, err error) {
+	mine, err := s.wroteHere(ctx, e, s.local)
+	if err != nil {
+		return false, err
+	}
+	n := int64(len(e.Raw) + 1)
+	switch {
+	case !mine || n > int64(maxRun):
+		if len(r.data) > 0 {
+			return true, nil // a run is consecutive lines
+		}
+		if mine {
+			*tooLarge++ // git carries it
+		}
+		r.skip = e.Offset
+		return false, nil
+	case len(r.data)+int(n) > maxRun:
+		return true, nil
+	}
+	if len(r.data) == 0 {
+		r.start = e.Offset - n
+	}
+	r.data = append(append(r.data, e.Raw...), '\n')
+	r.end = e.Offset
+	return false, nil
 }
 
 // wroteHere reports whether this machine wrote e, asking Options.Local;
