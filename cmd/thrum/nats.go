@@ -200,6 +200,16 @@ func (c *SyncNATSInitCmd) Run(ctx context.Context, g *Globals) error {
 // SyncNATSAcceptCmd accepts the committed suggestion.
 type SyncNATSAcceptCmd struct{}
 
+func (c *SyncNATSAcceptCmd) Help() string {
+	return `Records the NATS server that the committed .thrumconfig suggests (nats.url)
+as accepted by this clone (git config thrum.natsAccepted); the daemon uses
+it from its next start. A commit that changes the suggestion stops NATS
+until it is accepted again.
+
+Examples:
+  thrum sync nats accept && thrum daemon restart`
+}
+
 func (c *SyncNATSAcceptCmd) Run(ctx context.Context, g *Globals) error {
 	l, err := resolveLayout(ctx, g)
 	if err != nil {

@@ -43,6 +43,7 @@ func BenchmarkNATSLatency(b *testing.B) {
 			a.do("", "quickstart", "--name", "alice", "--role", "dev", "--module", "m")
 			bc.do("", "quickstart", "--name", "bob", "--role", "dev", "--module", "m")
 			waitFor(b, 30*time.Second, "bob known on a", func() bool { return a.knows("bob") })
+			a.do("", "sync", "force", "--wait") // bob's registration applied everywhere on a
 			send := agentClient(b, a, "alice")
 			e := &mcpE2E{t: b, bin: thrumtest.Binary(b), repo: bc.repo, stderrs: map[string]*bytes.Buffer{}}
 			cs := e.serve("bob")

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -71,10 +72,14 @@ func TestNATSBetweenDaemons(t *testing.T) {
 	a, b := cs[0], cs[1]
 	a.do("", "quickstart", "--name", "alice", "--role", "dev", "--module", "m")
 	b.do("", "quickstart", "--name", "bob", "--role", "dev", "--module", "m")
-	waitFor(t, 10*time.Second, "bob known on a", func() bool { return a.knows("bob") })
-
+	// The send resolves @bob in the directory, which takes bob's
+	// registration a moment after agent list (SQLite) shows it.
 	var sent map[string]any
-	a.json(&sent, "alice", "send", "live across machines", "--to", "@bob")
+	env := map[string]string{"THRUM_NAME": "alice", "GIT_CONFIG_GLOBAL": os.DevNull, "GIT_CONFIG_NOSYSTEM": "1"}
+	waitFor(t, 10*time.Second, "a send to bob accepted on a", func() bool {
+		r := a.withEnv(env, "--json", "send", "live across machines", "--to", "@bob")
+		return r.code == 0 && json.Unmarshal([]byte(r.stdout), &sent) == nil
+	})
 	id := str(sent, "message_id")
 	start := time.Now()
 	waitFor(t, 10*time.Second, "the message in bob's inbox", func() bool {

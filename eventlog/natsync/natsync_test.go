@@ -47,6 +47,7 @@ func TestLiveBetweenMachines(t *testing.T) {
 	b.register("bob")
 	waitFor(t, 10*time.Second, "bob's registration on a", func() bool { return a.knows("bob") })
 	waitFor(t, 10*time.Second, "alice's registration on b", func() bool { return b.knows("alice") })
+	settle(t, a, b) // the imports are applied to every read model, not only SQLite
 
 	id := a.send("alice", "bob", "hello over NATS")
 	waitFor(t, 10*time.Second, "alice's message on b", func() bool { return b.has(id) })
