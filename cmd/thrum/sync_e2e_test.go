@@ -92,11 +92,15 @@ func (c *syncCLI) startDaemon(args ...string) {
 	}
 }
 
-// syncStatus returns `thrum sync status --json`.
+// syncStatus returns `thrum sync status --json`, which exits 1 (with
+// the status) when the last round failed.
 func (c *syncCLI) syncStatus() map[string]any {
 	c.t.Helper()
+	r := c.withEnv(map[string]string{"GIT_CONFIG_GLOBAL": os.DevNull, "GIT_CONFIG_NOSYSTEM": "1"}, "--json", "sync", "status")
 	var st map[string]any
-	c.json(&st, "", "sync", "status")
+	if err := json.Unmarshal([]byte(r.stdout), &st); err != nil || r.code != 0 && (r.code != 1 || str(st, "sync_state") != "error" && str(st, "nats.state") != "error") {
+		c.t.Fatalf("%s: sync status --json:\n%s", c.name, r)
+	}
 	return st
 }
 
