@@ -58,7 +58,11 @@ func (c *InitCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return fmt.Errorf("init: %w", err)
 	}
-	res := map[string]any{"root": l.Root, "git": l.Git, "log_dir": l.LogDir, "home": l.Home, "created": created, "shares": l.Shared}
+	leaves := leavesLine(ctx, l)
+	res := map[string]any{"root": l.Root, "git": l.Git, "log_dir": l.LogDir, "home": l.Home, "created": created, "shares": l.Shared, "leaves": leaves}
+	if err := toldLeaves(l, leaves); err != nil {
+		return fmt.Errorf("init: %w", err)
+	}
 	return g.out(res, func(w io.Writer) {
 		if len(created) == 0 {
 			fmt.Fprintf(w, "thrum is already set up in %s\n", l.Root)
@@ -71,6 +75,7 @@ func (c *InitCmd) Run(ctx context.Context, g *Globals) error {
 		if l.Shared != "" {
 			fmt.Fprintf(w, "  this worktree shares the daemon and log of %s (see .thrum/redirect); its agents' identities are its own\n", filepath.Dir(l.Shared))
 		}
+		fmt.Fprintln(w, leaves)
 		next := "thrum quickstart --name NAME --role ROLE --module MODULE"
 		if _, err := health(ctx, l); err == nil {
 			g.hint("The daemon is running (pid %d). Next: %s", readPID(l.PIDFile), next)
@@ -96,6 +101,7 @@ type DaemonRunCmd struct {
 	WSAddr       string        `name:"ws-addr" default:"127.0.0.1:0" help:"Loopback address of the WebSocket (port 0 picks a free one)."`
 	SyncInterval time.Duration `default:"60s" help:"How often to sync with the git remote when idle."`
 	SyncWait     time.Duration `default:"2s" help:"How long a send naming an unknown recipient waits for a sync with the git remote before refusing (0: no wait)."`
+	Autostarted  bool          `hidden:"" help:"Started by an agent's MCP server, not a person: sync only where a person was told the log goes."`
 }
 
 func (c *DaemonRunCmd) Help() string {
@@ -136,6 +142,12 @@ func (c *DaemonRunCmd) Run(ctx context.Context, g *Globals) error {
 	// through this pointer.
 	var syncer atomic.Pointer[gitsync.Syncer]
 	syncOn := l.Git && gitsync.HasRemote(ctx, l.Root, gitsync.DefaultRemote)
+	if syncOn && c.Autostarted {
+		if why := untold(ctx, l); why != "" {
+			syncOn = false
+			logger.Warn("sync is off: " + why)
+		}
+	}
 	keys, err := l.keys()
 	if err != nil {
 		return fmt.Errorf("daemon: %w", err)
@@ -400,6 +412,7 @@ type DaemonStartCmd struct {
 	SyncInterval time.Duration `default:"60s" help:"How often to sync with the git remote when idle."`
 	SyncWait     time.Duration `default:"2s" help:"How long a send naming an unknown recipient waits for a sync with the git remote before refusing (0: no wait)."`
 	Timeout      time.Duration `default:"10s" help:"How long to wait for the daemon to answer."`
+	Autostarted  bool          `hidden:"" help:"Started by an agent's MCP server, not a person: sync only where a person was told the log goes."`
 
 	verbose bool // run the daemon with --verbose (restart: it was)
 }
@@ -446,6 +459,9 @@ func (c *DaemonStartCmd) Run(ctx context.Context, g *Globals) error {
 	defer logf.Close()
 	logStart, _ := logf.Seek(0, io.SeekEnd) // this run's lines start here
 	args := []string{"--repo", l.Root, "daemon", "run", "--ws-addr", c.WSAddr, "--sync-interval", c.SyncInterval.String(), "--sync-wait", c.SyncWait.String()}
+	if c.Autostarted {
+		args = append(args, "--autostarted")
+	}
 	if g.Home != "" {
 		args = append([]string{"--home", g.Home}, args...)
 	}
@@ -789,8 +805,13 @@ func (c *DaemonStatusCmd) Run(ctx context.Context, g *Globals) error {
 				fmt.Fprintf(w, "Daemon running (pid %d) but not answering here: %s\n", holder, why)
 			})
 		}
-		if err := g.out(statusJSON(l, pid, nil), func(w io.Writer) {
+		st := statusJSON(l, pid, nil)
+		st["hook_failures"] = hookFailuresJSON(l)
+		if err := g.out(st, func(w io.Writer) {
 			fmt.Fprintf(w, "Daemon is not running for %s\n", l.Root)
+			if line := hookFailuresLine(l); line != "" {
+				fmt.Fprintln(w, line)
+			}
 		}); err != nil {
 			return err
 		}
@@ -798,6 +819,7 @@ func (c *DaemonStatusCmd) Run(ctx context.Context, g *Globals) error {
 		return &codeError{code: exitNoDaemon, err: errSilent}
 	}
 	st := statusJSON(l, pid, h)
+	st["hook_failures"] = hookFailuresJSON(l)
 	return g.out(st, func(w io.Writer) {
 		fmt.Fprintf(w, "Daemon running (pid %d)\n", pid)
 		fmt.Fprintf(w, "  uptime:  %s\n", (time.Duration(h.UptimeMs) * time.Millisecond).Round(time.Second))
@@ -806,6 +828,9 @@ func (c *DaemonStatusCmd) Run(ctx context.Context, g *Globals) error {
 			fmt.Fprintf(w, "  ws port: %v (ws://127.0.0.1:%v/ws)\n", p, p)
 		}
 		fmt.Fprintf(w, "  version: %s  status: %s  sync: %s\n", h.Version, h.Status, h.SyncState)
+		if line := hookFailuresLine(l); line != "" {
+			fmt.Fprintln(w, "  "+line)
+		}
 		printHealthNotes(w, h)
 	})
 }

@@ -32,6 +32,7 @@ type SetupCmd struct {
 	DryRun  bool   `name:"dry-run" help:"Print the changes as a diff and write nothing."`
 	Channel bool   `help:"Claude Code: say how to start a session with the channel, which pushes each message into it (the channel is chosen per launch, never written into the files)."`
 	User    bool   `help:"Write the host's files in your home directory, for every project, instead of this project's."`
+	NoWake  bool   `name:"no-wake" help:"Claude Code and Codex: do not wake an idle session when mail comes (the MCP server's --wake)."`
 }
 
 func (c *SetupCmd) Help() string {
@@ -78,6 +79,7 @@ type setupSpec struct {
 	host    string
 	agent   string // "" when the host should resolve it
 	channel bool
+	noWake  bool
 	user    bool
 	root    string // the project
 	home    string // the user's home directory
@@ -158,11 +160,16 @@ func (s *setupSpec) agentArgs() []string {
 	return []string{"--agent-id", s.agent}
 }
 
-// mcpArgs are the arguments of the MCP server's command, thrum. The
-// channel is not among them: it is chosen per launch (THRUM_CHANNEL=1),
-// since a project's .mcp.json is shared.
+// mcpArgs are the arguments of the MCP server's command, thrum: with
+// --wake HOST in Claude Code and Codex (not with --no-wake). The channel
+// is not among them: it is chosen per launch (THRUM_CHANNEL=1), since a
+// project's .mcp.json is shared.
 func (s *setupSpec) mcpArgs() []string {
-	return append([]string{"mcp", "serve"}, s.agentArgs()...)
+	args := []string{"mcp", "serve"}
+	if (s.host == "claude" || s.host == "codex") && !s.noWake {
+		args = append(args, "--wake="+s.host)
+	}
+	return append(args, s.agentArgs()...)
 }
 
 func (s *setupSpec) hookCommand(event string) string {
@@ -775,7 +782,10 @@ func (c *SetupCmd) Run(ctx context.Context, g *Globals) error {
 		}
 		c.Agent = g.AgentID
 	}
-	s := &setupSpec{host: c.Host, channel: c.Channel, user: c.User, root: l.Root, env: g.env}
+	if c.NoWake && c.Host != "claude" && c.Host != "codex" {
+		return withCode(exitUsage, "--no-wake is for claude and codex: thrum wakes no idle %s session", host.name)
+	}
+	s := &setupSpec{host: c.Host, channel: c.Channel, noWake: c.NoWake, user: c.User, root: l.Root, env: g.env}
 	if s.home = g.env("HOME"); s.home == "" {
 		if s.home, err = os.UserHomeDir(); err != nil && c.User {
 			return fmt.Errorf("--user: %w", err)
