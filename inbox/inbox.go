@@ -216,7 +216,7 @@ func (ib *Inbox) Conn(ctx context.Context) (*rpc.Client, error) {
 	defer t.Stop()
 	for {
 		ib.mu.Lock()
-		c, ready, closed, lastErr := ib.client, ib.ready, ib.closed, ib.lastErr
+		c, ready, closed := ib.client, ib.ready, ib.closed
 		if c != nil {
 			select {
 			case <-c.Done():
@@ -237,6 +237,9 @@ func (ib *Inbox) Conn(ctx context.Context) (*rpc.Client, error) {
 		select {
 		case <-ready:
 		case <-t.C:
+			ib.mu.Lock()
+			lastErr := ib.lastErr
+			ib.mu.Unlock()
 			if lastErr != nil {
 				return nil, fmt.Errorf("%w: %w", ErrUnreachable, lastErr)
 			}
