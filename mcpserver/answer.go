@@ -3,6 +3,7 @@ package mcpserver
 import (
 	"bytes"
 	"context"
+	"sync"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -27,10 +28,14 @@ type answering struct {
 	s     *Server
 	waits map[jsonrpc.ID]bool
 	ch    *channel // nil without Options.Channel
+	// heard is closed when the client's first message is read: a host
+	// has the session (Options.Wake rings only then). once guards it.
+	heard chan struct{}
+	once  sync.Once
 }
 
 func newAnswering(t mcp.Transport, s *Server) *answering {
-	return &answering{Transport: t, s: s, waits: map[jsonrpc.ID]bool{}}
+	return &answering{Transport: t, s: s, waits: map[jsonrpc.ID]bool{}, heard: make(chan struct{})}
 }
 
 // awaitAnswers returns when every wait read was answered, or after max.
@@ -63,6 +68,9 @@ type answeringConn struct {
 
 func (c *answeringConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 	m, err := c.Connection.Read(ctx)
+	if err == nil {
+		c.a.once.Do(func() { close(c.a.heard) })
+	}
 	if r, ok := m.(*jsonrpc.Request); ok {
 		switch {
 		case r.IsCall() && r.Method == "tools/call" && bytes.Contains(r.Params, []byte(`"wait_for_message"`)):

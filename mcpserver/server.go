@@ -105,7 +105,7 @@ type Options struct {
 	// does not.
 	Channel bool
 	// Wake rings an idle session of the agent's host awake (wake.go):
-	// once the client is initialized, Run and ServeStdio call it with
+	// once the client has spoken, Run and ServeStdio call it with
 	// inbox.Doorbell.Wake's line for each batch of new mail. It claims
 	// nothing. Its error ends the waking: the session is gone or refuses
 	// the ring, and the mail waits for the next session.
@@ -217,14 +217,12 @@ func (s *Server) Run(ctx context.Context, t mcp.Transport) error {
 	var rung sync.WaitGroup
 	ringCtx, stopRing := context.WithCancel(run)
 	defer stopRing()
-	if s.opts.Channel || s.opts.Wake != nil {
-		tr.ch = newChannel()
-	}
 	if s.opts.Channel {
+		tr.ch = newChannel()
 		rung.Go(func() { s.ring(ringCtx, tr.ch) })
 	}
 	if s.opts.Wake != nil {
-		rung.Go(func() { s.wake(ringCtx, tr.ch) })
+		rung.Go(func() { s.wake(ringCtx, tr.heard) })
 	}
 	stop := context.AfterFunc(ctx, func() {
 		s.EndWaits()

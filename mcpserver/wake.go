@@ -7,12 +7,12 @@ import (
 )
 
 // wake runs Options.Wake until ctx ends, an error of Wake, or the server
-// ends its waits: once the client is initialized (the host has its
+// ends its waits: once the client has spoken (heard: the host has its
 // session), each batch of new mail rings once with the doorbell's line
 // (inbox.Doorbell.Wake), after the mail settled (inbox.DoorbellSettle).
-func (s *Server) wake(ctx context.Context, c *channel) {
+func (s *Server) wake(ctx context.Context, heard <-chan struct{}) {
 	select {
-	case <-c.init:
+	case <-heard:
 	case <-ctx.Done():
 		return
 	}
