@@ -109,18 +109,50 @@ func codexWaker(a *agent, since time.Time) func(context.Context, string) error {
 			a.logger.Debug("--wake codex: no Codex session registered since this server started; the mail waits for its first prompt", "err", err)
 			return nil
 		}
+		forget := func(why string, args ...any) {
+			a.logger.Warn("--wake codex: "+why+"; the session is forgotten, its mail waits for the next one", append([]any{"thread", reg.Thread}, args...)...)
+			if b2, _ := os.ReadFile(path); string(b2) == string(b) { // not re-registered meanwhile
+				os.Remove(path)
+			}
+		}
+		if codexClosed() {
+			forget("the Codex TUI closed")
+			return nil
+		}
 		ctx, cancel := context.WithTimeout(ctx, ringTimeout)
 		defer cancel()
 		out, err := exec.CommandContext(ctx, codexPath(), "queue", "--thread", reg.Thread, "--message="+text).CombinedOutput()
-		if err == nil {
-			return nil
-		}
-		a.logger.Warn("--wake codex: codex queue failed; the session is forgotten, its mail waits for the next one", "thread", reg.Thread, "err", err, "output", strings.TrimSpace(string(out)))
-		if b2, _ := os.ReadFile(path); string(b2) == string(b) { // not re-registered meanwhile
-			os.Remove(path)
+		if err != nil {
+			forget("codex queue failed", "err", err, "output", strings.TrimSpace(string(out)))
 		}
 		return nil
 	}
+}
+
+// codexClosed reports whether the Codex TUI this server serves has
+// closed. Codex (0.169) runs MCP servers under an app-server daemon (codex
+// app-server --managed-daemon), a child of the TUI that outlives it by
+// about a minute and would run a turn queued meanwhile headless, with
+// nobody to see it. Its parent is then no longer codex. A server whose
+// parent is the TUI itself ends with it. Where /proc cannot tell, it is
+// taken as open.
+func codexClosed() bool {
+	parent := os.Getppid()
+	cmd, err := os.ReadFile("/proc/" + strconv.Itoa(parent) + "/cmdline")
+	if err != nil || !strings.Contains(string(cmd), "app-server") {
+		return false
+	}
+	st, err := os.ReadFile("/proc/" + strconv.Itoa(parent) + "/stat")
+	if err != nil {
+		return false
+	}
+	// Fields after the command's closing parenthesis: state, then ppid.
+	f := strings.Fields(string(st[strings.LastIndexByte(string(st), ')')+1:]))
+	if len(f) < 2 {
+		return false
+	}
+	exe, err := os.Readlink("/proc/" + f[1] + "/exe")
+	return err != nil || filepath.Base(exe) != "codex"
 }
 
 // codexPath is the codex to run: the server's parent when it is Codex
