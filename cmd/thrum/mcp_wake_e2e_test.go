@@ -338,7 +338,7 @@ func codexRuns(record string) [][]string {
 }
 
 // With --wake codex, the server rings the thread thrum's SessionStart
-// hook registered after it started, with `codex queue --thread ID
+// hook registered after it started, with `codex queue --thread=ID
 // --message=LINE` (the line one argument, no shell); a thread
 // registered before it started is another session's and is not rung; a
 // ring that fails forgets the thread.
@@ -358,6 +358,10 @@ func TestMCPServeWakesCodex(t *testing.T) {
 			t.Fatalf("session-start hook: %v %s", err, out)
 		}
 	}
+	startHook("--resume") // not a session ID: never an argument of codex
+	if _, err := os.Stat(filepath.Join(e.repo, ".thrum", "var", "wake", "bob.codex.json")); err == nil {
+		t.Fatal("a session_id that is no Codex session ID was registered")
+	}
 	startHook("thread-old") // an earlier session's
 	time.Sleep(10 * time.Millisecond)
 	cs := e.serveWith("bob", []string{path}, "mcp", "serve", "--wake=codex")
@@ -376,7 +380,7 @@ func TestMCPServeWakesCodex(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	runs := codexRuns(record)
-	want := []string{"queue", "--thread", "thread-1", fmt.Sprintf("--message=thrum: 1 new message (newest %s from alice); call check_messages", id)}
+	want := []string{"queue", "--thread=thread-1", fmt.Sprintf("--message=thrum: 1 new message (newest %s from alice); call check_messages", id)}
 	if len(runs) != 1 || !slices.Equal(runs[0], want) {
 		t.Fatalf("codex runs = %q, want one: %q; stderr:\n%s", runs, want, e.stderr("bob"))
 	}

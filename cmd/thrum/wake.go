@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -81,8 +82,15 @@ func codexThreadPath(l *layout, agent string) string {
 	return filepath.Join(filepath.Dir(l.PIDFile), "wake", agent+".codex.json")
 }
 
+// codexThreadID is what a Codex session ID may be (a UUID, or a session's
+// name): it becomes an argument of codex queue.
+var codexThreadID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+
 // registerCodexThread records thread as agent's Codex session to ring.
 func registerCodexThread(l *layout, agent, thread string) error {
+	if !codexThreadID.MatchString(thread) {
+		return fmt.Errorf("the hook input's session_id %q is not a Codex session ID", thread)
+	}
 	path := codexThreadPath(l, agent)
 	if err := private.Dir(filepath.Dir(path)); err != nil {
 		return err
@@ -91,7 +99,7 @@ func registerCodexThread(l *layout, agent, thread string) error {
 	return private.WriteFile(path, b)
 }
 
-// codexWaker rings agent a's Codex session with `codex queue --thread ID
+// codexWaker rings agent a's Codex session with `codex queue --thread=ID
 // --message=TEXT`: the thread registered since the server started (an
 // older one is another session's), the message one argument, no shell,
 // never --resume (which would run a closed session's turn headless). A
@@ -105,7 +113,7 @@ func codexWaker(a *agent, since time.Time) func(context.Context, string) error {
 		if err == nil {
 			err = json.Unmarshal(b, &reg)
 		}
-		if err != nil || reg.Thread == "" || reg.At.Before(since) {
+		if err != nil || !codexThreadID.MatchString(reg.Thread) || reg.At.Before(since) {
 			a.logger.Debug("--wake codex: no Codex session registered since this server started; the mail waits for its first prompt", "err", err)
 			return nil
 		}
@@ -121,7 +129,7 @@ func codexWaker(a *agent, since time.Time) func(context.Context, string) error {
 		}
 		ctx, cancel := context.WithTimeout(ctx, ringTimeout)
 		defer cancel()
-		out, err := exec.CommandContext(ctx, codexPath(), "queue", "--thread", reg.Thread, "--message="+text).CombinedOutput()
+		out, err := exec.CommandContext(ctx, codexPath(), "queue", "--thread="+reg.Thread, "--message="+text).CombinedOutput()
 		if err != nil {
 			forget("codex queue failed", "err", err, "output", strings.TrimSpace(string(out)))
 		}
