@@ -187,7 +187,9 @@ func noAgent(ctx context.Context, g *Globals) error {
 	hint := "set THRUM_NAME to one of them in this MCP server's environment, or add --agent-id NAME to its arguments, then restart the server"
 	switch {
 	case len(names) > 0:
-		msg += " (identities here: " + strings.Join(names, ", ") + ")"
+		if list := strings.Join(names, ", "); !strings.Contains(msg, list) {
+			msg += " (identities here: " + list + ")"
+		}
 	default:
 		hint = "register an agent in this repository (thrum quickstart --name NAME --role ROLE --module MODULE), then restart the server; with several, set THRUM_NAME or --agent-id NAME"
 	}
