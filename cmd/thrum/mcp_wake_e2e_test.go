@@ -470,3 +470,36 @@ func TestSetupWake(t *testing.T) {
 		t.Errorf("setup cursor --no-wake: exit %d, want %d\n%s", r.code, exitUsage, r)
 	}
 }
+
+// Whatever a host's SessionStart input holds, the thread it registers is
+// a Codex session ID, never a flag of codex queue, and reads back as
+// written; the hook failure log reads back whatever it holds.
+func FuzzCodexThreadRegistration(f *testing.F) {
+	f.Add([]byte(`{"session_id":"019a2c4e-7d1b-7c3e-9a55-0e3f1b2c4d5e","cwd":"/x"}`))
+	f.Add([]byte(`{"session_id":"--resume"}`))
+	f.Add([]byte(`{"session_id":"a\u0000b"}`))
+	f.Add([]byte(`{"session_id":1}`))
+	l := &layout{PIDFile: filepath.Join(f.TempDir(), "var", "thrum.pid")}
+	f.Fuzz(func(t *testing.T, input []byte) {
+		in, err := readHookInput(context.Background(), bytes.NewReader(input))
+		if err != nil {
+			return
+		}
+		os.Remove(codexThreadPath(l, "bob"))
+		if err := registerCodexThread(l, "bob", in.SessionID); err != nil {
+			if _, serr := os.Stat(codexThreadPath(l, "bob")); serr == nil {
+				t.Fatalf("a refused session_id %q was registered", in.SessionID)
+			}
+			return
+		}
+		b, err := os.ReadFile(codexThreadPath(l, "bob"))
+		var reg codexThread
+		if err != nil || json.Unmarshal(b, &reg) != nil || reg.Thread != in.SessionID || strings.HasPrefix(reg.Thread, "-") ||
+			!codexThreadID.MatchString(reg.Thread) {
+			t.Fatalf("session_id %q registered as %s (%v)", in.SessionID, b, err)
+		}
+		os.WriteFile(hookFailuresPath(l), input, 0o600)
+		hookFailures(l)
+		hookFailuresLine(l)
+	})
+}
