@@ -53,7 +53,7 @@ requests from non-loopback Hosts or foreign Origins are refused.
 It does not exit while the host needs it. With no daemon running, it
 starts one where thrum init has run (not with --no-autostart), so the
 daemon comes back after a reboot with the first session; such a daemon
-syncs only to where init or a daemon start told you the log goes. Else
+syncs only to the remote thrum init told you of. Else
 it waits for one, and its tools answer "unavailable" until it comes.
 With no identity to act as (two identity files and no THRUM_NAME, or
 none), it stays up and every tool says which identities there are and
@@ -65,9 +65,9 @@ as the next prompt — "thrum: 2 new messages (newest msg_… from bob); call
 check_messages" — once per batch of mail; it claims nothing, and the
 messages arrive through the prompt's hook or check_messages. Claude Code:
 the session's messaging socket (CLAUDE_CODE_MESSAGING_SOCKET and _TOKEN,
-which the session gives the server). Codex: codex queue --thread SESSION,
-the session named by thrum's SessionStart hook. A ring that fails ends
-the waking; the mail waits for the next session.
+which the session gives the server). Codex: codex queue --thread=SESSION,
+the session named by thrum's SessionStart hook, while its TUI is open. A
+ring that fails ends the waking; the mail waits for the next session.
 
 With --channel, the server is a Claude Code channel: when messages for
 the agent arrive (and when the session starts, if some wait) it announces
