@@ -3,7 +3,6 @@ package mcpserver
 import (
 	"bytes"
 	"context"
-	"sync"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -29,9 +28,10 @@ type answering struct {
 	waits map[jsonrpc.ID]bool
 	ch    *channel // nil without Options.Channel
 	// heard is closed when the client's first message is read: a host
-	// has the session (Options.Wake rings only then). once guards it.
-	heard chan struct{}
-	once  sync.Once
+	// has the session (Options.Wake rings only then). heardDone says it
+	// is; guarded by s.mu.
+	heard     chan struct{}
+	heardDone bool
 }
 
 func newAnswering(t mcp.Transport, s *Server) *answering {
@@ -69,7 +69,12 @@ type answeringConn struct {
 func (c *answeringConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 	m, err := c.Connection.Read(ctx)
 	if err == nil {
-		c.a.once.Do(func() { close(c.a.heard) })
+		c.a.s.mu.Lock()
+		if !c.a.heardDone {
+			c.a.heardDone = true
+			close(c.a.heard)
+		}
+		c.a.s.mu.Unlock()
 	}
 	if r, ok := m.(*jsonrpc.Request); ok {
 		switch {

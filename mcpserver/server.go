@@ -214,15 +214,23 @@ func (s *Server) Run(ctx context.Context, t mcp.Transport) error {
 	run, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
 	tr := newAnswering(t, s)
-	var rung sync.WaitGroup
+	var rung []chan struct{} // closed as each ringer ends
 	ringCtx, stopRing := context.WithCancel(run)
 	defer stopRing()
+	ringer := func(f func()) {
+		done := make(chan struct{})
+		rung = append(rung, done)
+		go func() {
+			defer close(done)
+			f()
+		}()
+	}
 	if s.opts.Channel {
 		tr.ch = newChannel()
-		rung.Go(func() { s.ring(ringCtx, tr.ch) })
+		ringer(func() { s.ring(ringCtx, tr.ch) })
 	}
 	if s.opts.Wake != nil {
-		rung.Go(func() { s.wake(ringCtx, tr.heard) })
+		ringer(func() { s.wake(ringCtx, tr.heard) })
 	}
 	stop := context.AfterFunc(ctx, func() {
 		s.EndWaits()
@@ -232,7 +240,9 @@ func (s *Server) Run(ctx context.Context, t mcp.Transport) error {
 	defer stop()
 	err := s.mcp.Run(run, tr)
 	stopRing()
-	rung.Wait()
+	for _, done := range rung {
+		<-done
+	}
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
