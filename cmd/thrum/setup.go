@@ -101,7 +101,7 @@ var setupHosts = map[string]setupHost{
 	"claude": {name: "Claude Code", files: claudeFiles, check: func(s *setupSpec) []string {
 		var notes []string
 		if !s.user {
-			notes = append(notes, `start Claude Code in this project; at "New MCP server found in this project: thrum" choose "Use this MCP server": the preselected "Continue without using this MCP server" leaves thrum's tools off`)
+			notes = append(notes, `start Claude Code in this project: trust the folder ("Yes, proceed"; the preselected "No, exit" quits), then at "New MCP server found in this project: thrum" choose "Use this MCP server": the preselected "Continue without using this MCP server" leaves thrum's tools off`)
 		}
 		if s.channel {
 			notes = append(notes, "for the channel, start each session that should have it as `THRUM_CHANNEL=1 claude --dangerously-load-development-channels server:thrum`")
@@ -241,8 +241,16 @@ func claudeFiles(s *setupSpec) []setupFile {
 		return mergeServer(d, []any{"mcpServers", "thrum"}, "type", "stdio", "command", "thrum", "args", s.mcpArgs())
 	}
 	hooks := s.file(".claude/settings.json", ".claude/settings.json")
-	hooks.what = hooksWhat(s.host)
-	hooks.json = func(d *jsonedit.Doc) error { return groupedHooks(d, s) }
+	hooks.what = hooksWhat(s.host) + "; thrum's tools allowed"
+	// A headless claude -p cannot ask for a tool's permission and refuses
+	// it: thrum's tools are allowed by the server's rule, as Gemini CLI's
+	// setup trusts the server.
+	hooks.json = func(d *jsonedit.Doc) error {
+		if err := groupedHooks(d, s); err != nil {
+			return err
+		}
+		return ensureMember(d, claudeToolsRule, "permissions", "allow")
+	}
 	listener := s.file(".claude/agents/thrum-listener.md", ".claude/agents/thrum-listener.md")
 	listener.what = "the sub-agent thrum-listener"
 	listener.text = func([]byte) ([]byte, error) { return []byte(listenerAgent("thrum-listener", "mcp__thrum__")), nil }
@@ -379,6 +387,20 @@ func opencodeFiles(s *setupSpec) []setupFile {
 
 func hooksWhat(host string) string {
 	return "hooks on " + strings.Join(hostHookEvents[host], ", ")
+}
+
+// claudeToolsRule is Claude Code's permission rule for every tool of the
+// MCP server thrum.
+const claudeToolsRule = "mcp__thrum"
+
+// ensureMember appends v to the array at path unless it holds v already.
+func ensureMember(d *jsonedit.Doc, v any, path ...any) error {
+	if l, ok := d.Get(path...); ok {
+		if l, ok := l.([]any); ok && slices.Contains(l, v) {
+			return nil
+		}
+	}
+	return d.Append(v, path...)
 }
 
 // mergeObject sets each key, value pair of kv in the object at path,
