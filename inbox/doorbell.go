@@ -21,6 +21,10 @@ import (
 // messages of a flood are announced together, once a second at most.
 const DoorbellEvery = time.Second
 
+// DoorbellSettle is how long a wake's Doorbells waits for mail to stop
+// coming before it rings: a batch sent together rings once.
+const DoorbellSettle = 200 * time.Millisecond
+
 // DoorbellNames is how many messages a ring of Doorbells names at most.
 const DoorbellNames = 5
 
@@ -78,6 +82,21 @@ func (d *Doorbell) Named(oneLine bool) string {
 	return b.String()
 }
 
+// Wake is d as a ring that wakes an idle session, where it arrives as
+// the user's prompt: a fixed line of values thrum made — the count, the
+// newest message's ID and its sender's name — never a subject or body,
+// which another agent wrote. The newest ID makes each ring's text new, so
+// a host that drops a prompt it has just seen keeps it. "" if d names no
+// message.
+func (d *Doorbell) Wake() string {
+	if len(d.New) == 0 {
+		return ""
+	}
+	n := d.New[len(d.New)-1]
+	return fmt.Sprintf("thrum: %d new %s (newest %s from %s); call check_messages",
+		d.Unread, plural(d.Unread, "message", "messages"), frame.Escape(n.MessageID), frame.Escape(n.From))
+}
+
 func plural(n int, one, many string) string {
 	if n == 1 {
 		return one
@@ -120,11 +139,13 @@ func subject(text string) string {
 
 // Doorbells rings for the agent's unread messages until ctx ends or the
 // Inbox ends: once at the start if any wait, then whenever messages came
-// that no ring named, at most once per DoorbellEvery. Each ring names the
-// newest of them (DoorbellNames at most) and counts every unread message
-// the daemon holds for the agent. It claims nothing. It returns nil when
-// it stops, or ring's error.
-func (ib *Inbox) Doorbells(ctx context.Context, ring func(*Doorbell) error) error {
+// that no ring named, at most once per DoorbellEvery. With settle, it
+// rings once messages stopped coming for that long (still once per
+// DoorbellEvery in a flood). Each ring names the newest of them
+// (DoorbellNames at most) and counts every unread message the daemon
+// holds for the agent. It claims nothing. It returns nil when it stops,
+// or ring's error.
+func (ib *Inbox) Doorbells(ctx context.Context, settle time.Duration, ring func(*Doorbell) error) error {
 	named := map[string]bool{}
 	var last time.Time
 	look := true
@@ -171,6 +192,38 @@ func (ib *Inbox) Doorbells(ctx context.Context, ring func(*Doorbell) error) erro
 			return nil
 		case <-ending:
 			return nil
+		}
+		if settle > 0 && !ib.settled(ctx, settle) {
+			return nil
+		}
+	}
+}
+
+// settled returns once no push came for settle, or DoorbellEvery passed;
+// false if ctx or the Inbox ended first.
+func (ib *Inbox) settled(ctx context.Context, settle time.Duration) bool {
+	limit := time.NewTimer(DoorbellEvery)
+	defer limit.Stop()
+	for {
+		ib.mu.Lock()
+		changed, ending := ib.changed, ib.ending
+		ib.mu.Unlock()
+		quiet := time.NewTimer(settle)
+		select {
+		case <-changed:
+			quiet.Stop()
+			continue
+		case <-quiet.C:
+			return true
+		case <-limit.C:
+			quiet.Stop()
+			return true
+		case <-ctx.Done():
+			quiet.Stop()
+			return false
+		case <-ending:
+			quiet.Stop()
+			return false
 		}
 	}
 }

@@ -74,6 +74,13 @@ type Options struct {
 	// oldest is dropped when full (it stays unread in the daemon, where
 	// Check finds it). Default DefaultQueueSize.
 	QueueSize int
+	// Lazy makes New return without a connection: its loop makes the
+	// first one as it makes every other, with backoff, and queues what
+	// was sent meanwhile. Until then each operation fails after
+	// ReconnectWait with ErrUnreachable and the last connect's error. For
+	// a server that must stay up while no daemon runs, or before one
+	// knows the agent.
+	Lazy bool
 }
 
 // Inbox is one agent's side of delivery. Its methods may be called
@@ -98,6 +105,8 @@ type Inbox struct {
 	// addressed to the agent created up to it was pushed. A reconnect
 	// re-reads what came after it.
 	since time.Time
+	// lastErr is why the last connect failed; nil once one succeeded.
+	lastErr error
 
 	queue queue
 	// changed is closed, and replaced, when something a waiter looks at
@@ -146,9 +155,13 @@ func New(ctx context.Context, dial Dialer, id Identity, opts *Options) (*Inbox, 
 		ib.log = slog.New(slog.DiscardHandler)
 	}
 	ib.queue.init(ib.opts.QueueSize)
+	if ib.opts.Lazy {
+		ib.since = time.Now()
+		go ib.keep(nil)
+		return ib, nil
+	}
 	// The first connection is made here, so that a caller learns at once
-	// that the daemon or the identity is wrong. The loop that keeps it is
-	// the one that would make it, for an Inbox that starts without one.
+	// that the daemon or the identity is wrong.
 	c, subAt, err := ib.connect(ctx)
 	if err != nil {
 		return nil, err
@@ -224,6 +237,12 @@ func (ib *Inbox) Conn(ctx context.Context) (*rpc.Client, error) {
 		select {
 		case <-ready:
 		case <-t.C:
+			ib.mu.Lock()
+			lastErr := ib.lastErr
+			ib.mu.Unlock()
+			if lastErr != nil {
+				return nil, fmt.Errorf("%w: %w", ErrUnreachable, lastErr)
+			}
 			return nil, ErrUnreachable
 		case <-ctx.Done():
 			return nil, ctx.Err()
@@ -269,7 +288,7 @@ func (ib *Inbox) connect(ctx context.Context) (_ *rpc.Client, subAt time.Time, _
 func (ib *Inbox) connected(c *rpc.Client, subAt time.Time) {
 	ib.mu.Lock()
 	defer ib.mu.Unlock()
-	ib.client = c
+	ib.client, ib.lastErr = c, nil
 	close(ib.ready)
 	ib.advanceLocked(subAt)
 	ib.wakeLocked() // a waiter may have missed pushes: it looks again
@@ -283,24 +302,28 @@ func (ib *Inbox) lostLocked(c *rpc.Client) {
 }
 
 // keep watches the connection and replaces it when it drops, with
-// backoff, until Close.
+// backoff, until Close; with c nil it makes the first.
 func (ib *Inbox) keep(c *rpc.Client) {
 	defer close(ib.loopDone)
 	for {
-		select {
-		case <-ib.stop:
-			return
-		case <-c.Done():
+		if c != nil {
+			select {
+			case <-ib.stop:
+				return
+			case <-c.Done():
+			}
+			ib.log.Warn("inbox: lost the thrum connection; reconnecting", "err", c.Err())
 		}
 		ib.mu.Lock()
-		ib.lostLocked(c)
+		if c != nil {
+			ib.lostLocked(c)
+		}
 		cutoff := ib.since
 		ib.mu.Unlock()
-		ib.log.Warn("inbox: lost the thrum connection; reconnecting", "err", c.Err())
 		if c = ib.reconnect(cutoff); c == nil {
 			return
 		}
-		ib.log.Info("inbox: reconnected to thrum")
+		ib.log.Info("inbox: connected to thrum")
 	}
 }
 
@@ -320,6 +343,9 @@ func (ib *Inbox) reconnect(cutoff time.Time) *rpc.Client {
 			return c
 		}
 		ib.log.Debug("inbox: reconnect failed", "err", err)
+		ib.mu.Lock()
+		ib.lastErr = err
+		ib.mu.Unlock()
 		select {
 		case <-ib.stop:
 			return nil

@@ -27,10 +27,15 @@ type answering struct {
 	s     *Server
 	waits map[jsonrpc.ID]bool
 	ch    *channel // nil without Options.Channel
+	// heard is closed when the client's first message is read: a host
+	// has the session (Options.Wake rings only then). heardDone says it
+	// is; guarded by s.mu.
+	heard     chan struct{}
+	heardDone bool
 }
 
 func newAnswering(t mcp.Transport, s *Server) *answering {
-	return &answering{Transport: t, s: s, waits: map[jsonrpc.ID]bool{}}
+	return &answering{Transport: t, s: s, waits: map[jsonrpc.ID]bool{}, heard: make(chan struct{})}
 }
 
 // awaitAnswers returns when every wait read was answered, or after max.
@@ -63,6 +68,14 @@ type answeringConn struct {
 
 func (c *answeringConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 	m, err := c.Connection.Read(ctx)
+	if err == nil {
+		c.a.s.mu.Lock()
+		if !c.a.heardDone {
+			c.a.heardDone = true
+			close(c.a.heard)
+		}
+		c.a.s.mu.Unlock()
+	}
 	if r, ok := m.(*jsonrpc.Request); ok {
 		switch {
 		case r.IsCall() && r.Method == "tools/call" && bytes.Contains(r.Params, []byte(`"wait_for_message"`)):

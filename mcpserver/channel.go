@@ -80,7 +80,7 @@ func (s *Server) ring(ctx context.Context, c *channel) {
 		return
 	}
 	agent := s.ib.ID().AgentID
-	err := s.ib.Doorbells(ctx, func(d *inbox.Doorbell) error {
+	err := s.ib.Doorbells(ctx, 0, func(d *inbox.Doorbell) error {
 		raw, err := json.Marshal(channelEvent(d, agent))
 		if err != nil {
 			return err

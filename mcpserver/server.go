@@ -88,6 +88,15 @@ type Options struct {
 	// HTTPSessionIdle closes an HTTP session that has had no request for
 	// so long. Default DefaultHTTPSessionIdle.
 	HTTPSessionIdle time.Duration
+	// AuthFailureDelay is what a wrong bearer token costs the HTTP
+	// request that presented it: its 401 comes this much later, the
+	// connection held, as on the daemon's loopback port. Default
+	// jsonrpc.DefaultAuthFailureDelay.
+	AuthFailureDelay time.Duration
+	// Lazy starts the server without a connection to thrum
+	// (inbox.Options.Lazy): it serves at once, and its tools fail with
+	// "unavailable" until a daemon answers.
+	Lazy bool
 	// Channel makes the server a Claude Code channel (channel.go): it
 	// declares the capability, negotiates only protocol versions of the
 	// initialize handshake, and Run rings the agent's doorbell in the
@@ -95,6 +104,17 @@ type Options struct {
 	// Run and ServeStdio ring, for one session at a time; HTTPHandler
 	// does not.
 	Channel bool
+	// Wake rings an idle session of the agent's host awake (wake.go):
+	// once the client has spoken, Run and ServeStdio call it with
+	// inbox.Doorbell.Wake's line for each batch of new mail. It claims
+	// nothing. Its error ends the waking: the session is gone or refuses
+	// the ring, and the mail waits for the next session.
+	Wake func(ctx context.Context, text string) error
+	// Refuse, if set, makes a server that acts as no agent: New connects
+	// to nothing and every tool call fails with Refuse's error, for a
+	// server that stays up to say why it cannot act (an identity it
+	// could not resolve).
+	Refuse func() error
 }
 
 // Server is an MCP server acting as one agent. Its methods may be called
@@ -122,11 +142,9 @@ type Server struct {
 }
 
 // New connects to thrum through dial as id (inbox.New) and returns a
-// Server with its 13 tools registered.
+// Server with its 13 tools registered. With Options.Refuse it connects to
+// nothing; dial and id are not used.
 func New(ctx context.Context, dial Dialer, id Identity, opts *Options) (*Server, error) {
-	if id.AgentID == "" {
-		return nil, errors.New("mcpserver: identity has no agent ID")
-	}
 	s := &Server{posts: map[string]context.Context{}, sessionWaits: map[string]*sessionWait{}}
 	if opts != nil {
 		s.opts = *opts
@@ -143,11 +161,24 @@ func New(ctx context.Context, dial Dialer, id Identity, opts *Options) (*Server,
 	if s.opts.HTTPSessionIdle <= 0 {
 		s.opts.HTTPSessionIdle = DefaultHTTPSessionIdle
 	}
+	if s.opts.AuthFailureDelay <= 0 {
+		s.opts.AuthFailureDelay = jsonrpc.DefaultAuthFailureDelay
+	}
 	s.log = s.opts.Logger
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
-	ib, err := inbox.New(ctx, dial, id, &inbox.Options{Logger: s.opts.Logger, QueueSize: s.opts.QueueSize})
+	if s.opts.Refuse != nil {
+		s.opts.Channel, s.opts.Wake = false, nil
+		s.mcp = mcp.NewServer(&mcp.Implementation{Name: "thrum", Title: "thrum messaging", Version: s.opts.Version},
+			&mcp.ServerOptions{Instructions: "thrum cannot act as an agent here: every tool says why.", Capabilities: &mcp.ServerCapabilities{}})
+		s.register()
+		return s, nil
+	}
+	if id.AgentID == "" {
+		return nil, errors.New("mcpserver: identity has no agent ID")
+	}
+	ib, err := inbox.New(ctx, dial, id, &inbox.Options{Logger: s.opts.Logger, QueueSize: s.opts.QueueSize, Lazy: s.opts.Lazy})
 	if err != nil {
 		return nil, fmt.Errorf("mcpserver: %w", err)
 	}
@@ -183,17 +214,23 @@ func (s *Server) Run(ctx context.Context, t mcp.Transport) error {
 	run, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
 	tr := newAnswering(t, s)
-	rung := make(chan struct{})
+	var rung []chan struct{} // closed as each ringer ends
 	ringCtx, stopRing := context.WithCancel(run)
 	defer stopRing()
+	ringer := func(f func()) {
+		done := make(chan struct{})
+		rung = append(rung, done)
+		go func() {
+			defer close(done)
+			f()
+		}()
+	}
 	if s.opts.Channel {
 		tr.ch = newChannel()
-		go func() {
-			defer close(rung)
-			s.ring(ringCtx, tr.ch)
-		}()
-	} else {
-		close(rung)
+		ringer(func() { s.ring(ringCtx, tr.ch) })
+	}
+	if s.opts.Wake != nil {
+		ringer(func() { s.wake(ringCtx, tr.heard) })
 	}
 	stop := context.AfterFunc(ctx, func() {
 		s.EndWaits()
@@ -203,7 +240,9 @@ func (s *Server) Run(ctx context.Context, t mcp.Transport) error {
 	defer stop()
 	err := s.mcp.Run(run, tr)
 	stopRing()
-	<-rung
+	for _, done := range rung {
+		<-done
+	}
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
@@ -214,7 +253,11 @@ func (s *Server) Run(ctx context.Context, t mcp.Transport) error {
 // status "shutdown" and no message: they claim nothing. Call it before
 // shutting down an HTTP server that serves HTTPHandler, whose graceful
 // shutdown would otherwise wait for the wait. It is idempotent.
-func (s *Server) EndWaits() { s.ib.End() }
+func (s *Server) EndWaits() {
+	if s.ib != nil {
+		s.ib.End()
+	}
+}
 
 // postKeyHeader carries, from HTTPHandler to the tool handlers, the key of
 // the HTTP POST that brought a request. A client's own value is replaced.
@@ -223,8 +266,9 @@ const postKeyHeader = "X-Thrum-Post-Key"
 // HTTPHandler serves MCP over Streamable HTTP. Mount it on a loopback
 // listener. Like the daemon's WebSocket it refuses (403) a Host that is
 // not loopback (DNS rebinding) and an Origin that is not a loopback page,
-// and it requires the agent's token as a bearer (401): the port is open
-// to every local user and every page a local browser shows. A server
+// and it requires the agent's token as a bearer (401, after
+// Options.AuthFailureDelay): the port is open to every local user and
+// every page a local browser shows. A server
 // whose Identity has no token refuses every request.
 //
 // A wait_for_message ends, claiming nothing, when the POST that carries it
@@ -245,6 +289,9 @@ func (s *Server) HTTPHandler() http.Handler {
 			return
 		}
 		if !s.bearerOK(r.Header.Get("Authorization")) {
+			// Guessing costs the guesser: the answer waits, even if it
+			// hangs up, while every right token is answered at once.
+			time.Sleep(s.opts.AuthFailureDelay)
 			w.Header().Set("WWW-Authenticate", `Bearer realm="thrum"`)
 			http.Error(w, "unauthorized: send the agent's thrum token as Authorization: Bearer <token>", http.StatusUnauthorized)
 			return
@@ -305,6 +352,9 @@ func (s *Server) sessions() int {
 // constant time. The scheme is case-insensitive (RFC 9110, 11.1).
 func (s *Server) bearerOK(h string) bool {
 	scheme, tok, ok := strings.Cut(strings.TrimSpace(h), " ")
+	if s.ib == nil {
+		return false
+	}
 	token := s.ib.ID().Token
 	return ok && strings.EqualFold(scheme, "Bearer") && token != "" && subtle.ConstantTimeCompare([]byte(strings.TrimSpace(tok)), []byte(token)) == 1
 }
@@ -352,7 +402,9 @@ type sessionWait struct{ cancel context.CancelFunc }
 // open, its calls failing cleanly, until its transport ends. It is
 // idempotent.
 func (s *Server) Close() error {
-	s.ib.Close()
+	if s.ib != nil {
+		s.ib.Close()
+	}
 	for ss := range s.mcp.Sessions() {
 		if ss.ID() != "" { // a Streamable HTTP session (Run's and ServeStdio's have no ID)
 			ss.Close()

@@ -44,6 +44,10 @@ func add[In, Out any](s *Server, t *mcp.Tool, in, out edits, h func(context.Cont
 	t.InputSchema = schemaFor[In](in)
 	t.OutputSchema = outputSchemaFor[Out](out)
 	mcp.AddTool(s.mcp, t, func(ctx context.Context, req *mcp.CallToolRequest, args In) (*mcp.CallToolResult, Out, error) {
+		if s.opts.Refuse != nil {
+			var o Out
+			return nil, o, toolError(t.Name, s.opts.Refuse())
+		}
 		o, err := h(ctx, req, args)
 		if err != nil {
 			return nil, o, toolError(t.Name, err)
@@ -165,11 +169,10 @@ func toolError(tool string, err error) *ToolError {
 		e.Message = strings.TrimSpace(cliAdvice.ReplaceAllString(re.Message, ""))
 	case errors.Is(err, inbox.ErrWaitInProgress):
 		return errWaitInProgress
-	case errors.Is(err, rpc.ErrConnClosed), errors.Is(err, inbox.ErrUnreachable):
-		e.Code = "unavailable"
-		if !strings.Contains(e.Message, "shutting down") {
-			e.Message = inbox.ErrUnreachable.Error()
-		}
+	case errors.Is(err, inbox.ErrUnreachable):
+		e.Code = "unavailable" // with why the last connect failed
+	case errors.Is(err, rpc.ErrConnClosed):
+		e.Code, e.Message = "unavailable", inbox.ErrUnreachable.Error()
 	case errors.Is(err, context.DeadlineExceeded):
 		e.Code, e.Message = "unavailable", "the thrum daemon did not answer in time"
 	}

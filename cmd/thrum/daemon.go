@@ -73,6 +73,9 @@ func (c *InitCmd) Run(ctx context.Context, g *Globals) error {
 		return fmt.Errorf("init: %w", err)
 	}
 	res := map[string]any{"root": l.Root, "git": l.Git, "log_dir": l.LogDir, "home": l.Home, "created": created, "shares": l.Shared, "leaves": to}
+	if err := toldLeaves(l, to.line()); err != nil {
+		return fmt.Errorf("init: %w", err)
+	}
 	return g.out(res, func(w io.Writer) {
 		if len(created) == 0 {
 			fmt.Fprintf(w, "thrum is already set up in %s\n", l.Root)
@@ -115,6 +118,7 @@ type DaemonRunCmd struct {
 	SyncInterval time.Duration `default:"60s" help:"How often to sync with the git remote when idle."`
 	SyncWait     time.Duration `default:"2s" help:"How long a send naming an unknown recipient waits for a sync with the git remote before refusing (0: no wait)."`
 	natsFlags
+	Autostarted  bool          `hidden:"" help:"Started by an agent's MCP server, not a person: sync only where a person was told the log goes."`
 }
 
 func (c *DaemonRunCmd) Help() string {
@@ -159,6 +163,12 @@ func (c *DaemonRunCmd) Run(ctx context.Context, g *Globals) error {
 		return fmt.Errorf("daemon: %w", err)
 	}
 	syncOn := to.gitSyncs() || to.natsConfig() != nil
+	if syncOn && c.Autostarted {
+		if why := untold(l, to); why != "" {
+			syncOn = false
+			logger.Warn("sync is off: " + why)
+		}
+	}
 	keys, err := l.keys()
 	if err != nil {
 		return fmt.Errorf("daemon: %w", err)
@@ -239,8 +249,10 @@ func (c *DaemonRunCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	// The syncers are made (not run) before the server, which answers
 	// sync.status and sync.force through them.
-	if err := sy.make(n, l, to, c.SyncInterval, logger); err != nil {
-		return err
+	if syncOn {
+		if err := sy.make(n, l, to, c.SyncInterval, logger); err != nil {
+			return err
+		}
 	}
 	ropts := &thrum.RPCOptions{OwnerSecret: secret, Logger: logger, WebSessionFile: filepath.Join(filepath.Dir(l.Socket), "web.sessions")}
 	if sy.on() {
@@ -399,6 +411,7 @@ type DaemonStartCmd struct {
 	SyncWait     time.Duration `default:"2s" help:"How long a send naming an unknown recipient waits for a sync with the git remote before refusing (0: no wait)."`
 	Timeout      time.Duration `default:"10s" help:"How long to wait for the daemon to answer."`
 	natsFlags
+	Autostarted  bool          `hidden:"" help:"Started by an agent's MCP server, not a person: sync only where a person was told the log goes."`
 
 	verbose bool // run the daemon with --verbose (restart: it was)
 }
@@ -448,6 +461,9 @@ func (c *DaemonStartCmd) Run(ctx context.Context, g *Globals) error {
 	defer logf.Close()
 	logStart, _ := logf.Seek(0, io.SeekEnd) // this run's lines start here
 	args := []string{"--repo", l.Root, "daemon", "run", "--ws-addr", c.WSAddr, "--sync-interval", c.SyncInterval.String(), "--sync-wait", c.SyncWait.String()}
+	if c.Autostarted {
+		args = append(args, "--autostarted")
+	}
 	if g.Home != "" {
 		args = append([]string{"--home", g.Home}, args...)
 	}
@@ -459,6 +475,10 @@ func (c *DaemonStartCmd) Run(ctx context.Context, g *Globals) error {
 	if _, port, _ := net.SplitHostPort(c.WSAddr); port == "0" {
 		lastPort = readPort(l.WSPort)
 	}
+	// The first start in this clone says where the log goes even if init
+	// said it: the daemon is what sends it.
+	_, err = os.Stat(flagsFile(l))
+	first := errors.Is(err, os.ErrNotExist)
 	cmd := exec.Command(exe, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Dir = l.Root
@@ -481,9 +501,13 @@ func (c *DaemonStartCmd) Run(ctx context.Context, g *Globals) error {
 			if moved {
 				st["ws_port_was"] = lastPort
 			}
-			announce, err := announceLeaves(ctx, l, &c.natsFlags, st)
-			if err != nil {
-				return err
+			// A start no person asked for tells no one: what it would
+			// print is not recorded as told.
+			announce := ""
+			if !c.Autostarted {
+				if announce, err = announceLeaves(ctx, l, &c.natsFlags, st, first); err != nil {
+					return err
+				}
 			}
 			return g.out(st, func(w io.Writer) {
 				fmt.Fprintf(w, "Daemon started (pid %d)\n  socket:    %s\n", cmd.Process.Pid, l.Socket)
@@ -799,8 +823,13 @@ func (c *DaemonStatusCmd) Run(ctx context.Context, g *Globals) error {
 				fmt.Fprintf(w, "Daemon running (pid %d) but not answering here: %s\n", holder, why)
 			})
 		}
-		if err := g.out(statusJSON(l, pid, nil), func(w io.Writer) {
+		st := statusJSON(l, pid, nil)
+		st["hook_failures"] = hookFailuresJSON(l)
+		if err := g.out(st, func(w io.Writer) {
 			fmt.Fprintf(w, "Daemon is not running for %s\n", l.Root)
+			if line := hookFailuresLine(l); line != "" {
+				fmt.Fprintln(w, line)
+			}
 		}); err != nil {
 			return err
 		}
@@ -808,6 +837,7 @@ func (c *DaemonStatusCmd) Run(ctx context.Context, g *Globals) error {
 		return &codeError{code: exitNoDaemon, err: errSilent}
 	}
 	st := statusJSON(l, pid, h)
+	st["hook_failures"] = hookFailuresJSON(l)
 	return g.out(st, func(w io.Writer) {
 		fmt.Fprintf(w, "Daemon running (pid %d)\n", pid)
 		fmt.Fprintf(w, "  uptime:  %s\n", (time.Duration(h.UptimeMs) * time.Millisecond).Round(time.Second))
@@ -816,6 +846,9 @@ func (c *DaemonStatusCmd) Run(ctx context.Context, g *Globals) error {
 			fmt.Fprintf(w, "  ws port: %v (ws://127.0.0.1:%v/ws)\n", p, p)
 		}
 		fmt.Fprintf(w, "  version: %s  status: %s  sync: %s\n", h.Version, h.Status, h.SyncState)
+		if line := hookFailuresLine(l); line != "" {
+			fmt.Fprintln(w, "  "+line)
+		}
 		printHealthNotes(w, h)
 	})
 }

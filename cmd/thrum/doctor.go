@@ -184,7 +184,7 @@ func (c *DoctorCmd) report(ctx context.Context, g *Globals, l *layout, n *thrum.
 		}
 		if err := g.out(map[string]any{"ok": rep.OK(), "rebuilt": rebuilt, "report": rep,
 			"refused": len(refused) - waiting, "refusals": syncRefusals(counts), "waiting": waiting, "adopted": adopted,
-			"signatures": sigs, "keyring": ring, "nats": nats}, nil); err != nil {
+			"signatures": sigs, "keyring": ring, "nats": nats, "hook_failures": hookFailuresJSON(l)}, nil); err != nil {
 			return err
 		}
 	} else {
@@ -217,6 +217,9 @@ func (c *DoctorCmd) report(ctx context.Context, g *Globals, l *layout, n *thrum.
 			for _, a := range adopted {
 				fmt.Fprintf(textWriter{g.stdout}, "  %s %s: %s → %s\n", a.At, a.Path, a.Why, a.MovedTo)
 			}
+		}
+		if line := hookFailuresLine(l); line != "" {
+			fmt.Fprintln(textWriter{g.stdout}, line)
 		}
 		if !rep.OK() && rep.Lines == rep.Events && !rebuilt {
 			g.hint("Rebuild the projection from the log with: thrum doctor --rebuild")

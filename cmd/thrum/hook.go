@@ -148,6 +148,7 @@ Examples:
 // because of it.
 type hookInput struct {
 	Cwd            string   `json:"cwd"`
+	SessionID      string   `json:"session_id"`
 	WorkspaceRoots []string `json:"workspace_roots"` // Cursor
 	Status         string   `json:"status"`          // Cursor's stop: completed, aborted or error
 }
@@ -179,6 +180,13 @@ func (c *HookCmd) Run(ctx context.Context, g *Globals) error {
 		if out, err = h.answer(ctx, time.Now().Add(hookBudget), g, os.Stdin); err != nil {
 			g.debugf("hook %s %s: %v", c.Host, c.Event, err)
 			out = hookOutput{}
+			// Recorded where the repository is known (the input's cwd
+			// may have named it); a hook outside one has nowhere to.
+			if l, lerr := resolveLayout(ctx, g); lerr == nil {
+				if rerr := recordHookFailure(l, c.Host+" "+c.Event, err); rerr != nil {
+					g.debugf("hook: recording the failure: %v", rerr)
+				}
+			}
 		}
 	}
 	enc := json.NewEncoder(g.stdout)
@@ -219,9 +227,20 @@ func (h hookSpec) answer(ctx context.Context, budget time.Time, g *Globals, stdi
 	if !g.repoFlag && in.dir() != "" {
 		g.Repo = in.dir()
 	}
-	ib, a, err := agentInbox(pre, g, false, slog.New(slog.DiscardHandler))
+	a, err := resolveAgent(pre, g, false)
 	if err != nil {
 		return none, err
+	}
+	if h.host == "codex" && h.name == "SessionStart" && in.SessionID != "" {
+		// The thread the agent's MCP server wakes (mcp serve --wake codex).
+		if err := registerCodexThread(a.l, a.f.AgentID, in.SessionID); err != nil {
+			return none, fmt.Errorf("registering the Codex session to wake: %w", err)
+		}
+	}
+	a.logger = slog.New(slog.DiscardHandler)
+	ib, err := inbox.New(pre, a.dial, a.id(), &inbox.Options{Logger: a.logger})
+	if err != nil {
+		return none, a.failed(err)
 	}
 	defer ib.Close()
 	var text string

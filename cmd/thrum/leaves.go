@@ -12,7 +12,6 @@ import (
 
 	"github.com/thrumhq/thrum/eventlog/gitsync"
 	"github.com/thrumhq/thrum/eventlog/natsync"
-	"github.com/thrumhq/thrum/internal/private"
 )
 
 // What leaves this machine, and where. init says it every time, the
@@ -113,17 +112,19 @@ func (w *leaves) historyLine() string {
 		gitsync.DefaultRemote, SyncBranch, w.History, plural(w.History, "commit", "commits"), gitsync.DefaultRemote, SyncBranch)
 }
 
-// announce returns the line the first time it differs from what this
-// clone's daemon last announced ("" otherwise), and records it.
-func (w *leaves) announce(l *layout) (string, error) {
-	path := filepath.Join(filepath.Dir(l.PIDFile), "leaves")
+// announce returns the line to print at a daemon start, and records it
+// as told (see untold): at the first start in this clone, and at any
+// start after where the log goes changed since a person was told ("" at
+// the others).
+func (w *leaves) announce(l *layout, first bool) (string, error) {
 	line := w.line()
-	if b, err := os.ReadFile(path); err == nil && strings.TrimSpace(string(b)) == line {
+	b, err := os.ReadFile(filepath.Join(filepath.Dir(l.PIDFile), leavesFile))
+	if err == nil && !first && strings.TrimSpace(string(b)) == line {
 		return "", nil
 	} else if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return "", err
 	}
-	return line, private.WriteFile(path, []byte(line+"\n"))
+	return line, toldLeaves(l, line)
 }
 
 // setLocal records local mode in this clone's git config.
@@ -157,13 +158,12 @@ func hideSecret(s string) string {
 }
 
 // announceLeaves adds where the log goes to a started daemon's status,
-// and returns the line to print: the first time it differs from what
-// this clone's daemon last said, "" after.
-func announceLeaves(ctx context.Context, l *layout, f *natsFlags, st map[string]any) (string, error) {
+// and returns the line to print (see announce).
+func announceLeaves(ctx context.Context, l *layout, f *natsFlags, st map[string]any, first bool) (string, error) {
 	to, err := whereTo(ctx, l, f)
 	if err != nil {
 		return "", fmt.Errorf("daemon start: %w", err)
 	}
 	st["leaves"] = to
-	return to.announce(l)
+	return to.announce(l, first)
 }

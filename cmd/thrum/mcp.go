@@ -9,6 +9,8 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
+	"strings"
 	"time"
 
 	"github.com/thrumhq/thrum"
@@ -25,8 +27,10 @@ type McpCmd struct {
 
 // McpServeCmd runs the MCP server for one agent.
 type McpServeCmd struct {
-	HTTP    string `name:"http" placeholder:"ADDR" help:"Serve Streamable HTTP on this loopback address (e.g. 127.0.0.1:8765) instead of stdio."`
-	Channel bool   `help:"Be a Claude Code channel: push each message to the session as it arrives (or THRUM_CHANNEL=1). Stdio only."`
+	HTTP        string `name:"http" placeholder:"ADDR" help:"Serve Streamable HTTP on this loopback address (e.g. 127.0.0.1:8765) instead of stdio."`
+	Channel     bool   `help:"Be a Claude Code channel: push each message to the session as it arrives (or THRUM_CHANNEL=1). Stdio only."`
+	Wake        string `placeholder:"HOST" help:"Wake the idle session of this host when mail comes: claude (its messaging socket) or codex (codex queue). thrum setup writes it. Stdio only."`
+	NoAutostart bool   `name:"no-autostart" help:"Do not start the daemon when none runs: wait for one."`
 }
 
 func (c *McpServeCmd) Help() string {
@@ -46,6 +50,25 @@ With --http, every request must carry the agent's token (the "token" of
 its identity file in .thrum/identities) as "Authorization: Bearer <token>";
 requests from non-loopback Hosts or foreign Origins are refused.
 
+It does not exit while the host needs it. With no daemon running, it
+starts one where thrum init has run (not with --no-autostart), so the
+daemon comes back after a reboot with the first session; such a daemon
+syncs only to the remote thrum init told you of. Else
+it waits for one, and its tools answer "unavailable" until it comes.
+With no identity to act as (two identity files and no THRUM_NAME, or
+none), it stays up and every tool says which identities there are and
+how to name one.
+
+With --wake claude or --wake codex (thrum setup writes it), the server
+wakes the agent's idle session when mail comes, with a line of its own
+as the next prompt — "thrum: 2 new messages (newest msg_… from bob); call
+check_messages" — once per batch of mail; it claims nothing, and the
+messages arrive through the prompt's hook or check_messages. Claude Code:
+the session's messaging socket (CLAUDE_CODE_MESSAGING_SOCKET and _TOKEN,
+which the session gives the server). Codex: codex queue --thread=SESSION,
+the session named by thrum's SessionStart hook, while its TUI is open. A
+ring that fails ends the waking; the mail waits for the next session.
+
 With --channel, the server is a Claude Code channel: when messages for
 the agent arrive (and when the session starts, if some wait) it announces
 them in the session (notifications/claude/channel): how many are unread
@@ -59,6 +82,7 @@ Claude Code (.mcp.json or .claude/settings.json):
 
 Examples:
   thrum mcp serve
+  thrum mcp serve --wake claude
   thrum mcp serve --agent-id alice
   thrum mcp serve --channel
   thrum mcp serve --http 127.0.0.1:8765`
@@ -68,7 +92,13 @@ func (c *McpServeCmd) Run(ctx context.Context, g *Globals) error {
 	if c.Channel && c.HTTP != "" {
 		return withCode(exitUsage, "--channel works over stdio only: drop --http")
 	}
-	srv, f, logger, err := agentServer(ctx, g, &mcpserver.Options{Channel: c.Channel})
+	if c.Wake != "" && c.HTTP != "" {
+		return withCode(exitUsage, "--wake works over stdio only: drop --http")
+	}
+	if c.Wake != "" && c.Wake != "claude" && c.Wake != "codex" {
+		return withCode(exitUsage, "--wake %q: give claude or codex", c.Wake)
+	}
+	srv, f, logger, err := c.server(ctx, g)
 	if err != nil {
 		return err
 	}
@@ -89,7 +119,7 @@ func (c *McpServeCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	hs := &http.Server{Handler: srv.HTTPHandler(), ReadHeaderTimeout: 10 * time.Second}
-	logger.Warn("thrum MCP server on Streamable HTTP", "url", fmt.Sprintf("http://%s/", ln.Addr()), "agent", f.AgentID)
+	logger.Warn("thrum MCP server on Streamable HTTP", "url", fmt.Sprintf("http://%s/", ln.Addr()), "agent", f)
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	select {
@@ -107,21 +137,112 @@ func (c *McpServeCmd) Run(ctx context.Context, g *Globals) error {
 	}
 }
 
-// agentServer resolves the agent (see resolveAgent) and connects an MCP
-// server acting as it to the daemon, with the logger it logs to (stderr:
-// stdout may be a wire).
-func agentServer(ctx context.Context, g *Globals, opts *mcpserver.Options) (*mcpserver.Server, *identity.File, *slog.Logger, error) {
-	a, err := resolveAgent(ctx, g, true)
+// server makes the MCP server: acting as the agent resolved (see
+// resolveAgent) and connecting to its daemon in the background — starting
+// it first, unless told not to, where none runs — or, with no agent to
+// act as, one whose every tool says why. It returns the agent's name ("":
+// none) and the logger it logs to (stderr: stdout may be a wire).
+func (c *McpServeCmd) server(ctx context.Context, g *Globals) (*mcpserver.Server, string, *slog.Logger, error) {
+	o := &mcpserver.Options{Channel: c.Channel, Lazy: true, Version: thrum.Version, Logger: agentLogger(g)}
+	a, err := resolveAgent(ctx, g, false)
 	if err != nil {
-		return nil, nil, nil, err
+		o.Logger.Warn("thrum mcp serve: no agent to act as; every tool says why until the server is restarted with one", "err", err)
+		o.Refuse = func() error { return noAgent(ctx, g) }
+		srv, err := mcpserver.New(ctx, nil, mcpserver.Identity{}, o)
+		return srv, "", o.Logger, err
 	}
-	o := *opts
-	o.Logger, o.Version = a.logger, thrum.Version
-	srv, err := mcpserver.New(ctx, a.dial, a.id(), &o)
+	switch c.Wake {
+	case "claude":
+		o.Wake = claudeWaker(g.env, a.logger)
+	case "codex":
+		o.Wake = codexWaker(a, time.Now())
+	}
+	c.ensureDaemon(ctx, g, a)
+	srv, err := mcpserver.New(ctx, a.dial, a.id(), o)
 	if err != nil {
-		return nil, nil, nil, a.failed(err)
+		return nil, "", nil, err
 	}
-	return srv, a.f, a.logger, nil
+	return srv, a.f.AgentID, a.logger, nil
+}
+
+// noAgent is the error of every tool of a server with no agent to act as:
+// why, the identities there are, and how to name one.
+func noAgent(ctx context.Context, g *Globals) error {
+	msg := "thrum has no agent to act as here"
+	l, err := resolveLayout(ctx, g)
+	if err == nil {
+		_, _, err = identity.Resolve(l.IDs, g.selector())
+	}
+	if err != nil {
+		msg += ": " + err.Error()
+	}
+	var names []string
+	if l != nil {
+		if fs, err := identity.List(l.IDs); err == nil {
+			for _, f := range fs {
+				names = append(names, f.AgentID)
+			}
+		}
+	}
+	hint := "set THRUM_NAME to one of them in this MCP server's environment, or add --agent-id NAME to its arguments, then restart the server"
+	switch {
+	case len(names) > 0:
+		if list := strings.Join(names, ", "); !strings.Contains(msg, list) {
+			msg += " (identities here: " + list + ")"
+		}
+	default:
+		hint = "register an agent in this repository (thrum quickstart --name NAME --role ROLE --module MODULE), then restart the server; with several, set THRUM_NAME or --agent-id NAME"
+	}
+	return &mcpserver.ToolError{Code: "no_identity", Message: msg, Hint: hint}
+}
+
+// ensureDaemon starts the daemon of a's repository in the background when
+// none answers, where thrum init has run, unless --no-autostart; the
+// server's inbox connects when it answers. Otherwise the inbox waits for
+// one. Init is never run from here.
+func (c *McpServeCmd) ensureDaemon(ctx context.Context, g *Globals, a *agent) {
+	if _, err := health(ctx, a.l); err == nil {
+		return
+	}
+	if c.NoAutostart {
+		a.logger.Warn("no thrum daemon is running; waiting for one (start it with `thrum daemon start`)", "repo", a.l.Root)
+		return
+	}
+	if _, err := os.Stat(a.l.LogDir); err != nil {
+		a.logger.Warn("no thrum daemon is running and thrum init has not run here; waiting for a daemon (run `thrum init`, then `thrum daemon start`)", "repo", a.l.Root)
+		return
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		a.logger.Warn("no thrum daemon is running, and it cannot be started from here; waiting for one", "err", err)
+		return
+	}
+	args := []string{"--repo", a.l.Root, "daemon", "start", "--autostarted"}
+	if g.Home != "" {
+		args = append([]string{"--home", g.Home}, args...)
+	}
+	cmd := exec.Command(exe, args...)
+	cmd.Stdout, cmd.Stderr = g.stderr, g.stderr // never stdout: it is the MCP wire
+	cmd.Dir = a.l.Root
+	a.logger.Warn("no thrum daemon is running; starting it", "repo", a.l.Root)
+	if err := cmd.Start(); err != nil {
+		a.logger.Warn("could not start the thrum daemon; waiting for one", "err", err)
+		return
+	}
+	go func() {
+		if err := cmd.Wait(); err != nil {
+			a.logger.Warn("starting the thrum daemon failed; waiting for one (`thrum daemon start` says why)", "err", err)
+		}
+	}()
+}
+
+// agentLogger writes warnings (with --verbose, debug lines) to stderr.
+func agentLogger(g *Globals) *slog.Logger {
+	level := slog.LevelWarn
+	if g.Verbose {
+		level = slog.LevelDebug
+	}
+	return slog.New(slog.NewTextHandler(g.stderr, &slog.HandlerOptions{Level: level}))
 }
 
 // agentInbox resolves the agent (see resolveAgent) and opens its inbox on
@@ -182,12 +303,7 @@ func resolveAgent(ctx context.Context, g *Globals, checkHealth bool) (*agent, er
 	if err != nil {
 		return nil, err
 	}
-	level := slog.LevelWarn
-	if g.Verbose {
-		level = slog.LevelDebug
-	}
-	logger := slog.New(slog.NewTextHandler(g.stderr, &slog.HandlerOptions{Level: level}))
-	a := &agent{l: l, f: f, logger: logger}
+	a := &agent{l: l, f: f, logger: agentLogger(g)}
 	a.dial = func(ctx context.Context, onNote func(string, json.RawMessage)) (*rpc.Client, error) {
 		return rpc.Dial(ctx, l.Socket, &rpc.ClientOptions{Logger: a.logger, OnNotification: onNote})
 	}

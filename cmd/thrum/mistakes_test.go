@@ -210,8 +210,6 @@ func TestErrorsHaveOnePrefix(t *testing.T) {
 	}{
 		{plain, []string{"inbox"}, plain.repo + " is not set up for thrum: run `thrum init`"},
 		{plain, []string{"doctor"}, plain.repo + " is not set up for thrum: run `thrum init`"},
-		{plain, []string{"mcp", "serve"}, "no daemon is running for"},
-		{c, []string{"mcp", "serve"}, "no daemon is running for"},
 		{plain, []string{"inbx"}, "unexpected argument inbx"},
 	} {
 		r := run.c.run(run.args...)

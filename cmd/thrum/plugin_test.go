@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -152,9 +153,15 @@ func TestClaudePlugin(t *testing.T) {
 	if r := c.setup("claude"); r.code != 0 {
 		t.Fatalf("setup claude:\n%s", r)
 	}
-	want, _ := os.ReadFile(filepath.Join(c.repo, ".claude", "settings.json"))
-	if got, _ := os.ReadFile(filepath.Join(pluginDir, "hooks", "hooks.json")); !bytes.Equal(got, want) {
-		t.Errorf("hooks/hooks.json differs from what thrum setup claude writes:\n%s\nwant:\n%s", got, want)
+	// (Its permission rule names the server as setup writes it; a
+	// plugin's tools carry the plugin's prefix and are the user's to allow.)
+	var want, got struct{ Hooks any }
+	if b, err := os.ReadFile(filepath.Join(c.repo, ".claude", "settings.json")); err != nil || json.Unmarshal(b, &want) != nil {
+		t.Fatalf("setup's .claude/settings.json: %v\n%s", err, b)
+	}
+	decodeStrict(t, filepath.Join(pluginDir, "hooks", "hooks.json"), &got)
+	if !reflect.DeepEqual(got, want) || want.Hooks == nil {
+		t.Errorf("hooks/hooks.json differs from the hooks thrum setup claude writes:\n%+v\nwant:\n%+v", got, want)
 	}
 
 	var monitors []pluginMonitor

@@ -32,6 +32,7 @@ type SetupCmd struct {
 	DryRun  bool   `name:"dry-run" help:"Print the changes as a diff and write nothing."`
 	Channel bool   `help:"Claude Code: say how to start a session with the channel, which pushes each message into it (the channel is chosen per launch, never written into the files)."`
 	User    bool   `help:"Write the host's files in your home directory, for every project, instead of this project's."`
+	NoWake  bool   `name:"no-wake" help:"Claude Code and Codex: do not wake an idle session when mail comes (the MCP server's --wake)."`
 }
 
 func (c *SetupCmd) Help() string {
@@ -78,6 +79,7 @@ type setupSpec struct {
 	host    string
 	agent   string // "" when the host should resolve it
 	channel bool
+	noWake  bool
 	user    bool
 	root    string // the project
 	home    string // the user's home directory
@@ -99,7 +101,7 @@ var setupHosts = map[string]setupHost{
 	"claude": {name: "Claude Code", files: claudeFiles, check: func(s *setupSpec) []string {
 		var notes []string
 		if !s.user {
-			notes = append(notes, `start Claude Code in this project; at "New MCP server found in this project: thrum" choose "Use this MCP server": the preselected "Continue without using this MCP server" leaves thrum's tools off`)
+			notes = append(notes, `start Claude Code in this project: trust the folder ("Yes, proceed"; the preselected "No, exit" quits), then at "New MCP server found in this project: thrum" choose "Use this MCP server": the preselected "Continue without using this MCP server" leaves thrum's tools off`)
 		}
 		if s.channel {
 			notes = append(notes, "for the channel, start each session that should have it as `THRUM_CHANNEL=1 claude --dangerously-load-development-channels server:thrum`")
@@ -158,11 +160,16 @@ func (s *setupSpec) agentArgs() []string {
 	return []string{"--agent-id", s.agent}
 }
 
-// mcpArgs are the arguments of the MCP server's command, thrum. The
-// channel is not among them: it is chosen per launch (THRUM_CHANNEL=1),
-// since a project's .mcp.json is shared.
+// mcpArgs are the arguments of the MCP server's command, thrum: with
+// --wake HOST in Claude Code and Codex (not with --no-wake). The channel
+// is not among them: it is chosen per launch (THRUM_CHANNEL=1), since a
+// project's .mcp.json is shared.
 func (s *setupSpec) mcpArgs() []string {
-	return append([]string{"mcp", "serve"}, s.agentArgs()...)
+	args := []string{"mcp", "serve"}
+	if (s.host == "claude" || s.host == "codex") && !s.noWake {
+		args = append(args, "--wake="+s.host)
+	}
+	return append(args, s.agentArgs()...)
 }
 
 func (s *setupSpec) hookCommand(event string) string {
@@ -234,8 +241,16 @@ func claudeFiles(s *setupSpec) []setupFile {
 		return mergeServer(d, []any{"mcpServers", "thrum"}, "type", "stdio", "command", "thrum", "args", s.mcpArgs())
 	}
 	hooks := s.file(".claude/settings.json", ".claude/settings.json")
-	hooks.what = hooksWhat(s.host)
-	hooks.json = func(d *jsonedit.Doc) error { return groupedHooks(d, s) }
+	hooks.what = hooksWhat(s.host) + "; thrum's tools allowed"
+	// A headless claude -p cannot ask for a tool's permission and refuses
+	// it: thrum's tools are allowed by the server's rule, as Gemini CLI's
+	// setup trusts the server.
+	hooks.json = func(d *jsonedit.Doc) error {
+		if err := groupedHooks(d, s); err != nil {
+			return err
+		}
+		return ensureMember(d, claudeToolsRule, "permissions", "allow")
+	}
 	listener := s.file(".claude/agents/thrum-listener.md", ".claude/agents/thrum-listener.md")
 	listener.what = "the sub-agent thrum-listener"
 	listener.text = func([]byte) ([]byte, error) { return []byte(listenerAgent("thrum-listener", "mcp__thrum__")), nil }
@@ -372,6 +387,20 @@ func opencodeFiles(s *setupSpec) []setupFile {
 
 func hooksWhat(host string) string {
 	return "hooks on " + strings.Join(hostHookEvents[host], ", ")
+}
+
+// claudeToolsRule is Claude Code's permission rule for every tool of the
+// MCP server thrum.
+const claudeToolsRule = "mcp__thrum"
+
+// ensureMember appends v to the array at path unless it holds v already.
+func ensureMember(d *jsonedit.Doc, v any, path ...any) error {
+	if l, ok := d.Get(path...); ok {
+		if l, ok := l.([]any); ok && slices.Contains(l, v) {
+			return nil
+		}
+	}
+	return d.Append(v, path...)
 }
 
 // mergeObject sets each key, value pair of kv in the object at path,
@@ -775,7 +804,10 @@ func (c *SetupCmd) Run(ctx context.Context, g *Globals) error {
 		}
 		c.Agent = g.AgentID
 	}
-	s := &setupSpec{host: c.Host, channel: c.Channel, user: c.User, root: l.Root, env: g.env}
+	if c.NoWake && c.Host != "claude" && c.Host != "codex" {
+		return withCode(exitUsage, "--no-wake is for claude and codex: thrum wakes no idle %s session", host.name)
+	}
+	s := &setupSpec{host: c.Host, channel: c.Channel, noWake: c.NoWake, user: c.User, root: l.Root, env: g.env}
 	if s.home = g.env("HOME"); s.home == "" {
 		if s.home, err = os.UserHomeDir(); err != nil && c.User {
 			return fmt.Errorf("--user: %w", err)

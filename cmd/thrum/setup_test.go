@@ -285,7 +285,7 @@ func TestSetupUser(t *testing.T) {
 		contains(t, host+" --user", r.stdout, "~/")
 	}
 	home := files(t, c.home)
-	want := codexCfg + "\n[mcp_servers.thrum]\ncommand = \"thrum\"\nargs = [\"mcp\", \"serve\"]\n"
+	want := codexCfg + "\n[mcp_servers.thrum]\ncommand = \"thrum\"\nargs = [\"mcp\", \"serve\", \"--wake=codex\"]\n"
 	if got := home[".codex/config.toml"]; got != want {
 		t.Errorf("~/.codex/config.toml:\n%s\nwant:\n%s", got, want)
 	}
@@ -378,7 +378,7 @@ func TestSetupRefusesConflictingCodexServer(t *testing.T) {
 	if r.code != exitError {
 		t.Fatalf("want exit %d:\n%s", exitError, r)
 	}
-	contains(t, "stderr", r.stderr, ".codex/config.toml: cannot write [mcp_servers.thrum]", `set command = "thrum" and args = ["mcp", "serve"]`)
+	contains(t, "stderr", r.stderr, ".codex/config.toml: cannot write [mcp_servers.thrum]", `set command = "thrum" and args = ["mcp", "serve", "--wake=codex"]`)
 	got := files(t, c.repo)
 	if got[".codex/config.toml"] != cfg || len(got) != 1 {
 		t.Errorf("files after the refusal: %v", got)

@@ -194,10 +194,10 @@ func TestSetupKeepsByteOrderMark(t *testing.T) {
 		}
 	}
 	got := files(t, c.repo)
-	if want := "\uFEFF{\n  \"mcpServers\": {\n    \"thrum\": {\n      \"type\": \"stdio\",\n      \"command\": \"thrum\",\n      \"args\": [\n        \"mcp\",\n        \"serve\"\n      ]\n    }\n  }\n}\n"; got[".mcp.json"] != want {
+	if want := "\uFEFF{\n  \"mcpServers\": {\n    \"thrum\": {\n      \"type\": \"stdio\",\n      \"command\": \"thrum\",\n      \"args\": [\n        \"mcp\",\n        \"serve\",\n        \"--wake=claude\"\n      ]\n    }\n  }\n}\n"; got[".mcp.json"] != want {
 		t.Errorf(".mcp.json:\n%q\nwant\n%q", got[".mcp.json"], want)
 	}
-	if want := "\uFEFFmodel = \"o3\"\n\n[mcp_servers.thrum]\ncommand = \"thrum\"\nargs = [\"mcp\", \"serve\"]\n"; got[".codex/config.toml"] != want {
+	if want := "\uFEFFmodel = \"o3\"\n\n[mcp_servers.thrum]\ncommand = \"thrum\"\nargs = [\"mcp\", \"serve\", \"--wake=codex\"]\n"; got[".codex/config.toml"] != want {
 		t.Errorf(".codex/config.toml:\n%q\nwant\n%q", got[".codex/config.toml"], want)
 	}
 }
@@ -281,7 +281,7 @@ func TestSetupChangesOnlyThrumsOwn(t *testing.T) {
 		}
 	}
 	got := files(t, c.repo)
-	want := `{"mcpServers": {"thrum": {"command": "/opt/tools/thrum", "args": [ "mcp", "serve", "--agent-id", "alice" ], "env": {"X": "1"}, "type": "stdio"}}}`
+	want := `{"mcpServers": {"thrum": {"command": "/opt/tools/thrum", "args": [ "mcp", "serve", "--wake=claude", "--agent-id", "alice" ], "env": {"X": "1"}, "type": "stdio"}}}`
 	if got[".mcp.json"] != want {
 		t.Errorf(".mcp.json:\n%s\nwant:\n%s", got[".mcp.json"], want)
 	}
@@ -329,7 +329,7 @@ func TestSetupShowsWhatARerunChanges(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("want exit 0:\n%s", r)
 	}
-	contains(t, "stdout", r.stdout, "--- a/.mcp.json\n+++ b/.mcp.json\n", `-      "args": ["mcp", "serve", "--channel"]`, `+      "args": [ "mcp", "serve", "--agent-id", "alice" ]`,
+	contains(t, "stdout", r.stdout, "--- a/.mcp.json\n+++ b/.mcp.json\n", `-      "args": ["mcp", "serve", "--channel"]`, `+      "args": [ "mcp", "serve", "--wake=claude", "--agent-id", "alice" ]`,
 		"updated .mcp.json", "Do not commit .mcp.json, .claude/settings.json: they are for alice alone")
 
 	cfg := "# mine\n[mcp_servers.thrum] # thrum\ncommand = \"thrum\"\nargs = [\n  \"mcp\", \"serve\", # keep\n  \"--agent-id\", \"alice\",\n]\nenv = { A = \"]\" }\n\n[profiles.x]\nmodel = \"o3\"\n"
@@ -338,11 +338,11 @@ func TestSetupShowsWhatARerunChanges(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("want exit 0:\n%s", r)
 	}
-	want := "# mine\n[mcp_servers.thrum] # thrum\ncommand = \"thrum\"\nargs = [\"mcp\", \"serve\", \"--agent-id\", \"bob\"]\nenv = { A = \"]\" }\n\n[profiles.x]\nmodel = \"o3\"\n"
+	want := "# mine\n[mcp_servers.thrum] # thrum\ncommand = \"thrum\"\nargs = [\"mcp\", \"serve\", \"--wake=codex\", \"--agent-id\", \"bob\"]\nenv = { A = \"]\" }\n\n[profiles.x]\nmodel = \"o3\"\n"
 	if got := files(t, c.repo)[".codex/config.toml"]; got != want {
 		t.Errorf(".codex/config.toml:\n%s\nwant:\n%s", got, want)
 	}
-	contains(t, "stdout", r.stdout, "updated .codex/config.toml", "+args = [\"mcp\", \"serve\", \"--agent-id\", \"bob\"]")
+	contains(t, "stdout", r.stdout, "updated .codex/config.toml", "+args = [\"mcp\", \"serve\", \"--wake=codex\", \"--agent-id\", \"bob\"]")
 }
 
 // TestSetupPluginListenerForSetup: thrum setup claude writes the listener

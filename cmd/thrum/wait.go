@@ -124,7 +124,7 @@ func (c *WaitCmd) Run(ctx context.Context, g *Globals) error {
 func (c *WaitCmd) follow(ctx context.Context, g *Globals, ib *inbox.Inbox, agent string) error {
 	done := make(chan error, 1)
 	go func() {
-		done <- ib.Doorbells(ctx, func(d *inbox.Doorbell) error {
+		done <- ib.Doorbells(ctx, 0, func(d *inbox.Doorbell) error {
 			line := []byte(d.Text(agent, true))
 			if g.JSON {
 				line, _ = json.Marshal(d)

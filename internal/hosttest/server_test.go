@@ -34,9 +34,10 @@ func TestLiveServerUnknownAgent(t *testing.T) {
 		s := newLiveScene(t, h)
 		sent := s.SendMarked("bob", "@alice", "unknown", 1)
 		shown := serverRun(t, s, h, "server with an unknown agent")
-		hosttest.Expect(t, slices.Contains(shown.tools, "check_messages") && strings.Contains(shown.answer, "THRUM_NAME"),
+		hosttest.Expect(t, slices.Contains(shown.tools, "check_messages") && strings.Contains(shown.answer, "THRUM_NAME") &&
+			strings.Contains(shown.answer, "alice, bob"),
 			hosttest.KnownServerExits, "thrum mcp serve exits when it cannot tell the agent",
-			"%s: thrum's tools offered %v, check_messages answered %.200q: want the tools, and an answer naming THRUM_NAME", h.Name, shown.tools, shown.answer)
+			"%s: thrum's tools offered %v, check_messages answered %.300q: want the tools, and an answer naming THRUM_NAME and the identities", h.Name, shown.tools, shown.answer)
 		hosttest.Check(t, h.Name+" headless, unknown agent", s.Outcomes("bob", sent), "")
 	})
 }

@@ -18,7 +18,7 @@ const KnownLosses = false
 // exits for a reason it could recover from (no daemon, an agent it
 // cannot tell): while it is true they log KNOWN and pass; whoever makes
 // the server stay up sets it false.
-const KnownServerExits = true
+const KnownServerExits = false
 
 // Expect fails the test with the message unless ok. When known (one of
 // the switches) is on, the failure is known today: it is logged as KNOWN,
