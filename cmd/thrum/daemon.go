@@ -118,7 +118,7 @@ type DaemonRunCmd struct {
 	SyncInterval time.Duration `default:"60s" help:"How often to sync with the git remote when idle."`
 	SyncWait     time.Duration `default:"2s" help:"How long a send naming an unknown recipient waits for a sync with the git remote before refusing (0: no wait)."`
 	natsFlags
-	Autostarted  bool          `hidden:"" help:"Started by an agent's MCP server, not a person: sync only where a person was told the log goes."`
+	Autostarted bool `hidden:"" help:"Started by an agent's MCP server, not a person: sync only where a person was told the log goes."`
 }
 
 func (c *DaemonRunCmd) Help() string {
@@ -411,7 +411,7 @@ type DaemonStartCmd struct {
 	SyncWait     time.Duration `default:"2s" help:"How long a send naming an unknown recipient waits for a sync with the git remote before refusing (0: no wait)."`
 	Timeout      time.Duration `default:"10s" help:"How long to wait for the daemon to answer."`
 	natsFlags
-	Autostarted  bool          `hidden:"" help:"Started by an agent's MCP server, not a person: sync only where a person was told the log goes."`
+	Autostarted bool `hidden:"" help:"Started by an agent's MCP server, not a person: sync only where a person was told the log goes."`
 
 	verbose bool // run the daemon with --verbose (restart: it was)
 }
