@@ -55,12 +55,16 @@ type Index struct {
 	reads   map[uint32][]uint64 // reader → bitset over slots
 	pending []*eventlog.Event   // committed while building
 	early   map[string][]string // reads of messages not indexed yet (synced out of order)
-	pos     map[string]Position // shard path → how far the index has applied it
-	unsaved uint64              // log events taken since the snapshot on disk was saved or loaded
-	saveMu  sync.Mutex          // one Save at a time
-	onDisk  bool                // a snapshot of it (saved or loaded) is on disk
-	closed  bool
-	bulk    bool // building: add appends to order, sorted once at the end
+	// earlyMost is the most entries early has held: a map never gives
+	// back the room it grew to, so early is copied once it is down to a
+	// quarter of that (an import can hold tens of thousands at once).
+	earlyMost int
+	pos       map[string]Position // shard path → how far the index has applied it
+	unsaved   uint64              // log events taken since the snapshot on disk was saved or loaded
+	saveMu    sync.Mutex          // one Save at a time
+	onDisk    bool                // a snapshot of it (saved or loaded) is on disk
+	closed    bool
+	bulk      bool // building: add appends to order, sorted once at the end
 
 	// What a listing counts and pages with, derived from the slots once
 	// they are all in (Build, load) and kept current by every change
@@ -328,11 +332,27 @@ func (x *Index) add(id, author, thread string, created int64, deleted bool) int3
 	}
 	if readers, ok := x.early[id]; ok {
 		delete(x.early, id)
+		x.shrinkEarly()
 		for _, r := range readers {
 			x.markRead(r, id)
 		}
 	}
 	return slot
+}
+
+// shrinkEarly lets the room go that early no longer needs.
+func (x *Index) shrinkEarly() {
+	if len(x.early) > x.earlyMost/4 {
+		return
+	}
+	var kept map[string][]string
+	if len(x.early) > 0 {
+		kept = make(map[string][]string, len(x.early))
+		for id, readers := range x.early {
+			kept[id] = readers
+		}
+	}
+	x.early, x.earlyMost = kept, len(kept)
 }
 
 // insertSorted inserts s into list, sorted by less. It is almost always
@@ -501,6 +521,7 @@ func (x *Index) markRead(agent, id string) {
 			x.early = map[string][]string{}
 		}
 		x.early[id] = append(x.early[id], agent)
+		x.earlyMost = max(x.earlyMost, len(x.early))
 		return
 	}
 	r := x.intern(agent)

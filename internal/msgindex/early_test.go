@@ -1,0 +1,65 @@
+package msgindex_test
+
+import (
+	"fmt"
+	"path/filepath"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/thrumhq/thrum/eventlog"
+	"github.com/thrumhq/thrum/store"
+)
+
+// An index that took reads before their messages (an import brings an
+// agent's reads of messages in shards it merges later) holds, once the
+// messages are in, no more than one that took the messages first: the
+// room the early reads took is given back.
+func TestEarlyReadsGiveTheirRoomBack(t *testing.T) {
+	const n = 20_000
+	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var msgs, reads []*eventlog.Event
+	for i := range n {
+		id := fmt.Sprintf("msg_%06d", i)
+		msgs = append(msgs, &eventlog.Event{Type: eventlog.TypeMessageCreate, Shard: "ann", Time: at,
+			Payload: eventlog.MessageCreate{MessageID: id, AgentID: "ann", SessionID: "ses_ann", Format: "markdown", Content: "x", Priority: "normal"}})
+		reads = append(reads, &eventlog.Event{Type: eventlog.TypeMessageRead, Shard: "bob", Time: at,
+			Payload: eventlog.MessageRead{AgentID: "bob", SessionID: "ses_bob", MessageIDs: []string{id}}})
+	}
+	st, err := store.Open(filepath.Join(t.TempDir(), "x.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	// heldBy is the heap an index fed first and then second holds: the
+	// heap in use while it is, less that once it is gone.
+	heldBy := func(first, second []*eventlog.Event) uint64 {
+		var with uint64
+		func() {
+			x := built(st)
+			for _, evs := range [][]*eventlog.Event{first, second} {
+				for i := 0; i < len(evs); i += 1000 {
+					x.Apply(evs[i:min(i+1000, len(evs))])
+				}
+			}
+			with = liveHeap()
+			runtime.KeepAlive(x)
+		}()
+		return with - min(with, liveHeap())
+	}
+	inOrder := heldBy(msgs, reads)
+	early := heldBy(reads, msgs)
+	t.Logf("messages first: %d KiB held; reads first: %d KiB", inOrder>>10, early>>10)
+	if early > inOrder+inOrder/10+256<<10 {
+		t.Fatalf("an index that took %d reads before their messages holds %d KiB, one that took the messages first %d KiB", n, early>>10, inOrder>>10)
+	}
+}
+
+// liveHeap is the heap in use after a full collection.
+func liveHeap() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
