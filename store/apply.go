@@ -22,6 +22,10 @@ type applier struct {
 	path  string // the database file, for fault injection
 	w     *sqlx.DB
 	stmts map[string]*sqlx.Stmt
+
+	// The hot tables' row buffers, kept from batch to batch (under mu) so
+	// that an import does not grow them again for every batch.
+	msgRows, scopeRows, refRows, readRows rowBuf
 }
 
 // statements used by apply, by name.
@@ -100,7 +104,8 @@ var applySQL = map[string]string{
 }
 
 func newApplier(w *sqlx.DB, path string) (*applier, error) {
-	a := &applier{w: w, path: path, stmts: map[string]*sqlx.Stmt{}}
+	a := &applier{w: w, path: path, stmts: map[string]*sqlx.Stmt{},
+		msgRows: msgRows, scopeRows: scopeRows, refRows: refRows, readRows: readRows}
 	for name, q := range applySQL {
 		st, err := w.Preparex(q)
 		if err != nil {
@@ -152,7 +157,10 @@ func (a *applier) stage(ctx context.Context, evs []*eventlog.Event) (tx *sqlx.Tx
 		}
 	}()
 	t := &txApplier{tx: tx, a: a, stmts: map[string]*sqlx.Stmt{}, agentSeen: map[string]string{}, sessionSeen: map[string]string{},
-		msgRows: msgRows, scopeRows: scopeRows, refRows: refRows, readRows: readRows,
+		msgRows: &a.msgRows, scopeRows: &a.scopeRows, refRows: &a.refRows, readRows: &a.readRows,
+	}
+	for _, b := range t.rowBufs() {
+		b.reset() // rows a failed batch left
 	}
 	ends, lastIDs := map[string]int64{}, map[string]string{}
 	for _, e := range evs {
@@ -211,7 +219,11 @@ type txApplier struct {
 
 	// Rows of the hot tables, inserted many per statement (see flushRows):
 	// per-statement overhead dominates the cost of a row in SQLite.
-	msgRows, scopeRows, refRows, readRows rowBuf
+	msgRows, scopeRows, refRows, readRows *rowBuf // the applier's
+}
+
+func (t *txApplier) rowBufs() []*rowBuf {
+	return []*rowBuf{t.msgRows, t.scopeRows, t.refRows, t.readRows}
 }
 
 // The hot tables' row buffers, empty.
@@ -230,6 +242,7 @@ type rowBuf struct {
 	cols int
 	args []any
 	n    int
+	sql  [2]string // the inserts of one row and of rowsPerInsert, once made
 }
 
 // rowsPerInsert rows go in one statement (its variables stay well under
@@ -246,28 +259,38 @@ func (b *rowBuf) query(rows int) string {
 // flush writes the rows: full chunks through one statement prepared on
 // the transaction, the rest one row at a time.
 func (b *rowBuf) flush(ctx context.Context, t *txApplier) error {
+	if b.sql[0] == "" {
+		b.sql = [2]string{b.query(1), b.query(rowsPerInsert)}
+	}
+	args := b.args
 	for b.n > 0 {
-		k := rowsPerInsert
+		k, q := rowsPerInsert, b.sql[1]
 		if b.n < k {
-			k = 1
+			k, q = 1, b.sql[0]
 		}
-		st, err := t.rowStmt(ctx, b.query(k))
+		st, err := t.rowStmt(ctx, q)
 		if err != nil {
 			return err
 		}
-		if _, err := st.ExecContext(ctx, b.args[:k*b.cols]...); err != nil {
+		if _, err := st.ExecContext(ctx, args[:k*b.cols]...); err != nil {
 			return err
 		}
-		b.args, b.n = b.args[k*b.cols:], b.n-k
+		args, b.n = args[k*b.cols:], b.n-k
 	}
-	b.args = b.args[:0]
+	b.reset()
 	return nil
+}
+
+// reset empties b, keeping its room and dropping what it pointed to.
+func (b *rowBuf) reset() {
+	clear(b.args)
+	b.args, b.n = b.args[:0], 0
 }
 
 // flushRows writes the buffered rows, parents first. It runs before any
 // event that may read or change them, and at the end of the batch.
 func (t *txApplier) flushRows(ctx context.Context) error {
-	for _, b := range []*rowBuf{&t.msgRows, &t.scopeRows, &t.refRows, &t.readRows} {
+	for _, b := range t.rowBufs() {
 		if err := b.flush(ctx, t); err != nil {
 			return err
 		}
