@@ -143,7 +143,10 @@ func (h *heldIDs) read(dir string, seg segment) error {
 	}
 	defer f.Close()
 	from := max(h.end-seg.base, 0)
-	br := bufio.NewReaderSize(io.NewSectionReader(f, from, seg.size-from), 64<<10)
+	// Mostly the lines of the last commit: a buffer for what there is,
+	// not a full one per look.
+	n := seg.size - from
+	br := bufio.NewReaderSize(io.NewSectionReader(f, from, n), int(min(n, 64<<10)))
 	for {
 		line, err := readLine(br)
 		switch {

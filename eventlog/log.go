@@ -513,6 +513,9 @@ func (l *Log) commit(batch []*appendReq) {
 				staged[rel] = sb.buf.Len()
 			}
 			if e.imported {
+				if sb.buf.Len() == 0 {
+					sb.buf.Grow(importedSize(r.evs))
+				}
 				sb.buf.Write(e.Raw) // a line from another log: kept byte for byte
 				sb.buf.WriteByte('\n')
 				continue
@@ -802,6 +805,18 @@ type shardBuf struct {
 	evs   []*Event
 	seg   int   // index of the segment written, -1 if none
 	end   int64 // its size after the write
+}
+
+// importedSize is the bytes the imported lines of evs take in a shard
+// file, newlines included: what a commit of one import writes.
+func importedSize(evs []*Event) int {
+	n := 0
+	for _, e := range evs {
+		if e.imported {
+			n += len(e.Raw) + 1
+		}
+	}
+	return n
 }
 
 // syncShards fsyncs the files of a batch, in parallel when there are
