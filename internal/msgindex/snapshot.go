@@ -240,6 +240,11 @@ func (x *Index) writeSnapshot(w io.Writer) (snapshotInfo, error) {
 			x.mu.RUnlock()
 			return snapshotInfo{}, ErrClosed
 		}
+		size := 0
+		for i := lo; i < min(lo+snapshotChunk, n); i++ {
+			size += len(x.slots[i].id)
+		}
+		ids.Grow(size) // once, not by doubling: a save runs every 2,000 events
 		for i := lo; i < min(lo+snapshotChunk, n); i++ {
 			m := &x.slots[i]
 			ids.WriteString(m.id)
