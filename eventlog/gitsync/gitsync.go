@@ -1035,7 +1035,7 @@ func (s *Syncer) mergeFile(ctx context.Context, commit string, f remoteFile, r i
 
 // mergeBatch bounds the lines a merge holds at once: a remote file may be
 // any size.
-const mergeBatch = 1 << 20
+const mergeBatch = 256 << 10
 
 // scanBlob reads a remote shard file from r. The first skip bytes are
 // only hashed, and must hash to want; the whole lines after them go to
