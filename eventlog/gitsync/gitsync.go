@@ -1039,7 +1039,7 @@ const mergeBatch = 256 << 10
 
 // scanBlob reads a remote shard file from r. The first skip bytes are
 // only hashed, and must hash to want; the whole lines after them go to
-// flush (admission), about a megabyte at a time. Every whole line,
+// flush (admission), mergeBatch bytes at a time. Every whole line,
 // prefix included, is fed to full; size is the length of the whole lines
 // (an unterminated tail is not an event yet and is read again next time).
 func (s *Syncer) scanBlob(r io.Reader, full hash.Hash, skip int64, want [sha256.Size]byte, flush func([][]byte) error) (size int64, checked int, err error) {
