@@ -45,8 +45,9 @@ type CheckParams struct {
 	Deadline time.Time
 }
 
-// CheckResult is what Check claimed, oldest first, and how many unread
-// messages are left.
+// CheckResult is what Check claimed, oldest first, and how many messages
+// are left for the next call: those held for it and, when Check listed the
+// unread ones, those it did not claim.
 type CheckResult struct {
 	Messages  []Message
 	Remaining int
@@ -59,9 +60,40 @@ type CheckResult struct {
 // If ctx ends while the claim is made, what it took is held for the next
 // call and Check returns ctx's error.
 func (ib *Inbox) Check(ctx context.Context, p CheckParams) (*CheckResult, error) {
-	out := &CheckResult{Messages: ib.unhold(ctx, p.Limit, 0)}
-	if len(out.Messages) == p.Limit {
-		return out, nil
+	out := &CheckResult{}
+	var took []rpc.MessageSummary // out.Messages as the daemon has them
+	o := p.Shape.options()
+	used, bytes := 0, 0
+	// fits reports whether m fits in p's limits beside out.Messages, and
+	// counts it if it does; first lets it through regardless.
+	fits := func(m Message, first bool) bool {
+		n, b := o.Len(m.Content)+1, jsonLen(m)
+		if !first && ((p.TotalMax > 0 && used+n > p.TotalMax) || (p.ResultMax > 0 && bytes > 0 && bytes+b > p.ResultMax)) {
+			return false
+		}
+		used, bytes = used+n, bytes+b
+		return true
+	}
+	// What is held is read already: the first of it is shown even past
+	// the limits, lest it be held for ever; what does not fit is held
+	// again, ahead of the rest.
+	held, full := ib.unhold(ctx, p.Limit, 0), false
+	for i := range held {
+		m, ok := ib.showClaimed(ctx, &held[i], p.Shape)
+		if !ok {
+			continue
+		}
+		if full = !fits(*m, len(out.Messages) == 0); full {
+			ib.hold(held[i:]...)
+			break
+		}
+		out.Messages, took = append(out.Messages, *m), append(took, held[i])
+	}
+	if full || len(out.Messages) == p.Limit {
+		ib.mu.Lock()
+		remaining := len(ib.held)
+		ib.mu.Unlock()
+		return ib.handOut(ctx, out, took, remaining)
 	}
 	pre := ctx // what comes before the claim ends by its deadline
 	if !p.Deadline.IsZero() {
@@ -73,55 +105,43 @@ func (ib *Inbox) Check(ctx context.Context, p CheckParams) (*CheckResult, error)
 		return c.ListMessages(ctx, &rpc.ListMessagesParams{Mentions: true, Unread: true, PageSize: p.Limit - len(out.Messages), SortOrder: "asc"})
 	})
 	if err != nil {
-		return ib.heldOr(out, err)
+		return ib.heldOr(ctx, out, took, err)
 	}
 	// Framed before the claim: only what can be shown is claimed.
-	o := p.Shape.options()
-	used, bytes := 0, 0
-	for _, m := range out.Messages {
-		used += o.Len(m.Content) + 1
-		bytes += jsonLen(m)
-	}
 	var ids []string
-	shown := map[string]Message{}
+	shown := map[string]int{} // ID as the daemon knows it (m's is escaped) → its place in r.Messages
+	frames := make([]Message, len(r.Messages))
 	for i := range r.Messages {
 		m, err := ib.Show(pre, &r.Messages[i], nil, p.Shape)
 		if err != nil {
 			ib.log.Warn("inbox: a message cannot be shown; left unread", "id", r.Messages[i].MessageID, "err", err)
 			continue
 		}
-		n, b := o.Len(m.Content)+1, jsonLen(m)
-		if (p.TotalMax > 0 && used+n > p.TotalMax) || (p.ResultMax > 0 && bytes > 0 && bytes+b > p.ResultMax) {
+		if !fits(m, false) {
 			break
 		}
-		used, bytes = used+n, bytes+b
-		id := r.Messages[i].MessageID // as the daemon knows it: m's is escaped
+		id := r.Messages[i].MessageID
 		ids = append(ids, id)
-		shown[id] = m
+		shown[id], frames[i] = i, m
 	}
 	if err := pre.Err(); err != nil {
-		return ib.heldOr(out, err) // too late to claim
+		return ib.heldOr(ctx, out, took, err) // too late to claim
 	}
 	var claimed []string
 	if len(ids) > 0 {
 		if claimed, err = ib.claim(ctx, ids, p.Via, p.Deadline); err != nil {
-			return ib.heldOr(out, err)
+			return ib.heldOr(ctx, out, took, err)
 		}
 	}
 	for _, id := range ids { // in the listed order: oldest first
 		if slices.Contains(claimed, id) {
-			out.Messages = append(out.Messages, shown[id])
+			i := shown[id]
+			out.Messages, took = append(out.Messages, frames[i]), append(took, r.Messages[i])
 		}
-	}
-	if ctx.Err() != nil {
-		// The caller is gone: what this call claimed goes to the next one.
-		ib.hold(out.Messages...)
-		return nil, ctx.Err()
 	}
 	// Those listed and not claimed were taken by another consumer: no
 	// longer unread.
-	out.Remaining = max(r.Total-len(ids), 0)
-	return out, nil
+	return ib.handOut(ctx, out, took, max(r.Total-len(ids), 0))
 }
 
 // jsonLen is the length of m as JSON, with the comma after it.
@@ -130,14 +150,25 @@ func jsonLen(m Message) int {
 	return len(b) + 1
 }
 
+// handOut returns out, which shows took, with remaining; if the caller is
+// gone, what Check took is held for the next call instead.
+func (ib *Inbox) handOut(ctx context.Context, out *CheckResult, took []rpc.MessageSummary, remaining int) (*CheckResult, error) {
+	if ctx.Err() != nil {
+		ib.hold(took...)
+		return nil, ctx.Err()
+	}
+	out.Remaining = remaining
+	return out, nil
+}
+
 // heldOr returns the held messages Check took already, rather than lose
 // them to err; err if there are none.
-func (ib *Inbox) heldOr(out *CheckResult, err error) (*CheckResult, error) {
+func (ib *Inbox) heldOr(ctx context.Context, out *CheckResult, took []rpc.MessageSummary, err error) (*CheckResult, error) {
 	if len(out.Messages) == 0 {
 		return nil, err
 	}
 	ib.log.Warn("inbox: check returns held messages only", "err", err)
-	return out, nil
+	return ib.handOut(ctx, out, took, 0)
 }
 
 // claim marks ids read for the agent and returns those this call
@@ -245,26 +276,27 @@ func (ib *Inbox) dequeue(ids ...string) {
 	ib.mu.Unlock()
 }
 
-// hold keeps claimed messages for the next consuming call.
-func (ib *Inbox) hold(ms ...Message) {
-	if len(ms) == 0 {
+// hold keeps claimed messages that a call could not hand out for the
+// next consuming call, ahead of those held already: they were taken first.
+func (ib *Inbox) hold(ss ...rpc.MessageSummary) {
+	if len(ss) == 0 {
 		return
 	}
 	ib.mu.Lock()
 	defer ib.mu.Unlock()
-	ib.held = append(ib.held, ms...)
+	ib.held = append(slices.Clone(ss), ib.held...)
 	ib.wakeLocked()
 }
 
 // unhold takes up to n held messages at or above floor, oldest first,
 // after making what standing claims took into held messages.
-func (ib *Inbox) unhold(ctx context.Context, n, floor int) []Message {
+func (ib *Inbox) unhold(ctx context.Context, n, floor int) []rpc.MessageSummary {
 	ib.adoptClaimed(ctx)
 	ib.mu.Lock()
 	defer ib.mu.Unlock()
-	var out []Message
-	ib.held = slices.DeleteFunc(ib.held, func(m Message) bool {
-		if len(out) < n && priorities[m.Priority] >= floor {
+	var out []rpc.MessageSummary
+	ib.held = slices.DeleteFunc(ib.held, func(m rpc.MessageSummary) bool {
+		if len(out) < n && rank(m.Priority) >= floor {
 			out = append(out, m)
 			return true
 		}

@@ -123,8 +123,9 @@ type Inbox struct {
 	// the standing claim: the next arm waits for it.
 	cancelling chan struct{}
 	// held keeps what a claim took but could not return (its caller
-	// left as it was made): the next Check or Wait returns it first.
-	held []Message
+	// left as it was made, or it was a standing claim's): the next Check
+	// or Wait returns it first, framed as that call's caller asks.
+	held []rpc.MessageSummary
 	// claimed are the standing claim's pushes not yet made into held.
 	claimed []rpc.ClaimedNotification
 

@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"time"
 
+	"github.com/thrumhq/thrum/eventlog"
 	"github.com/thrumhq/thrum/rpc"
 )
 
@@ -21,11 +23,9 @@ const (
 // Inbox waits.
 var ErrWaitInProgress = errors.New("another wait is already waiting: only one may wait at a time")
 
-// priorities ranks the priorities, lowest first.
-var priorities = map[string]int{rpc.PriorityLow: 0, rpc.PriorityNormal: 1, rpc.PriorityHigh: 2, rpc.PriorityCritical: 3}
-
-// floorNames maps a floor to message.claimNext's min_priority.
-var floorNames = []string{rpc.PriorityLow, rpc.PriorityNormal, rpc.PriorityHigh, rpc.PriorityCritical}
+// rank is p's place in eventlog.Priorities, lowest first; a priority
+// not there ranks lowest. A floor is a rank.
+func rank(p string) int { return max(slices.Index(eventlog.Priorities, p), 0) }
 
 // WaitParams say what a Wait waits for.
 type WaitParams struct {
@@ -69,8 +69,8 @@ type WaitResult struct {
 // in its own commit and pushed whole, so the wait needs neither a round
 // trip nor a second fsync. The claim is cancelled when the wait ends.
 func (ib *Inbox) Wait(ctx context.Context, p WaitParams) (*WaitResult, error) {
-	floor, ok := priorities[p.MinPriority]
-	if !ok && p.MinPriority != "" {
+	floor := rank(p.MinPriority)
+	if p.MinPriority != "" && !slices.Contains(eventlog.Priorities, p.MinPriority) {
 		return nil, errors.New("inbox: unknown priority " + p.MinPriority)
 	}
 	ib.mu.Lock()
@@ -114,11 +114,11 @@ func (ib *Inbox) wait(ctx context.Context, p WaitParams, floor int) (*WaitResult
 			ib.disarmLater()
 			return &WaitResult{Status: StatusAcknowledged, Ack: ib.takeAck()}, nil
 		}
-		m, err := ib.takeQueued(ctx, floor, p.Via, p.Shape)
+		m, s, err := ib.takeQueued(ctx, floor, p.Via, p.Shape)
 		if err != nil || m != nil {
 			ib.disarmLater()
 			if m != nil && ctx.Err() != nil {
-				ib.hold(*m)
+				ib.hold(*s)
 				return nil, ctx.Err()
 			}
 			return &WaitResult{Status: StatusReceived, Message: m}, err
@@ -131,7 +131,7 @@ func (ib *Inbox) wait(ctx context.Context, p WaitParams, floor int) (*WaitResult
 		case <-ticks:
 			p.Tick()
 		case <-timer.C:
-			return ib.lastLook(ctx, floor, StatusTimeout, DefaultCallTimeout)
+			return ib.lastLook(ctx, floor, p.Shape, StatusTimeout, DefaultCallTimeout)
 		case <-ctx.Done():
 			ib.disarmLater() // what it takes meanwhile is held
 			return nil, ctx.Err()
@@ -139,17 +139,17 @@ func (ib *Inbox) wait(ctx context.Context, p WaitParams, floor int) (*WaitResult
 			// Bounded: the Inbox ends within a second even if the daemon
 			// does not answer (a claim it makes later is then lost, as a
 			// lost reply is).
-			return ib.lastLook(ctx, floor, StatusShutdown, 250*time.Millisecond)
+			return ib.lastLook(ctx, floor, p.Shape, StatusShutdown, 250*time.Millisecond)
 		}
 	}
 }
 
 // lastLook ends a wait that is not cancelled: the standing claim is
 // cancelled (waiting at most within), and a message it took meanwhile is
-// the answer.
-func (ib *Inbox) lastLook(ctx context.Context, floor int, status string, within time.Duration) (*WaitResult, error) {
+// the answer, framed in shape.
+func (ib *Inbox) lastLook(ctx context.Context, floor int, shape Shape, status string, within time.Duration) (*WaitResult, error) {
 	ib.disarm(within)
-	if m := ib.unholdOne(ctx, floor); m != nil {
+	if m, _ := ib.unholdOne(ctx, floor, shape); m != nil {
 		return &WaitResult{Status: StatusReceived, Message: m}, nil
 	}
 	return &WaitResult{Status: status}, nil
@@ -163,104 +163,116 @@ func (ib *Inbox) stopped(ctx context.Context) bool {
 	return ended || ctx.Err() != nil
 }
 
-// unholdOne takes the oldest held message at or above floor.
-func (ib *Inbox) unholdOne(ctx context.Context, floor int) *Message {
-	if m := ib.unhold(ctx, 1, floor); len(m) > 0 {
-		return &m[0]
+// unholdOne takes the oldest held message at or above floor and returns
+// it framed in shape, and as the daemon has it; nil if there is none.
+func (ib *Inbox) unholdOne(ctx context.Context, floor int, shape Shape) (*Message, *rpc.MessageSummary) {
+	for {
+		held := ib.unhold(ctx, 1, floor)
+		if len(held) == 0 {
+			return nil, nil
+		}
+		if m, ok := ib.showClaimed(ctx, &held[0], shape); ok {
+			return m, &held[0]
+		}
 	}
-	return nil
 }
 
 // takeQueued claims the oldest queued message that passes the floor and
-// returns it; nil if there is none (or the wait was stopped). Messages
-// below the floor stay queued, in order; read or deleted ones leave.
-func (ib *Inbox) takeQueued(ctx context.Context, floor int, via string, shape Shape) (*Message, error) {
-	if m := ib.unholdOne(ctx, floor); m != nil {
-		return m, nil
+// returns it framed in shape, and as the daemon has it (to hold it, should
+// the caller have left); nil if there is none (or the wait was stopped).
+// Messages below the floor stay queued, in order; read or deleted ones
+// leave.
+func (ib *Inbox) takeQueued(ctx context.Context, floor int, via string, shape Shape) (*Message, *rpc.MessageSummary, error) {
+	if m, s := ib.unholdOne(ctx, floor, shape); m != nil {
+		return m, s, nil
 	}
 	ib.mu.Lock()
 	items := ib.queue.snapshot()
 	ib.mu.Unlock()
 	for _, it := range items {
 		if ib.stopped(ctx) {
-			return nil, nil
+			return nil, nil, nil
 		}
-		if it.priority != "" && priorities[it.priority] < floor {
+		if it.priority != "" && rank(it.priority) < floor {
 			continue
 		}
 		if floor == 0 {
 			// Every message passes: claim it and get it in one call.
-			m, claimed, err := ib.claimOne(ctx, it.id, via)
+			d, claimed, err := ib.claimOne(ctx, it.id, via)
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			if !claimed {
 				// Read already, or being claimed by another call: look at
 				// it the long way, which drops what is read.
-				if m, err := ib.takeOne(ctx, it, floor, via, shape); m != nil || err != nil {
-					return m, err
+				if m, s, err := ib.takeOne(ctx, it, floor, via, shape); m != nil || err != nil {
+					return m, s, err
 				}
 				continue
 			}
-			if m == nil || m.Deleted {
+			if d == nil || d.Deleted {
 				continue // gone or deleted: nothing to return (it is read now)
 			}
-			if shown, ok := ib.showClaimed(ctx, m, shape); ok {
-				return shown, nil
+			s := Summary(d)
+			if m, ok := ib.showClaimed(ctx, s, shape); ok {
+				return m, s, nil
 			}
 			continue
 		}
-		if m, err := ib.takeOne(ctx, it, floor, via, shape); m != nil || err != nil {
-			return m, err
+		if m, s, err := ib.takeOne(ctx, it, floor, via, shape); m != nil || err != nil {
+			return m, s, err
 		}
 	}
-	return nil, nil
+	return nil, nil, nil
 }
 
-// takeOne fetches one queued message, and claims and returns it if it
-// passes the floor and is unread; nil if not, or the wait was stopped.
-func (ib *Inbox) takeOne(ctx context.Context, it queued, floor int, via string, shape Shape) (*Message, error) {
-	m, err := ib.get(ctx, it.id)
+// takeOne fetches one queued message, and claims and returns it as
+// takeQueued does if it passes the floor and is unread; nil if not, or
+// the wait was stopped.
+func (ib *Inbox) takeOne(ctx context.Context, it queued, floor int, via string, shape Shape) (*Message, *rpc.MessageSummary, error) {
+	d, err := ib.get(ctx, it.id)
 	if errors.Is(err, rpc.ErrNotFound) {
 		ib.dequeue(it.id)
-		return nil, nil
+		return nil, nil, nil
 	}
 	if err != nil {
 		if ib.stopped(ctx) {
-			return nil, nil
+			return nil, nil, nil
 		}
-		return nil, err
+		return nil, nil, err
 	}
 	ib.mu.Lock()
-	ib.queue.setPriority(it.id, m.Priority)
+	ib.queue.setPriority(it.id, d.Priority)
 	ib.mu.Unlock()
-	if m.Deleted || m.IsRead {
+	if d.Deleted || d.IsRead {
 		ib.dequeue(it.id)
-		return nil, nil
+		return nil, nil, nil
 	}
-	if priorities[m.Priority] < floor || ib.stopped(ctx) {
-		return nil, nil // a stopped wait claims nothing
+	if rank(d.Priority) < floor || ib.stopped(ctx) {
+		return nil, nil, nil // a stopped wait claims nothing
 	}
-	shown, err := ib.Show(ctx, Summary(m), nil, shape)
+	s := Summary(d)
+	shown, err := ib.Show(ctx, s, nil, shape)
 	if err != nil {
 		ib.log.Warn("inbox: a message cannot be shown; left unread", "id", it.id, "err", err)
 		ib.dequeue(it.id)
-		return nil, nil
+		return nil, nil, nil
 	}
 	claimed, err := ib.claim(ctx, []string{it.id}, via, time.Time{})
 	if err != nil || len(claimed) == 0 {
-		return nil, err // none: another consumer of the agent took it
+		return nil, nil, err // none: another consumer of the agent took it
 	}
-	return &shown, nil
+	return &shown, s, nil
 }
 
 // showClaimed frames a message a claim took before it could be looked
-// at (a one-call claim, a standing claim). One that cannot be shown is
-// read and shown to nobody, as a lost reply's is; the log says which.
-func (ib *Inbox) showClaimed(ctx context.Context, m *rpc.MessageDetail, shape Shape) (*Message, bool) {
-	shown, err := ib.Show(ctx, Summary(m), nil, shape)
+// at: a one-call claim's, a standing claim's, one held for a caller that
+// left. One that cannot be shown is read and shown to nobody, as a lost
+// reply's is; the log says which.
+func (ib *Inbox) showClaimed(ctx context.Context, s *rpc.MessageSummary, shape Shape) (*Message, bool) {
+	shown, err := ib.Show(ctx, s, nil, shape)
 	if err != nil {
-		ib.log.Warn("inbox: a claimed message cannot be shown", "id", m.MessageID, "err", err)
+		ib.log.Warn("inbox: a claimed message cannot be shown", "id", s.MessageID, "err", err)
 		return nil, false
 	}
 	return &shown, true
@@ -286,7 +298,7 @@ func (ib *Inbox) arm(ctx context.Context, floor int, via string) bool {
 	ib.mu.Unlock()
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultCallTimeout)
 	defer cancel()
-	if _, err := c.ClaimNext(cctx, &rpc.ClaimNextParams{MinPriority: floorNames[floor], Via: via}); err != nil {
+	if _, err := c.ClaimNext(cctx, &rpc.ClaimNextParams{MinPriority: eventlog.Priorities[floor], Via: via}); err != nil {
 		ib.mu.Lock()
 		if ib.armedOn == c {
 			ib.armedOn = nil
@@ -363,7 +375,7 @@ func (ib *Inbox) cancelled(ctx context.Context) {
 
 // onClaimed takes a notification.claimed: the standing claim fired. It
 // runs on the client's read goroutine, so it only keeps the push; the next
-// consuming call makes it a Message (adoptClaimed).
+// consuming call holds it (adoptClaimed) and frames it as it hands it out.
 func (ib *Inbox) onClaimed(params json.RawMessage) {
 	var n rpc.ClaimedNotification
 	if err := json.Unmarshal(params, &n); err != nil || n.MessageID == "" {
@@ -384,14 +396,15 @@ func (ib *Inbox) onClaimed(params json.RawMessage) {
 }
 
 // adoptClaimed makes what standing claims took into held messages, in
-// order; a message deleted meanwhile is dropped (it is read).
+// order, unframed: the call that hands one out frames it as its caller
+// asked. A message deleted meanwhile is dropped (it is read).
 func (ib *Inbox) adoptClaimed(ctx context.Context) {
 	ctx = context.WithoutCancel(ctx) // what was claimed must reach a caller
 	ib.mu.Lock()
 	got := ib.claimed
 	ib.claimed = nil
 	ib.mu.Unlock()
-	var ms []Message
+	var ss []rpc.MessageSummary
 	for _, n := range got {
 		m := n.Message
 		if m == nil { // not fetched with the claim: fetch it now
@@ -401,14 +414,14 @@ func (ib *Inbox) adoptClaimed(ctx context.Context) {
 				continue
 			}
 		}
-		if shown, ok := ib.showClaimed(ctx, m, Shape{BodyMax: Whole}); ok && !m.Deleted {
-			ms = append(ms, *shown)
+		if !m.Deleted {
+			ss = append(ss, *Summary(m))
 		}
 	}
 	ib.mu.Lock()
 	defer ib.mu.Unlock()
-	ib.held = append(ib.held, ms...)
-	if len(ms) > 0 {
+	ib.held = append(ib.held, ss...)
+	if len(ss) > 0 {
 		ib.wakeLocked()
 	}
 }

@@ -1,6 +1,7 @@
 package mcpserver_test
 
 import (
+	"encoding/json"
 	"strings"
 	"sync"
 	"testing"
@@ -51,6 +52,29 @@ func TestWaitGetsMessageClaimedInItsCommit(t *testing.T) {
 	received(t, await(t, ch), crit)
 	if u := unread(t, n, "bob"); len(u) != 1 || u[0] != low {
 		t.Fatalf("unread = %v, want only the message below the floor", u)
+	}
+}
+
+// A long message a waiting wait_for_message's standing claim took is cut
+// as every message the tool returns is (at the frame's 4,000 units, with
+// a pointer to get_message), so that the result stays within what a host
+// shows whole: one the host cuts is claimed and never seen.
+func TestWaitCutsWhatItsStandingClaimTook(t *testing.T) {
+	n := newNode(t, nil)
+	addAgent(t, n, "alice", "implementer", "auth")
+	bob := connect(t, n, addAgent(t, n, "bob", "reviewer", "auth"), nil)
+	ch := startWait(bob, args{"timeout": 30})
+	armedUntil(t, bob.srv)
+	long := strings.Repeat("a long report. ", 2000) // 30,000 characters
+	id := send(t, n, "alice", "@bob", long, "normal")
+	r := await(t, ch)
+	m := received(t, r, id)
+	if !strings.Contains(m.Content, `cut="30000"`) || len(m.Content) > 5000 {
+		t.Errorf("a message of 30,000 characters came whole (%d bytes framed), not cut at 4,000", len(m.Content))
+	}
+	raw, _ := json.Marshal(r.res.StructuredContent)
+	if len(raw) > 10000 || len(resultText(r.res)) > 10000 {
+		t.Errorf("a result of %d bytes, over the 10,000 a host shows whole", max(len(raw), len(resultText(r.res))))
 	}
 }
 
