@@ -101,7 +101,7 @@ func (ib *Inbox) Check(ctx context.Context, p CheckParams) (*CheckResult, error)
 		pre, cancel = context.WithDeadline(ctx, p.Deadline)
 		defer cancel()
 	}
-	r, err := call(pre, ib, func(ctx context.Context, c *rpc.Client) (*rpc.ListMessagesResult, error) {
+	r, err := Call(pre, ib, func(ctx context.Context, c *rpc.Client) (*rpc.ListMessagesResult, error) {
 		return c.ListMessages(ctx, &rpc.ListMessagesParams{Mentions: true, Unread: true, PageSize: p.Limit - len(out.Messages), SortOrder: "asc"})
 	})
 	if err != nil {
@@ -183,7 +183,7 @@ func (ib *Inbox) claim(ctx context.Context, ids []string, via string, deadline t
 		p.Deadline = deadline.Format(time.RFC3339Nano)
 	}
 	for len(p.MessageIDs) > 0 {
-		r, err := call(ctx, ib, func(ctx context.Context, c *rpc.Client) (*rpc.MarkReadResult, error) {
+		r, err := Call(ctx, ib, func(ctx context.Context, c *rpc.Client) (*rpc.MarkReadResult, error) {
 			return c.MarkRead(ctx, p)
 		})
 		if err == nil {
@@ -207,7 +207,7 @@ func (ib *Inbox) claim(ctx context.Context, ids []string, via string, deadline t
 // the message read and returned to nobody, as a lost reply does.
 func (ib *Inbox) claimOne(ctx context.Context, id, via string) (m *rpc.MessageDetail, claimed bool, err error) {
 	ctx = context.WithoutCancel(ctx)
-	r, err := call(ctx, ib, func(ctx context.Context, c *rpc.Client) (*rpc.MarkReadResult, error) {
+	r, err := Call(ctx, ib, func(ctx context.Context, c *rpc.Client) (*rpc.MarkReadResult, error) {
 		return c.MarkRead(ctx, &rpc.MarkReadParams{MessageIDs: []string{id}, WithMessages: true, Via: via})
 	})
 	if len(unknownIDs(err)) > 0 {
@@ -236,7 +236,7 @@ func (ib *Inbox) claimOne(ctx context.Context, id, via string) (m *rpc.MessageDe
 
 // get fetches one message.
 func (ib *Inbox) get(ctx context.Context, id string) (*rpc.MessageDetail, error) {
-	g, err := call(ctx, ib, func(ctx context.Context, c *rpc.Client) (*rpc.GetMessageResult, error) {
+	g, err := Call(ctx, ib, func(ctx context.Context, c *rpc.Client) (*rpc.GetMessageResult, error) {
 		return c.GetMessage(ctx, &rpc.GetMessageParams{MessageID: id})
 	})
 	if err != nil {

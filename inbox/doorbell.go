@@ -108,7 +108,7 @@ func plural(n int, one, many string) string {
 // unread messages, oldest of them first, leaving out those announced
 // reports as announced already (nil: none). It claims nothing.
 func (ib *Inbox) Doorbell(ctx context.Context, names int, announced func(id string) bool) (*Doorbell, error) {
-	r, err := call(ctx, ib, func(ctx context.Context, c *rpc.Client) (*rpc.ListMessagesResult, error) {
+	r, err := Call(ctx, ib, func(ctx context.Context, c *rpc.Client) (*rpc.ListMessagesResult, error) {
 		return c.ListMessages(ctx, &rpc.ListMessagesParams{Mentions: true, Unread: true, PageSize: max(names, 1), SortOrder: "desc"})
 	})
 	if err != nil {

@@ -251,9 +251,9 @@ func (ib *Inbox) Conn(ctx context.Context) (*rpc.Client, error) {
 	}
 }
 
-// call runs one call on the current connection, bounded by
-// DefaultCallTimeout.
-func call[R any](ctx context.Context, ib *Inbox, f func(context.Context, *rpc.Client) (*R, error)) (*R, error) {
+// Call runs f, one call, on ib's current connection (see Conn), bounded
+// by DefaultCallTimeout.
+func Call[R any](ctx context.Context, ib *Inbox, f func(context.Context, *rpc.Client) (*R, error)) (*R, error) {
 	c, err := ib.Conn(ctx)
 	if err != nil {
 		return nil, err

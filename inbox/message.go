@@ -167,7 +167,7 @@ func (ib *Inbox) roles(ctx context.Context, name string) roster {
 	if r.agents != nil && (agent || r.roles[name] || time.Since(r.at) < rosterMinAge) {
 		return r
 	}
-	l, err := call(ctx, ib, func(ctx context.Context, c *rpc.Client) (*rpc.ListAgentsResult, error) {
+	l, err := Call(ctx, ib, func(ctx context.Context, c *rpc.Client) (*rpc.ListAgentsResult, error) {
 		return c.ListAgents(ctx, &rpc.ListAgentsParams{})
 	})
 	if err != nil {

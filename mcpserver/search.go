@@ -6,6 +6,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/thrumhq/thrum/inbox"
 	"github.com/thrumhq/thrum/rpc"
 )
 
@@ -52,7 +53,7 @@ func (s *Server) searchMessages(ctx context.Context, _ *mcp.CallToolRequest, in 
 	if in.Limit != nil {
 		p.PageSize = *in.Limit
 	}
-	r, err := callRPC(ctx, s, func(ctx context.Context, c *rpc.Client) (*rpc.SearchMessagesResult, error) {
+	r, err := inbox.Call(ctx, s.ib, func(ctx context.Context, c *rpc.Client) (*rpc.SearchMessagesResult, error) {
 		return c.SearchMessages(ctx, p)
 	})
 	if err != nil {

@@ -46,7 +46,6 @@ const (
 	DefaultQueueSize   = inbox.DefaultQueueSize
 	DefaultWaitTimeout = 300 * time.Second
 	MaxWaitTimeout     = 3600 * time.Second
-	DefaultCallTimeout = inbox.DefaultCallTimeout
 	// DefaultProgressInterval is how often a wait with a progressToken
 	// sends notifications/progress: under 15 s, so that a client resetting
 	// its request timeout on progress never times out a live wait, even

@@ -15,6 +15,7 @@ import (
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/thrumhq/thrum/eventlog"
 	"github.com/thrumhq/thrum/identity"
 	"github.com/thrumhq/thrum/inbox"
 	"github.com/thrumhq/thrum/internal/frame"
@@ -239,28 +240,13 @@ func schemaMessage(msg string) string {
 	return schemaMissing.ReplaceAllString(msg, "missing required argument $1")
 }
 
-// ---- calls to the daemon ----
-
-// callRPC runs one call on the inbox's connection with a timeout.
-func callRPC[R any](ctx context.Context, s *Server, f func(context.Context, *rpc.Client) (*R, error)) (*R, error) {
-	c, err := s.ib.Conn(ctx)
-	if err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, DefaultCallTimeout)
-	defer cancel()
-	return f(ctx, c)
-}
-
 // ---- tools ----
-
-var priorities = map[string]int{rpc.PriorityLow: 0, rpc.PriorityNormal: 1, rpc.PriorityHigh: 2, rpc.PriorityCritical: 3}
 
 func checkPriority(tool, p string) (string, error) {
 	if p == "" {
 		return rpc.PriorityNormal, nil
 	}
-	if _, ok := priorities[p]; !ok {
+	if !slices.Contains(eventlog.Priorities, p) {
 		return "", invalidArg(tool, "invalid priority %q: use critical, high, normal or low", p)
 	}
 	return p, nil
@@ -354,7 +340,7 @@ func (s *Server) sendMessage(ctx context.Context, _ *mcp.CallToolRequest, in Sen
 // commit); if it cannot say, queued for each recipient, as a send leaves
 // them.
 func (s *Server) receipts(ctx context.Context, r *rpc.SendMessageResult) []rpc.Receipt {
-	if g, err := callRPC(ctx, s, func(ctx context.Context, c *rpc.Client) (*rpc.GetMessageResult, error) {
+	if g, err := inbox.Call(ctx, s.ib, func(ctx context.Context, c *rpc.Client) (*rpc.GetMessageResult, error) {
 		return c.GetMessage(ctx, &rpc.GetMessageParams{MessageID: r.MessageID})
 	}); err == nil && g.Message.Receipts != nil {
 		return g.Message.Receipts
@@ -375,9 +361,9 @@ func (s *Server) receipts(ctx context.Context, r *rpc.SendMessageResult) []rpc.R
 // retrying runs an idempotent call, once more on the next connection if
 // the connection drops under it.
 func (s *Server) retrying(ctx context.Context, f func(context.Context, *rpc.Client) (*rpc.SendMessageResult, error)) (*rpc.SendMessageResult, error) {
-	r, err := callRPC(ctx, s, f)
+	r, err := inbox.Call(ctx, s.ib, f)
 	if errors.Is(err, rpc.ErrConnClosed) {
-		r, err = callRPC(ctx, s, f)
+		r, err = inbox.Call(ctx, s.ib, f)
 	}
 	return r, err
 }
@@ -496,7 +482,7 @@ func (s *Server) getMessage(ctx context.Context, _ *mcp.CallToolRequest, in GetM
 		return out, invalidArg("get_message", "message_id is required")
 	}
 	get := func(id string) (*rpc.MessageDetail, error) {
-		g, err := callRPC(ctx, s, func(ctx context.Context, c *rpc.Client) (*rpc.GetMessageResult, error) {
+		g, err := inbox.Call(ctx, s.ib, func(ctx context.Context, c *rpc.Client) (*rpc.GetMessageResult, error) {
 			return c.GetMessage(ctx, &rpc.GetMessageParams{MessageID: id})
 		})
 		if err != nil {
@@ -511,7 +497,7 @@ func (s *Server) getMessage(ctx context.Context, _ *mcp.CallToolRequest, in GetM
 	out.MessageID = m.MessageID
 	list := func(p *rpc.ListMessagesParams) ([]rpc.MessageSummary, int, error) {
 		p.PageSize, p.SortOrder = conversationMax, "asc"
-		r, err := callRPC(ctx, s, func(ctx context.Context, c *rpc.Client) (*rpc.ListMessagesResult, error) {
+		r, err := inbox.Call(ctx, s.ib, func(ctx context.Context, c *rpc.Client) (*rpc.ListMessagesResult, error) {
 			return c.ListMessages(ctx, p)
 		})
 		if err != nil {
@@ -566,7 +552,7 @@ func (s *Server) getMessage(ctx context.Context, _ *mcp.CallToolRequest, in GetM
 	inGroup := func(g string) bool {
 		in, ok := member[g]
 		if !ok {
-			r, err := callRPC(ctx, s, func(ctx context.Context, c *rpc.Client) (*rpc.GroupMembersResult, error) {
+			r, err := inbox.Call(ctx, s.ib, func(ctx context.Context, c *rpc.Client) (*rpc.GroupMembersResult, error) {
 				return c.GroupMembers(ctx, &rpc.GroupMembersParams{Name: g, Expand: true})
 			})
 			in = err == nil && slices.Contains(r.ExpandedAgents, s.ib.ID().AgentID)
@@ -586,7 +572,7 @@ func (s *Server) getMessage(ctx context.Context, _ *mcp.CallToolRequest, in GetM
 
 func (s *Server) listAgents(ctx context.Context, _ *mcp.CallToolRequest, in ListAgentsInput) (ListAgentsOutput, error) {
 	out := ListAgentsOutput{Agents: []ListedAgent{}}
-	r, err := callRPC(ctx, s, func(ctx context.Context, c *rpc.Client) (*rpc.ListAgentsResult, error) {
+	r, err := inbox.Call(ctx, s.ib, func(ctx context.Context, c *rpc.Client) (*rpc.ListAgentsResult, error) {
 		return c.ListAgents(ctx, &rpc.ListAgentsParams{})
 	})
 	if err != nil {
@@ -623,7 +609,7 @@ func (s *Server) broadcastMessage(ctx context.Context, _ *mcp.CallToolRequest, i
 	for _, x := range f.Exclude {
 		exclude[identity.NormalizeAgentID(x)] = true
 	}
-	r, err := callRPC(ctx, s, func(ctx context.Context, c *rpc.Client) (*rpc.ListAgentsResult, error) {
+	r, err := inbox.Call(ctx, s.ib, func(ctx context.Context, c *rpc.Client) (*rpc.ListAgentsResult, error) {
 		return c.ListAgents(ctx, &rpc.ListAgentsParams{})
 	})
 	if err != nil {
@@ -662,7 +648,7 @@ func (s *Server) broadcastMessage(ctx context.Context, _ *mcp.CallToolRequest, i
 }
 
 func (s *Server) createGroup(ctx context.Context, _ *mcp.CallToolRequest, in rpc.CreateGroupParams) (CreateGroupOutput, error) {
-	r, err := callRPC(ctx, s, func(ctx context.Context, c *rpc.Client) (*rpc.CreateGroupResult, error) {
+	r, err := inbox.Call(ctx, s.ib, func(ctx context.Context, c *rpc.Client) (*rpc.CreateGroupResult, error) {
 		return c.CreateGroup(ctx, &in)
 	})
 	if err != nil {
@@ -672,7 +658,7 @@ func (s *Server) createGroup(ctx context.Context, _ *mcp.CallToolRequest, in rpc
 }
 
 func (s *Server) deleteGroup(ctx context.Context, _ *mcp.CallToolRequest, in rpc.DeleteGroupParams) (DeleteGroupOutput, error) {
-	r, err := callRPC(ctx, s, func(ctx context.Context, c *rpc.Client) (*rpc.DeleteGroupResult, error) {
+	r, err := inbox.Call(ctx, s.ib, func(ctx context.Context, c *rpc.Client) (*rpc.DeleteGroupResult, error) {
 		return c.DeleteGroup(ctx, &in)
 	})
 	if err != nil {
@@ -690,7 +676,7 @@ func (s *Server) member(ctx context.Context, in rpc.GroupMembership, add bool) (
 		return GroupMemberOutput{}, invalidArg(tool, "invalid member_type %q: use agent or role", in.MemberType)
 	}
 	p := &in
-	r, err := callRPC(ctx, s, func(ctx context.Context, c *rpc.Client) (*rpc.GroupMembership, error) {
+	r, err := inbox.Call(ctx, s.ib, func(ctx context.Context, c *rpc.Client) (*rpc.GroupMembership, error) {
 		if add {
 			return c.AddGroupMember(ctx, p)
 		}
@@ -716,7 +702,7 @@ func (s *Server) removeGroupMember(ctx context.Context, _ *mcp.CallToolRequest, 
 
 func (s *Server) listGroups(ctx context.Context, _ *mcp.CallToolRequest, _ ListGroupsInput) (ListGroupsOutput, error) {
 	out := ListGroupsOutput{Groups: []rpc.GroupInfo{}}
-	r, err := callRPC(ctx, s, func(ctx context.Context, c *rpc.Client) (*rpc.ListGroupsResult, error) {
+	r, err := inbox.Call(ctx, s.ib, func(ctx context.Context, c *rpc.Client) (*rpc.ListGroupsResult, error) {
 		return c.ListGroups(ctx, &rpc.ListGroupsParams{})
 	})
 	if err != nil {
@@ -728,7 +714,7 @@ func (s *Server) listGroups(ctx context.Context, _ *mcp.CallToolRequest, _ ListG
 
 func (s *Server) getGroup(ctx context.Context, _ *mcp.CallToolRequest, in GetGroupInput) (GetGroupOutput, error) {
 	var out GetGroupOutput
-	info, err := callRPC(ctx, s, func(ctx context.Context, c *rpc.Client) (*rpc.GroupInfoResult, error) {
+	info, err := inbox.Call(ctx, s.ib, func(ctx context.Context, c *rpc.Client) (*rpc.GroupInfoResult, error) {
 		return c.GroupInfo(ctx, &rpc.GroupInfoParams{Name: in.Name})
 	})
 	if err != nil {
@@ -737,7 +723,7 @@ func (s *Server) getGroup(ctx context.Context, _ *mcp.CallToolRequest, in GetGro
 	out = GetGroupOutput{Name: info.Name, Description: info.Description, CreatedAt: info.CreatedAt, CreatedBy: info.CreatedBy, Members: []rpc.GroupMember{}}
 	out.Members = append(out.Members, info.Members...)
 	if in.Expand {
-		ms, err := callRPC(ctx, s, func(ctx context.Context, c *rpc.Client) (*rpc.GroupMembersResult, error) {
+		ms, err := inbox.Call(ctx, s.ib, func(ctx context.Context, c *rpc.Client) (*rpc.GroupMembersResult, error) {
 			return c.GroupMembers(ctx, &rpc.GroupMembersParams{Name: in.Name, Expand: true})
 		})
 		if err != nil {
