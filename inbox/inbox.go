@@ -81,6 +81,12 @@ type Options struct {
 	// a server that must stay up while no daemon runs, or before one
 	// knows the agent.
 	Lazy bool
+	// NoPush makes the Inbox subscribe to no pushes of the messages sent
+	// to the agent: for a caller that claims or counts once and leaves (a
+	// hook), whom a subscription would cost a round trip and the daemon a
+	// listener. A Wait then gets only what its standing claim takes, and
+	// Doorbells rings at its start only.
+	NoPush bool
 }
 
 // Inbox is one agent's side of delivery. Its methods may be called
@@ -136,8 +142,9 @@ type Inbox struct {
 	roster roster
 }
 
-// New connects to thrum through dial, authenticates as id and subscribes
-// to every message addressed to it (by name, role, group or @everyone).
+// New connects to thrum through dial, authenticates as id and, unless
+// NoPush, subscribes to every message addressed to it (by name, role,
+// group or @everyone).
 // The Inbox keeps the connection until Close.
 func New(ctx context.Context, dial Dialer, id Identity, opts *Options) (*Inbox, error) {
 	if id.AgentID == "" {
@@ -263,8 +270,9 @@ func Call[R any](ctx context.Context, ib *Inbox, f func(context.Context, *rpc.Cl
 	return f(ctx, c)
 }
 
-// connect dials, authenticates and subscribes. subAt is a time before the
-// subscription began: messages created after it are pushed.
+// connect dials, authenticates and subscribes (unless NoPush). subAt is
+// a time before the subscription began: messages created after it are
+// pushed.
 func (ib *Inbox) connect(ctx context.Context) (_ *rpc.Client, subAt time.Time, _ error) {
 	c, err := ib.dial(ctx, ib.onNote)
 	if err != nil {
@@ -275,9 +283,11 @@ func (ib *Inbox) connect(ctx context.Context) (_ *rpc.Client, subAt time.Time, _
 		return nil, subAt, fmt.Errorf("inbox: authenticate as %s: %w", ib.id.AgentID, err)
 	}
 	subAt = time.Now()
-	if _, err := c.Subscribe(ctx, &rpc.SubscribeParams{MentionRole: ib.id.AgentID}); err != nil {
-		c.Close()
-		return nil, subAt, fmt.Errorf("inbox: subscribe: %w", err)
+	if !ib.opts.NoPush {
+		if _, err := c.Subscribe(ctx, &rpc.SubscribeParams{MentionRole: ib.id.AgentID}); err != nil {
+			c.Close()
+			return nil, subAt, fmt.Errorf("inbox: subscribe: %w", err)
+		}
 	}
 	if err := ib.subscribeAcks(ctx, c); err != nil {
 		ib.log.Warn("inbox: subscribing to acknowledgements", "err", err)

@@ -16,13 +16,19 @@ import (
 // open returns bob's inbox on a fresh node, and a send as alice.
 func open(t *testing.T) (*inbox.Inbox, *thrum.Node, func(content string) string) {
 	t.Helper()
+	return openWith(t, nil)
+}
+
+// openWith is open with opts.
+func openWith(t *testing.T, opts *inbox.Options) (*inbox.Inbox, *thrum.Node, func(content string) string) {
+	t.Helper()
 	n := thrumtest.OpenNode(t, nil)
 	thrumtest.Register(t, n, "alice", "implementer", "auth")
 	bob := thrumtest.Register(t, n, "bob", "reviewer", "auth")
 	dial := func(_ context.Context, onNote func(string, json.RawMessage)) (*rpc.Client, error) {
 		return n.Dial(&rpc.ClientOptions{OnNotification: onNote}), nil
 	}
-	ib, err := inbox.New(context.Background(), dial, inbox.Identity{AgentID: bob.ID, Role: bob.Role, Token: bob.Token}, nil)
+	ib, err := inbox.New(context.Background(), dial, inbox.Identity{AgentID: bob.ID, Role: bob.Role, Token: bob.Token}, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,5 +112,41 @@ func TestDoorbellClaimsNothing(t *testing.T) {
 	cancel()
 	if err := <-waiting; !errors.Is(err, context.Canceled) {
 		t.Errorf("a cancelled wait: %v", err)
+	}
+}
+
+// subscriptions counts the subscriptions of ib's connection in the daemon.
+func subscriptions(t *testing.T, ib *inbox.Inbox) int {
+	t.Helper()
+	r, err := inbox.Call(context.Background(), ib, func(ctx context.Context, c *rpc.Client) (*rpc.ListSubscriptionsResult, error) {
+		return c.ListSubscriptions(ctx, &rpc.ListSubscriptionsParams{})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(r.Subscriptions)
+}
+
+// TestNoPushInboxSubscribesToNothing: an inbox that claims or counts once
+// (a hook's) leaves the daemon no subscription to push to, and still
+// counts and claims; one that waits subscribes.
+func TestNoPushInboxSubscribesToNothing(t *testing.T) {
+	if ib, _, _ := open(t); subscriptions(t, ib) != 1 {
+		t.Fatalf("an inbox has %d subscriptions, want 1", subscriptions(t, ib))
+	}
+	ib, _, send := openWith(t, &inbox.Options{NoPush: true})
+	if n := subscriptions(t, ib); n != 0 {
+		t.Fatalf("a NoPush inbox has %d subscriptions, want none", n)
+	}
+	id := send("for a hook")
+	if d, err := ib.Doorbell(context.Background(), 1, nil); err != nil || d.Unread != 1 {
+		t.Fatalf("doorbell = %+v, %v; want 1 unread", d, err)
+	}
+	r, err := ib.Check(context.Background(), inbox.CheckParams{Limit: 5, Via: rpc.ViaHook, Deadline: time.Now().Add(time.Minute)})
+	if err != nil || len(r.Messages) != 1 || r.Messages[0].MessageID != id {
+		t.Fatalf("check = %+v, %v; want the message", r, err)
+	}
+	if q := ib.Stats().Queued; len(q) != 0 {
+		t.Errorf("queued %v: nothing was pushed, nothing should be", q)
 	}
 }

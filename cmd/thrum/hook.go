@@ -238,7 +238,7 @@ func (h hookSpec) answer(ctx context.Context, budget time.Time, g *Globals, stdi
 		}
 	}
 	a.logger = slog.New(slog.DiscardHandler)
-	ib, err := inbox.New(pre, a.dial, a.id(), &inbox.Options{Logger: a.logger})
+	ib, err := inbox.New(pre, a.dial, a.id(), &inbox.Options{Logger: a.logger, NoPush: true}) // it claims or counts once
 	if err != nil {
 		return none, a.failed(err)
 	}
