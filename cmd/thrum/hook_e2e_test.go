@@ -151,9 +151,6 @@ func (h *hookRig) unread() []string {
 // nothing, and stay silent for the same messages at the next stop
 // (stop_hook_active or not) until a new one comes.
 func TestHookGolden(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the binary")
-	}
 	t.Parallel()
 	h := newHookRig(t)
 	for _, spec := range hookEvents {
@@ -265,9 +262,6 @@ func utf8Count(s string) int { return len([]rune(s)) }
 // loaded machine): here it must return rather than wait for the daemon,
 // which without its deadline it would do until killed.
 func TestHookNeverHarmsItsHost(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the binary")
-	}
 	t.Parallel()
 	h := newHookRig(t)
 	spec := hookEvents[1] // claude user-prompt-submit
@@ -342,9 +336,6 @@ func TestHookNeverHarmsItsHost(t *testing.T) {
 // the first turn, shows five without a line on the rest, which its prompt's
 // hook then shows.
 func TestHookSessionStartHints(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the binary")
-	}
 	t.Parallel()
 	h := newHookRig(t)
 	var ids []string

@@ -24,9 +24,6 @@ import (
 // the hook's budget is waited for up to the host's timeout and printed;
 // one it could not queue in time it refuses, claiming nothing.
 func TestHookBoundToItsClaimWhenTheDaemonIsSlow(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the binary against a slowed daemon")
-	}
 	h := &hookRig{t: t, bin: thrumtest.Binary(t), repo: thrumtest.GitRepo(t)}
 	h.main = &thrumCLI{t: t, repo: h.repo, bin: h.bin}
 	h.bobs = h.repo

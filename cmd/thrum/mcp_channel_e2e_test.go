@@ -116,9 +116,6 @@ func nextEvent(t *testing.T, ch <-chan []byte) []byte {
 // channels ring and a plain server's check_messages and wait_for_message
 // compete for it.
 func TestMCPChannelEndToEnd(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the binary")
-	}
 	t.Parallel()
 	e := newMCPPair(t)
 	alice := e.serve("alice")

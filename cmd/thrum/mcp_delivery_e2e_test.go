@@ -30,9 +30,6 @@ import (
 // wants the agent's token and refuses foreign Origins. The rest is
 // tested through the same server code in mcpserver/sdkclient_test.go.
 func TestMCPServeDelivery(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the binary")
-	}
 	e := newMCPPair(t)
 	alice := e.serve("alice")
 

@@ -33,9 +33,6 @@ import (
 // concurrent wait is refused, and priority_filter lets only what it should
 // through.
 func TestMCPServeEndToEnd(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the binary")
-	}
 	t.Parallel() // its own repository, daemon and servers
 	e := newMCPPair(t)
 

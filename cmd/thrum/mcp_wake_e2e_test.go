@@ -84,9 +84,6 @@ func eventually(t *testing.T, cs *mcp.ClientSession, name string, args map[strin
 // An agent's MCP server started with no daemon running stays up and
 // starts the daemon where thrum init has run: its tools then work.
 func TestMCPServeStartsItsDaemon(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the binary")
-	}
 	t.Parallel()
 	e := newMCPPair(t)
 	e.stopDaemon()
@@ -100,9 +97,6 @@ func TestMCPServeStartsItsDaemon(t *testing.T) {
 // With --no-autostart the server starts nothing: its tools say the daemon
 // is unreachable and why, and work once a daemon is started by hand.
 func TestMCPServeWaitsForItsDaemon(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the binary")
-	}
 	t.Parallel()
 	e := newMCPPair(t)
 	e.stopDaemon()
@@ -122,9 +116,6 @@ func TestMCPServeWaitsForItsDaemon(t *testing.T) {
 // the server stays up, lists its tools, and each call says how to name
 // the agent and which identities there are.
 func TestMCPServeWithoutAnAgent(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the binary")
-	}
 	t.Parallel()
 	e := newMCPPair(t)
 	for _, name := range []string{"", "carol"} {
@@ -148,12 +139,10 @@ func TestMCPServeWithoutAnAgent(t *testing.T) {
 // An autostarted daemon syncs only where a person was told the log goes:
 // init said so for this remote; once the remote changed, it does not.
 func TestAutostartedDaemonSyncsOnlyWhereTold(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the binary")
-	}
 	t.Parallel()
+	bin := thrumtest.Binary(t) // first: it skips under -short
 	remote := thrumtest.GitRemote(t)
-	e := &mcpE2E{t: t, bin: thrumtest.Binary(t), repo: remote.Clone("a"), stderrs: map[string]*bytes.Buffer{}}
+	e := &mcpE2E{t: t, bin: bin, repo: remote.Clone("a"), stderrs: map[string]*bytes.Buffer{}}
 	if out := e.thrum("", "init"); !strings.Contains(out, "Sync: the daemon pushes") || !strings.Contains(out, remote.Path) {
 		t.Fatalf("init did not say where the log goes:\n%s", out)
 	}
@@ -233,9 +222,6 @@ var wakeLine = regexp.MustCompile(`^thrum: (\d+) new messages? \(newest (msg_\S+
 // check_messages takes the mail. A ring that fails ends the waking, and
 // the server stays up.
 func TestMCPServeWakesClaudeCode(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the binary")
-	}
 	t.Parallel()
 	e := newMCPPair(t)
 	sock := newClaudeSocket(t)
@@ -343,9 +329,6 @@ func codexRuns(record string) [][]string {
 // registered before it started is another session's and is not rung; a
 // ring that fails forgets the thread.
 func TestMCPServeWakesCodex(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the binary")
-	}
 	t.Parallel()
 	e := newMCPPair(t)
 	path, record := fakeCodex(t, 0)
@@ -416,9 +399,6 @@ func TestMCPServeWakesCodex(t *testing.T) {
 // A hook that fails still answers {} and exit 0, and records why in the
 // repository's hook log, which daemon status and doctor summarise.
 func TestHookFailuresAreRecorded(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the binary")
-	}
 	t.Parallel()
 	e := newMCPPair(t)
 	e.stopDaemon()

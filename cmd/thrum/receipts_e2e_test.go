@@ -24,9 +24,6 @@ import (
 // delivery and the acknowledgement. An acknowledgement by thrum ack, with
 // a note, shows in thrum sent and thrum message get.
 func TestReceiptsEndToEnd(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the binary")
-	}
 	t.Parallel()
 	e := newMCPPair(t)
 

@@ -56,9 +56,6 @@ func actsOnTerminal(s string) (rune, bool) {
 // of them reaches stdout or stderr as it is, while --json gives the body
 // exactly; and that a list shows a preview of a long body.
 func TestHumanOutputShowsDataEscaped(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the binary")
-	}
 	t.Parallel()
 	c := &thrumCLI{t: t, repo: thrumtest.GitRepo(t), bin: thrumtest.Binary(t)}
 	c.ok("", "init")
