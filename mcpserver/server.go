@@ -316,11 +316,20 @@ func (s *Server) HTTPHandler() http.Handler {
 			}
 			s.starting++
 			s.mu.Unlock()
-			defer func() {
+			// The session exists once the SDK answers: from its first
+			// byte the session counts itself, and a client that has read
+			// the answer may start the next one before this handler ends.
+			started := false
+			release := func() {
 				s.mu.Lock()
-				s.starting--
+				if !started {
+					started = true
+					s.starting--
+				}
 				s.mu.Unlock()
-			}()
+			}
+			defer release()
+			w = &answerHook{ResponseWriter: w, answer: release}
 		}
 		if r.Method == http.MethodPost {
 			key := rand.Text()
@@ -410,4 +419,32 @@ func (s *Server) Close() error {
 		}
 	}
 	return nil
+}
+
+// answerHook calls answer before the first byte of a response is
+// written.
+type answerHook struct {
+	http.ResponseWriter
+	answer func()
+}
+
+func (w *answerHook) WriteHeader(code int) {
+	w.answer()
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *answerHook) Write(b []byte) (int, error) {
+	w.answer()
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the writer's Flush.
+func (w *answerHook) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// Flush keeps a streamed answer streaming.
+func (w *answerHook) Flush() {
+	w.answer()
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
 }
