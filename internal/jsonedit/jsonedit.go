@@ -94,23 +94,19 @@ func (d *Doc) parse() error {
 			return err
 		}
 	}
-	dec := json.NewDecoder(bytes.NewReader(d.clean))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return d.syntaxError(err, dec)
-	}
-	if _, err := dec.Token(); err != io.EOF {
+	if !json.Valid(d.clean) {
+		// Decode only to say where the text stops being JSON.
+		dec := json.NewDecoder(bytes.NewReader(d.clean))
+		var v any
+		if err := dec.Decode(&v); err != nil {
+			return d.syntaxError(err, dec)
+		}
+		dec.Token()
 		return d.errorAt(int(dec.InputOffset())-1, "data after the end of the top-level value")
 	}
-	// The text is valid: walk its tokens again to learn where each value is.
-	p := &walker{clean: d.clean, dec: json.NewDecoder(bytes.NewReader(d.clean))}
-	p.dec.UseNumber() // a number too large for a float64 (1E700) is still valid JSON
-	root, err := p.value()
-	if err != nil {
-		return fmt.Errorf("jsonedit: walking a valid document: %w", err)
-	}
-	d.root = root
+	// The text is valid: walk it to learn where each value is.
+	p := &walker{b: d.clean}
+	d.root = p.value()
 	return nil
 }
 
@@ -133,62 +129,65 @@ func (d *Doc) errorAt(off int, msg string) error {
 	return &SyntaxError{Line: line, Column: col, Msg: msg}
 }
 
-// walker turns a valid document's token stream into nodes with offsets.
+// walker turns a valid document into nodes with offsets. It checks
+// nothing: json.Valid did.
 type walker struct {
-	clean []byte
-	dec   *json.Decoder
+	b []byte
+	i int
 }
 
-// next is the offset of the next token: the decoder's position past the
-// separators it consumes silently.
-func (p *walker) next() int {
-	i := int(p.dec.InputOffset())
-	for i < len(p.clean) && strings.IndexByte(" \t\r\n,:", p.clean[i]) >= 0 {
-		i++
+// skip moves past blanks and separators.
+func (p *walker) skip() {
+	for p.i < len(p.b) && strings.IndexByte(" \t\r\n,:", p.b[p.i]) >= 0 {
+		p.i++
 	}
-	return i
 }
 
-func (p *walker) value() (*node, error) {
-	start := p.next()
-	tok, err := p.dec.Token()
-	if err != nil {
-		return nil, err
-	}
-	n := &node{start: start}
-	switch tok {
-	case json.Delim('{'):
-		n.kind = object
-		for p.dec.More() {
-			ks := p.next()
-			k, err := p.dec.Token()
-			if err != nil {
-				return nil, err
-			}
-			v, err := p.value()
-			if err != nil {
-				return nil, err
-			}
-			n.keys, n.keyStart, n.kids = append(n.keys, k.(string)), append(n.keyStart, ks), append(n.kids, v)
+// str moves past the string that starts at p.i.
+func (p *walker) str() {
+	for p.i++; p.b[p.i] != '"'; p.i++ {
+		if p.b[p.i] == '\\' {
+			p.i++
 		}
-	case json.Delim('['):
+	}
+	p.i++
+}
+
+func (p *walker) value() *node {
+	p.skip()
+	n := &node{start: p.i}
+	switch p.b[p.i] {
+	case '{', '[':
 		n.kind = array
-		for p.dec.More() {
-			v, err := p.value()
-			if err != nil {
-				return nil, err
-			}
-			n.kids = append(n.kids, v)
+		if p.b[p.i] == '{' {
+			n.kind = object
 		}
+		for p.i++; ; {
+			p.skip()
+			if c := p.b[p.i]; c == '}' || c == ']' {
+				break
+			}
+			if n.kind == object {
+				ks := p.i
+				p.str()
+				k := string(p.b[ks+1 : p.i-1])
+				if strings.IndexByte(k, '\\') >= 0 {
+					json.Unmarshal(p.b[ks:p.i], &k) // valid, so it decodes
+				}
+				n.keys, n.keyStart = append(n.keys, k), append(n.keyStart, ks)
+			}
+			n.kids = append(n.kids, p.value())
+		}
+		p.i++ // the closing delimiter
+	case '"':
+		p.str()
 	default:
-		n.end = int(p.dec.InputOffset())
-		return n, nil
+		for p.i < len(p.b) && strings.IndexByte(" \t\r\n,]}", p.b[p.i]) < 0 {
+			p.i++
+		}
 	}
-	if _, err := p.dec.Token(); err != nil { // the closing delimiter
-		return nil, err
-	}
-	n.end = int(p.dec.InputOffset())
-	return n, nil
+	n.end = p.i
+	return n
 }
 
 // blank returns src with comments and trailing commas replaced by spaces
