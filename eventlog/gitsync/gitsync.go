@@ -279,13 +279,11 @@ func (s *Syncer) removeStaleLocks(gitDir, common string) error {
 
 // HasRemote reports whether the repository at dir has the named remote.
 func HasRemote(ctx context.Context, dir, remote string) bool {
-	cmd := exec.CommandContext(ctx, "git", "remote")
-	cmd.Dir = dir
-	out, err := cmd.Output()
+	out, err := run(ctx, dir, nil, "remote")
 	if err != nil {
 		return false
 	}
-	for _, r := range strings.Fields(string(out)) {
+	for _, r := range strings.Fields(out) {
 		if r == remote {
 			return true
 		}
@@ -629,7 +627,7 @@ func (s *Syncer) mergeBase(ctx context.Context, a, b string) (string, error) {
 	if a == b {
 		return a, nil
 	}
-	cmd := s.command(ctx, nil, "merge-base", a, b)
+	cmd := gitCmd(ctx, s.dir, nil, "merge-base", a, b)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
@@ -956,7 +954,7 @@ func (s *Syncer) readRemote(ctx context.Context, commit string, files []remoteFi
 	for _, f := range files {
 		ids.WriteString(f.blob + "\n")
 	}
-	cmd := s.command(ctx, nil, "cat-file", "--batch")
+	cmd := gitCmd(ctx, s.dir, nil, "cat-file", "--batch")
 	cmd.Stdin = &ids
 	var errb bytes.Buffer
 	cmd.Stderr = &errb
@@ -1115,7 +1113,9 @@ func (s *Syncer) git(ctx context.Context, args ...string) (string, error) {
 // gitIO runs git with args, stdin as its standard input, and returns its
 // standard output; a failure carries git's own words.
 func (s *Syncer) gitIO(ctx context.Context, stdin io.Reader, args ...string) ([]byte, error) {
-	return runGit(s.command(ctx, stdin, args...), args)
+	cmd := gitCmd(ctx, s.dir, nil, args...)
+	cmd.Stdin = stdin
+	return runGit(cmd, args)
 }
 
 // remoteGit is git talking to the remote (fetch, push, ls-remote), run
@@ -1123,12 +1123,12 @@ func (s *Syncer) gitIO(ctx context.Context, stdin io.Reader, args ...string) ([]
 // root is found from there, not from the log's worktree. These commands
 // name their refs in full, so they touch no working tree.
 func (s *Syncer) remoteGit(ctx context.Context, args ...string) (string, error) {
-	cmd := s.command(ctx, nil, args...)
-	cmd.Dir = s.remoteDir
-	b, err := runGit(cmd, args)
+	b, err := runGit(gitCmd(ctx, s.remoteDir, nil, args...), args)
 	return strings.TrimSpace(string(b)), err
 }
 
+// runGit runs cmd (git with args) and returns its standard output; a
+// failure carries git's own words.
 func runGit(cmd *exec.Cmd, args []string) ([]byte, error) {
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
@@ -1142,11 +1142,11 @@ func runGit(cmd *exec.Cmd, args []string) ([]byte, error) {
 	return out.Bytes(), nil
 }
 
-// command is a git command in the worktree that never prompts.
-func (s *Syncer) command(ctx context.Context, stdin io.Reader, args ...string) *exec.Cmd {
+// gitCmd is git with args in dir, with env added to the environment,
+// never prompting. The package runs git only through it.
+func gitCmd(ctx context.Context, dir string, env []string, args ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, "git", args...)
-	cmd.Dir = s.dir
-	cmd.Env = append(os.Environ(), "GIT_TERMINAL_PROMPT=0")
-	cmd.Stdin = stdin
+	cmd.Dir = dir
+	cmd.Env = append(append(os.Environ(), "GIT_TERMINAL_PROMPT=0"), env...)
 	return cmd
 }

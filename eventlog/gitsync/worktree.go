@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -343,13 +342,6 @@ func ReadAdopted(adopted string) ([]Adoption, error) {
 // run runs git in dir with the extra environment env and returns its
 // output; a failure carries git's own words.
 func run(ctx context.Context, dir string, env []string, args ...string) (string, error) {
-	cmd := exec.CommandContext(ctx, "git", args...)
-	cmd.Dir = dir
-	cmd.Env = append(append(os.Environ(), "GIT_TERMINAL_PROMPT=0"), env...)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("git %s: %v: %s", args[0], err, strings.TrimSpace(errb.String()))
-	}
-	return out.String(), nil
+	b, err := runGit(gitCmd(ctx, dir, env, args...), args)
+	return string(b), err
 }
