@@ -340,8 +340,10 @@ func TestWaitSendsProgress(t *testing.T) {
 			}
 			mu.Lock()
 			defer mu.Unlock()
-			if len(tokens) < 10 {
-				t.Errorf("%d progress notifications in a 1 s wait at 30 ms, want about 30", len(tokens))
+			// About 30 on an idle machine; a loaded one drops ticks, so
+			// ask only that progress repeats.
+			if len(tokens) < 3 {
+				t.Errorf("%d progress notifications in a 1 s wait at 30 ms, want several (about 30 when idle)", len(tokens))
 			}
 			for _, tok := range tokens {
 				if tok != "wait-1" {
