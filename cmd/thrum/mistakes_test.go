@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -262,4 +263,42 @@ func linkedWorktree(t *testing.T, c *thrumCLI) *thrumCLI {
 	fc := &thrumCLI{t: t, repo: dir, bin: c.bin}
 	fc.ok("", "init")
 	return fc
+}
+
+// TestInitNeedsACommit: a repository with no commit has no name that
+// every clone shares, and events signed under another would be refused
+// everywhere else: init says to commit first and makes nothing.
+func TestInitNeedsACommit(t *testing.T) {
+	t.Parallel()
+	repo := t.TempDir()
+	thrumtest.Git(t, repo, "init", "-q", "-b", "main")
+	c := &thrumCLI{t: t, repo: repo, bin: thrumtest.Binary(t)}
+	c.fails(exitError, "", []string{"init"}, "has no commit yet", "git commit --allow-empty")
+	if _, err := os.Stat(filepath.Join(repo, ".thrum")); !os.IsNotExist(err) {
+		t.Errorf("a refused init made .thrum: %v", err)
+	}
+	thrumtest.GitUser(t, repo)
+	thrumtest.Git(t, repo, "commit", "-q", "--allow-empty", "-m", "first")
+	c.ok("", "init")
+}
+
+// TestRepoIDIsTheOldestRoot: a branch that merged an unrelated history
+// has two roots; every clone and branch names the repository by the
+// older, the one its history began with.
+func TestRepoIDIsTheOldestRoot(t *testing.T) {
+	t.Parallel()
+	repo := thrumtest.GitRepo(t)
+	first := thrumtest.Git(t, repo, "rev-parse", "HEAD")
+	thrumtest.Git(t, repo, "checkout", "-q", "--orphan", "other")
+	later := exec.Command("git", "commit", "-q", "--allow-empty", "-m", "another history")
+	later.Dir, later.Env = repo, append(thrumtest.GitEnv(), "GIT_COMMITTER_DATE=2090-01-01T00:00:00Z")
+	if out, err := later.CombinedOutput(); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	thrumtest.Git(t, repo, "checkout", "-q", "main")
+	thrumtest.Git(t, repo, "merge", "-q", "--allow-unrelated-histories", "-m", "merge", "other")
+	got, err := rootCommit(t.Context(), repo)
+	if err != nil || got != strings.TrimSpace(first) {
+		t.Fatalf("rootCommit = %q, %v; want the first commit %s", got, err, first)
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/thrumhq/thrum"
@@ -129,10 +130,11 @@ func (l *layout) share(auto bool) error {
 	return nil
 }
 
-// RepoID identifies the repository: the first 16 hex digits of its root
-// commit, the same on every clone, or (outside git, or before the first
-// commit) a hash of the log's path. It costs a git process, so only the
-// commands that need it ask.
+// RepoID identifies the repository: the first 16 hex digits of its
+// first commit (rootCommit), the same on every clone, or outside git a
+// hash of the log's path. Signatures name it, so it must not change:
+// init refuses a repository with no commit. It costs a git process, so
+// only the commands that need it ask.
 func (l *layout) RepoID(ctx context.Context) string {
 	if l.repoID != "" {
 		return l.repoID
@@ -140,11 +142,37 @@ func (l *layout) RepoID(ctx context.Context) string {
 	sum := sha256.Sum256([]byte(l.LogDir))
 	l.repoID = hex.EncodeToString(sum[:8])
 	if l.Git {
-		if first, err := git(ctx, l.Root, "rev-list", "--max-parents=0", "--max-count=1", "HEAD"); err == nil && len(first) >= 16 {
+		if first, err := rootCommit(ctx, l.Root); err == nil {
 			l.repoID = first[:16]
 		}
 	}
 	return l.repoID
+}
+
+// rootCommit is the oldest commit with no parent in HEAD's history (by
+// commit time, then hash): where a branch merged another history, that
+// history's root is the newer, so every clone and branch names the same.
+func rootCommit(ctx context.Context, root string) (string, error) {
+	out, err := git(ctx, root, "log", "--max-parents=0", "--format=%ct %H", "HEAD")
+	if err != nil {
+		return "", err
+	}
+	var oldest string
+	var when int64
+	for _, line := range strings.Split(out, "\n") {
+		t, hash, _ := strings.Cut(line, " ")
+		ct, err := strconv.ParseInt(t, 10, 64)
+		if err != nil || len(hash) < 16 {
+			continue
+		}
+		if oldest == "" || ct < when || ct == when && hash < oldest {
+			oldest, when = hash, ct
+		}
+	}
+	if oldest == "" {
+		return "", fmt.Errorf("no commit in HEAD's history")
+	}
+	return oldest, nil
 }
 
 // keys opens the node's key store: .thrum/var/keys (the main
@@ -176,6 +204,11 @@ func git(ctx context.Context, dir string, args ...string) (string, error) {
 // current branch are never touched; .thrum/ is excluded through
 // .git/info/exclude rather than a .gitignore in the working tree.
 func (l *layout) setup(ctx context.Context) (created []string, err error) {
+	if l.Git {
+		if _, err := rootCommit(ctx, l.Root); err != nil {
+			return nil, fmt.Errorf("%s has no commit yet: thrum names a repository by its first commit, the same on every clone, and signs each event with that name; make a first commit (git commit --allow-empty -m 'first commit'), then run thrum init again", l.Root)
+		}
+	}
 	dirs := []string{l.Home, filepath.Join(l.Home, "var"), l.IDs}
 	if l.Shared != "" {
 		dirs = []string{l.Home, l.IDs} // the runtime state is the main worktree's
