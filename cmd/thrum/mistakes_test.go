@@ -279,6 +279,12 @@ func TestInitNeedsACommit(t *testing.T) {
 	}
 	thrumtest.GitUser(t, repo)
 	thrumtest.Git(t, repo, "commit", "-q", "--allow-empty", "-m", "first")
+	// A clone of a remote whose HEAD names no branch has branches but
+	// no HEAD: a commit there would start another history, so init says
+	// to check one out.
+	thrumtest.Git(t, repo, "checkout", "-q", "--orphan", "unborn")
+	c.fails(exitError, "", []string{"init"}, "names no commit", "git switch main")
+	thrumtest.Git(t, repo, "checkout", "-q", "main")
 	c.ok("", "init")
 }
 

@@ -206,7 +206,15 @@ func git(ctx context.Context, dir string, args ...string) (string, error) {
 func (l *layout) setup(ctx context.Context) (created []string, err error) {
 	if l.Git {
 		if _, err := rootCommit(ctx, l.Root); err != nil {
-			return nil, fmt.Errorf("%s has no commit yet: thrum names a repository by its first commit, the same on every clone, and signs each event with that name; make a first commit (git commit --allow-empty -m 'first commit'), then run thrum init again", l.Root)
+			const why = "thrum names a repository by its first commit, the same on every clone, and signs each event with that name"
+			if ref, _ := git(ctx, l.Root, "for-each-ref", "--count=1", "--format=%(refname)", "refs/heads/", "refs/remotes/"); ref != "" {
+				branch := strings.TrimPrefix(ref, "refs/heads/")
+				if r, ok := strings.CutPrefix(ref, "refs/remotes/"); ok {
+					_, branch, _ = strings.Cut(r, "/")
+				}
+				return nil, fmt.Errorf("HEAD in %s names no commit (a branch not made yet): %s; check out the branch you work on (git switch %s, say), then run thrum init again", l.Root, why, branch)
+			}
+			return nil, fmt.Errorf("%s has no commit yet: %s; make a first commit (git commit --allow-empty -m 'first commit'), then run thrum init again", l.Root, why)
 		}
 	}
 	dirs := []string{l.Home, filepath.Join(l.Home, "var"), l.IDs}
