@@ -82,23 +82,6 @@ func InitStream(ctx context.Context, cfg *Config, opts *StreamOptions) (info *St
 	return describe(str.CachedInfo()), created, nil
 }
 
-// Stream describes the stream of cfg as the server has it.
-func Stream(ctx context.Context, cfg *Config) (*StreamInfo, error) {
-	if err := cfg.Check(); err != nil {
-		return nil, err
-	}
-	nc, js, err := dial(cfg, nats.Timeout(10*time.Second))
-	if err != nil {
-		return nil, err
-	}
-	defer nc.Close()
-	str, err := js.Stream(ctx, cfg.Stream)
-	if err != nil {
-		return nil, fmt.Errorf("natsync: stream %s: %w", cfg.Stream, err)
-	}
-	return describe(str.CachedInfo()), nil
-}
-
 func describe(i *jetstream.StreamInfo) *StreamInfo {
 	return &StreamInfo{Name: i.Config.Name, Subjects: i.Config.Subjects, Created: i.Created, Replicas: i.Config.Replicas,
 		MaxAge: i.Config.MaxAge, MaxMsgSize: i.Config.MaxMsgSize, Messages: i.State.Msgs, FirstSeq: i.State.FirstSeq, LastSeq: i.State.LastSeq}
