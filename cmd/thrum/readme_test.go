@@ -89,7 +89,7 @@ func quickstartBlock(t testing.TB) []string {
 
 // TestReadmeQuickstart runs the README's Quickstart block as written, line
 // by line in one shell, with the built binary first on PATH, in a fresh
-// git repository (just `git init`) and in a plain directory, with no
+// git repository (`git init` and one commit) and in a plain directory, with no
 // THRUM_* variables and no global git configuration. Every line must exit 0. The block is read
 // from README.md, so editing the README changes what this runs.
 func TestReadmeQuickstart(t *testing.T) {
@@ -103,8 +103,10 @@ func TestReadmeQuickstart(t *testing.T) {
 			t.Parallel()
 			dir := t.TempDir()
 			if where == "git repository" {
-				// Just `git init`: no commit and no user configured.
+				// `git init` and one commit; no global configuration.
 				thrumtest.Git(t, dir, "init", "-q")
+				thrumtest.GitUser(t, dir)
+				thrumtest.Git(t, dir, "commit", "-q", "--allow-empty", "-m", "first commit")
 			}
 			outs := runQuickstart(t, dir, lines)
 			// What the block promises, checked on the lines' own output.
