@@ -119,7 +119,7 @@ var setupHosts = map[string]setupHost{
 		return []string{"enable the thrum server in Cursor's MCP settings if Cursor lists it as disabled"}
 	}},
 	"gemini": {name: "Gemini CLI", files: geminiFiles, check: func(*setupSpec) []string {
-		return []string{"Gemini CLI reads .gemini/settings.json only in a trusted folder: start gemini here and trust the folder (`gemini -p` refuses an untrusted one, and --skip-trust loads no project hooks)"}
+		return []string{"Gemini CLI reads .gemini/settings.json only in a trusted folder: start gemini here and trust the folder (`gemini -p` refuses an untrusted one, and --skip-trust loads no project hooks); after you trust it, Gemini CLI exits to restart: start it again"}
 	}},
 	"opencode": {name: "opencode", files: opencodeFiles, check: func(*setupSpec) []string {
 		return []string{"opencode has no command hooks: the agent reads messages when it calls check_messages or wait_for_message"}
