@@ -107,7 +107,7 @@ func BenchmarkSignVerify(b *testing.B) {
 	e := &Event{ID: NewID(), Type: TypeMessageCreate, Time: time.Now(), Payload: MessageCreate{MessageID: "msg_" + NewID(), AgentID: "alice",
 		SessionID: "ses_" + NewID(), Format: "markdown", Content: "the build is green on main; merging the signing branch next",
 		Refs: []Pair{{"mention", "bob"}}, Priority: "normal", Recipients: []string{"bob"}}}
-	if err := e.encode(&buf); err != nil {
+	if err := e.encode(&buf, e.Payload); err != nil {
 		b.Fatal(err)
 	}
 	line := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))

@@ -248,10 +248,12 @@ func CheckFields(e *Event, now time.Time) error {
 			d, err := time.ParseDuration(p.AckWithin)
 			c.rule(err == nil && d > 0, "ack_within", p.AckWithin, "use a positive duration such as 30m")
 		}
+		c.sealed(p.Sealed, p.Content == "" && len(p.Structured) == 0)
 	case MessageEdit:
 		c.message("message_id", p.MessageID)
 		c.id("agent_id", p.AgentID)
 		c.optional(c.id, "session_id", p.SessionID)
+		c.sealed(p.Sealed, p.Content == nil && len(p.Structured) == 0)
 	case MessageDelete:
 		c.message("message_id", p.MessageID)
 		c.id("agent_id", p.AgentID)

@@ -179,6 +179,9 @@ type MessageCreate struct {
 	// AckWithin (a Go duration, "" for no deadline) if set.
 	AckRequired bool   `json:"ack_required,omitempty"`
 	AckWithin   string `json:"ack_within,omitempty"`
+	// Sealed holds Content and Structured sealed with a team key, which
+	// are then empty (seal.go); nil in a clear or opened payload.
+	Sealed *Sealed `json:"sealed,omitempty"`
 }
 
 // MessageEdit replaces a message's content and/or structured data.
@@ -188,6 +191,7 @@ type MessageEdit struct {
 	SessionID  string          `json:"session_id"`
 	Content    *string         `json:"content,omitempty"`
 	Structured json.RawMessage `json:"structured,omitempty"`
+	Sealed     *Sealed         `json:"sealed,omitempty"` // as in MessageCreate
 }
 
 // MessageDelete soft-deletes a message: it stays in the log, marked
