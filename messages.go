@@ -360,7 +360,12 @@ func (n *Node) lastSeen(ctx context.Context) map[string]string {
 	return seen
 }
 
+// body is a message's body as results show it; one that no team key
+// held here opens says whose it is and what would open it.
 func body(m *store.Message) rpc.Body {
+	if m.Sealed != "" {
+		return rpc.Body{Format: m.Format, Content: "encrypted message from " + m.AgentID + " (import the team key)", Sealed: m.Sealed}
+	}
 	return rpc.Body{Format: m.Format, Content: m.Content, Structured: m.Structured}
 }
 

@@ -220,6 +220,10 @@ func Open(dir string, opts *Options) (*Log, error) {
 // Dir returns the log's directory.
 func (l *Log) Dir() string { return l.dir }
 
+// TeamKeys returns the team keys the log seals and opens with
+// (Options.TeamKeys), or nil.
+func (l *Log) TeamKeys() TeamKeys { return l.opts.TeamKeys }
+
 // Repairs returns the torn tails that Open moved aside.
 func (l *Log) Repairs() []Repair { return append([]Repair(nil), l.repairs...) }
 

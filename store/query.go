@@ -208,6 +208,7 @@ type Message struct {
 	AckRequired  bool   `db:"ack_required"`
 	AckDue       string `db:"ack_due"` // "" if no deadline
 	Signed       bool   `db:"signed"`  // its line ends in a signature
+	Sealed       string `db:"sealed"`  // the team key its body waits for, "" if readable
 	IsRead       bool   `db:"is_read"`
 
 	Scopes []eventlog.Pair `db:"-"`
@@ -226,7 +227,7 @@ func (m *Message) TagList() []string {
 const messageCols = `m.message_id, m.agent_id, m.session_id, m.thread_id, m.created_at, COALESCE(m.updated_at, '') AS updated_at,
 	COALESCE(m.deleted, 0) AS deleted, COALESCE(m.deleted_at, '') AS deleted_at, COALESCE(m.delete_reason, '') AS delete_reason,
 	m.body_format, m.body_content, COALESCE(m.body_structured, '') AS body_structured,
-	m.priority, m.tags, m.acting_as, m.disclose, m.version, m.ack_required, m.ack_due, m.signed`
+	m.priority, m.tags, m.acting_as, m.disclose, m.version, m.ack_required, m.ack_due, m.signed, m.sealed`
 
 // readExpr is true when reader has read message m or wrote it (a message
 // a user sent as the reader does not count as written by it). Its two
@@ -316,8 +317,10 @@ func (s *Store) attachPairs(ctx context.Context, ms []*Message) error {
 	return nil
 }
 
-// ReadState returns, for each of ids that exists, whether reader has read
-// it (or wrote it), in one query.
+// ReadState returns, for each of ids that exists, whether it is not for
+// reader to claim, in one query: reader has read it (or wrote it), or
+// its body waits for a team key (a claim would deliver a placeholder, a
+// false "delivered": it stays unread until the key opens it).
 func (s *Store) ReadState(ctx context.Context, ids []string, reader string) (map[string]bool, error) {
 	out := map[string]bool{}
 	if len(ids) == 0 {
@@ -328,7 +331,7 @@ func (s *Store) ReadState(ctx context.Context, ids []string, reader string) (map
 	for _, id := range ids {
 		args = append(args, id)
 	}
-	rows, err := s.query(ctx, `SELECT m.message_id, `+readExpr+` FROM messages m WHERE m.message_id IN (`+placeholders(len(ids))+`)`, args...)
+	rows, err := s.query(ctx, `SELECT m.message_id, `+readExpr+` OR m.sealed != '' FROM messages m WHERE m.message_id IN (`+placeholders(len(ids))+`)`, args...)
 	if err != nil {
 		return nil, err
 	}

@@ -19,11 +19,12 @@ package store
 // each group, which alone changes it. 10 = signatures: messages.signed,
 // keys (the identities' keys their registrations brought, and the
 // owner's trust) and seals (the unsigned events each identity's seal
-// names).
+// names). 11 = sealed bodies: messages.sealed, the team key a body
+// waits for.
 // Adding an index needs no new version: every open runs the index DDL
 // (IF NOT EXISTS), so a projection made before idx_messages_session gains
 // it in place, and an older thrum ignores an index it does not know.
-const schemaVersion = 10
+const schemaVersion = 11
 
 const schema = `
 CREATE TABLE IF NOT EXISTS meta (
@@ -125,7 +126,8 @@ CREATE TABLE IF NOT EXISTS messages (
   recipients TEXT NOT NULL DEFAULT '', -- JSON array of agent IDs, '' for none
   ack_required INTEGER NOT NULL DEFAULT 0,
   ack_due TEXT NOT NULL DEFAULT '', -- created_at + ack_within, '' for no deadline
-  signed INTEGER NOT NULL DEFAULT 0 -- its line ends in a signature (admission verified it, or this machine wrote it)
+  signed INTEGER NOT NULL DEFAULT 0, -- its line ends in a signature (admission verified it, or this machine wrote it)
+  sealed TEXT NOT NULL DEFAULT '' -- the ID of the team key its body is sealed with and no held key opened, '' once readable
 );
 
 CREATE TABLE IF NOT EXISTS message_scopes (
@@ -273,6 +275,7 @@ CREATE INDEX IF NOT EXISTS idx_message_reads_message ON message_reads(message_id
 CREATE INDEX IF NOT EXISTS idx_thread_scopes_lookup ON thread_scopes(scope_type, scope_value);
 CREATE INDEX IF NOT EXISTS idx_group_members_member ON group_members(member_type, member_id);
 CREATE INDEX IF NOT EXISTS idx_messages_deleted ON messages(deleted) WHERE deleted = 1;
+CREATE INDEX IF NOT EXISTS idx_messages_sealed ON messages(sealed) WHERE sealed != '';
 CREATE INDEX IF NOT EXISTS idx_messages_ack ON messages(agent_id, created_at) WHERE ack_required = 1;
 `
 
