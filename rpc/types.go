@@ -53,6 +53,8 @@ const (
 	MethodSyncStatus        = "sync.status"
 	MethodSyncForce         = "sync.force"
 	MethodWebLogin          = "web.login"
+	NotificationMessage     = "notification.message"
+
 	// The team keys that seal message bodies (extensions of the spec):
 	// their state, a new one (sealing on, or a rotation), and moving
 	// them between clones. Owner only, never over the WebSocket.
@@ -60,7 +62,6 @@ const (
 	MethodKeyNew    = "key.new"
 	MethodKeyExport = "key.export"
 	MethodKeyImport = "key.import"
-	NotificationMessage     = "notification.message"
 
 	// MethodMessageClaimNext arms (or cancels) a standing claim: the next
 	// message sent to the caller is claimed for it in the message's own
@@ -1408,7 +1409,7 @@ type KeyNewParams struct {
 
 // KeyNewResult is key.new's: whether a key was made, and the state.
 type KeyNewResult struct {
-	Made string    `json:"made"` // the new key's ID, "" if none was made
+	Made string `json:"made"` // the new key's ID, "" if none was made
 	KeyStatus
 }
 
@@ -1434,7 +1435,7 @@ type KeyImportParams struct {
 }
 
 // KeyImportResult says which keys were new here, how many messages they
-// opened (applied again, and delivered as if they had just arrived), and
+// opened (applied again, and pushed as if they had just arrived), and
 // the state.
 type KeyImportResult struct {
 	Added    []string `json:"added"`

@@ -81,8 +81,8 @@ var applySQL = map[string]string{
 	"message.sealed":      `UPDATE messages SET sealed = ? WHERE message_id = ? AND sealed = ''`,
 	"message.reopen":      `UPDATE messages SET body_content = ?, body_structured = ?, sealed = ?, version = 0, updated_at = NULL WHERE message_id = ?`,
 	"message.edits.clear": `DELETE FROM message_edits WHERE message_id = ?`,
-	"message.delete": `UPDATE messages SET deleted = 1, deleted_at = ?, delete_reason = ? WHERE message_id = ? AND deleted = 0`,
-	"message.ack":    `INSERT OR IGNORE INTO message_acks(message_id, agent_id, acked_at, note, reply_id) VALUES(?, ?, ?, ?, ?)`,
+	"message.delete":      `UPDATE messages SET deleted = 1, deleted_at = ?, delete_reason = ? WHERE message_id = ? AND deleted = 0`,
+	"message.ack":         `INSERT OR IGNORE INTO message_acks(message_id, agent_id, acked_at, note, reply_id) VALUES(?, ?, ?, ?, ?)`,
 
 	"thread.create": `INSERT OR IGNORE INTO threads(thread_id, title, created_by, created_at) VALUES(?, ?, ?, ?)`,
 	"thread.scope":  `INSERT OR IGNORE INTO thread_scopes(thread_id, scope_type, scope_value) VALUES(?, ?, ?)`,

@@ -19,9 +19,10 @@ import (
 
 // SyncCmd groups sync commands.
 type SyncCmd struct {
-	Status SyncStatusCmd `cmd:"" help:"Show where the log goes and how each way out stands."`
-	Force  SyncForceCmd  `cmd:"" help:"Sync now (--wait: until the round is done)."`
-	Nats   SyncNATSCmd   `cmd:"" name:"nats" help:"Live delivery between machines through NATS: create the stream, accept a suggested server."`
+	Status  SyncStatusCmd  `cmd:"" help:"Show where the log goes and how each way out stands."`
+	Force   SyncForceCmd   `cmd:"" help:"Sync now (--wait: until the round is done)."`
+	Nats    SyncNATSCmd    `cmd:"" name:"nats" help:"Live delivery between machines through NATS: create the stream, accept a suggested server."`
+	Encrypt SyncEncryptCmd `cmd:"" help:"Seal message bodies from now on: the remote and NATS hold ciphertext."`
 }
 
 // syncOff turns method-not-found into what it means here.
