@@ -141,6 +141,10 @@ func TestKeylessCloneWaitsForTheTeamKey(t *testing.T) {
 	if err != nil || st.Waiting != 1 || len(st.WaitingFor) != 1 || st.Sealing != "" {
 		t.Fatalf("KeyStatus: %+v, %v", st, err)
 	}
+	rep, err := b.Verify(ctx)
+	if err != nil || !rep.OK() || len(rep.Sealed) != 1 || rep.Sealed[0].Events != 2 || rep.Sealed[0].Held || rep.Sealed[0].Key != st.WaitingFor[0].Key {
+		t.Fatalf("doctor's check of the keyless clone: %+v, %v", rep, err)
+	}
 	bob := thrum.AsAgent(ctx, "bob")
 	r, err := b.MarkRead(bob, &rpc.MarkReadParams{MessageIDs: []string{id}})
 	if err != nil || r.MarkedCount != 0 {
@@ -172,6 +176,9 @@ func TestKeylessCloneWaitsForTheTeamKey(t *testing.T) {
 	}
 	if n := searchFinds(t, b, sealToken+"-edited"); n != 1 {
 		t.Errorf("search after the import finds %d", n)
+	}
+	if rep, err := b.Verify(ctx); err != nil || !rep.OK() || len(rep.Sealed) != 0 {
+		t.Errorf("doctor's check after the import: %+v, %v", rep, err)
 	}
 	for i, want := range []int{1, 0} {
 		r, err := b.MarkRead(bob, &rpc.MarkReadParams{MessageIDs: []string{id}})
