@@ -309,6 +309,8 @@ func (s *RPCServer) bindAll(sy SyncControl) {
 	bind(s, rpc.MethodKeyNew, access.Read, guarded(teamKeysRule[rpc.KeyNewParams](pol, rpc.MethodKeyNew), n.NewKey))
 	bind(s, rpc.MethodKeyExport, access.Read, guarded(teamKeysRule[rpc.KeyExportParams](pol, rpc.MethodKeyExport), n.ExportKeys))
 	bind(s, rpc.MethodKeyImport, access.Read, guarded(teamKeysRule[rpc.KeyImportParams](pol, rpc.MethodKeyImport), n.ImportKeys))
+	bind(s, rpc.MethodKeyGrant, access.Read, guarded(teamKeysRule[rpc.KeyGrantParams](pol, rpc.MethodKeyGrant), n.GrantKeys))
+	bind(s, rpc.MethodKeyAccept, access.Read, guarded(teamKeysRule[rpc.KeyAcceptParams](pol, rpc.MethodKeyAccept), n.AcceptKeys))
 	if sy != nil {
 		bind(s, rpc.MethodSyncStatus, access.Read, sy.SyncStatus)
 		bind(s, rpc.MethodSyncForce, access.Write, sy.SyncForce)

@@ -1,13 +1,17 @@
 package thrum
 
 import (
+	"bytes"
 	"context"
+	"crypto/ecdh"
 	"encoding/base64"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/thrumhq/thrum/eventlog"
+	"github.com/thrumhq/thrum/identity"
 	"github.com/thrumhq/thrum/internal/keystore"
 	"github.com/thrumhq/thrum/rpc"
 )
@@ -34,6 +38,7 @@ type teamKeyStore interface {
 	NewTeamKey() (*eventlog.TeamKey, error)
 	AddTeamKeys([]keystore.TeamSecret) ([]string, error)
 	TeamSecrets() ([]keystore.TeamSecret, error)
+	KEMKey() (*ecdh.PrivateKey, error)
 }
 
 // teamKeys returns the node's team keys, or an error if its log was
@@ -65,6 +70,14 @@ func (n *Node) KeyStatus(ctx context.Context, _ *rpc.KeyStatusParams) (*rpc.KeyS
 		if k := t.Sealing(); k != nil {
 			st.Sealing = k.ID()
 		}
+	}
+	st.Machine, st.Grants = n.machine, []rpc.KeyOffer{}
+	offers, err := n.offers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, o := range offers {
+		st.Grants = append(st.Grants, o.KeyOffer)
 	}
 	waiting, err := n.store.SealedWaiting(ctx)
 	if err != nil {
@@ -150,6 +163,11 @@ func (n *Node) ImportKeys(ctx context.Context, p *rpc.KeyImportParams) (*rpc.Key
 		}
 		secrets[i] = keystore.TeamSecret{Secret: b, Made: made}
 	}
+	return n.addKeys(ctx, t, secrets)
+}
+
+// addKeys adds team keys, opens what waited for them and says so.
+func (n *Node) addKeys(ctx context.Context, t teamKeyStore, secrets []keystore.TeamSecret) (*rpc.KeyImportResult, error) {
 	added, err := t.AddTeamKeys(secrets)
 	if err != nil {
 		return nil, internal("keep the team keys", err)
@@ -261,4 +279,165 @@ func messageOf(e *eventlog.Event) string {
 		return p.MessageID
 	}
 	return ""
+}
+
+// Team keys between machines (eventlog's seal.go): each machine has an
+// X25519 key (the key store's), published in the registrations it
+// signs. GrantKeys wraps the team keys to another machine's key with
+// HPKE in a key.grant the granting machine signs; that machine's owner
+// takes them with AcceptKeys. Neither side takes a key on the remote's
+// word alone: whoever can push could grant a key of theirs, and a clone
+// sealing with it would write for them.
+
+// openKEM reads (or makes) the machine's X25519 key, which its
+// registrations carry.
+func (n *Node) openKEM() error {
+	t, err := n.teamKeys()
+	if err != nil {
+		return nil // no key store: no team keys between machines
+	}
+	k, err := t.KEMKey()
+	if err != nil {
+		return err
+	}
+	n.kem = eventlog.EncodeKEM(k.PublicKey())
+	return nil
+}
+
+// GrantKeys gives every team key held here to another machine, named by
+// its ID or by an identity registered there: wrapped to the key that
+// machine published, in an event it reads when it syncs, to take on its
+// owner's word (AcceptKeys).
+func (n *Node) GrantKeys(ctx context.Context, p *rpc.KeyGrantParams) (*rpc.KeyGrantResult, error) {
+	t, err := n.teamKeys()
+	if err != nil {
+		return nil, err
+	}
+	if p.To == "" {
+		return nil, invalid("to is required: the machine, or an identity registered there, to give the team keys to")
+	}
+	machine := p.To
+	if _, ok := eventlog.MachineKey(p.To); !ok {
+		id := identity.NormalizeAgentID(p.To)
+		keys, err := n.store.Keys(ctx, id)
+		if err != nil {
+			return nil, internal("read keys", err)
+		}
+		machine = ""
+		for _, k := range keys {
+			if k.Machine != "" {
+				machine = k.Machine // the latest registration's
+			}
+		}
+		if machine == "" {
+			return nil, notFound("no machine is known to have registered %s: name the machine by its ID", id)
+		}
+	}
+	if machine == n.machine {
+		return nil, invalid("%s is this machine, which holds the keys", machine)
+	}
+	kem, err := n.store.MachineKEM(ctx, machine)
+	if err != nil {
+		return nil, internal("read the machine's key", err)
+	}
+	if kem == "" {
+		return nil, notFound("machine %s has published no key to receive team keys: it publishes one when an identity registers there", machine)
+	}
+	secrets, err := t.TeamSecrets()
+	if err != nil {
+		return nil, internal("read the team keys", err)
+	}
+	if len(secrets) == 0 {
+		return nil, notFound("this clone holds no team key to give")
+	}
+	wrapped, err := eventlog.WrapKeys(kem, n.opts.RepoID, n.machine, machine, keystore.FormatTeamKeys(secrets))
+	if err != nil {
+		return nil, internal("wrap the team keys", err)
+	}
+	e := &eventlog.Event{Type: eventlog.TypeKeyGrant, Payload: eventlog.KeyGrant{Machine: n.machine, To: machine, KEM: kem, Wrapped: wrapped}}
+	if err := n.append(ctx, e); err != nil {
+		return nil, err
+	}
+	return &rpc.KeyGrantResult{To: machine, Keys: len(secrets)}, nil
+}
+
+// AcceptKeys takes the team keys granted to this machine by p.From (by
+// the one machine whose grants wait, without it), opening what waited
+// for them.
+func (n *Node) AcceptKeys(ctx context.Context, p *rpc.KeyAcceptParams) (*rpc.KeyImportResult, error) {
+	t, err := n.teamKeys()
+	if err != nil {
+		return nil, err
+	}
+	offers, err := n.offers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	from := map[string]bool{}
+	var secrets []keystore.TeamSecret
+	for _, o := range offers {
+		if p.From == "" || o.From == p.From {
+			from[o.From] = true
+			secrets = append(secrets, o.secrets...)
+		}
+	}
+	switch {
+	case len(from) == 0 && p.From != "":
+		return nil, notFound("no grant of new team keys from machine %s waits here", p.From)
+	case len(from) == 0:
+		return nil, notFound("no grant of new team keys waits here")
+	case len(from) > 1:
+		return nil, conflict("grants from %d machines wait: name the one to take (from): %s", len(from), strings.Join(slices.Sorted(maps.Keys(from)), ", "))
+	}
+	return n.addKeys(ctx, t, secrets)
+}
+
+// offer is a grant to this machine that brings keys not held here.
+type offer struct {
+	rpc.KeyOffer
+	secrets []keystore.TeamSecret
+}
+
+// offers returns the grants made to this machine's key that bring keys
+// it does not hold. A grant that does not open is skipped: it was made
+// for a key this machine no longer has.
+func (n *Node) offers(ctx context.Context) ([]offer, error) {
+	t, err := n.teamKeys()
+	if err != nil || n.machine == "" {
+		return nil, nil
+	}
+	grants, err := n.store.KeyGrantsTo(ctx, n.machine)
+	if err != nil {
+		return nil, internal("read key grants", err)
+	}
+	var priv *ecdh.PrivateKey
+	var out []offer
+	for _, g := range grants {
+		if g.KEM != n.kem {
+			continue
+		}
+		if priv == nil {
+			if priv, err = t.KEMKey(); err != nil {
+				return nil, internal("read the machine's key", err)
+			}
+		}
+		plain, err := eventlog.UnwrapKeys(priv, n.opts.RepoID, eventlog.KeyGrant{Machine: g.Machine, To: g.To, KEM: g.KEM, Wrapped: g.Wrapped})
+		if err != nil {
+			continue
+		}
+		secrets, err := keystore.ParseTeamKeys(bytes.NewReader(plain))
+		if err != nil {
+			continue
+		}
+		o := offer{KeyOffer: rpc.KeyOffer{From: g.Machine, At: g.GrantedAt, Keys: []string{}}, secrets: secrets}
+		for _, sec := range secrets {
+			if k, err := eventlog.NewTeamKey(sec.Secret); err == nil && t.TeamKey(k.ID()) == nil {
+				o.Keys = append(o.Keys, k.ID())
+			}
+		}
+		if len(o.Keys) > 0 {
+			out = append(out, o)
+		}
+	}
+	return out, nil
 }

@@ -3,6 +3,7 @@ package thrum_test
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -12,6 +13,8 @@ import (
 	"time"
 
 	"github.com/thrumhq/thrum"
+	"github.com/thrumhq/thrum/eventlog"
+	"github.com/thrumhq/thrum/eventlog/admit"
 	"github.com/thrumhq/thrum/internal/thrumtest"
 	"github.com/thrumhq/thrum/rpc"
 )
@@ -360,5 +363,64 @@ func TestSealSyncAnyOrderRebuildSame(t *testing.T) {
 	}
 	if !strings.Contains(strings.Join(want["messages"], "\n"), sealToken) {
 		t.Error("the projection holds no body: nothing was opened")
+	}
+}
+
+// A machine gives the team keys to another by name: wrapped to the key
+// that machine published in its registrations, in a grant it signs. The
+// other takes them on its owner's word and opens what waited; a third
+// machine cannot; a grant in a machine's name that another key signed
+// is refused.
+func TestGrantGivesTheTeamKeysToAnotherMachine(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	a, b := sealingPair(t)
+	c := thrumtest.OpenNode(t, &thrum.Options{NoSync: true})
+	thrumtest.Register(t, c, "carol", "reviewer", "core")
+	id := send(t, a, "alice", "bob", "granted "+sealToken)
+	g, err := a.GrantKeys(ctx, &rpc.KeyGrantParams{To: "bob"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stB, _ := b.KeyStatus(ctx, &rpc.KeyStatusParams{})
+	if g.To != stB.Machine || g.Keys != 1 {
+		t.Fatalf("GrantKeys: %+v, want b's machine %s", g, stB.Machine)
+	}
+	if _, err := a.GrantKeys(ctx, &rpc.KeyGrantParams{To: "carol"}); err == nil {
+		t.Error("a granted keys to a machine it knows nothing of")
+	}
+	if logHolds(t, a, sealToken) {
+		t.Fatal("a body is in clear")
+	}
+	carry(t, a, b)
+	carry(t, a, c)
+	if m := message(t, b, id); m.Body.Sealed == "" {
+		t.Fatal("b opened the message before accepting the grant")
+	}
+	st, err := b.KeyStatus(ctx, &rpc.KeyStatusParams{})
+	if err != nil || len(st.Grants) != 1 || len(st.Grants[0].Keys) != 1 || st.Waiting != 1 {
+		t.Fatalf("b's key status: %+v, %v", st, err)
+	}
+	if stC, _ := c.KeyStatus(ctx, &rpc.KeyStatusParams{}); len(stC.Grants) != 0 {
+		t.Errorf("c sees a grant made to b: %+v", stC.Grants)
+	}
+	if _, err := c.AcceptKeys(ctx, &rpc.KeyAcceptParams{}); err == nil {
+		t.Error("c accepted a grant made to b")
+	}
+	r, err := b.AcceptKeys(ctx, &rpc.KeyAcceptParams{})
+	if err != nil || len(r.Added) != 1 || r.Reopened != 1 || r.Sealing == "" || len(r.Grants) != 0 {
+		t.Fatalf("AcceptKeys: %+v, %v", r, err)
+	}
+	if m := message(t, b, id); m.Body.Content != "granted "+sealToken {
+		t.Errorf("b reads %+v", m.Body)
+	}
+
+	// A grant in a's name signed by another key: refused at admission.
+	forged := thrumtest.EventLine(t, eventlog.TypeKeyGrant, map[string]any{"machine": g.To, "to": st.Machine,
+		"kem": eventlog.EncodeKey(thrumtest.NewKey(t).Public().(ed25519.PublicKey)), "wrapped": "AAAA"})
+	line := thrumtest.SignLine(t, forged, "", thrumtest.NewKey(t))
+	res, err := c.Admission().Admit(ctx, admit.Source{File: eventlog.EventsFile, Commit: "test"}, "", [][]byte{[]byte(line)})
+	if err != nil || len(res.Refused) != 1 {
+		t.Errorf("a forged grant: %+v, %v", res, err)
 	}
 }

@@ -184,6 +184,7 @@ type Node struct {
 	machineKey  crypto.Signer     // the machine's key: signer's MachineKey
 	machinePub  ed25519.PublicKey // its public key
 	signOff     bool              // events go unsigned: the benchmarks' baseline (export_test.go)
+	kem         string            // the machine's X25519 key for team keys, encoded; "" without a key store (sealing.go)
 
 	// The team's keyring as read last (keyring.go).
 	ringMu      sync.Mutex
@@ -410,6 +411,10 @@ func newNode(ctx context.Context, lg *eventlog.Log, p *Projector, opts *Options,
 		return nil, fmt.Errorf("thrum: open: %w", err)
 	}
 	if err := n.openSigner(); err != nil {
+		n.Close()
+		return nil, fmt.Errorf("thrum: open: %w", err)
+	}
+	if err := n.openKEM(); err != nil {
 		n.Close()
 		return nil, fmt.Errorf("thrum: open: %w", err)
 	}

@@ -3,6 +3,8 @@ package eventlog
 import (
 	"crypto/aes"
 	"crypto/cipher"
+	"crypto/ecdh"
+	"crypto/hpke"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/json"
@@ -258,4 +260,64 @@ func (c *fieldCheck) sealed(s *Sealed, plainEmpty bool) {
 			kid = id
 		}
 	}
+}
+
+// Team keys between machines. A machine publishes an X25519 key
+// (MachineKEM), signed with its machine key; another machine grants it
+// the team keys by sealing them to that key with HPKE (RFC 9180:
+// DHKEM(X25519), HKDF-SHA256, AES-256-GCM), in a KeyGrant whose info
+// binds the repository and both machines, so a grant opens only for the
+// machine it names, in the repository it was made for.
+
+// EncodeKEM writes an X25519 public key as MachineKEM carries it.
+func EncodeKEM(pub *ecdh.PublicKey) string { return b64.EncodeToString(pub.Bytes()) }
+
+// DecodeKEM reads a key EncodeKEM wrote.
+func DecodeKEM(s string) (*ecdh.PublicKey, error) {
+	b, err := b64.DecodeString(s)
+	if err != nil || len(b) != 32 {
+		return nil, fmt.Errorf("key %q is not an X25519 public key: want 43 characters of base64url", cut(s))
+	}
+	return ecdh.X25519().NewPublicKey(b)
+}
+
+// grantInfo is the HPKE info of a grant from one machine to another.
+func grantInfo(repoID, from, to string) []byte {
+	return []byte("thrum-key-grant-v1\x00" + repoID + "\x00" + from + "\x00" + to)
+}
+
+// WrapKeys seals keys (the team keys, as keystore writes them) for the
+// machine to whose KEM key kem is, in the grant of from to to.
+func WrapKeys(kem, repoID, from, to string, keys []byte) (string, error) {
+	pub, err := DecodeKEM(kem)
+	if err != nil {
+		return "", err
+	}
+	pk, err := hpke.NewDHKEMPublicKey(pub)
+	if err != nil {
+		return "", err
+	}
+	ct, err := hpke.Seal(pk, hpke.HKDFSHA256(), hpke.AES256GCM(), grantInfo(repoID, from, to), keys)
+	if err != nil {
+		return "", err
+	}
+	return b64.EncodeToString(ct), nil
+}
+
+// UnwrapKeys opens a grant's Wrapped with the KEM key of the machine it
+// was made for.
+func UnwrapKeys(priv *ecdh.PrivateKey, repoID string, g KeyGrant) ([]byte, error) {
+	ct, err := b64.DecodeString(g.Wrapped)
+	if err != nil {
+		return nil, errors.New("a grant's keys are not base64url")
+	}
+	k, err := hpke.NewDHKEMPrivateKey(priv)
+	if err != nil {
+		return nil, err
+	}
+	plain, err := hpke.Open(k, hpke.HKDFSHA256(), hpke.AES256GCM(), grantInfo(repoID, g.Machine, g.To), ct)
+	if err != nil {
+		return nil, fmt.Errorf("the grant of machine %s does not open with this machine's key: it was made for another", g.Machine)
+	}
+	return plain, nil
 }

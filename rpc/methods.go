@@ -247,3 +247,13 @@ func (c *Client) ExportKeys(ctx context.Context, p *KeyExportParams) (*KeyExport
 func (c *Client) ImportKeys(ctx context.Context, p *KeyImportParams) (*KeyImportResult, error) {
 	return call[KeyImportResult](ctx, c, MethodKeyImport, p)
 }
+
+// GrantKeys calls the "key.grant" method.
+func (c *Client) GrantKeys(ctx context.Context, p *KeyGrantParams) (*KeyGrantResult, error) {
+	return call[KeyGrantResult](ctx, c, MethodKeyGrant, p)
+}
+
+// AcceptKeys calls the "key.accept" method.
+func (c *Client) AcceptKeys(ctx context.Context, p *KeyAcceptParams) (*KeyImportResult, error) {
+	return call[KeyImportResult](ctx, c, MethodKeyAccept, p)
+}

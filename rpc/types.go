@@ -62,6 +62,8 @@ const (
 	MethodKeyNew    = "key.new"
 	MethodKeyExport = "key.export"
 	MethodKeyImport = "key.import"
+	MethodKeyGrant  = "key.grant"
+	MethodKeyAccept = "key.accept"
 
 	// MethodMessageClaimNext arms (or cancels) a standing claim: the next
 	// message sent to the caller is claimed for it in the message's own
@@ -1386,6 +1388,20 @@ type KeyStatus struct {
 	// sealed, neither delivered nor claimable until a key opens them.
 	Waiting    int          `json:"waiting"`
 	WaitingFor []KeyWaiting `json:"waiting_for"`
+	// Machine is this machine's ID, which key.grant on another machine
+	// names; Grants are the grants made to it that bring keys it does
+	// not hold, for key.accept.
+	Machine string     `json:"machine"`
+	Grants  []KeyOffer `json:"grants"`
+}
+
+// KeyOffer is a grant of team keys to this machine that waits for the
+// owner's word (key.accept): the machine that made it, when, and the IDs
+// of the keys it brings that are not held here.
+type KeyOffer struct {
+	From string   `json:"from"`
+	At   string   `json:"at"`
+	Keys []string `json:"keys"`
 }
 
 // TeamKeyInfo is a team key held here: its ID and when it was made.
@@ -1441,4 +1457,23 @@ type KeyImportResult struct {
 	Added    []string `json:"added"`
 	Reopened int      `json:"reopened"`
 	KeyStatus
+}
+
+// KeyGrantParams are key.grant's: the machine to give the team keys to,
+// by its ID or by an identity registered there.
+type KeyGrantParams struct {
+	To string `json:"to"`
+}
+
+// KeyGrantResult says which machine the keys were wrapped to, and how
+// many.
+type KeyGrantResult struct {
+	To   string `json:"to"`
+	Keys int    `json:"keys"`
+}
+
+// KeyAcceptParams are key.accept's: the machine whose grant to take
+// ("" when grants from one machine wait).
+type KeyAcceptParams struct {
+	From string `json:"from,omitempty"`
 }

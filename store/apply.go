@@ -104,8 +104,11 @@ var applySQL = map[string]string{
 	"member.add":   `INSERT OR IGNORE INTO group_members(group_name, member_type, member_id, added_at) VALUES(?, ?, ?, ?)`,
 	"member.del":   `DELETE FROM group_members WHERE group_name = ? AND member_type = ? AND member_id = ?`,
 
-	"key.add":  `INSERT OR IGNORE INTO keys(agent_id, key, source, machine, added_at) VALUES(?, ?, ?, ?, ?)`,
-	"seal.add": `INSERT OR IGNORE INTO seals(agent_id, hash) VALUES(?, ?)`,
+	"machine.kem": `INSERT INTO machine_kems(machine, kem, added_at) VALUES(?, ?, ?)
+		ON CONFLICT(machine) DO UPDATE SET kem = excluded.kem, added_at = excluded.added_at WHERE excluded.added_at >= added_at`,
+	"key.grant": `INSERT OR IGNORE INTO key_grants(event_id, machine, to_machine, kem, wrapped, granted_at) VALUES(?, ?, ?, ?, ?, ?)`,
+	"key.add":   `INSERT OR IGNORE INTO keys(agent_id, key, source, machine, added_at) VALUES(?, ?, ?, ?, ?)`,
+	"seal.add":  `INSERT OR IGNORE INTO seals(agent_id, hash) VALUES(?, ?)`,
 }
 
 func newApplier(w *sqlx.DB, path string) (*applier, error) {
@@ -355,6 +358,11 @@ func (t *txApplier) event(ctx context.Context, e *eventlog.Event) error {
 		if err := t.exec(ctx, "agent.upsert", p.AgentID, p.Kind, p.Name, p.Role, p.Module, p.Display, p.RepoID, ts, ts); err != nil {
 			return err
 		}
+		if p.KEM != "" && p.Machine != "" {
+			if err := t.exec(ctx, "machine.kem", p.Machine, p.KEM, ts); err != nil {
+				return err
+			}
+		}
 		if p.Key == "" {
 			return nil
 		}
@@ -475,6 +483,13 @@ func (t *txApplier) event(ctx context.Context, e *eventlog.Event) error {
 		}
 		return t.exec(ctx, "session.context", p.SessionID, p.AgentID, p.Branch, p.WorktreePath,
 			jsonText(p.UnmergedCommits), jsonText(p.UncommittedFiles), jsonText(p.ChangedFiles), ts)
+
+	case eventlog.TypeKeyGrant:
+		p, err := payload[eventlog.KeyGrant](e)
+		if err != nil {
+			return err
+		}
+		return t.exec(ctx, "key.grant", e.ID, p.Machine, p.To, p.KEM, p.Wrapped, ts)
 
 	case eventlog.TypeMessageCreate:
 		p, err := payload[eventlog.MessageCreate](e)

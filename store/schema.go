@@ -20,7 +20,7 @@ package store
 // keys (the identities' keys their registrations brought, and the
 // owner's trust) and seals (the unsigned events each identity's seal
 // names). 11 = sealed bodies: messages.sealed, the team key a body
-// waits for.
+// waits for; machine_kems and key_grants, the team keys' exchange.
 // Adding an index needs no new version: every open runs the index DDL
 // (IF NOT EXISTS), so a projection made before idx_messages_session gains
 // it in place, and an older thrum ignores an index it does not know.
@@ -247,6 +247,22 @@ CREATE TABLE IF NOT EXISTS seals (
   hash TEXT NOT NULL,
   PRIMARY KEY (agent_id, hash)
 ) WITHOUT ROWID;
+-- Each machine's X25519 key for team keys, as its latest registration
+-- carrying one says, and the team keys machines granted each other
+-- (eventlog.KeyGrant).
+CREATE TABLE IF NOT EXISTS machine_kems (
+  machine TEXT PRIMARY KEY,
+  kem TEXT NOT NULL,
+  added_at TEXT NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS key_grants (
+  event_id TEXT PRIMARY KEY,
+  machine TEXT NOT NULL,
+  to_machine TEXT NOT NULL,
+  kem TEXT NOT NULL,
+  wrapped TEXT NOT NULL,
+  granted_at TEXT NOT NULL
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS group_members (
   group_name TEXT NOT NULL,
   member_type TEXT NOT NULL,
@@ -285,4 +301,5 @@ var Tables = []string{
 	"messages", "message_scopes", "message_refs", "message_edits", "message_reads",
 	"message_acks", "threads", "thread_scopes", "groups", "group_members", "checkpoints",
 	"idempotency_keys", "messages_fts_terms", "messages_fts_plain_terms", "keys", "seals",
+	"machine_kems", "key_grants",
 }

@@ -115,3 +115,36 @@ func (s *Store) Reopen(ctx context.Context, evs []*eventlog.Event) error {
 	s.applies.Add(1)
 	return nil
 }
+
+// MachineKEM returns the X25519 key a machine published for team keys,
+// "" if none arrived.
+func (s *Store) MachineKEM(ctx context.Context, machine string) (string, error) {
+	var kem string
+	err := s.r.GetContext(ctx, &kem, `SELECT kem FROM machine_kems WHERE machine = ?`, machine)
+	if err == sql.ErrNoRows {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("store: machine key: %w", err)
+	}
+	return kem, nil
+}
+
+// KeyGrant is a grant of team keys to a machine (eventlog.KeyGrant).
+type KeyGrant struct {
+	EventID   string `db:"event_id"`
+	Machine   string `db:"machine"`
+	To        string `db:"to_machine"`
+	KEM       string `db:"kem"`
+	Wrapped   string `db:"wrapped"`
+	GrantedAt string `db:"granted_at"`
+}
+
+// KeyGrantsTo returns the grants made to machine, the oldest first.
+func (s *Store) KeyGrantsTo(ctx context.Context, machine string) ([]KeyGrant, error) {
+	var out []KeyGrant
+	if err := s.r.SelectContext(ctx, &out, `SELECT * FROM key_grants WHERE to_machine = ? ORDER BY granted_at, event_id`, machine); err != nil {
+		return nil, fmt.Errorf("store: key grants: %w", err)
+	}
+	return out, nil
+}

@@ -26,6 +26,8 @@ type KeyCmd struct {
 	Rotate KeyRotateCmd `cmd:"" help:"Make a new team key that seals from now on; the old ones still open."`
 	Export KeyExportCmd `cmd:"" help:"Write the team keys to an age-encrypted file for another clone."`
 	Import KeyImportCmd `cmd:"" help:"Take the team keys from a file thrum key export wrote."`
+	Grant  KeyGrantCmd  `cmd:"" help:"Give the team keys to another machine through sync, wrapped to its key."`
+	Accept KeyAcceptCmd `cmd:"" help:"Take the team keys another machine granted this one."`
 }
 
 // SyncEncryptCmd turns sealing on.
@@ -79,8 +81,56 @@ func printKeyStatus(w io.Writer, st *rpc.KeyStatus) {
 		for _, k := range st.WaitingFor {
 			fmt.Fprintf(w, " %d for key %s;", k.Messages, k.Key)
 		}
-		fmt.Fprintln(w, " import it with thrum key import FILE.")
+		fmt.Fprintln(w, " import it with thrum key import FILE, or have a holder run thrum key grant with this machine's ID.")
 	}
+	for _, o := range st.Grants {
+		fmt.Fprintf(w, "Machine %s granted %d new %s (%s) at %s: thrum key accept takes them.\n", o.From, len(o.Keys), plural(len(o.Keys), "key", "keys"), strings.Join(o.Keys, ", "), o.At)
+	}
+	if st.Machine != "" {
+		fmt.Fprintf(w, "This machine: %s\n", st.Machine)
+	}
+}
+
+type KeyGrantCmd struct {
+	To string `arg:"" help:"The machine (its ID, as thrum key status shows it there) or an agent registered on it."`
+}
+
+func (c *KeyGrantCmd) Help() string {
+	return `Wraps every team key this clone holds to the key the other machine
+published (X25519, HPKE) and syncs that grant; its owner takes the keys
+with thrum key accept. Check the machine's ID with its owner first:
+whoever can push to the remote can register an agent on a machine of
+their own.`
+}
+
+func (c *KeyGrantCmd) Run(ctx context.Context, g *Globals) error {
+	return call(ctx, g, false, func(s *session) (any, error) {
+		return s.c.GrantKeys(ctx, &rpc.KeyGrantParams{To: c.To})
+	}, func(w io.Writer, v any) {
+		r := v.(*rpc.KeyGrantResult)
+		fmt.Fprintf(w, "> Granted %d team %s to machine %s; it reads them once this syncs, and takes them with thrum key accept.\n", r.Keys, plural(r.Keys, "key", "keys"), r.To)
+	})
+}
+
+type KeyAcceptCmd struct {
+	From string `arg:"" optional:"" help:"The machine whose grant to take; needed when grants from several wait."`
+}
+
+func (c *KeyAcceptCmd) Help() string {
+	return `Takes the team keys another machine granted this one (thrum key status
+lists them), then seals with the newest and opens the messages that
+waited. Take only a grant you expect: a key someone else made would let
+them read what this clone seals with it.`
+}
+
+func (c *KeyAcceptCmd) Run(ctx context.Context, g *Globals) error {
+	return call(ctx, g, false, func(s *session) (any, error) {
+		return s.c.AcceptKeys(ctx, &rpc.KeyAcceptParams{From: c.From})
+	}, func(w io.Writer, v any) {
+		r := v.(*rpc.KeyImportResult)
+		fmt.Fprintf(w, "> Took %d new team %s; %d %s opened, queued for delivery.\n", len(r.Added), plural(len(r.Added), "key", "keys"), r.Reopened, plural(r.Reopened, "message", "messages"))
+		printKeyStatus(w, &r.KeyStatus)
+	})
 }
 
 type KeyRotateCmd struct{}

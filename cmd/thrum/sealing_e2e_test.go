@@ -125,4 +125,21 @@ func TestSealedSyncEndToEnd(t *testing.T) {
 	if bytes.Contains(remoteObjects(t, remote.Path), []byte(token+"-b")) {
 		t.Error("b's send after the import left in clear")
 	}
+
+	// A rotation on a, given to b's machine through sync: b takes it on
+	// its owner's word, and reads what the new key seals.
+	contains(t, "key rotate", a.do("", "key", "rotate").stdout, "seals from now on", "1 older key still open")
+	contains(t, "key grant", a.do("", "key", "grant", "bob").stdout, "Granted 2 team keys to machine")
+	a.do("alice", "send", "rotated "+token+"-r", "--to", "@bob")
+	sync()
+	status = b.do("", "key", "status").stdout
+	t.Logf("b: thrum key status with a grant:\n%s", status)
+	contains(t, "b key status", status, "granted 1 new key", "thrum key accept")
+	out = b.do("", "key", "accept").stdout
+	t.Logf("b: thrum key accept:\n%s", out)
+	contains(t, "key accept", out, "Took 1 new team key; 1 message opened")
+	contains(t, "b wait after accept", b.do("bob", "wait", "--timeout", "10s").stdout, token+"-r")
+	if bytes.Contains(remoteObjects(t, remote.Path), []byte(token+"-r")) {
+		t.Error("a's send after the rotation left in clear")
+	}
 }

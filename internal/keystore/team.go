@@ -3,6 +3,7 @@ package keystore
 import (
 	"bufio"
 	"bytes"
+	"crypto/ecdh"
 	"crypto/rand"
 	"encoding/base64"
 	"errors"
@@ -207,4 +208,64 @@ func (s *Store) AddTeamKeys(secrets []TeamSecret) ([]string, error) {
 	next.loaded = true
 	s.teamKeys = next
 	return added, nil
+}
+
+// KEMFile is the file of the machine's X25519 key, with which it receives
+// team keys that another machine wraps to it (HPKE): the seed, base64url.
+const KEMFile = "machine.kem"
+
+// KEMKey returns the machine's X25519 key, made the first time.
+func (s *Store) KEMKey() (*ecdh.PrivateKey, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.kem != nil {
+		return s.kem, nil
+	}
+	path := filepath.Join(s.dir, KEMFile)
+	b, err := readSmall(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		seed := make([]byte, 32)
+		rand.Read(seed) // never fails
+		b = []byte(base64.RawURLEncoding.EncodeToString(seed) + "\n")
+		f, err := private.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL)
+		if err != nil {
+			return nil, fmt.Errorf("keystore: %w", err)
+		}
+		_, err = f.Write(b)
+		if err == nil {
+			err = f.Sync()
+		}
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err == nil {
+			err = syncDir(s.dir)
+		}
+		if err != nil {
+			os.Remove(path)
+			return nil, fmt.Errorf("keystore: %w", err)
+		}
+	} else if err != nil {
+		return nil, fmt.Errorf("keystore: %w", err)
+	}
+	seed, err := base64.RawURLEncoding.DecodeString(strings.TrimSpace(string(b)))
+	if err != nil || len(seed) != 32 {
+		return nil, fmt.Errorf("keystore: %s does not hold an X25519 key (32 bytes, base64url)", path)
+	}
+	k, err := ecdh.X25519().NewPrivateKey(seed)
+	if err != nil {
+		return nil, fmt.Errorf("keystore: %w", err)
+	}
+	s.kem = k
+	return k, nil
+}
+
+// readSmall reads a key file, the owner's alone.
+func readSmall(path string) ([]byte, error) {
+	f, err := private.OpenFile(path, os.O_RDONLY)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, 1024))
 }
