@@ -2,6 +2,7 @@ package eventlog
 
 import (
 	"bytes"
+	"crypto/ecdh"
 	"crypto/rand"
 	"encoding/json"
 	"errors"
@@ -284,3 +285,53 @@ func FuzzOpenSealed(f *testing.F) {
 		_ = e.Open(keys)
 	})
 }
+
+// A grant opens only with the key of the machine it was made for, in
+// the repository and from the machine it names.
+func TestGrantOpensOnlyForItsMachine(t *testing.T) {
+	to, _ := ecdh.X25519().GenerateKey(rand.Reader)
+	other, _ := ecdh.X25519().GenerateKey(rand.Reader)
+	w, err := WrapKeys(EncodeKEM(to.PublicKey()), "repo", "A", "B", []byte("keys"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := KeyGrant{Machine: "A", To: "B", KEM: EncodeKEM(to.PublicKey()), Wrapped: w}
+	if got, err := UnwrapKeys(to, "repo", g); err != nil || string(got) != "keys" {
+		t.Fatalf("UnwrapKeys: %q, %v", got, err)
+	}
+	if _, err := UnwrapKeys(other, "repo", g); err == nil {
+		t.Error("another machine's key opened the grant")
+	}
+	for name, bad := range map[string]KeyGrant{
+		"from another": {Machine: "C", To: "B", Wrapped: w},
+		"to another":   {Machine: "A", To: "C", Wrapped: w},
+	} {
+		if _, err := UnwrapKeys(to, "repo", bad); err == nil {
+			t.Errorf("%s: the grant opened", name)
+		}
+	}
+	if _, err := UnwrapKeys(to, "another repo", g); err == nil {
+		t.Error("the grant opened in another repository")
+	}
+}
+
+// FuzzUnwrapKeys feeds any wrapped bytes to the grant decoder.
+func FuzzUnwrapKeys(f *testing.F) {
+	to, _ := ecdh.X25519().GenerateKey(rand.Reader)
+	w, _ := WrapKeys(EncodeKEM(to.PublicKey()), "repo", "A", "B", []byte("keys"))
+	f.Add(w)
+	f.Add("")
+	f.Add("AAAA")
+	f.Fuzz(func(t *testing.T, wrapped string) {
+		got, err := UnwrapKeys(to, "repo", KeyGrant{Machine: "A", To: "B", Wrapped: wrapped})
+		if err == nil && wrapped != w && string(got) == "keys" {
+			t.Fatalf("a changed grant %q opened", wrapped)
+		}
+		line := []byte(`{"event_id":"01E","type":"key.grant","timestamp":"2026-01-01T00:00:00.000000000Z","machine":"A","to":"B","kem":"` + EncodeKEM(to.PublicKey()) + `","wrapped":` + strconvQuote(wrapped) + `}`)
+		if e, err := DecodeLine(line); err == nil {
+			_ = CheckFields(e, time.Now())
+		}
+	})
+}
+
+func strconvQuote(s string) string { b, _ := json.Marshal(s); return string(b) }

@@ -72,3 +72,45 @@ func TestTeamKeysAreKeptAndTheNewestSeals(t *testing.T) {
 		t.Fatal("a damaged team file read without an error")
 	}
 }
+
+// The machine's X25519 key is made once, kept 0600, the same after a
+// reopen.
+func TestKEMKeyIsMadeOnce(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "keys")
+	s, _ := keystore.Open(dir)
+	k, err := s.KEMKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, _ := keystore.Open(dir)
+	k2, err := again.KEMKey()
+	if err != nil || !k.Equal(k2) {
+		t.Fatalf("a reopened store has another KEM key (%v)", err)
+	}
+	if fi, err := os.Stat(filepath.Join(dir, keystore.KEMFile)); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("KEM file: %v, %v", fi, err)
+	}
+}
+
+// FuzzParseTeamKeys reads any bytes as a team key file (a grant's
+// plaintext is whatever its maker wrapped): it never panics, and what
+// parses formats back to the same keys.
+func FuzzParseTeamKeys(f *testing.F) {
+	f.Add([]byte("2026-01-01T00:00:00Z AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA\n"))
+	f.Add([]byte("# comment\n\nnot a key\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		keys, err := keystore.ParseTeamKeys(bytes.NewReader(b))
+		if err != nil {
+			return
+		}
+		again, err := keystore.ParseTeamKeys(bytes.NewReader(keystore.FormatTeamKeys(keys)))
+		if err != nil || len(again) != len(keys) {
+			t.Fatalf("formatted keys do not parse back: %v", err)
+		}
+		for i := range keys {
+			if !bytes.Equal(again[i].Secret, keys[i].Secret) || !again[i].Made.Equal(keys[i].Made) {
+				t.Fatalf("key %d changed", i)
+			}
+		}
+	})
+}
