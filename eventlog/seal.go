@@ -164,7 +164,14 @@ func OpenField(keys TeamKeys, id, typ, author, field, sealed string) ([]byte, er
 // sealing with k: its body fields sealed into Sealed, the plain ones
 // empty. Any other payload is returned as it is.
 func sealPayload(e *Event, k *TeamKey) any {
-	switch p := e.Payload.(type) {
+	payload := e.Payload
+	switch p := payload.(type) { // a pointer is sealed as its value
+	case *MessageCreate:
+		payload = *p
+	case *MessageEdit:
+		payload = *p
+	}
+	switch p := payload.(type) {
 	case MessageCreate:
 		p.Sealed = &Sealed{Content: SealField(k, e.ID, e.Type, p.AgentID, "content", []byte(p.Content))}
 		if len(p.Structured) > 0 {
@@ -185,7 +192,7 @@ func sealPayload(e *Event, k *TeamKey) any {
 		}
 		return p
 	}
-	return e.Payload
+	return payload
 }
 
 // openPayload returns p, a payload decoded from e's line, with its

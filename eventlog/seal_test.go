@@ -74,7 +74,10 @@ func TestSealedBodiesLeaveOnlyCiphertextInTheLog(t *testing.T) {
 	keys := newTestKeys(t, true)
 	l := openLog(t, dir, &Options{TeamKeys: keys})
 	edit := "now " + bodyToken
-	appendOK(t, l, sealedCreate("alice"), sealedCreate(LocalShard),
+	byPointer := sealedCreate("alice")
+	p := byPointer.Payload.(MessageCreate)
+	byPointer.Payload = &p
+	appendOK(t, l, sealedCreate("alice"), sealedCreate(LocalShard), byPointer,
 		&Event{Type: TypeMessageEdit, Shard: "alice", Payload: MessageEdit{MessageID: "msg_1", AgentID: "alice", Content: &edit}})
 	raw := readFile(t, filepath.Join(dir, ShardPath("alice")))
 	if strings.Contains(raw, bodyToken) {
@@ -105,8 +108,8 @@ func TestSealedBodiesLeaveOnlyCiphertextInTheLog(t *testing.T) {
 			opened = append(opened, *p.Content)
 		}
 	}
-	if len(opened) != 3 {
-		t.Fatalf("opened %v, want the three bodies", opened)
+	if len(opened) != 4 {
+		t.Fatalf("opened %v, want the four bodies", opened)
 	}
 	l.Close()
 
