@@ -194,11 +194,11 @@ func (n *Node) addKeys(ctx context.Context, t teamKeyStore, secrets []keystore.T
 // messages opened are pushed to subscribers as new; it returns how many
 // there are.
 func (n *Node) reopenSealed(ctx context.Context) (int, error) {
-	t, err := n.teamKeys()
-	if err != nil {
-		return 0, nil
+	var keys eventlog.TeamKeys // none: reopen still learns whether any body waits
+	if t, err := n.teamKeys(); err == nil {
+		keys = t
 	}
-	opened, err := n.proj.reopen(ctx, n.log, t)
+	opened, err := n.proj.reopen(ctx, n.log, keys)
 	if err != nil {
 		return 0, internal("open the sealed messages", err)
 	}
@@ -219,9 +219,10 @@ func (p *Projector) reopen(ctx context.Context, lg *eventlog.Log, keys eventlog.
 	if err != nil {
 		return nil, err
 	}
+	p.sealedWait.Store(len(waiting) > 0)
 	var held []string
 	for id := range waiting {
-		if keys.TeamKey(id) != nil {
+		if keys != nil && keys.TeamKey(id) != nil {
 			held = append(held, id)
 		}
 	}
@@ -259,6 +260,10 @@ func (p *Projector) reopen(ctx context.Context, lg *eventlog.Log, keys eventlog.
 	if err != nil {
 		return nil, err
 	}
+	if waiting, err = p.store.SealedWaiting(ctx); err != nil {
+		return nil, err
+	}
+	p.sealedWait.Store(len(waiting) > 0)
 	var opened []*eventlog.Event
 	for _, e := range evs {
 		if e.Type == eventlog.TypeMessageCreate && !slices.Contains(still, messageOf(e)) {
@@ -266,6 +271,20 @@ func (p *Projector) reopen(ctx context.Context, lg *eventlog.Log, keys eventlog.
 		}
 	}
 	return opened, nil
+}
+
+// waitsForKey reports whether e is a create or an edit whose body no
+// held team key opened.
+func waitsForKey(e *eventlog.Event) bool {
+	switch e.Type {
+	case eventlog.TypeMessageCreate:
+		p, _ := eventlog.PayloadAs[eventlog.MessageCreate](e)
+		return p.Sealed != nil
+	case eventlog.TypeMessageEdit:
+		p, _ := eventlog.PayloadAs[eventlog.MessageEdit](e)
+		return p.Sealed != nil
+	}
+	return false
 }
 
 // messageOf is the message a create or an edit is of.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/ed25519"
+	"encoding/json"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"github.com/thrumhq/thrum"
 	"github.com/thrumhq/thrum/eventlog"
 	"github.com/thrumhq/thrum/eventlog/admit"
+	"github.com/thrumhq/thrum/inbox"
 	"github.com/thrumhq/thrum/internal/thrumtest"
 	"github.com/thrumhq/thrum/rpc"
 )
@@ -196,6 +198,71 @@ func TestKeylessCloneWaitsForTheTeamKey(t *testing.T) {
 	defer rebuilt.Close()
 	if d := diffDumps(sharedTables(dumpProjection(t, rebuilt)), sharedDump(t, b)); d != "" {
 		t.Errorf("the projection after the import differs from a rebuild:\n%s", d)
+	}
+}
+
+// Messages waiting for the team key are not unread work: an agent's
+// check (a hook's, check_messages', thrum wait's) passes over them to
+// what it can read, and a list of unread messages, which a "mark all
+// read" repeats until it is empty, leaves them out. Once the key is
+// imported, a check takes them, each once.
+func TestWaitingBodiesDoNotHoldUpTheQueue(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	a := thrumtest.OpenNode(t, &thrum.Options{NoSync: true})
+	b := thrumtest.OpenNode(t, &thrum.Options{NoSync: true})
+	thrumtest.Register(t, a, "alice", "implementer", "core")
+	bob := thrumtest.Register(t, b, "bob", "reviewer", "core")
+	thrumtest.Register(t, b, "dana", "implementer", "core")
+	carry(t, b, a)
+	if _, err := a.NewKey(ctx, &rpc.KeyNewParams{}); err != nil {
+		t.Fatal(err)
+	}
+	sealed := []string{send(t, a, "alice", "bob", "first "+sealToken), send(t, a, "alice", "bob", "second "+sealToken)}
+	carry(t, a, b)
+	clear := send(t, b, "dana", "bob", "written on bob's machine, in clear")
+
+	r, err := b.ListMessages(thrum.AsAgent(ctx, "bob"), &rpc.ListMessagesParams{Mentions: true, Unread: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Total != 1 || r.Unread != 1 || len(r.Messages) != 1 || r.Messages[0].MessageID != clear {
+		t.Errorf("bob's unread messages: %d, %d unread; want only %s", r.Total, r.Unread, clear)
+	}
+	dial := func(_ context.Context, onNote func(string, json.RawMessage)) (*rpc.Client, error) {
+		return b.Dial(&rpc.ClientOptions{OnNotification: onNote}), nil
+	}
+	ib, err := inbox.New(ctx, dial, inbox.Identity{AgentID: bob.ID, Role: bob.Role, Token: bob.Token}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ib.Close()
+	check := func() []string {
+		t.Helper()
+		r, err := ib.Check(ctx, inbox.CheckParams{Limit: 1, Via: rpc.ViaCheckMessages})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, m := range r.Messages {
+			ids = append(ids, m.MessageID)
+		}
+		return ids
+	}
+	if got := check(); !slices.Equal(got, []string{clear}) {
+		t.Fatalf("a check behind two waiting bodies took %v, want the clear message %s", got, clear)
+	}
+	if got := check(); got != nil {
+		t.Fatalf("a check took %v of what no key opens", got)
+	}
+	importKeys(t, a, b)
+	for _, want := range sealed {
+		if got := check(); !slices.Equal(got, []string{want}) {
+			t.Fatalf("after the import a check took %v, want %s", got, want)
+		}
+	}
+	if got := check(); got != nil {
+		t.Fatalf("a check took %v again", got)
 	}
 }
 

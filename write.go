@@ -102,6 +102,9 @@ func (p *Projector) Stage(batch []*eventlog.Event, durable func() error) error {
 	if len(p.pending) > 0 {
 		evs = append(p.pending[:len(p.pending):len(p.pending)], batch...)
 	}
+	if slices.ContainsFunc(batch, waitsForKey) {
+		p.sealedWait.Store(true)
+	}
 	staged, err := p.store.Stage(context.Background(), evs)
 	if derr := durable(); derr != nil {
 		if err == nil {
