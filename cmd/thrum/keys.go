@@ -40,7 +40,11 @@ remote and a NATS server hold ciphertext. Envelopes stay clear (who, to
 whom, when), and so does everything pushed before. Clones without the key
 show "encrypted message from NAME" and deliver nothing until the key is
 imported: carry it with thrum key export and thrum key import, and keep
-a backup (a lost key loses those bodies for good).`
+a backup (a lost key loses those bodies for good).
+
+Examples:
+  thrum sync encrypt
+  thrum key export team.age --passphrase-file ~/.thrum-pass`
 }
 
 func (c *SyncEncryptCmd) Run(ctx context.Context, g *Globals) error {
@@ -60,6 +64,16 @@ func (c *SyncEncryptCmd) Run(ctx context.Context, g *Globals) error {
 }
 
 type KeyStatusCmd struct{}
+
+func (c *KeyStatusCmd) Help() string {
+	return `Shows whether this clone seals, the team keys it holds, the messages that
+wait for a key it does not hold, grants waiting for this machine, and this
+machine's ID (what thrum key grant needs on another machine).
+
+Examples:
+  thrum key status
+  thrum key status --json`
+}
 
 func (c *KeyStatusCmd) Run(ctx context.Context, g *Globals) error {
 	return call(ctx, g, false, func(s *session) (any, error) {
@@ -100,7 +114,11 @@ func (c *KeyGrantCmd) Help() string {
 published (X25519, HPKE) and syncs that grant; its owner takes the keys
 with thrum key accept. Check the machine's ID with its owner first:
 whoever can push to the remote can register an agent on a machine of
-their own.`
+their own.
+
+Examples:
+  thrum key grant bob
+  thrum key grant 51W03lntq3S58uvrD1UxqfQqetO4o3EnhxcF0D1ikjw`
 }
 
 func (c *KeyGrantCmd) Run(ctx context.Context, g *Globals) error {
@@ -120,7 +138,11 @@ func (c *KeyAcceptCmd) Help() string {
 	return `Takes the team keys another machine granted this one (thrum key status
 lists them), then seals with the newest and opens the messages that
 waited. Take only a grant you expect: a key someone else made would let
-them read what this clone seals with it.`
+them read what this clone seals with it.
+
+Examples:
+  thrum key status
+  thrum key accept`
 }
 
 func (c *KeyAcceptCmd) Run(ctx context.Context, g *Globals) error {
@@ -134,6 +156,15 @@ func (c *KeyAcceptCmd) Run(ctx context.Context, g *Globals) error {
 }
 
 type KeyRotateCmd struct{}
+
+func (c *KeyRotateCmd) Help() string {
+	return `Makes a new team key, which seals from now on; the older keys stay and
+still open what they sealed. Carry the keys to the other clones again.
+
+Examples:
+  thrum key rotate
+  thrum key export team.age --passphrase-file ~/.thrum-pass`
+}
 
 func (c *KeyRotateCmd) Run(ctx context.Context, g *Globals) error {
 	return call(ctx, g, false, func(s *session) (any, error) {
@@ -162,7 +193,11 @@ func (c *KeyExportCmd) Help() string {
 passphrase (--passphrase-file) or to age recipients (--to), for a person
 to carry to another clone: thrum key import FILE there. Whoever opens the
 file reads every sealed body. Keep a copy somewhere safe: a lost key
-loses the bodies it sealed for good.`
+loses the bodies it sealed for good.
+
+Examples:
+  thrum key export team.age --passphrase-file ~/.thrum-pass
+  thrum key export team.age --to age1… --to age1…`
 }
 
 func (c *KeyExportCmd) Run(ctx context.Context, g *Globals) error {
@@ -247,7 +282,11 @@ type KeyImportCmd struct {
 func (c *KeyImportCmd) Help() string {
 	return `Adds the team keys in FILE to this clone's, which then seals with the
 newest, and opens the messages that waited for them: they reach their
-recipients as if they had just arrived, once.`
+recipients as if they had just arrived, once.
+
+Examples:
+  thrum key import team.age --passphrase-file ~/.thrum-pass
+  thrum key import team.age --identity ~/.age/key.txt`
 }
 
 func (c *KeyImportCmd) Run(ctx context.Context, g *Globals) error {
