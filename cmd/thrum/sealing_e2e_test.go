@@ -84,7 +84,9 @@ func TestSealedSyncEndToEnd(t *testing.T) {
 	status := b.do("", "key", "status").stdout
 	t.Logf("b: thrum key status:\n%s", status)
 	contains(t, "b key status", status, "1 message waits for the team key")
-	contains(t, "b sync status", b.do("", "sync", "status").stdout, "Sealed: 1 message waits for the team key")
+	status = b.do("", "sync", "status").stdout
+	t.Logf("b: thrum sync status:\n%s", status)
+	contains(t, "b sync status", status, "Sealed: 1 message waits for the team key")
 	if r := b.withEnv(map[string]string{"THRUM_NAME": "bob"}, "wait", "--timeout", "1s"); r.code == 0 {
 		t.Fatalf("b delivered a message no key opens:\n%s", r)
 	}
