@@ -20,6 +20,7 @@ import (
 
 	"github.com/thrumhq/thrum"
 	"github.com/thrumhq/thrum/eventlog"
+	"github.com/thrumhq/thrum/internal/keystore"
 	"github.com/thrumhq/thrum/internal/thrumtest"
 	"github.com/thrumhq/thrum/rpc"
 	"github.com/thrumhq/thrum/store"
@@ -339,25 +340,41 @@ func BenchmarkRebuild1M(b *testing.B) {
 		b.Skip("long benchmark")
 	}
 	const events = 1_000_000
-	dir := b.TempDir()
-	writeSyntheticLog(b, dir, events)
-	for i := 0; i < b.N; i++ {
-		var peak atomic.Uint64
-		stop := make(chan struct{})
-		go sampleHeap(&peak, stop)
-		elapsed := rebuildOnce(b, dir, filepath.Join(b.TempDir(), "rebuilt.db"))
-		close(stop)
-		b.ReportMetric(elapsed.Seconds(), "rebuild-s")
-		b.ReportMetric(float64(events)/elapsed.Seconds(), "events/s")
-		b.ReportMetric(float64(peak.Load())/(1<<20), "peak-heap-MiB")
+	for _, sealed := range []bool{false, true} {
+		b.Run(fmt.Sprintf("sealed=%v", sealed), func(b *testing.B) {
+			var keys eventlog.TeamKeys
+			if sealed { // every body sealed, and opened by the rebuild
+				ks, err := keystore.Open(b.TempDir())
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := ks.NewTeamKey(); err != nil {
+					b.Fatal(err)
+				}
+				keys = ks
+			}
+			dir := b.TempDir()
+			writeSyntheticLog(b, dir, events, keys)
+			for i := 0; i < b.N; i++ {
+				var peak atomic.Uint64
+				stop := make(chan struct{})
+				go sampleHeap(&peak, stop)
+				elapsed := rebuildOnce(b, dir, filepath.Join(b.TempDir(), "rebuilt.db"), keys)
+				close(stop)
+				b.ReportMetric(elapsed.Seconds(), "rebuild-s")
+				b.ReportMetric(float64(events)/elapsed.Seconds(), "events/s")
+				b.ReportMetric(float64(peak.Load())/(1<<20), "peak-heap-MiB")
+			}
+		})
 	}
 }
 
 // rebuildOnce rebuilds the projection of the log in dir into the new
-// database db and returns how long store.Rebuild took.
-func rebuildOnce(b *testing.B, dir, db string) time.Duration {
+// database db, opening sealed bodies with keys, and returns how long
+// store.Rebuild took.
+func rebuildOnce(b *testing.B, dir, db string, keys eventlog.TeamKeys) time.Duration {
 	b.Helper()
-	lg, err := eventlog.Open(dir, &eventlog.Options{NoSync: true})
+	lg, err := eventlog.Open(dir, &eventlog.Options{NoSync: true, TeamKeys: keys})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -390,9 +407,10 @@ func sampleHeap(peak *atomic.Uint64, stop chan struct{}) {
 }
 
 // writeSyntheticLog writes a log of n events: registrations, sessions,
-// and mostly messages with mentions, scopes, reads and some edits.
-func writeSyntheticLog(tb testing.TB, dir string, n int) {
-	lg, err := eventlog.Open(dir, &eventlog.Options{NoSync: true})
+// and mostly messages with mentions, scopes, reads and some edits, their
+// bodies sealed if keys seal.
+func writeSyntheticLog(tb testing.TB, dir string, n int, keys eventlog.TeamKeys) {
+	lg, err := eventlog.Open(dir, &eventlog.Options{NoSync: true, TeamKeys: keys})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -22,6 +22,7 @@ var homes = map[string][]string{
 	"github.com/alecthomas/kong":             {"cmd/thrum"},
 	"github.com/BurntSushi/toml":             {"cmd/thrum"},
 	"github.com/rivo/uniseg":                 {"cmd/thrum"},
+	"filippo.io/age":                         {"cmd/thrum"},
 	"github.com/nats-io/nats.go":             {"eventlog/natsync"},
 	// Only tests run a NATS server: thrum only connects to one.
 	"github.com/nats-io/nats-server/v2": {},

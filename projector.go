@@ -53,7 +53,13 @@ type Projector struct {
 	pending  []*eventlog.Event // durable, not applied, in log order
 	applyErr error             // why pending is not applied
 	behind   atomic.Bool       // pending is not empty
-	kick     chan struct{}     // a retry is wanted
+	// sealedWait: some message's body waits for a team key. The message
+	// index counts such a message unread; the projection does not (it is
+	// nobody's to claim yet), so listings ask the projection meanwhile
+	// (Node.messages). Set before a batch holding one is applied, and
+	// from the projection at open and after a key opens messages.
+	sealedWait atomic.Bool
+	kick       chan struct{} // a retry is wanted
 }
 
 // NewProjector returns the Projector of the store st and the extra

@@ -182,7 +182,7 @@ func (n *Node) ListSent(ctx context.Context, p *rpc.ListSentParams) (*rpc.ListSe
 		Page: page, PageSize: size, TotalPages: totalPages(total, size)}
 	for _, m := range rows {
 		sm := rpc.SentMessage{MessageID: m.MessageID, ThreadID: m.ThreadID, CreatedAt: m.CreatedAt,
-			Preview: preview(m.Content, 100), Priority: m.Priority, AckRequired: m.AckRequired, AckDue: m.AckDue,
+			Preview: preview(body(m).Content, 100), Priority: m.Priority, AckRequired: m.AckRequired, AckDue: m.AckDue,
 			Receipts: receiptsOf(rs[m.MessageID])}
 		if sm.Receipts == nil {
 			sm.Receipts = []rpc.Receipt{}

@@ -305,6 +305,12 @@ func (s *RPCServer) bindAll(sy SyncControl) {
 	bind(s, rpc.MethodGroupInfo, access.Read, n.GroupInfo)
 	bind(s, rpc.MethodGroupMembers, access.Read, n.GroupMembers)
 	bind(s, rpc.MethodWebLogin, access.Read, pol.WebLogin)
+	bind(s, rpc.MethodKeyStatus, access.Read, n.KeyStatus)
+	bind(s, rpc.MethodKeyNew, access.Read, guarded(teamKeysRule[rpc.KeyNewParams](pol, rpc.MethodKeyNew), n.NewKey))
+	bind(s, rpc.MethodKeyExport, access.Read, guarded(teamKeysRule[rpc.KeyExportParams](pol, rpc.MethodKeyExport), n.ExportKeys))
+	bind(s, rpc.MethodKeyImport, access.Read, guarded(teamKeysRule[rpc.KeyImportParams](pol, rpc.MethodKeyImport), n.ImportKeys))
+	bind(s, rpc.MethodKeyGrant, access.Read, guarded(teamKeysRule[rpc.KeyGrantParams](pol, rpc.MethodKeyGrant), n.GrantKeys))
+	bind(s, rpc.MethodKeyAccept, access.Read, guarded(teamKeysRule[rpc.KeyAcceptParams](pol, rpc.MethodKeyAccept), n.AcceptKeys))
 	if sy != nil {
 		bind(s, rpc.MethodSyncStatus, access.Read, sy.SyncStatus)
 		bind(s, rpc.MethodSyncForce, access.Write, sy.SyncForce)
@@ -331,6 +337,11 @@ func bind[P, R any](s *RPCServer, method string, lvl access.Level, op func(conte
 		}
 		return op(ctx, &p)
 	})
+}
+
+// teamKeysRule is access.Policy.TeamKeys as a method's check.
+func teamKeysRule[P any](pol *access.Policy, method string) func(context.Context, *P) error {
+	return func(ctx context.Context, _ *P) error { return pol.TeamKeys(ctx, method) }
 }
 
 // guarded is op behind check, a rule of the access policy.

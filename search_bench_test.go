@@ -354,10 +354,10 @@ func BenchmarkRebuildSearchIndex1M(b *testing.B) {
 	}
 	const events = 1_000_000
 	dir := b.TempDir()
-	writeSyntheticLog(b, dir, events)
+	writeSyntheticLog(b, dir, events, nil)
 	for i := 0; i < b.N; i++ {
 		db := filepath.Join(b.TempDir(), "rebuilt.db")
-		total := rebuildOnce(b, dir, db)
+		total := rebuildOnce(b, dir, db, nil)
 		c, err := sql.Open("sqlite", "file:"+db)
 		if err != nil {
 			b.Fatal(err)

@@ -142,7 +142,7 @@ func (n *Node) registration(ctx context.Context, typ string, reg eventlog.AgentR
 	if err != nil {
 		return nil, err
 	}
-	reg.Key, reg.Machine = key, n.machine
+	reg.Key, reg.Machine, reg.KEM = key, n.machine, n.kem
 	evs := []*eventlog.Event{{Type: typ, Payload: reg}}
 	if !known {
 		return evs, nil
@@ -232,7 +232,7 @@ func (n *Node) ensureKeys(ctx context.Context) error {
 		}
 		regs = append(regs, &eventlog.Event{Type: eventlog.TypeAgentUpdate, Payload: eventlog.AgentRegister{
 			AgentID: a.AgentID, Kind: a.Kind, Name: a.Name, Role: a.Role, Module: a.Module, Display: a.Display,
-			RepoID: a.RepoID, Key: key, Machine: n.machine,
+			RepoID: a.RepoID, Key: key, Machine: n.machine, KEM: n.kem,
 		}})
 		legacy[id] = true
 	}

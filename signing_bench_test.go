@@ -23,15 +23,20 @@ func BenchmarkSendSigned(b *testing.B) {
 	for _, durable := range []bool{true, false} {
 		for _, signed := range []bool{false, true} {
 			name := fmt.Sprintf("durable=%v/signed=%v", durable, signed)
-			b.Run(name, func(b *testing.B) { benchSend(b, durable, signed) })
+			b.Run(name, func(b *testing.B) { benchSend(b, durable, signed, false) })
 		}
 	}
 }
 
-func benchSend(b *testing.B, durable, signed bool) {
+func benchSend(b *testing.B, durable, signed, sealed bool) {
 	n := thrumtest.OpenNode(b, &thrum.Options{NoSync: !durable})
 	if !signed {
 		thrum.SignOff(n)
+	}
+	if sealed {
+		if _, err := n.NewKey(context.Background(), &rpc.KeyNewParams{}); err != nil {
+			b.Fatal(err)
+		}
 	}
 	const agents = 8
 	for i := range agents {

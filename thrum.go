@@ -18,6 +18,7 @@ import (
 	"github.com/thrumhq/thrum/eventlog/admit"
 	"github.com/thrumhq/thrum/internal/directory"
 	"github.com/thrumhq/thrum/internal/dirlock"
+	"github.com/thrumhq/thrum/internal/keystore"
 	"github.com/thrumhq/thrum/internal/msgindex"
 	"github.com/thrumhq/thrum/internal/private"
 	"github.com/thrumhq/thrum/rpc"
@@ -183,6 +184,7 @@ type Node struct {
 	machineKey  crypto.Signer     // the machine's key: signer's MachineKey
 	machinePub  ed25519.PublicKey // its public key
 	signOff     bool              // events go unsigned: the benchmarks' baseline (export_test.go)
+	kem         string            // the machine's X25519 key for team keys, encoded; "" without a key store (sealing.go)
 
 	// The team's keyring as read last (keyring.go).
 	ringMu      sync.Mutex
@@ -285,8 +287,25 @@ func Open(ctx context.Context, dir string, opts *Options) (*Node, error) {
 		lock.Close()
 		return nil, fmt.Errorf("thrum: open: %w", err)
 	}
+	// The key store holds the keys that sign and the team keys that
+	// seal: the log seals and opens bodies with it (sealing.go). A team
+	// key file that does not read stops the start: sealing silently off
+	// would send bodies in clear.
+	ks, err := keystore.Open(filepath.Join(dir, DefaultKeyDir))
+	if err == nil {
+		_, err = ks.TeamSecrets()
+	}
+	if err != nil {
+		pre.Wait()
+		st.Close()
+		lock.Close()
+		return nil, fmt.Errorf("thrum: open: %w", err)
+	}
+	if o.Signer == nil {
+		o.Signer = ks
+	}
 	p := NewProjector(st)
-	lg, err := eventlog.Open(dir, &eventlog.Options{Logger: o.Logger, Stage: p.Stage, NoSync: o.NoSync})
+	lg, err := eventlog.Open(dir, &eventlog.Options{Logger: o.Logger, Stage: p.Stage, NoSync: o.NoSync, TeamKeys: ks})
 	if err != nil {
 		pre.Wait()
 		st.Close()
@@ -386,7 +405,16 @@ func newNode(ctx context.Context, lg *eventlog.Log, p *Projector, opts *Options,
 		n.Close()
 		return nil, fmt.Errorf("thrum: open: %w", err)
 	}
+	// A team key added while the node was closed opens what waited.
+	if _, err := n.reopenSealed(ctx); err != nil {
+		n.Close()
+		return nil, fmt.Errorf("thrum: open: %w", err)
+	}
 	if err := n.openSigner(); err != nil {
+		n.Close()
+		return nil, fmt.Errorf("thrum: open: %w", err)
+	}
+	if err := n.openKEM(); err != nil {
 		n.Close()
 		return nil, fmt.Errorf("thrum: open: %w", err)
 	}

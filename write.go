@@ -102,6 +102,9 @@ func (p *Projector) Stage(batch []*eventlog.Event, durable func() error) error {
 	if len(p.pending) > 0 {
 		evs = append(p.pending[:len(p.pending):len(p.pending)], batch...)
 	}
+	if slices.ContainsFunc(batch, waitsForKey) {
+		p.sealedWait.Store(true)
+	}
 	staged, err := p.store.Stage(context.Background(), evs)
 	if derr := durable(); derr != nil {
 		if err == nil {
@@ -256,8 +259,8 @@ func (s *notifier) publishLocked(ctx context.Context, batch []*eventlog.Event) m
 		switch e.Type {
 		case eventlog.TypeMessageCreate:
 			p, err := eventlog.PayloadAs[eventlog.MessageCreate](e)
-			if err != nil {
-				continue
+			if err != nil || p.Sealed != nil {
+				continue // a body no held key opens is not delivered: see reopenSealed
 			}
 			m = published{id: p.MessageID, thread: p.ThreadID, author: p.AgentID, content: p.Content, scopes: p.Scopes}
 			for _, r := range p.Refs {
@@ -267,11 +270,11 @@ func (s *notifier) publishLocked(ctx context.Context, batch []*eventlog.Event) m
 			}
 		case eventlog.TypeMessageEdit:
 			p, err := eventlog.PayloadAs[eventlog.MessageEdit](e)
-			if err != nil {
+			if err != nil || p.Sealed != nil {
 				continue
 			}
 			msg, err := s.n.store.Message(ctx, p.MessageID, "")
-			if err != nil {
+			if err != nil || msg.Sealed != "" {
 				continue
 			}
 			m = published{id: msg.MessageID, thread: msg.ThreadID, author: msg.AgentID, content: msg.Content}

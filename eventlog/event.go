@@ -65,17 +65,39 @@ func (e *Event) Decode(v any) error {
 	return json.Unmarshal(e.Raw, v)
 }
 
-// decodePayload decodes Raw once, for the known types, for PayloadAs. A
-// payload that does not decode is left for PayloadAs to report.
-func (e *Event) decodePayload() {
+// decodePayload decodes Raw once, for the known types, for PayloadAs,
+// opening its sealed fields with keys (if any). A payload that does not
+// decode is left for PayloadAs to report.
+func (e *Event) decodePayload(keys TeamKeys) {
 	if e.decoded != nil || e.Raw == nil {
 		return
 	}
 	if dec := decoders[e.Type]; dec != nil {
 		if p, err := dec(e.Raw); err == nil {
+			if keys != nil && Sealable(e.Type) {
+				p = openPayload(e, p, keys)
+			}
 			e.decoded = p
 		}
 	}
+}
+
+// Open opens the event's sealed fields with keys, as the log does when it
+// decodes a line with the keys it holds, for an event decoded before a
+// key that opens it was held. It reports whether the payload is readable
+// now: false while a field stays sealed.
+func (e *Event) Open(keys TeamKeys) bool {
+	e.decodePayload(nil)
+	if Sealable(e.Type) && e.decoded != nil {
+		e.decoded = openPayload(e, e.decoded, keys)
+	}
+	switch p := e.decoded.(type) {
+	case MessageCreate:
+		return p.Sealed == nil
+	case MessageEdit:
+		return p.Sealed == nil
+	}
+	return true
 }
 
 // PayloadAs returns the event's payload as T, its type's payload struct:
@@ -109,8 +131,8 @@ const MaxLineBytes = 4 << 20
 // MaxLineBytes.
 var ErrTooLarge = errors.New("event too large")
 
-// encode renders the event as one line, newline included.
-func (e *Event) encode(buf *bytes.Buffer) error {
+// encode renders the event as one line with payload, newline included.
+func (e *Event) encode(buf *bytes.Buffer, payload any) error {
 	if y := e.Time.UTC().Year(); y < 1 || y > 9999 {
 		return fmt.Errorf("encode %s: time %v is outside years 1-9999", e.Type, e.Time)
 	}
@@ -122,8 +144,8 @@ func (e *Event) encode(buf *bytes.Buffer) error {
 	buf.WriteString(`,"timestamp":"`)
 	buf.WriteString(e.Timestamp())
 	buf.WriteByte('"')
-	if e.Payload != nil {
-		p, err := json.Marshal(e.Payload)
+	if payload != nil {
+		p, err := json.Marshal(payload)
 		if err != nil {
 			buf.Truncate(start)
 			return fmt.Errorf("encode %s payload: %w", e.Type, err)

@@ -86,7 +86,7 @@ func TestEncode(t *testing.T) {
 			var buf bytes.Buffer
 			buf.WriteString("previous line\n")
 			e := &Event{ID: testID, Type: tt.typ, Time: testTime, Payload: tt.payload}
-			err := e.encode(&buf)
+			err := e.encode(&buf, e.Payload)
 			if tt.want == "" {
 				if err == nil || !strings.Contains(err.Error(), tt.errText) {
 					t.Fatalf("encode error = %v, want one containing %q", err, tt.errText)
@@ -123,7 +123,7 @@ func lineOfSize(t testing.TB, e Event, size int) any {
 	}
 	e.Payload = pad{}
 	var buf bytes.Buffer
-	if err := e.encode(&buf); err != nil {
+	if err := e.encode(&buf, e.Payload); err != nil {
 		t.Fatal(err)
 	}
 	n := size - buf.Len()
@@ -150,7 +150,7 @@ func TestEncodeMaxLineBytes(t *testing.T) {
 			e := base
 			e.Payload = lineOfSize(t, base, tt.size)
 			var buf bytes.Buffer
-			err := e.encode(&buf)
+			err := e.encode(&buf, e.Payload)
 			if tt.wantErr {
 				if !errors.Is(err, ErrTooLarge) {
 					t.Fatalf("encode of a %d-byte line: error %v, want ErrTooLarge", tt.size, err)
@@ -249,7 +249,7 @@ func TestEventDecode(t *testing.T) {
 	}
 	var buf bytes.Buffer
 	appended := &Event{ID: testID, Type: TypeMessageCreate, Time: testTime, Payload: &want}
-	if err := appended.encode(&buf); err != nil {
+	if err := appended.encode(&buf, appended.Payload); err != nil {
 		t.Fatal(err)
 	}
 	scanned, err := DecodeLine(bytes.TrimSuffix(buf.Bytes(), []byte("\n")))

@@ -37,6 +37,9 @@ const (
 	// MaxListLen bounds the message IDs of a read and the recipients of
 	// a message.
 	MaxListLen = 10000
+	// MaxGrantLen bounds a key grant's wrapped keys, encoded: some
+	// hundreds of rotations.
+	MaxGrantLen = 64 << 10
 )
 
 // Priorities are the priorities a message may have, lowest first.
@@ -138,6 +141,11 @@ func (c *fieldCheck) key(field, v string) {
 	c.rule(err == nil, field, v, "an Ed25519 public key: 43 characters of base64url")
 }
 
+func (c *fieldCheck) kem(field, v string) {
+	_, err := DecodeKEM(v)
+	c.rule(err == nil, field, v, "an X25519 public key: 43 characters of base64url")
+}
+
 func (c *fieldCheck) text(field, v string) {
 	c.rule(len(v) <= MaxTextLen, field, v, fmt.Sprintf("at most %d bytes", MaxTextLen))
 }
@@ -187,6 +195,7 @@ func CheckFields(e *Event, now time.Time) error {
 		c.optional(c.ref, "repo_id", p.RepoID)
 		c.optional(c.key, "key", p.Key)
 		c.optional(c.ref, "machine", p.Machine)
+		c.optional(c.kem, "kem", p.KEM)
 	case AgentSeal:
 		c.id("agent_id", p.AgentID)
 		c.list("hashes", len(p.Hashes))
@@ -196,6 +205,12 @@ func CheckFields(e *Event, now time.Time) error {
 	case KeyTrust:
 		c.id("agent_id", p.AgentID)
 		c.key("key", p.Key)
+	case KeyGrant:
+		c.ref("machine", p.Machine)
+		c.ref("to", p.To)
+		c.kem("kem", p.KEM)
+		_, err := b64.DecodeString(p.Wrapped)
+		c.rule(err == nil && len(p.Wrapped) > 0 && len(p.Wrapped) <= MaxGrantLen, "wrapped", p.Wrapped, fmt.Sprintf("base64url, at most %d characters", MaxGrantLen))
 	case Credential:
 		c.id("agent_id", p.AgentID)
 	case AgentCleanup:
@@ -248,10 +263,12 @@ func CheckFields(e *Event, now time.Time) error {
 			d, err := time.ParseDuration(p.AckWithin)
 			c.rule(err == nil && d > 0, "ack_within", p.AckWithin, "use a positive duration such as 30m")
 		}
+		c.sealed(p.Sealed, p.Content == "" && len(p.Structured) == 0)
 	case MessageEdit:
 		c.message("message_id", p.MessageID)
 		c.id("agent_id", p.AgentID)
 		c.optional(c.id, "session_id", p.SessionID)
+		c.sealed(p.Sealed, p.Content == nil && len(p.Structured) == 0)
 	case MessageDelete:
 		c.message("message_id", p.MessageID)
 		c.id("agent_id", p.AgentID)
@@ -312,7 +329,7 @@ func typedPayload(e *Event) (any, error) {
 		switch p := e.Payload.(type) {
 		case AgentRegister, Credential, AgentCleanup, SessionStart, SessionEnd, SessionHeartbeat, SessionIntent, SessionTask,
 			SessionContext, MessageCreate, MessageEdit, MessageDelete, MessageRead, MessageAck, ThreadCreate, GroupCreate,
-			GroupDelete, GroupMember, Machine, AgentSeal, KeyTrust:
+			GroupDelete, GroupMember, Machine, AgentSeal, KeyTrust, KeyGrant:
 			return p, nil
 		}
 		b, err := json.Marshal(e.Payload)

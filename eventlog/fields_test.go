@@ -57,7 +57,7 @@ func TestCheckFields(t *testing.T) {
 	// A line decodes to the same answer as the event appended.
 	e := at(msg(func(p *MessageCreate) { p.Priority = "urgent" }), now)
 	var buf bytes.Buffer
-	if err := e.encode(&buf); err != nil {
+	if err := e.encode(&buf, e.Payload); err != nil {
 		t.Fatal(err)
 	}
 	d, err := DecodeLine(bytes.TrimSuffix(buf.Bytes(), []byte("\n")))

@@ -95,6 +95,12 @@ type Options struct {
 	// something else; a log opened so is not durable.
 	NoSync bool
 
+	// TeamKeys, if set, are the team keys that seal the bodies of the
+	// events Append writes (TeamKeys.Sealing) and open sealed fields
+	// wherever the log decodes a payload (seal.go). Nil writes bodies in
+	// clear and opens none.
+	TeamKeys TeamKeys
+
 	// SegmentBytes is the size at which a shard's last segment is closed
 	// for good and its next batch starts a new one. Default
 	// DefaultSegmentBytes.
@@ -213,6 +219,10 @@ func Open(dir string, opts *Options) (*Log, error) {
 
 // Dir returns the log's directory.
 func (l *Log) Dir() string { return l.dir }
+
+// TeamKeys returns the team keys the log seals and opens with
+// (Options.TeamKeys), or nil.
+func (l *Log) TeamKeys() TeamKeys { return l.opts.TeamKeys }
 
 // Repairs returns the torn tails that Open moved aside.
 func (l *Log) Repairs() []Repair { return append([]Repair(nil), l.repairs...) }
@@ -424,7 +434,7 @@ func (l *Log) applyLoop(done chan struct{}) {
 		}
 		if l.opts.Stage != nil || l.opts.OnCommit != nil {
 			for _, e := range evs {
-				e.decodePayload() // once, for every projection
+				e.decodePayload(l.opts.TeamKeys) // once, for every projection
 			}
 		}
 		var cerr error
@@ -473,6 +483,10 @@ func (l *Log) commit(batch []*appendReq) {
 	var imported map[string]map[idKey]struct{} // the IDs this commit imports, by shard path
 	var toSign []signing                       // the events to sign, once all are encoded
 	assigned := make([][]*Event, len(batch))   // the events each request got their IDs from here
+	var sealing *TeamKey                       // the key this batch's bodies are sealed with, if any
+	if l.opts.TeamKeys != nil {
+		sealing = l.opts.TeamKeys.Sealing()
+	}
 	for i, r := range batch {
 		if r.dedupe {
 			if imported == nil {
@@ -520,8 +534,12 @@ func (l *Log) commit(batch []*appendReq) {
 				sb.buf.WriteByte('\n')
 				continue
 			}
+			payload := e.Payload
+			if sealing != nil && e.Shard != LocalShard && Sealable(e.Type) {
+				payload = sealPayload(e, sealing) // before it is signed
+			}
 			start := sb.buf.Len()
-			if err = e.encode(&sb.buf); err != nil {
+			if err = e.encode(&sb.buf, payload); err != nil {
 				break
 			}
 			e.Raw = append([]byte(nil), sb.buf.Bytes()[start:sb.buf.Len()-1]...)
@@ -993,7 +1011,7 @@ func (l *Log) Scan(ctx context.Context, from map[string]int64, fn func(*Event) e
 		}
 		r := (*h)[0]
 		ev := r.ev
-		ev.decodePayload()
+		ev.decodePayload(l.opts.TeamKeys)
 		if err := fn(ev); err != nil {
 			return pos, err
 		}

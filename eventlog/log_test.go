@@ -992,7 +992,7 @@ func goodLine(t testing.TB, typ string) string {
 	t.Helper()
 	var buf bytes.Buffer
 	e := &Event{ID: NewID(), Type: typ, Time: time.Now(), Payload: map[string]string{"k": "v"}}
-	if err := e.encode(&buf); err != nil {
+	if err := e.encode(&buf, e.Payload); err != nil {
 		t.Fatal(err)
 	}
 	return buf.String()

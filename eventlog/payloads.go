@@ -28,6 +28,7 @@ const (
 	TypeMachine          = "machine.id"              // Machine (the local shard only)
 	TypeAgentSeal        = "agent.seal"              // AgentSeal
 	TypeKeyTrust         = "key.trust"               // KeyTrust (the local shard only)
+	TypeKeyGrant         = "key.grant"               // KeyGrant
 )
 
 // Pair is a {type, value} scope or ref, in events as in the RPC
@@ -56,6 +57,11 @@ type AgentRegister struct {
 	RepoID  string `json:"repo_id,omitempty"`
 	Key     string `json:"key,omitempty"`
 	Machine string `json:"machine,omitempty"`
+	// KEM is the registering machine's X25519 key (EncodeKEM), to which
+	// other machines wrap the team keys they grant it (KeyGrant); the
+	// machine's signature binds it to the machine. Empty in
+	// registrations written before team keys.
+	KEM string `json:"kem,omitempty"`
 }
 
 // AgentSeal seals an identity's legacy: the unsigned events it wrote
@@ -74,6 +80,18 @@ type AgentSeal struct {
 type KeyTrust struct {
 	AgentID string `json:"agent_id"`
 	Key     string `json:"key"`
+}
+
+// KeyGrant gives the team keys to another machine, on the granting
+// machine's owner's word: Wrapped is the keys (as keystore's team file
+// holds them) sealed with HPKE to the KEM key To published, bound to
+// both machines (GrantInfo). Written and signed by Machine, the granting
+// machine.
+type KeyGrant struct {
+	Machine string `json:"machine"`
+	To      string `json:"to"`
+	KEM     string `json:"kem"`
+	Wrapped string `json:"wrapped"`
 }
 
 // Credential adds a token that authenticates as an identity on this
@@ -179,6 +197,9 @@ type MessageCreate struct {
 	// AckWithin (a Go duration, "" for no deadline) if set.
 	AckRequired bool   `json:"ack_required,omitempty"`
 	AckWithin   string `json:"ack_within,omitempty"`
+	// Sealed holds Content and Structured sealed with a team key, which
+	// are then empty (seal.go); nil in a clear or opened payload.
+	Sealed *Sealed `json:"sealed,omitempty"`
 }
 
 // MessageEdit replaces a message's content and/or structured data.
@@ -188,6 +209,7 @@ type MessageEdit struct {
 	SessionID  string          `json:"session_id"`
 	Content    *string         `json:"content,omitempty"`
 	Structured json.RawMessage `json:"structured,omitempty"`
+	Sealed     *Sealed         `json:"sealed,omitempty"` // as in MessageCreate
 }
 
 // MessageDelete soft-deletes a message: it stays in the log, marked
@@ -296,12 +318,14 @@ var decoders = map[string]func([]byte) (any, error){
 	TypeMachine:          decodeAs[Machine],
 	TypeAgentSeal:        decodeAs[AgentSeal],
 	TypeKeyTrust:         decodeAs[KeyTrust],
+	TypeKeyGrant:         decodeAs[KeyGrant],
 }
 
 // MachineSigned returns the machine whose key signs an event of a type
 // that the machine writes in its own name: a group's changes (the
 // machine that created the group alone changes it) and a registration
-// (which binds an identity's key to the machine). ok is false for every
+// (which binds an identity's key, and the machine's KEM key, to the
+// machine), and the team keys it grants. ok is false for every
 // other type, which its author's key signs (see Signer). machine is ""
 // in such an event written before machines had keys.
 func MachineSigned(e *Event) (machine string, ok bool) {
@@ -313,6 +337,8 @@ func MachineSigned(e *Event) (machine string, ok bool) {
 	case GroupDelete:
 		return p.Machine, true
 	case GroupMember:
+		return p.Machine, true
+	case KeyGrant:
 		return p.Machine, true
 	}
 	return "", false

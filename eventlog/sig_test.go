@@ -68,7 +68,7 @@ func TestAppendSignedLineFormat(t *testing.T) {
 	// byte for byte what the signature covers.
 	var buf bytes.Buffer
 	again := &Event{ID: signed.ID, Type: signed.Type, Time: signed.Time, Payload: p}
-	if err := again.encode(&buf); err != nil {
+	if err := again.encode(&buf, again.Payload); err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(unsigned, bytes.TrimSuffix(buf.Bytes(), []byte("\n"))) {
@@ -110,7 +110,7 @@ func TestParseSig(t *testing.T) {
 	_, priv := newKey(t)
 	var buf bytes.Buffer
 	e := &Event{ID: NewID(), Type: TypeMessageCreate, Time: time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC), Payload: MessageCreate{MessageID: "m", AgentID: "a", Priority: "normal"}}
-	if err := e.encode(&buf); err != nil {
+	if err := e.encode(&buf, e.Payload); err != nil {
 		t.Fatal(err)
 	}
 	good := signLine(t, bytes.TrimSuffix(buf.Bytes(), []byte("\n")), signer(priv, ""))
@@ -152,7 +152,7 @@ func FuzzVerify(f *testing.F) {
 	} {
 		var buf bytes.Buffer
 		e := &Event{ID: "01J00000000000000000000000", Type: TypeMessageCreate, Time: time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC), Payload: p}
-		if err := e.encode(&buf); err != nil {
+		if err := e.encode(&buf, e.Payload); err != nil {
 			f.Fatal(err)
 		}
 		line := signLine(f, bytes.TrimSuffix(buf.Bytes(), []byte("\n")), signer(seed, "repo"))
@@ -180,7 +180,7 @@ func TestSignedLineGolden(t *testing.T) {
 	var buf bytes.Buffer
 	e := &Event{ID: "01JGOLDEN00000000000000000", Type: TypeMessageCreate, Time: time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC),
 		Payload: MessageCreate{MessageID: "msg_1", AgentID: "alice", SessionID: "ses_1", Format: "markdown", Content: "ship it", Priority: "normal"}}
-	if err := e.encode(&buf); err != nil {
+	if err := e.encode(&buf, e.Payload); err != nil {
 		t.Fatal(err)
 	}
 	got := string(signLine(t, bytes.TrimSuffix(buf.Bytes(), []byte("\n")), signer(key, "0123456789abcdef")))

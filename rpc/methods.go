@@ -227,3 +227,33 @@ func (c *Client) SyncForce(ctx context.Context, p *SyncForceParams) (*SyncForceR
 func (c *Client) WebLogin(ctx context.Context, p *WebLoginParams) (*WebLoginResult, error) {
 	return call[WebLoginResult](ctx, c, MethodWebLogin, p)
 }
+
+// KeyStatus calls the "key.status" method.
+func (c *Client) KeyStatus(ctx context.Context, p *KeyStatusParams) (*KeyStatus, error) {
+	return call[KeyStatus](ctx, c, MethodKeyStatus, p)
+}
+
+// NewKey calls the "key.new" method.
+func (c *Client) NewKey(ctx context.Context, p *KeyNewParams) (*KeyNewResult, error) {
+	return call[KeyNewResult](ctx, c, MethodKeyNew, p)
+}
+
+// ExportKeys calls the "key.export" method.
+func (c *Client) ExportKeys(ctx context.Context, p *KeyExportParams) (*KeyExportResult, error) {
+	return call[KeyExportResult](ctx, c, MethodKeyExport, p)
+}
+
+// ImportKeys calls the "key.import" method.
+func (c *Client) ImportKeys(ctx context.Context, p *KeyImportParams) (*KeyImportResult, error) {
+	return call[KeyImportResult](ctx, c, MethodKeyImport, p)
+}
+
+// GrantKeys calls the "key.grant" method.
+func (c *Client) GrantKeys(ctx context.Context, p *KeyGrantParams) (*KeyGrantResult, error) {
+	return call[KeyGrantResult](ctx, c, MethodKeyGrant, p)
+}
+
+// AcceptKeys calls the "key.accept" method.
+func (c *Client) AcceptKeys(ctx context.Context, p *KeyAcceptParams) (*KeyImportResult, error) {
+	return call[KeyImportResult](ctx, c, MethodKeyAccept, p)
+}

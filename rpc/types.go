@@ -55,6 +55,16 @@ const (
 	MethodWebLogin          = "web.login"
 	NotificationMessage     = "notification.message"
 
+	// The team keys that seal message bodies (extensions of the spec):
+	// their state, a new one (sealing on, or a rotation), and moving
+	// them between clones. Owner only, never over the WebSocket.
+	MethodKeyStatus = "key.status"
+	MethodKeyNew    = "key.new"
+	MethodKeyExport = "key.export"
+	MethodKeyImport = "key.import"
+	MethodKeyGrant  = "key.grant"
+	MethodKeyAccept = "key.accept"
+
 	// MethodMessageClaimNext arms (or cancels) a standing claim: the next
 	// message sent to the caller is claimed for it in the message's own
 	// commit and pushed whole as NotificationClaimed (ClaimNextParams).
@@ -578,6 +588,10 @@ type Body struct {
 	Format     string `json:"format"`
 	Content    string `json:"content"`
 	Structured string `json:"structured"` // JSON text, empty if none
+	// Sealed is the ID of the team key the body is sealed with when this
+	// clone holds no key that opens it: Content then says so, and the
+	// message is not delivered until the key is imported. An extension.
+	Sealed string `json:"sealed,omitempty"`
 }
 
 // MessageMetadata is a message's deletion record, empty if it is not
@@ -1359,4 +1373,107 @@ type SyncForceResult struct {
 	SyncState  string `json:"sync_state"`
 	// LastError is the round's error, with Wait (an extension).
 	LastError string `json:"last_error,omitempty"`
+}
+
+// KeyStatusParams are key.status's (none).
+type KeyStatusParams struct{}
+
+// KeyStatus is the team keys' state on this clone: the key that seals
+// ("" while bodies leave in clear), every key held, and the messages
+// that wait for a key this clone does not hold.
+type KeyStatus struct {
+	Sealing string        `json:"sealing"`
+	Keys    []TeamKeyInfo `json:"keys"`
+	// Waiting counts the messages whose body no held key opens: shown as
+	// sealed, neither delivered nor claimable until a key opens them.
+	Waiting    int          `json:"waiting"`
+	WaitingFor []KeyWaiting `json:"waiting_for"`
+	// Machine is this machine's ID, which key.grant on another machine
+	// names; Grants are the grants made to it that bring keys it does
+	// not hold, for key.accept.
+	Machine string     `json:"machine"`
+	Grants  []KeyOffer `json:"grants"`
+}
+
+// KeyOffer is a grant of team keys to this machine that waits for the
+// owner's word (key.accept): the machine that made it, when, and the IDs
+// of the keys it brings that are not held here.
+type KeyOffer struct {
+	From string   `json:"from"`
+	At   string   `json:"at"`
+	Keys []string `json:"keys"`
+}
+
+// TeamKeyInfo is a team key held here: its ID and when it was made.
+type TeamKeyInfo struct {
+	ID   string `json:"id"`
+	Made string `json:"made"`
+}
+
+// KeyWaiting counts the messages that wait for one team key.
+type KeyWaiting struct {
+	Key      string `json:"key"`
+	Messages int    `json:"messages"`
+}
+
+// KeyNewParams are key.new's: without Rotate, a team key is made only if
+// none is held (sealing turned on); with it, always (a rotation: the
+// new key seals, the old ones still open).
+type KeyNewParams struct {
+	Rotate bool `json:"rotate,omitempty"`
+}
+
+// KeyNewResult is key.new's: whether a key was made, and the state.
+type KeyNewResult struct {
+	Made string `json:"made"` // the new key's ID, "" if none was made
+	KeyStatus
+}
+
+// KeyExportParams are key.export's (none).
+type KeyExportParams struct{}
+
+// KeyExportResult holds every team key's secret, oldest first: what
+// key.import takes on another clone.
+type KeyExportResult struct {
+	Keys []TeamSecret `json:"keys"`
+}
+
+// TeamSecret is a team key's secret (32 bytes, base64url) and when it was
+// made (RFC 3339): the newest seals.
+type TeamSecret struct {
+	Secret string `json:"secret"`
+	Made   string `json:"made"`
+}
+
+// KeyImportParams are key.import's: the keys to add.
+type KeyImportParams struct {
+	Keys []TeamSecret `json:"keys"`
+}
+
+// KeyImportResult says which keys were new here, how many messages they
+// opened (applied again, and pushed as if they had just arrived), and
+// the state.
+type KeyImportResult struct {
+	Added    []string `json:"added"`
+	Reopened int      `json:"reopened"`
+	KeyStatus
+}
+
+// KeyGrantParams are key.grant's: the machine to give the team keys to,
+// by its ID or by an identity registered there.
+type KeyGrantParams struct {
+	To string `json:"to"`
+}
+
+// KeyGrantResult says which machine the keys were wrapped to, and how
+// many.
+type KeyGrantResult struct {
+	To   string `json:"to"`
+	Keys int    `json:"keys"`
+}
+
+// KeyAcceptParams are key.accept's: the machine whose grant to take
+// ("" when grants from one machine wait).
+type KeyAcceptParams struct {
+	From string `json:"from,omitempty"`
 }

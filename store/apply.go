@@ -76,8 +76,13 @@ var applySQL = map[string]string{
 	// updated_at is the latest edit's time, version the number of edits.
 	"message.edited": `UPDATE messages SET body_content = ?, body_structured = ?,
 		updated_at = MAX(COALESCE(updated_at, ''), ?), version = version + 1 WHERE message_id = ?`,
-	"message.delete": `UPDATE messages SET deleted = 1, deleted_at = ?, delete_reason = ? WHERE message_id = ? AND deleted = 0`,
-	"message.ack":    `INSERT OR IGNORE INTO message_acks(message_id, agent_id, acked_at, note, reply_id) VALUES(?, ?, ?, ?, ?)`,
+	// A message whose body (or an edit of it) no held key opens; Reopen
+	// sets its body again from its create and applies its edits again.
+	"message.sealed":      `UPDATE messages SET sealed = ? WHERE message_id = ? AND sealed = ''`,
+	"message.reopen":      `UPDATE messages SET body_content = ?, body_structured = ?, sealed = ?, version = 0, updated_at = NULL WHERE message_id = ?`,
+	"message.edits.clear": `DELETE FROM message_edits WHERE message_id = ?`,
+	"message.delete":      `UPDATE messages SET deleted = 1, deleted_at = ?, delete_reason = ? WHERE message_id = ? AND deleted = 0`,
+	"message.ack":         `INSERT OR IGNORE INTO message_acks(message_id, agent_id, acked_at, note, reply_id) VALUES(?, ?, ?, ?, ?)`,
 
 	"thread.create": `INSERT OR IGNORE INTO threads(thread_id, title, created_by, created_at) VALUES(?, ?, ?, ?)`,
 	"thread.scope":  `INSERT OR IGNORE INTO thread_scopes(thread_id, scope_type, scope_value) VALUES(?, ?, ?)`,
@@ -99,8 +104,11 @@ var applySQL = map[string]string{
 	"member.add":   `INSERT OR IGNORE INTO group_members(group_name, member_type, member_id, added_at) VALUES(?, ?, ?, ?)`,
 	"member.del":   `DELETE FROM group_members WHERE group_name = ? AND member_type = ? AND member_id = ?`,
 
-	"key.add":  `INSERT OR IGNORE INTO keys(agent_id, key, source, machine, added_at) VALUES(?, ?, ?, ?, ?)`,
-	"seal.add": `INSERT OR IGNORE INTO seals(agent_id, hash) VALUES(?, ?)`,
+	"machine.kem": `INSERT INTO machine_kems(machine, kem, added_at) VALUES(?, ?, ?)
+		ON CONFLICT(machine) DO UPDATE SET kem = excluded.kem, added_at = excluded.added_at WHERE excluded.added_at >= added_at`,
+	"key.grant": `INSERT OR IGNORE INTO key_grants(event_id, machine, to_machine, kem, wrapped, granted_at) VALUES(?, ?, ?, ?, ?, ?)`,
+	"key.add":   `INSERT OR IGNORE INTO keys(agent_id, key, source, machine, added_at) VALUES(?, ?, ?, ?, ?)`,
+	"seal.add":  `INSERT OR IGNORE INTO seals(agent_id, hash) VALUES(?, ?)`,
 }
 
 func newApplier(w *sqlx.DB, path string) (*applier, error) {
@@ -228,9 +236,9 @@ func (t *txApplier) rowBufs() []*rowBuf {
 
 // The hot tables' row buffers, empty.
 var (
-	msgRows = rowBuf{cols: 16, head: `INSERT OR IGNORE INTO messages(message_id, agent_id, session_id, thread_id, created_at,
+	msgRows = rowBuf{cols: 17, head: `INSERT OR IGNORE INTO messages(message_id, agent_id, session_id, thread_id, created_at,
 			body_format, body_content, body_structured, priority, tags, acting_as, disclose,
-			recipients, ack_required, ack_due, signed) VALUES`}
+			recipients, ack_required, ack_due, signed, sealed) VALUES`}
 	scopeRows = rowBuf{cols: 3, head: `INSERT OR IGNORE INTO message_scopes(message_id, scope_type, scope_value) VALUES`}
 	refRows   = rowBuf{cols: 3, head: `INSERT OR IGNORE INTO message_refs(message_id, ref_type, ref_value) VALUES`}
 	readRows  = rowBuf{cols: 5, head: `INSERT OR IGNORE INTO message_reads(message_id, session_id, agent_id, read_at, via) VALUES`}
@@ -349,6 +357,11 @@ func (t *txApplier) event(ctx context.Context, e *eventlog.Event) error {
 		// is never applied: tokens come from the local shard alone.
 		if err := t.exec(ctx, "agent.upsert", p.AgentID, p.Kind, p.Name, p.Role, p.Module, p.Display, p.RepoID, ts, ts); err != nil {
 			return err
+		}
+		if p.KEM != "" && p.Machine != "" {
+			if err := t.exec(ctx, "machine.kem", p.Machine, p.KEM, ts); err != nil {
+				return err
+			}
 		}
 		if p.Key == "" {
 			return nil
@@ -471,6 +484,13 @@ func (t *txApplier) event(ctx context.Context, e *eventlog.Event) error {
 		return t.exec(ctx, "session.context", p.SessionID, p.AgentID, p.Branch, p.WorktreePath,
 			jsonText(p.UnmergedCommits), jsonText(p.UncommittedFiles), jsonText(p.ChangedFiles), ts)
 
+	case eventlog.TypeKeyGrant:
+		p, err := payload[eventlog.KeyGrant](e)
+		if err != nil {
+			return err
+		}
+		return t.exec(ctx, "key.grant", e.ID, p.Machine, p.To, p.KEM, p.Wrapped, ts)
+
 	case eventlog.TypeMessageCreate:
 		p, err := payload[eventlog.MessageCreate](e)
 		if err != nil {
@@ -486,7 +506,7 @@ func (t *txApplier) event(ctx context.Context, e *eventlog.Event) error {
 		}
 		t.msgRows.add(p.MessageID, p.AgentID, p.SessionID, p.ThreadID, ts,
 			p.Format, p.Content, nullJSON(p.Structured), p.Priority, tags, p.ActingAs, p.Disclose,
-			recipients, p.AckRequired, AckDue(p, e.Time), eventlog.Signed(e.Raw))
+			recipients, p.AckRequired, AckDue(p, e.Time), eventlog.Signed(e.Raw), sealedKey(p.Sealed))
 		for _, sc := range p.Scopes {
 			t.scopeRows.add(p.MessageID, sc.Type, sc.Value)
 		}
@@ -515,6 +535,11 @@ func (t *txApplier) event(ctx context.Context, e *eventlog.Event) error {
 		p, err := payload[eventlog.MessageEdit](e)
 		if err != nil {
 			return err
+		}
+		if p.Sealed != nil {
+			// No held key opens it: the message waits for the key, and
+			// Reopen applies its edits again once one is held.
+			return t.exec(ctx, "message.sealed", sealedKey(p.Sealed), p.MessageID)
 		}
 		var old struct {
 			RowID      int64          `db:"rowid"`
@@ -665,6 +690,18 @@ func AckDue(p eventlog.MessageCreate, at time.Time) string {
 		return ""
 	}
 	return eventlog.FormatTime(at.Add(d))
+}
+
+// sealedKey is the sealed column of a body: the key its sealed fields
+// name, "" for a readable body.
+func sealedKey(s *eventlog.Sealed) string {
+	if s == nil {
+		return ""
+	}
+	if id := s.KeyID(); id != "" {
+		return id
+	}
+	return "?" // admitted by no rule of this version: no key opens it
 }
 
 // payload returns the event's payload as T, decoded once by the log.

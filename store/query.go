@@ -208,6 +208,7 @@ type Message struct {
 	AckRequired  bool   `db:"ack_required"`
 	AckDue       string `db:"ack_due"` // "" if no deadline
 	Signed       bool   `db:"signed"`  // its line ends in a signature
+	Sealed       string `db:"sealed"`  // the team key its body waits for, "" if readable
 	IsRead       bool   `db:"is_read"`
 
 	Scopes []eventlog.Pair `db:"-"`
@@ -226,12 +227,18 @@ func (m *Message) TagList() []string {
 const messageCols = `m.message_id, m.agent_id, m.session_id, m.thread_id, m.created_at, COALESCE(m.updated_at, '') AS updated_at,
 	COALESCE(m.deleted, 0) AS deleted, COALESCE(m.deleted_at, '') AS deleted_at, COALESCE(m.delete_reason, '') AS delete_reason,
 	m.body_format, m.body_content, COALESCE(m.body_structured, '') AS body_structured,
-	m.priority, m.tags, m.acting_as, m.disclose, m.version, m.ack_required, m.ack_due, m.signed`
+	m.priority, m.tags, m.acting_as, m.disclose, m.version, m.ack_required, m.ack_due, m.signed, m.sealed`
 
 // readExpr is true when reader has read message m or wrote it (a message
 // a user sent as the reader does not count as written by it). Its two
 // arguments are the reader's ID.
 const readExpr = `((m.agent_id = ? AND m.acting_as = '') OR EXISTS (SELECT 1 FROM message_reads r WHERE r.agent_id = ? AND r.message_id = m.message_id))`
+
+// doneExpr is readExpr, or true when m's body waits for a team key: it is
+// not the reader's to claim, nor counted or listed as unread, until a key
+// opens it (a claim would deliver a placeholder; a list of unread work
+// would hold it up). IsRead stays readExpr.
+const doneExpr = `(` + readExpr + ` OR m.sealed != '')`
 
 // Message returns one message, deleted or not, with its scopes and refs;
 // IsRead is for reader ("" for nobody).
@@ -261,7 +268,8 @@ type MessageFilter struct {
 	Mentions []string
 	// Reader is whose read state IsRead and the unread count report.
 	Reader string
-	// Unread keeps only messages Reader has not read (and did not write).
+	// Unread keeps only messages Reader has not read (and did not write)
+	// and that wait for no team key (doneExpr).
 	Unread         bool
 	IncludeDeleted bool
 	SortBy         string // "created_at" (default) or "updated_at"
@@ -316,8 +324,10 @@ func (s *Store) attachPairs(ctx context.Context, ms []*Message) error {
 	return nil
 }
 
-// ReadState returns, for each of ids that exists, whether reader has read
-// it (or wrote it), in one query.
+// ReadState returns, for each of ids that exists, whether it is not for
+// reader to claim, in one query: reader has read it (or wrote it), or
+// its body waits for a team key (a claim would deliver a placeholder, a
+// false "delivered": it stays unread until the key opens it).
 func (s *Store) ReadState(ctx context.Context, ids []string, reader string) (map[string]bool, error) {
 	out := map[string]bool{}
 	if len(ids) == 0 {
@@ -328,7 +338,7 @@ func (s *Store) ReadState(ctx context.Context, ids []string, reader string) (map
 	for _, id := range ids {
 		args = append(args, id)
 	}
-	rows, err := s.query(ctx, `SELECT m.message_id, `+readExpr+` FROM messages m WHERE m.message_id IN (`+placeholders(len(ids))+`)`, args...)
+	rows, err := s.query(ctx, `SELECT m.message_id, `+doneExpr+` FROM messages m WHERE m.message_id IN (`+placeholders(len(ids))+`)`, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -414,7 +424,7 @@ func (s *Store) Threads(ctx context.Context, scope *eventlog.Pair, reader string
 	}
 	q := `SELECT t.thread_id, t.title, t.created_by, t.created_at,
 		(SELECT COUNT(*) FROM messages m WHERE m.thread_id = t.thread_id AND COALESCE(m.deleted, 0) = 0) AS message_count,
-		(SELECT COUNT(*) FROM messages m WHERE m.thread_id = t.thread_id AND COALESCE(m.deleted, 0) = 0 AND NOT ` + readExpr + `) AS unread_count,
+		(SELECT COUNT(*) FROM messages m WHERE m.thread_id = t.thread_id AND COALESCE(m.deleted, 0) = 0 AND NOT ` + doneExpr + `) AS unread_count,
 		COALESCE((SELECT m.created_at FROM messages m WHERE m.thread_id = t.thread_id AND COALESCE(m.deleted, 0) = 0 ORDER BY m.created_at DESC LIMIT 1), t.created_at) AS last_activity,
 		COALESCE((SELECT m.agent_id FROM messages m WHERE m.thread_id = t.thread_id AND COALESCE(m.deleted, 0) = 0 ORDER BY m.created_at DESC LIMIT 1), '') AS last_sender,
 		(SELECT substr(m.body_content, 1, 100) FROM messages m WHERE m.thread_id = t.thread_id AND COALESCE(m.deleted, 0) = 0 ORDER BY m.created_at DESC LIMIT 1) AS preview
@@ -714,7 +724,7 @@ func (s *Store) MessageIDs(ctx context.Context, f MessageFilter) (ids []string, 
 			pairs("message_refs", "ref", "mention", f.Mentions...)
 		}
 		if f.Unread {
-			conds, args = append(conds, `NOT `+readExpr), append(args, f.Reader, f.Reader)
+			conds, args = append(conds, `NOT `+doneExpr), append(args, f.Reader, f.Reader)
 		}
 		if len(conds) == 0 {
 			return "", args
@@ -732,7 +742,7 @@ func (s *Store) MessageIDs(ctx context.Context, f MessageFilter) (ids []string, 
 	}
 	// The counts over every match, unordered; then only the page, in
 	// order.
-	counts, cargs := `SELECT COUNT(*), COALESCE(SUM(NOT `+readExpr+`), 0) FROM messages m`+cond, append([]any{f.Reader, f.Reader}, args...)
+	counts, cargs := `SELECT COUNT(*), COALESCE(SUM(NOT `+doneExpr+`), 0) FROM messages m`+cond, append([]any{f.Reader, f.Reader}, args...)
 	if f.Reader == "" { // nobody has read anything
 		counts, cargs = `SELECT COUNT(*), COUNT(*) FROM messages m`+cond, args
 	}

@@ -19,11 +19,12 @@ package store
 // each group, which alone changes it. 10 = signatures: messages.signed,
 // keys (the identities' keys their registrations brought, and the
 // owner's trust) and seals (the unsigned events each identity's seal
-// names).
+// names). 11 = sealed bodies: messages.sealed, the team key a body
+// waits for; machine_kems and key_grants, the team keys' exchange.
 // Adding an index needs no new version: every open runs the index DDL
 // (IF NOT EXISTS), so a projection made before idx_messages_session gains
 // it in place, and an older thrum ignores an index it does not know.
-const schemaVersion = 10
+const schemaVersion = 11
 
 const schema = `
 CREATE TABLE IF NOT EXISTS meta (
@@ -125,7 +126,8 @@ CREATE TABLE IF NOT EXISTS messages (
   recipients TEXT NOT NULL DEFAULT '', -- JSON array of agent IDs, '' for none
   ack_required INTEGER NOT NULL DEFAULT 0,
   ack_due TEXT NOT NULL DEFAULT '', -- created_at + ack_within, '' for no deadline
-  signed INTEGER NOT NULL DEFAULT 0 -- its line ends in a signature (admission verified it, or this machine wrote it)
+  signed INTEGER NOT NULL DEFAULT 0, -- its line ends in a signature (admission verified it, or this machine wrote it)
+  sealed TEXT NOT NULL DEFAULT '' -- the ID of the team key its body is sealed with and no held key opened, '' once readable
 );
 
 CREATE TABLE IF NOT EXISTS message_scopes (
@@ -245,6 +247,22 @@ CREATE TABLE IF NOT EXISTS seals (
   hash TEXT NOT NULL,
   PRIMARY KEY (agent_id, hash)
 ) WITHOUT ROWID;
+-- Each machine's X25519 key for team keys, as its latest registration
+-- carrying one says, and the team keys machines granted each other
+-- (eventlog.KeyGrant).
+CREATE TABLE IF NOT EXISTS machine_kems (
+  machine TEXT PRIMARY KEY,
+  kem TEXT NOT NULL,
+  added_at TEXT NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS key_grants (
+  event_id TEXT PRIMARY KEY,
+  machine TEXT NOT NULL,
+  to_machine TEXT NOT NULL,
+  kem TEXT NOT NULL,
+  wrapped TEXT NOT NULL,
+  granted_at TEXT NOT NULL
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS group_members (
   group_name TEXT NOT NULL,
   member_type TEXT NOT NULL,
@@ -273,6 +291,7 @@ CREATE INDEX IF NOT EXISTS idx_message_reads_message ON message_reads(message_id
 CREATE INDEX IF NOT EXISTS idx_thread_scopes_lookup ON thread_scopes(scope_type, scope_value);
 CREATE INDEX IF NOT EXISTS idx_group_members_member ON group_members(member_type, member_id);
 CREATE INDEX IF NOT EXISTS idx_messages_deleted ON messages(deleted) WHERE deleted = 1;
+CREATE INDEX IF NOT EXISTS idx_messages_sealed ON messages(sealed) WHERE sealed != '';
 CREATE INDEX IF NOT EXISTS idx_messages_ack ON messages(agent_id, created_at) WHERE ack_required = 1;
 `
 
@@ -282,4 +301,5 @@ var Tables = []string{
 	"messages", "message_scopes", "message_refs", "message_edits", "message_reads",
 	"message_acks", "threads", "thread_scopes", "groups", "group_members", "checkpoints",
 	"idempotency_keys", "messages_fts_terms", "messages_fts_plain_terms", "keys", "seals",
+	"machine_kems", "key_grants",
 }

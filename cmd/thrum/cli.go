@@ -79,6 +79,7 @@ type CLI struct {
 	Session    SessionCmd    `cmd:"" help:"Manage work sessions."`
 	Thread     ThreadCmd     `cmd:"" help:"Create, list and read threads."`
 	Sync       SyncCmd       `cmd:"" help:"Inspect and trigger sync between machines (git, NATS)."`
+	Key        KeyCmd        `cmd:"" help:"Show, rotate, export and import the team keys that seal message bodies."`
 	Mcp        McpCmd        `cmd:"" help:"Run the MCP server for an agent."`
 	Setup      SetupCmd      `cmd:"" help:"Add thrum's MCP server and hooks to an agent host's configuration."`
 	Wait       WaitCmd       `cmd:"" help:"Wait for a message for the agent and print it (--follow: each one as it arrives)."`

@@ -200,6 +200,15 @@ func (c *DoctorCmd) report(ctx context.Context, g *Globals, l *layout, n *thrum.
 			fmt.Fprintf(w, "Signatures: %d verified, %d unsigned (written before their writers signed), %d naming no one.\n", sigs.Verified, sigs.Unsigned, sigs.Anonymous)
 		}
 		printKeyring(w, ring)
+		for _, s := range rep.Sealed {
+			if s.Held {
+				fmt.Fprintf(w, "Warning: %d %s sealed with team key %s %s not open with it: moved from another event, or damaged. Their bodies cannot be read.\n",
+					s.Events, plural(s.Events, "event", "events"), s.Key, plural(s.Events, "does", "do"))
+			} else {
+				fmt.Fprintf(w, "Warning: %d %s sealed with team key %s, which this clone does not hold: their bodies stay unread until it is imported (thrum key import FILE).\n",
+					s.Events, plural(s.Events, "event", "events"), s.Key)
+			}
+		}
 		if waiting > 0 {
 			fmt.Fprintf(w, "%d %s from the remote wait for their author's key (its registration has not arrived); they are imported when it does.\n",
 				waiting, plural(waiting, "event", "events"))

@@ -19,9 +19,10 @@ import (
 
 // SyncCmd groups sync commands.
 type SyncCmd struct {
-	Status SyncStatusCmd `cmd:"" help:"Show where the log goes and how each way out stands."`
-	Force  SyncForceCmd  `cmd:"" help:"Sync now (--wait: until the round is done)."`
-	Nats   SyncNATSCmd   `cmd:"" name:"nats" help:"Live delivery between machines through NATS: create the stream, accept a suggested server."`
+	Status  SyncStatusCmd  `cmd:"" help:"Show where the log goes and how each way out stands."`
+	Force   SyncForceCmd   `cmd:"" help:"Sync now (--wait: until the round is done)."`
+	Nats    SyncNATSCmd    `cmd:"" name:"nats" help:"Live delivery between machines through NATS: create the stream, accept a suggested server."`
+	Encrypt SyncEncryptCmd `cmd:"" help:"Seal message bodies from now on: the remote and NATS hold ciphertext."`
 }
 
 // syncOff turns method-not-found into what it means here.
@@ -50,8 +51,11 @@ Examples:
 }
 
 func (c *SyncStatusCmd) Run(ctx context.Context, g *Globals) error {
-	off, failed := false, false
+	off, failed, sealed := false, false, 0
 	err := call(ctx, g, false, func(s *session) (any, error) {
+		if st, err := s.c.KeyStatus(ctx, &rpc.KeyStatusParams{}); err == nil {
+			sealed = st.Waiting // for the people reading; thrum key status --json has it all
+		}
 		r, err := s.c.SyncStatus(ctx, &rpc.SyncStatusParams{})
 		if errors.Is(err, rpc.ErrMethodNotFound) {
 			// Nothing to sync with is a state, not a failure.
@@ -89,6 +93,9 @@ func (c *SyncStatusCmd) Run(ctx context.Context, g *Globals) error {
 			fmt.Fprintf(w, "  Waiting: %d %s from the remote wait for their author's key (its registration has not arrived)\n", r.Waiting, plural(r.Waiting, "event", "events"))
 		}
 		printKeyring(indent{w}, r.Keyring)
+		if sealed > 0 {
+			fmt.Fprintf(w, "  Sealed: %d %s for the team key: thrum key status says which; thrum key import FILE opens them\n", sealed, plural(sealed, "message waits", "messages wait"))
+		}
 	})
 	if err == nil && failed {
 		return &codeError{code: exitError, err: errSilent} // the output said why

@@ -418,6 +418,17 @@ func (p *Policy) TrustAgent(ctx context.Context, _ *rpc.TrustAgentParams) error 
 	return nil
 }
 
+// TeamKeys is the rule of the key.* methods that change or hand out the
+// team keys: the owner's, over the Unix socket or the in-process pipe
+// only. A team key opens every sealed body; it never crosses the
+// loopback port, whatever credential the WebSocket holds.
+func (p *Policy) TeamKeys(ctx context.Context, method string) error {
+	if c := jsonrpc.ConnFromContext(ctx); c != nil && c.Transport() == jsonrpc.TransportWebSocket {
+		return rpc.Errorf(rpc.CodeForbidden, "%s is only for the owner over the Unix socket: team keys never cross the WebSocket", method)
+	}
+	return nil
+}
+
 // EndSession is session.end's rule: only the session's agent or the
 // owner. (The node refuses an agent ending another's session, but lets a
 // user end any: over a WebSocket, only an owner-authenticated one.)

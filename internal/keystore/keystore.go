@@ -1,12 +1,15 @@
-// Package keystore keeps a node's signing keys: one Ed25519 key per
-// identity, each in a file of its own (0600) in a private directory
-// (0700), made the first time it is asked for. A process that can read
+// Package keystore keeps a node's keys in a private directory (0700):
+// its signing keys, one Ed25519 key per identity, each in a file of its
+// own (0600), made the first time it is asked for; and the team keys
+// that seal message bodies, with the machine's X25519 key that receives
+// them from another machine (team.go). A process that can read
 // the directory can sign as every identity in it: the keys prove what
 // this user's thrum wrote, not which of the user's processes asked.
 package keystore
 
 import (
 	"crypto"
+	"crypto/ecdh"
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/base64"
@@ -24,9 +27,11 @@ import (
 
 // Store is a directory of keys. Its methods may be called concurrently.
 type Store struct {
-	dir  string
-	mu   sync.Mutex
-	keys map[string]ed25519.PrivateKey
+	dir      string
+	mu       sync.Mutex
+	keys     map[string]ed25519.PrivateKey
+	teamKeys teamKeys         // team.go
+	kem      *ecdh.PrivateKey // team.go
 }
 
 // Open returns the store in dir, making the directory (0700) if needed.
