@@ -21,7 +21,7 @@ import (
 	"github.com/thrumhq/thrum/rpc"
 )
 
-// The figures of live delivery between machines (DESIGN.md, "Budgets"):
+// The figures of live delivery between machines (budgets: docs/performance.md):
 // each daemon in its own process, a real nats-server (a child process),
 // the clones sharing no git remote, so NATS alone carries events.
 //
