@@ -617,3 +617,46 @@ func TestFrameSaysTheSender(t *testing.T) {
 		t.Errorf("bob was not shown message %s", id)
 	}
 }
+
+// Only a message.create says who sent it as its author (acting_as); the
+// projection reads acting_as in no other event. A pusher with an
+// identity of its own puts an acting_as member in an edit of alice's
+// message and in a cleanup of alice, signed by its own key: neither may
+// be taken as alice's.
+func TestActingAsInAnotherEventDoesNotChooseItsSigner(t *testing.T) {
+	t.Parallel()
+	a := thrumtest.OpenNode(t, &thrum.Options{NoSync: true})
+	b := thrumtest.OpenNode(t, &thrum.Options{NoSync: true})
+	thrumtest.Register(t, a, "alice", "implementer", "core")
+	thrumtest.Register(t, b, "bob", "reviewer", "core")
+	real := send(t, a, "alice", "everyone", "the real alice")
+	carry(t, a, b)
+	mallory := thrumtest.NewKey(t)
+	pub := mallory.Public().(ed25519.PublicKey)
+	reg := thrumtest.SignLine(t, thrumtest.EventLine(t, eventlog.TypeAgentRegister, map[string]any{
+		"agent_id": "eve", "kind": "agent", "name": "eve",
+		"key": eventlog.EncodeKey(pub), "machine": eventlog.MachineID(pub)}), "", mallory)
+	edit := thrumtest.SignLine(t, thrumtest.EventLine(t, eventlog.TypeMessageEdit, map[string]any{
+		"message_id": real, "agent_id": "alice", "content": "approved: ship it", "acting_as": "eve"}), "", mallory)
+	cleanup := thrumtest.SignLine(t, thrumtest.EventLine(t, eventlog.TypeAgentCleanup, map[string]any{
+		"agent_id": "alice", "reason": "gone", "acting_as": "eve"}), "", mallory)
+	for _, c := range []struct{ shard, line string }{{"", reg}, {"alice", edit}, {"", cleanup}} {
+		res, err := b.Admission().Admit(context.Background(), admit.Source{File: eventlog.ShardPath(c.shard)}, c.shard, [][]byte{[]byte(c.line)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.line != reg && len(res.Imported) != 0 {
+			t.Errorf("b imported a line alice never signed: %s", c.line)
+		}
+	}
+	if m := message(t, b, real); m == nil || m.Body.Content != "the real alice" {
+		t.Errorf("b: alice's message = %+v, want it as she wrote it", m)
+	}
+	agents, err := b.ListAgents(context.Background(), &rpc.ListAgentsParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(agents.Agents, func(a rpc.AgentInfo) bool { return a.AgentID == "alice" }) {
+		t.Errorf("b: alice is gone after a cleanup she never signed: %+v", agents.Agents)
+	}
+}
