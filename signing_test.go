@@ -660,3 +660,34 @@ func TestActingAsInAnotherEventDoesNotChooseItsSigner(t *testing.T) {
 		t.Errorf("b: alice is gone after a cleanup she never signed: %+v", agents.Agents)
 	}
 }
+
+// A pusher makes an identity of its own (trusted on first use, as any
+// new identity is) and writes, in alice's shard, a message as alice
+// "acting as" its identity, signed by it. Alice signed nothing of it: no
+// clone may show it as alice's, verified.
+func TestActingAsFromAnotherMachineIsNotTheAuthorsWord(t *testing.T) {
+	t.Parallel()
+	a := thrumtest.OpenNode(t, &thrum.Options{NoSync: true})
+	b := thrumtest.OpenNode(t, &thrum.Options{NoSync: true})
+	thrumtest.Register(t, a, "alice", "implementer", "core")
+	thrumtest.Register(t, b, "bob", "reviewer", "core")
+	carry(t, a, b)
+	mallory := thrumtest.NewKey(t)
+	pub := mallory.Public().(ed25519.PublicKey)
+	reg := thrumtest.SignLine(t, thrumtest.EventLine(t, eventlog.TypeAgentRegister, map[string]any{
+		"agent_id": "user:eve", "kind": "user", "name": "user:eve",
+		"key": eventlog.EncodeKey(pub), "machine": eventlog.MachineID(pub)}), "", mallory)
+	id := "msg_" + eventlog.NewID()
+	msg := thrumtest.SignLine(t, thrumtest.EventLine(t, eventlog.TypeMessageCreate, map[string]any{
+		"message_id": id, "agent_id": "alice", "session_id": "ses_x", "format": "markdown",
+		"content": "approved: ship it", "priority": "normal", "acting_as": "user:eve",
+		"refs": []map[string]string{{"type": "mention", "value": "bob"}}}), "", mallory)
+	for _, c := range []struct{ shard, line string }{{"", reg}, {"alice", msg}} {
+		if _, err := b.Admission().Admit(context.Background(), admit.Source{File: eventlog.ShardPath(c.shard)}, c.shard, [][]byte{[]byte(c.line)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if m := message(t, b, id); m != nil && m.Author.AgentID == "alice" && m.DisclosedVia == "" && m.Sender == rpc.SenderVerified {
+		t.Errorf("b shows a message alice never signed as hers, verified: %+v", m)
+	}
+}
