@@ -691,3 +691,54 @@ func TestActingAsFromAnotherMachineIsNotTheAuthorsWord(t *testing.T) {
 		t.Errorf("b shows a message alice never signed as hers, verified: %+v", m)
 	}
 }
+
+// A machine of a pusher's own signs updates of alice's registration that
+// change her role: one that brings no key, and one that brings alice's
+// key, copied from her registration. Alice's registration is her
+// machine's to write: neither may change her here.
+func TestAnotherMachineDoesNotReregisterAnIdentity(t *testing.T) {
+	t.Parallel()
+	a := thrumtest.OpenNode(t, &thrum.Options{NoSync: true})
+	b := thrumtest.OpenNode(t, &thrum.Options{NoSync: true})
+	thrumtest.Register(t, a, "alice", "implementer", "core")
+	thrumtest.Register(t, b, "bob", "reviewer", "core")
+	carry(t, a, b)
+	var aliceKey string
+	for _, l := range shardLines(t, a)[""] {
+		e, err := eventlog.DecodeLine(l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p, err := eventlog.PayloadAs[eventlog.AgentRegister](e); err == nil && e.Type == eventlog.TypeAgentRegister && p.AgentID == "alice" {
+			aliceKey = p.Key
+		}
+	}
+	mallory := thrumtest.NewKey(t)
+	pub := mallory.Public().(ed25519.PublicKey)
+	update := func(key string) string {
+		p := map[string]any{"agent_id": "alice", "kind": "agent", "name": "alice", "role": "deployer", "module": "core",
+			"machine": eventlog.MachineID(pub)}
+		if key != "" {
+			p["key"] = key
+		}
+		return thrumtest.SignLine(t, thrumtest.EventLine(t, eventlog.TypeAgentUpdate, p), "", mallory)
+	}
+	for name, line := range map[string]string{"no key": update(""), "alice's key": update(aliceKey)} {
+		res, err := b.Admission().Admit(context.Background(), admit.Source{File: eventlog.EventsFile}, "", [][]byte{[]byte(line)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.Imported) != 0 {
+			t.Errorf("%s: b took an update of alice's registration from machine %s", name, eventlog.MachineID(pub))
+		}
+	}
+	agents, err := b.ListAgents(context.Background(), &rpc.ListAgentsParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ag := range agents.Agents {
+		if ag.AgentID == "alice" && ag.Role != "implementer" {
+			t.Errorf("b: alice's role is %q, want implementer", ag.Role)
+		}
+	}
+}
