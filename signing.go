@@ -262,9 +262,11 @@ func (n *Node) sender(m *store.Message, local map[string]bool) string {
 	switch {
 	case local[writer]:
 		return rpc.SenderLocal
-	case m.Signed:
+	case m.Signed && m.ActingAs == "":
 		return rpc.SenderVerified
 	}
+	// Sent as its author by another (acting_as): the writer's key signed
+	// it, not the author's, and any key's first use is trusted.
 	return rpc.SenderUnverified
 }
 

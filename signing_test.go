@@ -617,3 +617,128 @@ func TestFrameSaysTheSender(t *testing.T) {
 		t.Errorf("bob was not shown message %s", id)
 	}
 }
+
+// Only a message.create says who sent it as its author (acting_as); the
+// projection reads acting_as in no other event. A pusher with an
+// identity of its own puts an acting_as member in an edit of alice's
+// message and in a cleanup of alice, signed by its own key: neither may
+// be taken as alice's.
+func TestActingAsInAnotherEventDoesNotChooseItsSigner(t *testing.T) {
+	t.Parallel()
+	a := thrumtest.OpenNode(t, &thrum.Options{NoSync: true})
+	b := thrumtest.OpenNode(t, &thrum.Options{NoSync: true})
+	thrumtest.Register(t, a, "alice", "implementer", "core")
+	thrumtest.Register(t, b, "bob", "reviewer", "core")
+	real := send(t, a, "alice", "everyone", "the real alice")
+	carry(t, a, b)
+	mallory := thrumtest.NewKey(t)
+	pub := mallory.Public().(ed25519.PublicKey)
+	reg := thrumtest.SignLine(t, thrumtest.EventLine(t, eventlog.TypeAgentRegister, map[string]any{
+		"agent_id": "eve", "kind": "agent", "name": "eve",
+		"key": eventlog.EncodeKey(pub), "machine": eventlog.MachineID(pub)}), "", mallory)
+	edit := thrumtest.SignLine(t, thrumtest.EventLine(t, eventlog.TypeMessageEdit, map[string]any{
+		"message_id": real, "agent_id": "alice", "content": "approved: ship it", "acting_as": "eve"}), "", mallory)
+	cleanup := thrumtest.SignLine(t, thrumtest.EventLine(t, eventlog.TypeAgentCleanup, map[string]any{
+		"agent_id": "alice", "reason": "gone", "acting_as": "eve"}), "", mallory)
+	for _, c := range []struct{ shard, line string }{{"", reg}, {"alice", edit}, {"", cleanup}} {
+		res, err := b.Admission().Admit(context.Background(), admit.Source{File: eventlog.ShardPath(c.shard)}, c.shard, [][]byte{[]byte(c.line)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.line != reg && len(res.Imported) != 0 {
+			t.Errorf("b imported a line alice never signed: %s", c.line)
+		}
+	}
+	if m := message(t, b, real); m == nil || m.Body.Content != "the real alice" {
+		t.Errorf("b: alice's message = %+v, want it as she wrote it", m)
+	}
+	agents, err := b.ListAgents(context.Background(), &rpc.ListAgentsParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(agents.Agents, func(a rpc.AgentInfo) bool { return a.AgentID == "alice" }) {
+		t.Errorf("b: alice is gone after a cleanup she never signed: %+v", agents.Agents)
+	}
+}
+
+// A pusher makes an identity of its own (trusted on first use, as any
+// new identity is) and writes, in alice's shard, a message as alice
+// "acting as" its identity, signed by it. Alice signed nothing of it: no
+// clone may show it as alice's, verified.
+func TestActingAsFromAnotherMachineIsNotTheAuthorsWord(t *testing.T) {
+	t.Parallel()
+	a := thrumtest.OpenNode(t, &thrum.Options{NoSync: true})
+	b := thrumtest.OpenNode(t, &thrum.Options{NoSync: true})
+	thrumtest.Register(t, a, "alice", "implementer", "core")
+	thrumtest.Register(t, b, "bob", "reviewer", "core")
+	carry(t, a, b)
+	mallory := thrumtest.NewKey(t)
+	pub := mallory.Public().(ed25519.PublicKey)
+	reg := thrumtest.SignLine(t, thrumtest.EventLine(t, eventlog.TypeAgentRegister, map[string]any{
+		"agent_id": "user:eve", "kind": "user", "name": "user:eve",
+		"key": eventlog.EncodeKey(pub), "machine": eventlog.MachineID(pub)}), "", mallory)
+	id := "msg_" + eventlog.NewID()
+	msg := thrumtest.SignLine(t, thrumtest.EventLine(t, eventlog.TypeMessageCreate, map[string]any{
+		"message_id": id, "agent_id": "alice", "session_id": "ses_x", "format": "markdown",
+		"content": "approved: ship it", "priority": "normal", "acting_as": "user:eve",
+		"refs": []map[string]string{{"type": "mention", "value": "bob"}}}), "", mallory)
+	for _, c := range []struct{ shard, line string }{{"", reg}, {"alice", msg}} {
+		if _, err := b.Admission().Admit(context.Background(), admit.Source{File: eventlog.ShardPath(c.shard)}, c.shard, [][]byte{[]byte(c.line)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if m := message(t, b, id); m != nil && m.Author.AgentID == "alice" && m.DisclosedVia == "" && m.Sender == rpc.SenderVerified {
+		t.Errorf("b shows a message alice never signed as hers, verified: %+v", m)
+	}
+}
+
+// A machine of a pusher's own signs updates of alice's registration that
+// change her role: one that brings no key, and one that brings alice's
+// key, copied from her registration. Alice's registration is her
+// machine's to write: neither may change her here.
+func TestAnotherMachineDoesNotReregisterAnIdentity(t *testing.T) {
+	t.Parallel()
+	a := thrumtest.OpenNode(t, &thrum.Options{NoSync: true})
+	b := thrumtest.OpenNode(t, &thrum.Options{NoSync: true})
+	thrumtest.Register(t, a, "alice", "implementer", "core")
+	thrumtest.Register(t, b, "bob", "reviewer", "core")
+	carry(t, a, b)
+	var aliceKey string
+	for _, l := range shardLines(t, a)[""] {
+		e, err := eventlog.DecodeLine(l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p, err := eventlog.PayloadAs[eventlog.AgentRegister](e); err == nil && e.Type == eventlog.TypeAgentRegister && p.AgentID == "alice" {
+			aliceKey = p.Key
+		}
+	}
+	mallory := thrumtest.NewKey(t)
+	pub := mallory.Public().(ed25519.PublicKey)
+	update := func(key string) string {
+		p := map[string]any{"agent_id": "alice", "kind": "agent", "name": "alice", "role": "deployer", "module": "core",
+			"machine": eventlog.MachineID(pub)}
+		if key != "" {
+			p["key"] = key
+		}
+		return thrumtest.SignLine(t, thrumtest.EventLine(t, eventlog.TypeAgentUpdate, p), "", mallory)
+	}
+	for name, line := range map[string]string{"no key": update(""), "alice's key": update(aliceKey)} {
+		res, err := b.Admission().Admit(context.Background(), admit.Source{File: eventlog.EventsFile}, "", [][]byte{[]byte(line)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.Imported) != 0 {
+			t.Errorf("%s: b took an update of alice's registration from machine %s", name, eventlog.MachineID(pub))
+		}
+	}
+	agents, err := b.ListAgents(context.Background(), &rpc.ListAgentsParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ag := range agents.Agents {
+		if ag.AgentID == "alice" && ag.Role != "implementer" {
+			t.Errorf("b: alice's role is %q, want implementer", ag.Role)
+		}
+	}
+}

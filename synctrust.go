@@ -39,7 +39,8 @@ func (n *Node) admitSynced(ctx context.Context, shard string, evs []*eventlog.Ev
 	if err != nil {
 		return nil, err
 	}
-	v := &keyView{n: n, ring: ring, keys: map[string][]ed25519.PublicKey{}, seals: map[string]map[string]bool{}, signs: map[string]bool{}}
+	v := &keyView{n: n, ring: ring, keys: map[string][]ed25519.PublicKey{}, machines: map[string]map[string]string{},
+		seals: map[string]map[string]bool{}, signs: map[string]bool{}}
 	for _, e := range evs {
 		if eventlog.Signed(e.Raw) {
 			v.signs[eventlog.Signer(e)] = true
@@ -109,7 +110,8 @@ func (n *Node) judgeSynced(ctx context.Context, v *keyView, shard string, e *eve
 //     registration has not arrived;
 //   - a registration may bring a new key for its identity only if the
 //     identity has none here yet (trust on first use), or the key is one
-//     of those trusted;
+//     of those trusted; it must bring one if the identity has one, and
+//     come from the machine whose registration first brought it;
 //   - an event that names no one (an application's) claims no one, and
 //     is taken signed or not;
 //   - an unsigned event (admitUnsigned) is legacy.
@@ -162,17 +164,27 @@ func (n *Node) admitSignature(ctx context.Context, v *keyView, shard string, e *
 	}
 	if e.Type == eventlog.TypeAgentRegister || e.Type == eventlog.TypeAgentUpdate {
 		p, err := eventlog.PayloadAs[eventlog.AgentRegister](e)
-		if err != nil || p.Key == "" {
+		if err != nil {
 			return admit.Verdict{}, nil
 		}
 		keys, err := v.trusted(ctx, p.AgentID)
 		if err != nil {
 			return admit.Verdict{}, err
 		}
+		if p.Key == "" {
+			if len(keys) > 0 {
+				return refuse("a registration of %s from machine %s that brings no key, where this clone trusts one: only its own machine registers it, with its key", p.AgentID, machine)
+			}
+			return admit.Verdict{}, nil
+		}
 		k, _ := eventlog.DecodeKey(p.Key) // CheckFields passed it
 		if len(keys) > 0 && !slices.ContainsFunc(keys, func(t ed25519.PublicKey) bool { return t.Equal(k) }) {
 			return refuse("a new key for %s (%s, from machine %s), where this clone trusts another: a key changes only on the owner's word, or the team's thrum-keys",
 				p.AgentID, p.Key, machine)
+		}
+		if m := v.machines[p.AgentID][p.Key]; m != "" && m != machine {
+			return refuse("%s's key %s, which machine %s registered, from machine %s: only the machine that holds a key registers its identity with it",
+				p.AgentID, p.Key, m, machine)
 		}
 	}
 	return admit.Verdict{}, nil
@@ -213,11 +225,14 @@ func (n *Node) admitUnsigned(ctx context.Context, v *keyView, where string, e *e
 // keyView is what one admission call knows of keys and seals: the
 // store's, the keyring's, and what the call's earlier events brought.
 type keyView struct {
-	n     *Node
-	ring  *keyring
-	keys  map[string][]ed25519.PublicKey // trusted keys by identity, as loaded and learned
-	seals map[string]map[string]bool     // hashes sealed by this call's events, by identity
-	signs map[string]bool                // identities that signed events of this call
+	n    *Node
+	ring *keyring
+	keys map[string][]ed25519.PublicKey // trusted keys by identity, as loaded and learned
+	// machines holds, by identity and key, the machine whose
+	// registration first brought the key: the one that holds it.
+	machines map[string]map[string]string
+	seals    map[string]map[string]bool // hashes sealed by this call's events, by identity
+	signs    map[string]bool            // identities that signed events of this call
 }
 
 // trusted returns the keys this clone trusts for an identity: the
@@ -237,7 +252,11 @@ func (v *keyView) trusted(ctx context.Context, id string) ([]ed25519.PublicKey, 
 		out = append(out, v.ring.keys[id]...)
 		listed = len(out) > 0
 	}
+	v.machines[id] = map[string]string{}
 	for _, r := range rows {
+		if r.Source == store.KeyRegistered && v.machines[id][r.Key] == "" {
+			v.machines[id][r.Key] = r.Machine
+		}
 		if r.Source == store.KeyRegistered && listed {
 			continue
 		}
@@ -276,6 +295,9 @@ func (v *keyView) learn(ctx context.Context, e *eventlog.Event) error {
 		}
 		if k, err := eventlog.DecodeKey(p.Key); err == nil && !slices.ContainsFunc(ks, func(t ed25519.PublicKey) bool { return t.Equal(k) }) {
 			v.keys[p.AgentID] = append(ks, k)
+		}
+		if v.machines[p.AgentID][p.Key] == "" {
+			v.machines[p.AgentID][p.Key] = p.Machine
 		}
 	case eventlog.TypeAgentSeal:
 		p, err := eventlog.PayloadAs[eventlog.AgentSeal](e)

@@ -374,7 +374,9 @@ func Signer(e *Event) string {
 			return p.AgentID
 		}
 	}
-	if a := e.actors(); a.ActingAs != "" {
+	// acting_as means something in a message.create alone: in any
+	// other event the projection acts for the author, whose key signs it.
+	if a := e.actors(); a.ActingAs != "" && e.Type == TypeMessageCreate {
 		return a.ActingAs
 	}
 	return Author(e)

@@ -646,8 +646,9 @@ const (
 	// thrum wrote it for its author.
 	SenderVerified = "verified"
 	// SenderUnverified: an unsigned message from another machine,
-	// written before its author had a key (its legacy): nothing proves
-	// who wrote it.
+	// written before its author had a key (its legacy), or one another
+	// identity sent as its author (acting_as), whose key is not the
+	// author's: nothing proves its author wrote it.
 	SenderUnverified = "unverified"
 )
 

@@ -28,9 +28,11 @@ import (
 // remote lines a Gate refused.
 const QuarantineFile = "quarantine.jsonl"
 
-// maxQuarantineBytes bounds QuarantineFile: past it, refused lines are
-// counted (Gate.Refusals) and logged, not kept, and are judged again
-// after a restart.
+// maxQuarantineBytes bounds the refused lines QuarantineFile keeps:
+// past it, refused lines are counted (Gate.Refusals) and logged, not
+// kept, and are judged again after a restart. The lines that wait have
+// as much again of their own, so that refused junk, which anyone who
+// can push writes in any amount, does not crowd them out.
 const maxQuarantineBytes = 4 << 20
 
 // MaxRefusalGroups bounds what Gate.Refusals lists.
@@ -112,7 +114,11 @@ func ReadQuarantine(dir string) ([]Refusal, error) {
 	defer f.Close()
 	var out []Refusal
 	sc := bufio.NewScanner(f)
-	sc.Buffer(nil, 8*maxRefusalLine+64<<10) // the kept part of a line, escaped, and the rest of the record
+	// A record holds a refused line's kept part, escaped (at most 6 bytes
+	// a byte), or a whole line that waits (an event: valid JSON, with no
+	// control character to escape; invalid UTF-8 becomes 3 bytes a byte),
+	// and the rest of the record.
+	sc.Buffer(nil, max(6*maxRefusalLine, 3*eventlog.MaxLineBytes)+64<<10)
 	for n := 1; sc.Scan(); n++ {
 		var r Refusal
 		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
@@ -195,17 +201,19 @@ func (t *tally) counts(max int) []RefusalCount {
 
 // quarantine is a Gate's record of what it refused.
 type quarantine struct {
-	path  string
-	keys  map[string]struct{} // the lines kept in the file
-	size  int64               // the file's length
-	tally                     // lines refused: kept, or seen this process past the bound
-	waits int                 // lines kept that wait
+	path     string
+	keys     map[string]struct{} // the lines kept in the file
+	size     int64               // the file's length
+	waitSize int64               // the length of the lines kept that wait
+	tally                        // lines refused: kept, or seen this process past the bound
+	waits    int                 // lines kept that wait
 }
 
 // count counts a line kept, or seen past the bound.
 func (q *quarantine) count(r *Refusal) {
 	if r.Wait {
 		q.waits++
+		q.waitSize += int64(len(r.Line))
 		return
 	}
 	q.tally.add(r)
@@ -248,12 +256,9 @@ func (q *quarantine) settle(held map[string]bool, refused map[string]Refusal) er
 		if now, ok := refused[r.EventID]; ok && r.Wait && r.EventID != "" {
 			r, changed = &now, true
 		}
-		b, err := json.Marshal(r)
-		if err != nil {
+		if err := encodeRefusal(&buf, r); err != nil {
 			return err
 		}
-		buf.Write(b)
-		buf.WriteByte('\n')
 		nq.keys[r.key()] = struct{}{}
 		nq.count(r)
 	}
@@ -277,20 +282,18 @@ func (q *quarantine) add(rs []Refusal) error {
 		if _, dup := q.keys[k]; dup {
 			continue
 		}
-		if q.size+int64(buf.Len()) >= maxQuarantineBytes {
-			if !r.Wait {
-				q.tally.add(r) // counted, not kept
-			}
+		if r.Wait && q.waitSize >= maxQuarantineBytes {
 			continue // a line that waits and is not kept is brought again by its transport, if at all
+		}
+		if !r.Wait && q.size+int64(buf.Len())-q.waitSize >= maxQuarantineBytes {
+			q.tally.add(r) // counted, not kept
+			continue
 		}
 		q.count(r)
 		q.keys[k] = struct{}{}
-		b, err := json.Marshal(r)
-		if err != nil {
+		if err := encodeRefusal(&buf, r); err != nil {
 			return err
 		}
-		buf.Write(b)
-		buf.WriteByte('\n')
 	}
 	if buf.Len() == 0 {
 		return nil
@@ -308,4 +311,13 @@ func (q *quarantine) add(rs []Refusal) error {
 	}
 	q.size += int64(buf.Len())
 	return nil
+}
+
+// encodeRefusal writes a refusal as a line of QuarantineFile: a line
+// that waits is kept whole, so it is not escaped more than JSON needs
+// (ReadQuarantine reads records up to the size this allows).
+func encodeRefusal(buf *bytes.Buffer, r *Refusal) error {
+	enc := json.NewEncoder(buf)
+	enc.SetEscapeHTML(false)
+	return enc.Encode(r)
 }

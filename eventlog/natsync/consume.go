@@ -201,7 +201,9 @@ func (s *Syncer) gitRound(ctx context.Context) error {
 	return s.opts.Refresh(ctx)
 }
 
-// pending is what a batch imports into one shard: lines, in order.
+// pending is what a batch imports into one shard from one subject:
+// lines, in order. Subjects are apart: what one brings, which admission
+// may refuse, does not move where another's lines must start.
 type pending struct {
 	shard string
 	src   admit.Source
@@ -248,11 +250,11 @@ func (s *Syncer) importBatch(ctx context.Context, batch []jetstream.Msg) error {
 		if !ok || machine == s.opts.Machine {
 			continue // not a shard's, or this clone's own lines coming back
 		}
-		p := shards[shard]
+		p := shards[m.Subject()]
 		if p == nil {
 			p = &pending{shard: shard, src: admit.Source{File: m.Subject(), Commit: "stream sequence " + strconv.FormatUint(meta.Sequence.Stream, 10)}}
 			p.have = s.log.Positions()[eventlog.ShardPath(shard)]
-			shards[shard] = p
+			shards[m.Subject()] = p
 			order = append(order, p)
 		}
 		lines := splitLines(m.Data())
@@ -278,7 +280,7 @@ func (s *Syncer) importBatch(ctx context.Context, batch []jetstream.Msg) error {
 			}
 			p = &pending{shard: shard, src: admit.Source{File: m.Subject(), Commit: "stream sequence " + strconv.FormatUint(meta.Sequence.Stream, 10)}}
 			p.have = s.log.Positions()[eventlog.ShardPath(shard)]
-			shards[shard] = p
+			shards[m.Subject()] = p
 			order = append(order, p)
 			lines, gap = fromOffset(splitLines(m.Data()), off, p.have)
 		}
@@ -316,7 +318,7 @@ func fromOffset(lines [][]byte, off, have int64) (_ [][]byte, gap bool) {
 		off += int64(len(lines[0])) + 1
 		lines = lines[1:]
 	}
-	if off != have && len(lines) > 0 {
+	if off > have {
 		return nil, true
 	}
 	return lines, false

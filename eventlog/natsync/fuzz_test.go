@@ -12,7 +12,8 @@ import (
 // offset header and a body. A subject is taken only as one machine's
 // events or one agent's shard (never the local shard, never a path); the
 // body splits into lines that join back into it; and a shard takes lines
-// only at its end: what fromOffset keeps starts exactly there.
+// only at its end: what fromOffset keeps starts exactly there, and what
+// it drops lies within the shard.
 func FuzzMessage(f *testing.F) {
 	f.Add("thrum.x.a.@events", []byte("{}\n{}\n"), int64(0), int64(0))
 	f.Add("thrum.x.a.alice", []byte("{\"a\":1}\n{\"b\":2}\n"), int64(0), int64(8))
@@ -69,6 +70,10 @@ func FuzzMessage(f *testing.F) {
 		}
 		if len(kept) > 0 && start != have {
 			t.Fatalf("kept lines start at %d, the shard ends at %d", start, have)
+		}
+		// What it drops is here already: it ends within the shard.
+		if start > have {
+			t.Fatalf("dropped lines up to %d, past the shard's end at %d", start, have)
 		}
 	})
 }

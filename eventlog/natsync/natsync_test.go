@@ -457,3 +457,35 @@ func TestLeastPrivileges(t *testing.T) {
 		t.Error("a daemon's user deleted the stream")
 	}
 }
+
+// TestJunkOnAnotherSubjectLosesNothing: anyone who can publish puts
+// lines for alice's shard, at the offset where it ends, on a subject of
+// its own, just before alice's machine publishes her message there. A
+// clone that reads both in one batch still takes alice's message: the
+// junk is refused, and does not push alice's lines past the shard's end.
+func TestJunkOnAnotherSubjectLosesNothing(t *testing.T) {
+	ns := startServer(t, nil)
+	cfg := testConfig(ns)
+	initStream(t, cfg)
+	a := newMachine(t, "a", cfg)
+	a.register("alice")
+	settle(t, a)
+	nc, err := nats.Connect(ns.url())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	end := strconv.FormatInt(int64(len(shardBytes(t, a.n.EventLog(), "alice"))), 10)
+	junk := &nats.Msg{Subject: cfg.Subjects + ".evil.alice", Data: []byte("junk\n"), Header: nats.Header{natsync.HeaderOffset: []string{end}}}
+	if _, err := js.PublishMsg(context.Background(), junk); err != nil {
+		t.Fatal(err)
+	}
+	id := a.send("alice", "alice", "after the junk")
+	settle(t, a)
+	c := newMachine(t, "c", cfg) // reads the stream from its start, in one batch
+	settle(t, a, c)
+	if !c.has(id) {
+		t.Errorf("c lacks alice's message published after junk for her shard: status %+v", c.s.Status())
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os/exec"
 	"path/filepath"
 	"sort"
@@ -138,6 +139,11 @@ func (r *Repo) Context(ctx context.Context, dir string) (c eventlog.SessionConte
 // (thrum.Options.Keyring).
 const KeyringFile = "thrum-keys"
 
+// MaxKeyringBytes bounds what Keyring reads of the file (one more byte,
+// so that the reader can tell it was longer): whoever can push to the
+// default branch commits any file there.
+const MaxKeyringBytes = 1 << 20
+
 // Keyring returns the team's keyring as the default branch of the
 // remote origin has it (origin/HEAD:thrum-keys), never the worktree's
 // copy, which any branch or local edit could change: its text (nil if
@@ -157,10 +163,45 @@ func (r *Repo) Keyring(ctx context.Context) ([]byte, string, error) {
 	if blob == r.ringBlob {
 		return r.ring, blob, nil
 	}
-	text, err := gitOutput(ctx, r.Dir, "cat-file", "blob", blob)
+	// Only a file is a keyring: a directory or a submodule committed
+	// under its name is none.
+	entry, err := gitOutput(ctx, r.Dir, "ls-tree", "refs/remotes/origin/HEAD", "--", KeyringFile)
 	if err != nil {
 		return nil, "", fmt.Errorf("read %s from origin/HEAD: %w", KeyringFile, err)
 	}
-	r.ring, r.ringBlob = []byte(text+"\n"), blob
+	if f := strings.Fields(entry); len(f) < 3 || f[1] != "blob" {
+		return nil, "", nil
+	}
+	text, err := readBounded(ctx, r.Dir, MaxKeyringBytes+1, "cat-file", "blob", blob)
+	if err != nil {
+		return nil, "", fmt.Errorf("read %s from origin/HEAD: %w", KeyringFile, err)
+	}
+	r.ring, r.ringBlob = text, blob
 	return r.ring, blob, nil
+}
+
+// readBounded runs git in dir and returns at most max bytes of its
+// output: what is past them is never read (git is stopped).
+func readBounded(ctx context.Context, dir string, max int64, args ...string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, gitTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "git", args...)
+	cmd.Dir = dir
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	b, err := io.ReadAll(io.LimitReader(out, max))
+	if int64(len(b)) == max {
+		_ = cmd.Process.Kill() // the rest is not read
+		_ = cmd.Wait()
+		return b, err
+	}
+	if werr := cmd.Wait(); err == nil {
+		err = werr
+	}
+	return b, err
 }
