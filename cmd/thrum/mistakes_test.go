@@ -307,4 +307,22 @@ func TestRepoIDIsTheOldestRoot(t *testing.T) {
 	if err != nil || got != strings.TrimSpace(first) {
 		t.Fatalf("rootCommit = %q, %v; want the first commit %s", got, err, first)
 	}
+	// Once recorded, the ID stays, even when a history older than the
+	// first commit is merged in.
+	l := &layout{Root: repo, Git: true}
+	id := l.RepoID(t.Context())
+	if id != got[:16] {
+		t.Fatalf("RepoID = %q, want %q", id, got[:16])
+	}
+	thrumtest.Git(t, repo, "checkout", "-q", "--orphan", "older")
+	older := exec.Command("git", "commit", "-q", "--allow-empty", "-m", "an older history")
+	older.Dir, older.Env = repo, append(thrumtest.GitEnv(), "GIT_COMMITTER_DATE=2001-01-01T00:00:00Z")
+	if out, err := older.CombinedOutput(); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	thrumtest.Git(t, repo, "checkout", "-q", "main")
+	thrumtest.Git(t, repo, "merge", "-q", "--allow-unrelated-histories", "-m", "merge", "older")
+	if again := (&layout{Root: repo, Git: true}).RepoID(t.Context()); again != id {
+		t.Errorf("after merging an older history RepoID = %q, want %q as recorded", again, id)
+	}
 }

@@ -132,21 +132,36 @@ func (l *layout) share(auto bool) error {
 
 // RepoID identifies the repository: the first 16 hex digits of its
 // first commit (rootCommit), the same on every clone, or outside git a
-// hash of the log's path. Signatures name it, so it must not change:
-// init refuses a repository with no commit. It costs a git process, so
-// only the commands that need it ask.
+// hash of the log's path. Signatures and the NATS stream name it, so it
+// must not change: the first use records it in this clone's git config
+// (repoIDKey), where no commit can reach, and later ones read it there,
+// whatever history a branch merges since; init refuses a repository
+// with no commit. It costs a git process, so only the commands that
+// need it ask.
 func (l *layout) RepoID(ctx context.Context) string {
 	if l.repoID != "" {
 		return l.repoID
 	}
 	sum := sha256.Sum256([]byte(l.LogDir))
 	l.repoID = hex.EncodeToString(sum[:8])
-	if l.Git {
-		if first, err := rootCommit(ctx, l.Root); err == nil {
-			l.repoID = first[:16]
-		}
+	if !l.Git {
+		return l.repoID
+	}
+	if id, err := git(ctx, l.Root, "config", "--get", repoIDKey); err == nil && len(id) == 16 && isHex(id) {
+		l.repoID = id
+	} else if first, err := rootCommit(ctx, l.Root); err == nil {
+		l.repoID = first[:16]
+		git(ctx, l.Root, "config", "--local", repoIDKey, l.repoID) // else computed again next time
 	}
 	return l.repoID
+}
+
+// repoIDKey is where RepoID records the repository's ID.
+const repoIDKey = "thrum.repoid"
+
+func isHex(s string) bool {
+	_, err := hex.DecodeString(s)
+	return err == nil
 }
 
 // rootCommit is the oldest commit with no parent in HEAD's history (by
@@ -216,6 +231,7 @@ func (l *layout) setup(ctx context.Context) (created []string, err error) {
 			}
 			return nil, fmt.Errorf("%s has no commit yet: %s; make a first commit (git commit --allow-empty -m 'first commit'), then run thrum init again", l.Root, why)
 		}
+		l.RepoID(ctx) // recorded now, before any branch merges another history
 	}
 	dirs := []string{l.Home, filepath.Join(l.Home, "var"), l.IDs}
 	if l.Shared != "" {
