@@ -2,8 +2,8 @@ package main
 
 import (
 	"bytes"
-	"encoding/json"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -125,7 +125,11 @@ var setupHosts = map[string]setupHost{
 	}},
 	"opencode": {name: "opencode", files: opencodeFiles, check: func(s *setupSpec) []string {
 		if s.noWake {
-			return []string{"opencode has no command hooks: the agent reads messages when it calls check_messages or wait_for_message"}
+			notes := []string{"opencode has no command hooks: the agent reads messages when it calls check_messages or wait_for_message"}
+			if _, err := os.Lstat(opencodePluginPath(s)); err == nil {
+				notes = append(notes, "delete "+opencodePluginPath(s)+" (an earlier setup wrote it; opencode loads every plugin there) for no wake")
+			}
+			return notes
 		}
 		return []string{"opencode has no command hooks: thrum's plugin rings an idle session when mail comes (once it has a session: before the first prompt nothing rings), and the agent reads messages when it calls check_messages or wait_for_message"}
 	}},
@@ -391,13 +395,23 @@ func opencodeFiles(s *setupSpec) []setupFile {
 	if s.noWake {
 		return files
 	}
-	if !s.user {
-		dir = filepath.Join(dir, ".opencode")
-	}
 	return append(files, setupFile{
-		base: base, path: filepath.Join(dir, "plugins", "thrum.js"), what: "the plugin that wakes an idle session",
+		base: base, path: opencodePluginPath(s), what: "the plugin that wakes an idle session",
 		text: func([]byte) ([]byte, error) { return opencodePlugin(s), nil },
 	})
+}
+
+// opencodePluginPath is where thrum's opencode plugin goes: a directory
+// opencode loads every plugin of.
+func opencodePluginPath(s *setupSpec) string {
+	if !s.user {
+		return filepath.Join(s.root, ".opencode", "plugins", "thrum.js")
+	}
+	dir := filepath.Join(s.home, ".config", "opencode")
+	if x := s.env("XDG_CONFIG_HOME"); x != "" {
+		dir = filepath.Join(x, "opencode")
+	}
+	return filepath.Join(dir, "plugins", "thrum.js")
 }
 
 // opencodePlugin is thrum's opencode plugin, the whole file: it runs
