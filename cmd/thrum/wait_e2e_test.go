@@ -181,6 +181,27 @@ func TestWaitFollowEndsWithItsReader(t *testing.T) {
 	}
 }
 
+// TestWaitFollowEndsWithItsSocketReader: a reader whose stdio is a socket
+// pair (Bun's, under an opencode plugin) that closes its end ends thrum
+// wait --follow at once, though nothing was written: a doorbell does not
+// outlive the host that started it.
+func TestWaitFollowEndsWithItsSocketReader(t *testing.T) {
+	t.Parallel()
+	h := newHookRig(t)
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ours, theirs := os.NewFile(uintptr(fds[0]), "reader"), os.NewFile(uintptr(fds[1]), "stdout")
+	cmd, stderr := h.follow(theirs, "--wake")
+	theirs.Close()
+	time.Sleep(time.Second) // running, its doorbell armed, nothing to say
+	ours.Close()
+	if code := exited(t, cmd, "closed socket"); code != 0 {
+		t.Errorf("after its reader left: exit %d, stderr %q", code, stderr)
+	}
+}
+
 // TestWaitFollowStopsOnAFullPipe: a monitor whose reader stopped reading
 // — its pipe full, a write blocked — still ends on SIGTERM and on SIGINT
 // (a host stopping it must not have to kill it), and nothing it was

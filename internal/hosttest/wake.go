@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"time"
 )
 
@@ -51,8 +53,9 @@ var opencodeHTTP = &http.Client{Timeout: 30 * time.Second}
 
 // OpencodeServe starts `opencode serve` in the repository (headless: the
 // TUI's server, with its plugins and MCP servers, and no screen) and
-// returns its base URL once it answers; it is stopped when the test ends.
-func (s *Scene) OpencodeServe() string {
+// returns its base URL once it answers, and stop, which ends it (SIGTERM)
+// and waits; the test's end stops it too.
+func (s *Scene) OpencodeServe() (url string, stop func()) {
 	s.T.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -69,18 +72,20 @@ func (s *Scene) OpencodeServe() string {
 		cancel()
 		s.T.Fatal(err)
 	}
-	s.T.Cleanup(func() { cancel(); c.Wait() })
-	url := fmt.Sprintf("http://127.0.0.1:%d", port)
+	c.Cancel = func() error { return c.Process.Signal(syscall.SIGTERM) }
+	stop = sync.OnceFunc(func() { cancel(); c.Wait() })
+	s.T.Cleanup(stop)
+	url = fmt.Sprintf("http://127.0.0.1:%d", port)
 	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
 		if r, err := opencodeHTTP.Get(url + "/session"); err == nil {
 			r.Body.Close()
 			if r.StatusCode == http.StatusOK {
-				return url
+				return url, stop
 			}
 		}
 	}
 	s.T.Fatalf("opencode serve did not answer within 60 s:\n%s", out.String())
-	return ""
+	return "", nil
 }
 
 // OpencodeSession creates a session through an opencode server's HTTP API

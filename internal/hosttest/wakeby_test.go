@@ -202,11 +202,12 @@ func nonzero(l time.Duration) []time.Duration {
 // opencode: thrum's plugin (which `thrum setup opencode` writes) rings the
 // agent's idle session. Measured headless, `opencode serve` with a
 // session created through its HTTP API and left idle: its TUI draws
-// nothing in tmux here. The same server runs under the TUI.
+// nothing in tmux here. The same server runs under the TUI. The plugin's
+// doorbell ends with opencode.
 func TestLiveWakeOpencode(t *testing.T) {
 	h := hosttest.OpenCode
 	s := liveScene(t, h)
-	url := s.OpencodeServe()
+	url, stop := s.OpencodeServe()
 	id := s.OpencodeSession(url)
 	t.Logf("opencode session %s, idle", id)
 	for i := 0; ; i++ {
@@ -234,4 +235,14 @@ func TestLiveWakeOpencode(t *testing.T) {
 	}
 	t.Logf("ROW %s idle wake by thrum's plugin (send to request): %s", h.Name, wakeRow(lat, n))
 	hosttest.Check(t, h.Name+" idle wake by thrum's plugin, then the body", s.Outcomes("bob", sent), "")
+	stop()
+	for i := 0; ; i++ {
+		if pid, _ := thrumProcess(s, "wait", "--follow", "--wake"); pid == 0 {
+			break
+		}
+		if i == 50 {
+			t.Fatal("the plugin's thrum wait --follow --wake outlived opencode by 5 s")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
