@@ -432,8 +432,8 @@ func TestHookFailureLogIsBounded(t *testing.T) {
 	}
 }
 
-// setup writes --wake for Claude Code and Codex, not with --no-wake, which
-// other hosts refuse.
+// setup writes --wake for Claude Code and Codex, and opencode's plugin,
+// not with --no-wake, which other hosts refuse.
 func TestSetupWake(t *testing.T) {
 	c := newSetupCLI(t)
 	c.setup("claude")
@@ -446,6 +446,12 @@ func TestSetupWake(t *testing.T) {
 	got = files(t, c.repo)
 	lacks(t, ".mcp.json", got[".mcp.json"], "--wake")
 	lacks(t, ".codex/config.toml", got[".codex/config.toml"], "--wake")
+	if r := c.setup("opencode"); !strings.Contains(files(t, c.repo)[".opencode/plugins/thrum.js"], `"wait","--follow","--wake"`) {
+		t.Errorf("setup opencode wrote no plugin running thrum wait --follow --wake:\n%s", r)
+	}
+	if r := c.setup("opencode", "--no-wake"); !strings.Contains(r.stdout, "delete ") || !strings.Contains(r.stdout, "thrum.js") {
+		t.Errorf("setup opencode --no-wake over an earlier plugin does not say to delete it:\n%s", r)
+	}
 	if r := c.setup("cursor", "--no-wake"); r.code != exitUsage {
 		t.Errorf("setup cursor --no-wake: exit %d, want %d\n%s", r.code, exitUsage, r)
 	}

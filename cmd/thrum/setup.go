@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -32,7 +33,7 @@ type SetupCmd struct {
 	DryRun  bool   `name:"dry-run" help:"Print the changes as a diff and write nothing."`
 	Channel bool   `help:"Claude Code: say how to start a session with the channel, which pushes each message into it (the channel is chosen per launch, never written into the files)."`
 	User    bool   `help:"Write the host's files in your home directory, for every project, instead of this project's."`
-	NoWake  bool   `name:"no-wake" help:"Claude Code and Codex: do not wake an idle session when mail comes (the MCP server's --wake)."`
+	NoWake  bool   `name:"no-wake" help:"Claude Code, Codex and opencode: do not wake an idle session when mail comes (the MCP server's --wake; opencode's plugin)."`
 }
 
 func (c *SetupCmd) Help() string {
@@ -59,7 +60,8 @@ such files out of git.
   codex     .codex/config.toml, .codex/hooks.json  (--user: ~/.codex/)
   cursor    .cursor/mcp.json, .cursor/hooks.json  (--user: ~/.cursor/)
   gemini    .gemini/settings.json  (--user: ~/.gemini/settings.json)
-  opencode  opencode.json  (--user: ~/.config/opencode/opencode.json)
+  opencode  opencode.json, .opencode/plugins/thrum.js
+            (--user: ~/.config/opencode/)
 
 Examples:
   thrum setup claude --agent alice
@@ -121,8 +123,15 @@ var setupHosts = map[string]setupHost{
 	"gemini": {name: "Gemini CLI", files: geminiFiles, check: func(*setupSpec) []string {
 		return []string{"Gemini CLI reads .gemini/settings.json only in a trusted folder: start gemini here and trust the folder (`gemini -p` refuses an untrusted one, and --skip-trust loads no project hooks); after you trust it, Gemini CLI exits to restart: start it again"}
 	}},
-	"opencode": {name: "opencode", files: opencodeFiles, check: func(*setupSpec) []string {
-		return []string{"opencode has no command hooks: the agent reads messages when it calls check_messages or wait_for_message"}
+	"opencode": {name: "opencode", files: opencodeFiles, check: func(s *setupSpec) []string {
+		if s.noWake {
+			notes := []string{"opencode has no command hooks: the agent reads messages when it calls check_messages or wait_for_message"}
+			if _, err := os.Lstat(opencodePluginPath(s)); err == nil {
+				notes = append(notes, "delete "+opencodePluginPath(s)+" (an earlier setup wrote it; opencode loads every plugin there) for no wake")
+			}
+			return notes
+		}
+		return []string{"opencode has no command hooks: thrum's plugin rings an idle session when mail comes (once it has a session: before the first prompt nothing rings), and the agent reads messages when it calls check_messages or wait_for_message"}
 	}},
 }
 
@@ -371,7 +380,7 @@ func opencodeFiles(s *setupSpec) []setupFile {
 			path = filepath.Join(dir, "opencode.jsonc")
 		}
 	}
-	return []setupFile{{
+	files := []setupFile{{
 		base: base, path: path, jsonc: true, what: "the MCP server thrum",
 		json: func(d *jsonedit.Doc) error {
 			// opencode's command is the whole argv: the user's path to
@@ -383,6 +392,67 @@ func opencodeFiles(s *setupSpec) []setupFile {
 			return mergeObject(d, []any{"mcp", "thrum"}, "type", "local", "command", argv, "enabled", true)
 		},
 	}}
+	if s.noWake {
+		return files
+	}
+	return append(files, setupFile{
+		base: base, path: opencodePluginPath(s), what: "the plugin that wakes an idle session",
+		text: func([]byte) ([]byte, error) { return opencodePlugin(s), nil },
+	})
+}
+
+// opencodePluginPath is where thrum's opencode plugin goes: a directory
+// opencode loads every plugin of.
+func opencodePluginPath(s *setupSpec) string {
+	if !s.user {
+		return filepath.Join(s.root, ".opencode", "plugins", "thrum.js")
+	}
+	dir := filepath.Join(s.home, ".config", "opencode")
+	if x := s.env("XDG_CONFIG_HOME"); x != "" {
+		dir = filepath.Join(x, "opencode")
+	}
+	return filepath.Join(dir, "plugins", "thrum.js")
+}
+
+// opencodePlugin is thrum's opencode plugin, the whole file: it runs
+// `thrum wait --follow --wake` and puts each line, the doorbell's fixed
+// ring, before the agent's session as its next prompt
+// (client.session.promptAsync), the session being the last top-level one
+// created or updated. A ring that fails forgets the session; the mail
+// waits for the next. It claims nothing: check_messages does.
+func opencodePlugin(s *setupSpec) []byte {
+	argv, _ := json.Marshal(append([]string{"thrum", "wait", "--follow", "--wake"}, s.agentArgs()...))
+	return []byte(`// thrum wakes this agent's idle opencode session when mail comes: it puts
+// one line of thrum's own before the session as its next prompt,
+//   thrum: 2 new messages (newest msg_… from bob); call check_messages
+// and claims nothing (check_messages brings the messages). Written by
+// thrum setup opencode, which rewrites it; --no-wake leaves it out.
+import { spawn } from "node:child_process"
+import { createInterface } from "node:readline"
+
+const bell = ` + string(argv) + `
+
+export const ThrumWake = async ({ client }) => {
+  let session // the agent's session: the last top-level one created or updated
+  const p = spawn(bell[0], bell.slice(1), { stdio: ["ignore", "pipe", "ignore"] })
+  p.on("error", () => {})
+  createInterface({ input: p.stdout }).on("line", (text) => {
+    const id = session
+    if (!id) return
+    client.session
+      .promptAsync({ path: { id }, body: { parts: [{ type: "text", text }] } })
+      .then((r) => r.error && session === id && (session = undefined), () => session === id && (session = undefined))
+  })
+  return {
+    event: async ({ event }) => {
+      const info = event.properties?.info
+      if (!info || info.parentID) return
+      if (event.type === "session.created" || event.type === "session.updated") session = info.id
+      if (event.type === "session.deleted" && info.id === session) session = undefined
+    },
+  }
+}
+`)
 }
 
 func hooksWhat(host string) string {
@@ -804,8 +874,8 @@ func (c *SetupCmd) Run(ctx context.Context, g *Globals) error {
 		}
 		c.Agent = g.AgentID
 	}
-	if c.NoWake && c.Host != "claude" && c.Host != "codex" {
-		return withCode(exitUsage, "--no-wake is for claude and codex: thrum wakes no idle %s session", host.name)
+	if c.NoWake && c.Host != "claude" && c.Host != "codex" && c.Host != "opencode" {
+		return withCode(exitUsage, "--no-wake is for claude, codex and opencode: thrum wakes no idle %s session", host.name)
 	}
 	s := &setupSpec{host: c.Host, channel: c.Channel, noWake: c.NoWake, user: c.User, root: l.Root, env: g.env}
 	if s.home = g.env("HOME"); s.home == "" {

@@ -121,6 +121,7 @@ func TestSetupGolden(t *testing.T) {
 		{"gemini", []string{"gemini", "--agent", "alice"}},
 		{"opencode", []string{"opencode"}},
 		{"opencode_agent", []string{"opencode", "--agent", "alice"}},
+		{"opencode_no_wake", []string{"opencode", "--no-wake"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

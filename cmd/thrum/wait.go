@@ -21,6 +21,7 @@ import (
 // in the pipe: each line announces messages and claims nothing.
 type WaitCmd struct {
 	Follow  bool          `short:"f" help:"Announce messages as they arrive, one line each, claiming nothing, until SIGTERM or the reader of stdout goes away."`
+	Wake    bool          `help:"With --follow: each line is the ring that wakes an idle session (\"thrum: N new messages (newest msg_… from bob); call check_messages\"), once per batch of mail, for a host plugin to put before the session as its prompt."`
 	Timeout time.Duration `default:"5m" help:"Without --follow: give up after this long (exit code 1)."`
 }
 
@@ -38,6 +39,10 @@ most one line a second, however many arrive — and the agent reads them
 with check_messages, or its next prompt's hook shows them. It runs until
 SIGTERM, SIGINT or the end of its reader. With --json each line is
 {"unread": N, "new": [{"message_id", "from", "priority", "subject"}]}.
+With --wake each line is the ring thrum's opencode plugin puts before an
+idle session as its prompt, values thrum made and no subject: "thrum: 2
+new messages (newest msg_… from bob); call check_messages", once per
+batch of mail (it waits 200 ms for the batch to end).
 
 Claude Code plugin monitor (monitors/monitors.json):
   [{"name": "thrum", "command": "thrum wait --follow"}]
@@ -55,6 +60,9 @@ Examples:
 const stopGrace = 500 * time.Millisecond
 
 func (c *WaitCmd) Run(ctx context.Context, g *Globals) error {
+	if c.Wake && !c.Follow {
+		return withCode(exitUsage, "--wake goes with --follow")
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	// A reader that goes away ends the command: SIGPIPE (a write failed)
@@ -124,10 +132,20 @@ func (c *WaitCmd) Run(ctx context.Context, g *Globals) error {
 func (c *WaitCmd) follow(ctx context.Context, g *Globals, ib *inbox.Inbox, agent string) error {
 	done := make(chan error, 1)
 	go func() {
-		done <- ib.Doorbells(ctx, 0, func(d *inbox.Doorbell) error {
+		settle := time.Duration(0)
+		if c.Wake {
+			settle = inbox.DoorbellSettle
+		}
+		done <- ib.Doorbells(ctx, settle, func(d *inbox.Doorbell) error {
 			line := []byte(d.Text(agent, true))
-			if g.JSON {
+			switch {
+			case c.Wake:
+				line = []byte(d.Wake())
+			case g.JSON:
 				line, _ = json.Marshal(d)
+			}
+			if len(line) == 0 {
+				return nil
 			}
 			_, err := g.stdout.Write(append(line, '\n'))
 			return err

@@ -198,3 +198,51 @@ func nonzero(l time.Duration) []time.Duration {
 	}
 	return []time.Duration{l}
 }
+
+// opencode: thrum's plugin (which `thrum setup opencode` writes) rings the
+// agent's idle session. Measured headless, `opencode serve` with a
+// session created through its HTTP API and left idle: its TUI draws
+// nothing in tmux here. The same server runs under the TUI. The plugin's
+// doorbell ends with opencode.
+func TestLiveWakeOpencode(t *testing.T) {
+	h := hosttest.OpenCode
+	s := liveScene(t, h)
+	url, stop := s.OpencodeServe()
+	id := s.OpencodeSession(url)
+	t.Logf("opencode session %s, idle", id)
+	for i := 0; ; i++ {
+		if pid, _ := thrumProcess(s, "wait", "--follow", "--wake"); pid != 0 {
+			break
+		}
+		if i == 100 {
+			t.Fatal("the plugin started no thrum wait --follow --wake within 30 s")
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	quiet(s, 3*time.Second)
+	const n = 5
+	var sent []hosttest.Sent
+	var lat []time.Duration
+	for i := range n {
+		m, l := wakeOnce(t, s, fmt.Sprintf("wake%d", i))
+		sent = append(sent, m)
+		if l == 0 {
+			t.Errorf("%s: no request carried its ring within 30 s", m.ID)
+			continue
+		}
+		t.Logf("%s: rung %v after the send", m.ID, l.Round(time.Millisecond))
+		lat = append(lat, l)
+	}
+	t.Logf("ROW %s idle wake by thrum's plugin (send to request): %s", h.Name, wakeRow(lat, n))
+	hosttest.Check(t, h.Name+" idle wake by thrum's plugin, then the body", s.Outcomes("bob", sent), "")
+	stop()
+	for i := 0; ; i++ {
+		if pid, _ := thrumProcess(s, "wait", "--follow", "--wake"); pid == 0 {
+			break
+		}
+		if i == 50 {
+			t.Fatal("the plugin's thrum wait --follow --wake outlived opencode by 5 s")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
