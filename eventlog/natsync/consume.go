@@ -68,8 +68,10 @@ func (s *Syncer) consume(ctx context.Context, nc *nats.Conn, js jetstream.JetStr
 	if err != nil {
 		return fmt.Errorf("consumer on %s: %w", s.cfg.Stream, err)
 	}
-	// What the client buffers is bounded in bytes (a message may hold a
-	// megabyte of lines), and so is a batch.
+	// What the client buffers is bounded in bytes: one pull is room for
+	// the largest message (a megabyte of lines), and the next is asked
+	// for once half of it was taken, so one message waits while one is
+	// imported. A batch is bounded in bytes too.
 	msgs := make(chan jetstream.Msg, 1)
 	errs := make(chan error, 1)
 	stop := make(chan struct{})
@@ -78,7 +80,7 @@ func (s *Syncer) consume(ctx context.Context, nc *nats.Conn, js jetstream.JetStr
 		case msgs <- m:
 		case <-stop:
 		}
-	}, jetstream.PullMaxBytes(2*max(batchBytes, int(nc.MaxPayload())+headroom)), jetstream.PullHeartbeat(heartbeat),
+	}, jetstream.PullMaxBytes(max(batchBytes, int(nc.MaxPayload())+headroom)), jetstream.PullHeartbeat(heartbeat),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 			select {
 			case errs <- err:
@@ -132,7 +134,9 @@ func (s *Syncer) consume(ctx context.Context, nc *nats.Conn, js jetstream.JetStr
 				}
 			}
 			lull.Stop()
-			if err := s.importBatch(ctx, batch); err != nil {
+			err := s.importBatch(ctx, batch)
+			clear(batch) // let the messages go while the next is awaited
+			if err != nil {
 				return err
 			}
 			s.ok(nc)
@@ -221,17 +225,22 @@ func (s *Syncer) importBatch(ctx context.Context, batch []jetstream.Msg) error {
 	var order []*pending
 	flush := func() error {
 		for _, p := range order {
-			if len(p.lines) == 0 {
-				continue
-			}
-			r, err := s.opts.Admission.Admit(ctx, p.src, p.shard, p.lines)
-			if r != nil {
-				s.mu.Lock()
-				s.status.Imported += len(r.Imported)
-				s.mu.Unlock()
-			}
-			if err != nil {
-				return fmt.Errorf("admit %s: %w", p.src.File, err)
+			for lines := p.lines; len(lines) > 0; {
+				n, size := 0, 0
+				for n < len(lines) && size < admit.BatchBytes {
+					size += len(lines[n])
+					n++
+				}
+				r, err := s.opts.Admission.Admit(ctx, p.src, p.shard, lines[:n])
+				if r != nil {
+					s.mu.Lock()
+					s.status.Imported += len(r.Imported)
+					s.mu.Unlock()
+				}
+				if err != nil {
+					return fmt.Errorf("admit %s: %w", p.src.File, err)
+				}
+				lines = lines[n:]
 			}
 		}
 		clear(shards)
