@@ -46,6 +46,7 @@ type Index struct {
 	err      error // why the build failed, if it did
 
 	slots   []imsg           // by slot: append order
+	keys    []uint32         // the slots' keys, in slot order (keysOf)
 	order   []int32          // slots sorted by (created, message_id)
 	byUpd   []int32          // slots sorted by (updated or else created, created, message_id)
 	sorted  []int32          // slots sorted by message_id: those a snapshot brought
@@ -93,7 +94,7 @@ type Position struct {
 func (x *Index) Close() {
 	x.mu.Lock()
 	x.closed = true
-	x.slots, x.order, x.sorted, x.byID, x.reads = nil, nil, nil, nil, nil
+	x.slots, x.keys, x.order, x.sorted, x.byID, x.reads = nil, nil, nil, nil, nil, nil
 	x.byUpd, x.byKey, x.byAuthor, x.byThread, x.deleted, x.proxied = nil, nil, nil, nil, nil, nil
 	x.mu.Unlock()
 	// A listing waiting for a load or build that will now never come
@@ -109,15 +110,29 @@ func (x *Index) markSlow() { x.slowOnce.Do(func() { close(x.slow) }) }
 // elsewhere until it ends), or the index is closed.
 func (x *Index) Settled() <-chan struct{} { return x.slow }
 
+// An imsg is a message as the index holds it: 48 bytes, its keys kept
+// apart in one array for all (a slice of its own cost 24 bytes and an
+// allocation a message).
 type imsg struct {
 	id      string
 	created int64 // unix nanoseconds
 	updated int64 // 0 if never edited
 	author  uint32
 	thread  uint32 // 0: not in a thread
+	keyAt   uint32 // where its keys start in Index.keys (see keysOf)
 	deleted bool
-	proxied bool     // a user sent it as author: the author has not read it
-	keys    []uint32 // interned "s\x00type\x00value" and "r\x00type\x00value"
+	proxied bool // a user sent it as author: the author has not read it
+}
+
+// keysOf returns the keys of slot s (interned "s\x00type\x00value" and
+// "r\x00type\x00value"): the keys of the slots are kept in slot order,
+// so they run from its keyAt to the next slot's.
+func (x *Index) keysOf(s int) []uint32 {
+	end := uint32(len(x.keys))
+	if s+1 < len(x.slots) {
+		end = x.slots[s+1].keyAt
+	}
+	return x.keys[x.slots[s].keyAt:end:end]
 }
 
 // New returns an empty index; Build fills it.
@@ -231,6 +246,13 @@ func (x *Index) Build(ctx context.Context, st *store.Store) {
 	x.markSlow()
 	b := New()
 	b.bulk = true
+	// The keys come by kind, not by message: they are laid out in slot
+	// order once all are in.
+	type slotKey struct {
+		slot int32
+		key  uint32
+	}
+	var keys []slotKey
 	err := st.IndexSnapshot(ctx, func(rel string, off int64, eventID string) {
 		b.pos[rel] = Position{off, eventID}
 	}, func(r store.IndexRow) {
@@ -247,7 +269,7 @@ func (x *Index) Build(ctx context.Context, st *store.Store) {
 			b.bulk = false
 		}
 		if s, ok := b.slotOf(id); ok {
-			b.slots[s].keys = append(b.slots[s].keys, b.intern(pairKey(kind, typ, value)))
+			keys = append(keys, slotKey{s, b.intern(pairKey(kind, typ, value))})
 		}
 	}, func(id, agent string) {
 		b.markRead(agent, id)
@@ -255,6 +277,17 @@ func (x *Index) Build(ctx context.Context, st *store.Store) {
 	if b.bulk { // no scope or ref at all
 		sort.Slice(b.order, func(i, j int) bool { return b.less(b.order[i], b.order[j]) })
 		b.bulk = false
+	}
+	slices.SortStableFunc(keys, func(a, c slotKey) int { return int(a.slot) - int(c.slot) })
+	b.keys = make([]uint32, len(keys))
+	for i, k := range keys {
+		b.keys[i] = k.key
+	}
+	for s, i := len(b.slots)-1, len(keys); s >= 0; s-- {
+		for i > 0 && keys[i-1].slot >= int32(s) {
+			i--
+		}
+		b.slots[s].keyAt = uint32(i)
 	}
 	b.derive()
 	x.install(b, err)
@@ -273,7 +306,7 @@ func (x *Index) install(b *Index, err error) {
 		x.err = err
 		return
 	}
-	x.slots, x.order, x.sorted, x.byID, x.strs, x.strList, x.reads, x.early = b.slots, b.order, b.sorted, b.byID, b.strs, b.strList, b.reads, b.early
+	x.slots, x.keys, x.order, x.sorted, x.byID, x.strs, x.strList, x.reads, x.early = b.slots, b.keys, b.order, b.sorted, b.byID, b.strs, b.strList, b.reads, b.early
 	x.indexed, x.byUpd, x.byKey, x.byAuthor, x.byThread, x.deleted, x.proxied = b.indexed, b.byUpd, b.byKey, b.byAuthor, b.byThread, b.deleted, b.proxied
 	for _, e := range x.pending { // idempotent: some may be in the snapshot too
 		x.applyLocked(e)
@@ -312,7 +345,7 @@ func (x *Index) add(id, author, thread string, created int64, deleted bool) int3
 		return s
 	}
 	slot := int32(len(x.slots))
-	m := imsg{id: id, created: created, author: x.intern(author), thread: x.intern(thread)}
+	m := imsg{id: id, created: created, author: x.intern(author), thread: x.intern(thread), keyAt: uint32(len(x.keys))}
 	x.slots = append(x.slots, m)
 	x.byID[id] = slot
 	if x.bulk {
@@ -399,7 +432,7 @@ func (x *Index) derive() {
 		m := &x.slots[i]
 		authors[m.author]++
 		threads[m.thread]++
-		for _, k := range m.keys {
+		for _, k := range x.keysOf(i) {
 			keys[k]++
 		}
 	}
@@ -413,7 +446,7 @@ func (x *Index) derive() {
 		if m.thread != 0 {
 			x.byThread[m.thread] = append(x.byThread[m.thread], s)
 		}
-		for _, k := range m.keys {
+		for _, k := range x.keysOf(i) {
 			x.byKey[k] = append(x.byKey[k], s)
 		}
 		if m.deleted {
@@ -609,15 +642,15 @@ func (x *Index) applyLocked(e *eventlog.Event) {
 			return
 		}
 		s := x.add(p.MessageID, p.AgentID, p.ThreadID, e.Time.UnixNano(), false)
-		m := &x.slots[s]
+		m := &x.slots[s] // the newest slot: its keys end x.keys
 		for _, sc := range p.Scopes {
-			m.keys = append(m.keys, x.intern(pairKey("s", sc.Type, sc.Value)))
+			x.keys = append(x.keys, x.intern(pairKey("s", sc.Type, sc.Value)))
 		}
 		for _, r := range p.Refs {
-			m.keys = append(m.keys, x.intern(pairKey("r", r.Type, r.Value)))
+			x.keys = append(x.keys, x.intern(pairKey("r", r.Type, r.Value)))
 		}
 		if x.indexed {
-			for _, k := range m.keys {
+			for _, k := range x.keys[m.keyAt:] {
 				x.byKey.add(k, s)
 			}
 		}

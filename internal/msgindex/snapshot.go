@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -259,7 +260,8 @@ func (x *Index) writeSnapshot(w io.Writer) (snapshotInfo, error) {
 				flags |= 2
 			}
 			c.Flags = append(c.Flags, flags)
-			c.Keys, c.KeyLens = append(c.Keys, m.keys...), append(c.KeyLens, uint32(len(m.keys)))
+			keys := x.keysOf(i)
+			c.Keys, c.KeyLens = append(c.Keys, keys...), append(c.KeyLens, uint32(len(keys)))
 		}
 		x.mu.RUnlock()
 		c.IDs = ids.String()
@@ -348,6 +350,7 @@ func (x *Index) decode(b []byte) error {
 	// A message takes at least 7 bytes of a chunk (a number in each of its
 	// columns): no count is trusted with more memory than that allows.
 	slots := make([]imsg, 0, min(head.Messages, len(body)/7))
+	var allKeys []uint32
 	var maxStr uint32
 	for len(slots) < head.Messages {
 		var c snapChunk
@@ -371,16 +374,18 @@ func (x *Index) decode(b []byte) error {
 			}
 			maxStr = max(maxStr, c.Author[i], c.Thread[i])
 			nk := c.KeyLens[i]
-			// The full slice expression keeps a later append from
-			// writing into the next message's keys.
 			slots = append(slots, imsg{id: ids[:c.IDLens[i]], created: c.Created[i], updated: c.Updated[i],
 				author: c.Author[i], thread: c.Thread[i], deleted: c.Flags[i]&1 != 0, proxied: c.Flags[i]&2 != 0,
-				keys: keys[:nk:nk]})
+				keyAt: uint32(len(allKeys) + len(c.Keys) - len(keys))})
 			ids, keys = ids[c.IDLens[i]:], keys[nk:]
 		}
 		if ids != "" || len(keys) != 0 {
 			return bad("a chunk's IDs or keys longer than said")
 		}
+		if uint64(len(allKeys))+uint64(len(c.Keys)) > math.MaxUint32 {
+			return bad("more keys than an index holds")
+		}
+		allKeys = append(allKeys, c.Keys...)
 	}
 	var tail snapTail
 	if err := dec.Decode(&tail); err != nil {
@@ -451,7 +456,7 @@ func (x *Index) decode(b []byte) error {
 	for s, i := range strs {
 		strList[i] = s
 	}
-	x.slots, x.order, x.sorted, x.byID, x.strs, x.strList, x.reads, x.early, x.pos = slots, tail.Order, tail.ByID, map[string]int32{}, strs, strList, reads, early, pos
+	x.slots, x.keys, x.order, x.sorted, x.byID, x.strs, x.strList, x.reads, x.early, x.pos = slots, allKeys, tail.Order, tail.ByID, map[string]int32{}, strs, strList, reads, early, pos
 	x.derive()
 	return nil
 }
