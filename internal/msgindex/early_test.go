@@ -63,3 +63,34 @@ func liveHeap() uint64 {
 	runtime.ReadMemStats(&m)
 	return m.HeapAlloc
 }
+
+// Reads waiting for their messages (an import holds tens of thousands
+// while it merges the shards of their readers before those of the
+// messages) take less than 64 bytes each: not the message's ID, nor a
+// list and a name per read.
+func TestEarlyReadsAreSmallWhileTheyWait(t *testing.T) {
+	const n = 20_000
+	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	st, err := store.Open(filepath.Join(t.TempDir(), "x.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	x := built(st)
+	before := liveHeap()
+	for i := range n / 100 { // each read made as it is applied, then let go
+		ids := make([]string, 100)
+		for j := range ids {
+			ids[j] = fmt.Sprintf("msg_01M8JVD4R2PB0QRWMV%06d", i*100+j)
+		}
+		x.Apply([]*eventlog.Event{{Type: eventlog.TypeMessageRead, Shard: "bob", Time: at,
+			Payload: eventlog.MessageRead{AgentID: "bob", SessionID: "ses_bob", MessageIDs: ids}}})
+	}
+	after := liveHeap()
+	runtime.KeepAlive(x)
+	held := after - min(before, after)
+	t.Logf("%d reads waiting: %d KiB, %d bytes each", n, held>>10, held/n)
+	if held/n >= 64 {
+		t.Fatalf("%d reads waiting for their messages hold %d KiB, %d bytes each", n, held>>10, held/n)
+	}
+}

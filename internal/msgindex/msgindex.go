@@ -5,6 +5,7 @@ package msgindex
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"math/bits"
@@ -55,10 +56,15 @@ type Index struct {
 	strList []string            // by ID: strs inverted; only ever appended to
 	reads   map[uint32][]uint64 // reader → bitset over slots
 	pending []*eventlog.Event   // committed while building
-	early   map[string][]string // reads of messages not indexed yet (synced out of order)
+	// Reads of messages not indexed yet (synced out of order: an import
+	// can hold tens of thousands at once): the reader of each, and the
+	// others of the few that several read first. A message is keyed by
+	// earlyKeyOf, and a reader is its string ID.
+	early     map[earlyKey]uint32
+	earlyMore map[earlyKey][]uint32
 	// earlyMost is the most entries early has held: a map never gives
 	// back the room it grew to, so early is copied once it is down to a
-	// quarter of that (an import can hold tens of thousands at once).
+	// quarter of that.
 	earlyMost int
 	pos       map[string]Position // shard path → how far the index has applied it
 	unsaved   uint64              // log events taken since the snapshot on disk was saved or loaded
@@ -100,6 +106,16 @@ func (x *Index) Close() {
 	// A listing waiting for a load or build that will now never come
 	// gets ErrClosed instead.
 	x.markSlow()
+}
+
+// An earlyKey is the ID of a message read before it came, as early keeps
+// it: 16 bytes of its SHA-256, whatever its length (the ID itself cost a
+// string of 32 bytes or more each).
+type earlyKey [16]byte
+
+func earlyKeyOf(id string) earlyKey {
+	sum := sha256.Sum256([]byte(id))
+	return earlyKey(sum[:16])
 }
 
 // markSlow lets listings stop waiting for the index.
@@ -306,7 +322,8 @@ func (x *Index) install(b *Index, err error) {
 		x.err = err
 		return
 	}
-	x.slots, x.keys, x.order, x.sorted, x.byID, x.strs, x.strList, x.reads, x.early = b.slots, b.keys, b.order, b.sorted, b.byID, b.strs, b.strList, b.reads, b.early
+	x.slots, x.keys, x.order, x.sorted, x.byID, x.strs, x.strList, x.reads = b.slots, b.keys, b.order, b.sorted, b.byID, b.strs, b.strList, b.reads
+	x.early, x.earlyMore, x.earlyMost = b.early, b.earlyMore, b.earlyMost
 	x.indexed, x.byUpd, x.byKey, x.byAuthor, x.byThread, x.deleted, x.proxied = b.indexed, b.byUpd, b.byKey, b.byAuthor, b.byThread, b.deleted, b.proxied
 	for _, e := range x.pending { // idempotent: some may be in the snapshot too
 		x.applyLocked(e)
@@ -363,11 +380,17 @@ func (x *Index) add(id, author, thread string, created int64, deleted bool) int3
 	if deleted {
 		x.setDeleted(slot)
 	}
-	if readers, ok := x.early[id]; ok {
-		delete(x.early, id)
-		x.shrinkEarly()
-		for _, r := range readers {
-			x.markRead(r, id)
+	if len(x.early) > 0 {
+		k := earlyKeyOf(id)
+		if r, ok := x.early[k]; ok {
+			more := x.earlyMore[k]
+			delete(x.early, k)
+			delete(x.earlyMore, k)
+			x.shrinkEarly()
+			x.setRead(r, slot)
+			for _, r := range more {
+				x.setRead(r, slot)
+			}
 		}
 	}
 	return slot
@@ -378,14 +401,17 @@ func (x *Index) shrinkEarly() {
 	if len(x.early) > x.earlyMost/4 {
 		return
 	}
-	var kept map[string][]string
+	var kept map[earlyKey]uint32
 	if len(x.early) > 0 {
-		kept = make(map[string][]string, len(x.early))
-		for id, readers := range x.early {
-			kept[id] = readers
+		kept = make(map[earlyKey]uint32, len(x.early))
+		for k, r := range x.early {
+			kept[k] = r
 		}
 	}
 	x.early, x.earlyMost = kept, len(kept)
+	if len(x.earlyMore) == 0 {
+		x.earlyMore = nil
+	}
 }
 
 // insertSorted inserts s into list, sorted by less. It is almost always
@@ -546,18 +572,37 @@ func (x *Index) less(a, b int32) bool {
 }
 
 func (x *Index) markRead(agent, id string) {
+	r := x.intern(agent)
 	s, ok := x.slotOf(id)
-	if !ok {
-		// A read can arrive before its message when both came from other
-		// machines: keep it for when the message does.
-		if x.early == nil {
-			x.early = map[string][]string{}
-		}
-		x.early[id] = append(x.early[id], agent)
-		x.earlyMost = max(x.earlyMost, len(x.early))
+	if ok {
+		x.setRead(r, s)
 		return
 	}
-	r := x.intern(agent)
+	// A read can arrive before its message when both came from other
+	// machines: keep it for when the message does.
+	x.addEarly(earlyKeyOf(id), r)
+}
+
+// addEarly keeps reader r's read of a message not indexed yet.
+func (x *Index) addEarly(k earlyKey, r uint32) {
+	first, ok := x.early[k]
+	switch {
+	case !ok:
+		if x.early == nil {
+			x.early = map[earlyKey]uint32{}
+		}
+		x.early[k] = r
+		x.earlyMost = max(x.earlyMost, len(x.early))
+	case first != r && !slices.Contains(x.earlyMore[k], r):
+		if x.earlyMore == nil {
+			x.earlyMore = map[earlyKey][]uint32{}
+		}
+		x.earlyMore[k] = append(x.earlyMore[k], r)
+	}
+}
+
+// setRead marks slot s read by reader r (a string ID).
+func (x *Index) setRead(r uint32, s int32) {
 	bits := bitset(x.reads[r])
 	bits.set(s)
 	x.reads[r] = bits

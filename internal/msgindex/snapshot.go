@@ -35,7 +35,7 @@ import (
 // the IDs and keys need no allocation each). The file holds no map: gob
 // sizes a map from the count the stream gives, which a damaged file
 // could make huge, whereas it grows a slice only as the bytes allow.
-const snapVersion = 4 // change it when the format or the index's meaning changes
+const snapVersion = 5 // change it when the format or the index's meaning changes
 
 type snapHeader struct {
 	Version   int
@@ -77,8 +77,8 @@ type snapReads struct {
 }
 
 type snapEarly struct {
-	MessageID string
-	Readers   []string
+	Message earlyKey // earlyKeyOf its ID
+	Readers []uint32 // string IDs
 }
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
@@ -219,8 +219,8 @@ func (x *Index) writeSnapshot(w io.Writer) (snapshotInfo, error) {
 		}
 		tail.Reads = append(tail.Reads, snapReads{r, bits})
 	}
-	for id, readers := range x.early {
-		tail.Early = append(tail.Early, snapEarly{id, slices.Clone(readers)})
+	for k, r := range x.early {
+		tail.Early = append(tail.Early, snapEarly{k, append([]uint32{r}, x.earlyMore[k]...)})
 	}
 	x.mu.RUnlock()
 
@@ -422,12 +422,11 @@ func (x *Index) decode(b []byte) error {
 		maxStr = max(maxStr, r.Reader)
 		reads[r.Reader] = r.Words
 	}
-	var early map[string][]string
 	for _, e := range tail.Early {
-		if early == nil {
-			early = map[string][]string{}
+		for _, r := range e.Readers {
+			maxStr = max(maxStr, r)
+			x.addEarly(e.Message, r)
 		}
-		early[e.MessageID] = e.Readers
 	}
 	if len(tail.StringLens) == 0 || tail.StringLens[0] != 0 {
 		return bad("string 0 is not empty")
@@ -456,7 +455,7 @@ func (x *Index) decode(b []byte) error {
 	for s, i := range strs {
 		strList[i] = s
 	}
-	x.slots, x.keys, x.order, x.sorted, x.byID, x.strs, x.strList, x.reads, x.early, x.pos = slots, allKeys, tail.Order, tail.ByID, map[string]int32{}, strs, strList, reads, early, pos
+	x.slots, x.keys, x.order, x.sorted, x.byID, x.strs, x.strList, x.reads, x.pos = slots, allKeys, tail.Order, tail.ByID, map[string]int32{}, strs, strList, reads, pos
 	x.derive()
 	return nil
 }
