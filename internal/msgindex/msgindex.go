@@ -46,7 +46,7 @@ type Index struct {
 	slowOnce sync.Once
 	err      error // why the build failed, if it did
 
-	slots   []imsg           // by slot: append order
+	slots   slotList         // by slot: append order
 	keys    []uint32         // the slots' keys, in slot order (keysOf)
 	order   []int32          // slots sorted by (created, message_id)
 	byUpd   []int32          // slots sorted by (updated or else created, created, message_id)
@@ -140,15 +140,40 @@ type imsg struct {
 	proxied bool // a user sent it as author: the author has not read it
 }
 
+// A slotList is the slots in chunks of slotChunk: it grows a chunk at a
+// time and never copies what it holds (a slice of them all, grown by a
+// quarter, held its old array and its new one at once: 9 MiB at
+// 100,000).
+type slotList [][]imsg
+
+const slotChunk = 1 << 12
+
+func (l slotList) len() int {
+	if len(l) == 0 {
+		return 0
+	}
+	return (len(l)-1)*slotChunk + len(l[len(l)-1])
+}
+
+func (l slotList) at(s int32) *imsg { return &l[s/slotChunk][s%slotChunk] }
+
+func (l *slotList) push(m imsg) {
+	if n := len(*l); n == 0 || len((*l)[n-1]) == slotChunk {
+		*l = append(*l, make([]imsg, 0, slotChunk))
+	}
+	last := &(*l)[len(*l)-1]
+	*last = append(*last, m)
+}
+
 // keysOf returns the keys of slot s (interned "s\x00type\x00value" and
 // "r\x00type\x00value"): the keys of the slots are kept in slot order,
 // so they run from its keyAt to the next slot's.
 func (x *Index) keysOf(s int) []uint32 {
 	end := uint32(len(x.keys))
-	if s+1 < len(x.slots) {
-		end = x.slots[s+1].keyAt
+	if s+1 < x.slots.len() {
+		end = x.slots.at(int32(s + 1)).keyAt
 	}
-	return x.keys[x.slots[s].keyAt:end:end]
+	return x.keys[x.slots.at(int32(s)).keyAt:end:end]
 }
 
 // New returns an empty index; Build fills it.
@@ -274,7 +299,7 @@ func (x *Index) Build(ctx context.Context, st *store.Store) {
 	}, func(r store.IndexRow) {
 		b.add(r.MessageID, r.AgentID, r.ThreadID, r.CreatedAt.UnixNano(), r.Deleted)
 		s, _ := b.slotOf(r.MessageID)
-		m := &b.slots[s]
+		m := b.slots.at(s)
 		if !r.UpdatedAt.IsZero() {
 			m.updated = r.UpdatedAt.UnixNano()
 		}
@@ -299,11 +324,11 @@ func (x *Index) Build(ctx context.Context, st *store.Store) {
 	for i, k := range keys {
 		b.keys[i] = k.key
 	}
-	for s, i := len(b.slots)-1, len(keys); s >= 0; s-- {
+	for s, i := b.slots.len()-1, len(keys); s >= 0; s-- {
 		for i > 0 && keys[i-1].slot >= int32(s) {
 			i--
 		}
-		b.slots[s].keyAt = uint32(i)
+		b.slots.at(int32(s)).keyAt = uint32(i)
 	}
 	b.derive()
 	x.install(b, err)
@@ -349,8 +374,8 @@ func (x *Index) slotOf(id string) (int32, bool) {
 	if s, ok := x.byID[id]; ok {
 		return s, true
 	}
-	i := sort.Search(len(x.sorted), func(i int) bool { return x.slots[x.sorted[i]].id >= id })
-	if i < len(x.sorted) && x.slots[x.sorted[i]].id == id {
+	i := sort.Search(len(x.sorted), func(i int) bool { return x.slots.at(x.sorted[i]).id >= id })
+	if i < len(x.sorted) && x.slots.at(x.sorted[i]).id == id {
 		return x.sorted[i], true
 	}
 	return 0, false
@@ -361,9 +386,9 @@ func (x *Index) add(id, author, thread string, created int64, deleted bool) int3
 	if s, ok := x.slotOf(id); ok {
 		return s
 	}
-	slot := int32(len(x.slots))
+	slot := int32(x.slots.len())
 	m := imsg{id: id, created: created, author: x.intern(author), thread: x.intern(thread), keyAt: uint32(len(x.keys))}
-	x.slots = append(x.slots, m)
+	x.slots.push(m)
 	x.byID[id] = slot
 	if x.bulk {
 		x.order = append(x.order, slot) // sorted once at the end
@@ -454,8 +479,8 @@ func (x *Index) derive() {
 	// load then makes three allocations, not one per list and growth.
 	n := len(x.strList)
 	authors, threads, keys := make([]int32, n), make([]int32, n), make([]int32, n)
-	for i := range x.slots {
-		m := &x.slots[i]
+	for i := range x.slots.len() {
+		m := x.slots.at(int32(i))
 		authors[m.author]++
 		threads[m.thread]++
 		for _, k := range x.keysOf(i) {
@@ -466,8 +491,8 @@ func (x *Index) derive() {
 	x.byAuthor, x.byThread, x.byKey = carve(authors), carve(threads), carve(keys)
 	x.deleted, x.proxied = nil, nil
 	var edited []int32
-	for i := range x.slots {
-		s, m := int32(i), &x.slots[i]
+	for i := range x.slots.len() {
+		s, m := int32(i), x.slots.at(int32(i))
 		x.byAuthor[m.author] = append(x.byAuthor[m.author], s)
 		if m.thread != 0 {
 			x.byThread[m.thread] = append(x.byThread[m.thread], s)
@@ -496,7 +521,7 @@ func (x *Index) derive() {
 	})
 	x.byUpd = make([]int32, 0, len(x.order))
 	for _, s := range x.order {
-		if x.slots[s].updated != 0 {
+		if x.slots.at(s).updated != 0 {
 			continue
 		}
 		for len(edited) > 0 && x.lessUpd(edited[0], s) {
@@ -526,12 +551,12 @@ func carve(counts []int32) postings {
 // lessUpd orders slots as a listing by updated_at does: by the time of
 // the last edit, or else of creation, then as less.
 func (x *Index) lessUpd(a, b int32) bool {
-	ka, kb := x.slots[a].updated, x.slots[b].updated
+	ka, kb := x.slots.at(a).updated, x.slots.at(b).updated
 	if ka == 0 {
-		ka = x.slots[a].created
+		ka = x.slots.at(a).created
 	}
 	if kb == 0 {
-		kb = x.slots[b].created
+		kb = x.slots.at(b).created
 	}
 	if ka != kb {
 		return ka < kb
@@ -543,12 +568,12 @@ func (x *Index) lessUpd(a, b int32) bool {
 // order.
 func (x *Index) setUpdated(s int32, t int64) {
 	if !x.indexed {
-		x.slots[s].updated = t
+		x.slots.at(s).updated = t
 		return
 	}
 	u := x.byUpd
 	i := sort.Search(len(u), func(i int) bool { return !x.lessUpd(u[i], s) })
-	x.slots[s].updated = t
+	x.slots.at(s).updated = t
 	if i == len(u) || u[i] != s { // not there: never, as every slot is
 		return
 	}
@@ -557,14 +582,14 @@ func (x *Index) setUpdated(s int32, t int64) {
 }
 
 func (x *Index) setDeleted(s int32) {
-	x.slots[s].deleted = true
+	x.slots.at(s).deleted = true
 	if x.indexed {
 		x.deleted.set(s)
 	}
 }
 
 func (x *Index) less(a, b int32) bool {
-	ma, mb := &x.slots[a], &x.slots[b]
+	ma, mb := x.slots.at(a), x.slots.at(b)
 	if ma.created != mb.created {
 		return ma.created < mb.created
 	}
@@ -650,7 +675,7 @@ func (x *Index) Unsaved() (events uint64, onDisk bool) {
 func (x *Index) Len() int {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
-	return len(x.slots)
+	return x.slots.len()
 }
 
 // advance moves the position of e's shard past e, and reports whether e
@@ -687,7 +712,7 @@ func (x *Index) applyLocked(e *eventlog.Event) {
 			return
 		}
 		s := x.add(p.MessageID, p.AgentID, p.ThreadID, e.Time.UnixNano(), false)
-		m := &x.slots[s] // the newest slot: its keys end x.keys
+		m := x.slots.at(s) // the newest slot: its keys end x.keys
 		for _, sc := range p.Scopes {
 			x.keys = append(x.keys, x.intern(pairKey("s", sc.Type, sc.Value)))
 		}
@@ -708,7 +733,7 @@ func (x *Index) applyLocked(e *eventlog.Event) {
 	case eventlog.TypeMessageEdit:
 		p, err := eventlog.PayloadAs[eventlog.MessageEdit](e)
 		if err == nil {
-			if s, ok := x.slotOf(p.MessageID); ok && x.slots[s].updated < e.Time.UnixNano() {
+			if s, ok := x.slotOf(p.MessageID); ok && x.slots.at(s).updated < e.Time.UnixNano() {
 				x.setUpdated(s, e.Time.UnixNano())
 			}
 		}
@@ -730,11 +755,11 @@ func (x *Index) applyLocked(e *eventlog.Event) {
 }
 
 // matches returns the slots that match f, but for its unread filter: a
-// bitset of len(x.slots) bits, each filter's slots intersected. It costs
+// bitset of x.slots.len() bits, each filter's slots intersected. It costs
 // the size of those lists plus a few passes over the bitset's words (a
 // 64th of the messages each), not a test of every message's fields.
 func (x *Index) matches(f store.MessageFilter) bitset {
-	words := (len(x.slots) + 63) / 64
+	words := (x.slots.len() + 63) / 64
 	slotsOf := func(p postings, s string) []int32 {
 		if id, ok := x.lookup(s); ok {
 			return p.of(id)
@@ -769,7 +794,7 @@ func (x *Index) matches(f store.MessageFilter) bitset {
 		}
 		every = every[1:]
 	default:
-		r.fill(len(x.slots))
+		r.fill(x.slots.len())
 	}
 	for _, list := range every {
 		r.andList(list)
@@ -941,7 +966,7 @@ func (x *Index) List(ctx context.Context, f store.MessageFilter) (ids []string, 
 			continue
 		}
 		if seen >= f.Offset {
-			page = append(page, x.slots[s].id)
+			page = append(page, x.slots.at(s).id)
 		}
 		seen++
 	}

@@ -136,9 +136,9 @@ func (x *Index) Save(path string) error {
 	}
 	// The slots the snapshot holds are in its by-ID order; only later
 	// ones need the map.
-	later := make(map[string]int32, len(x.slots)-len(sn.byID))
-	for i := len(sn.byID); i < len(x.slots); i++ {
-		later[x.slots[i].id] = int32(i)
+	later := make(map[string]int32, x.slots.len()-len(sn.byID))
+	for i := len(sn.byID); i < x.slots.len(); i++ {
+		later[x.slots.at(int32(i)).id] = int32(i)
 	}
 	x.sorted, x.byID = sn.byID, later
 	return nil
@@ -196,8 +196,8 @@ func (x *Index) writeSnapshot(w io.Writer) (snapshotInfo, error) {
 		x.mu.RUnlock()
 		return snapshotInfo{}, errors.New("no index to save")
 	}
-	n, covered := len(x.slots), x.unsaved
-	slots := x.slots[:n:n]
+	n, covered := x.slots.len(), x.unsaved
+	slots := x.slots // its first n never move
 	head := snapHeader{Version: snapVersion, Messages: n}
 	for rel, p := range x.pos {
 		head.Positions = append(head.Positions, snapPosition{rel, p.Offset, p.EventID})
@@ -243,11 +243,11 @@ func (x *Index) writeSnapshot(w io.Writer) (snapshotInfo, error) {
 		}
 		size := 0
 		for i := lo; i < min(lo+snapshotChunk, n); i++ {
-			size += len(x.slots[i].id)
+			size += len(x.slots.at(int32(i)).id)
 		}
 		ids.Grow(size) // once, not by doubling: a save runs every 2,000 events
 		for i := lo; i < min(lo+snapshotChunk, n); i++ {
-			m := &x.slots[i]
+			m := x.slots.at(int32(i))
 			ids.WriteString(m.id)
 			c.IDLens = append(c.IDLens, uint32(len(m.id)))
 			c.Created, c.Updated = append(c.Created, m.created), append(c.Updated, m.updated)
@@ -289,8 +289,8 @@ func (x *Index) writeSnapshot(w io.Writer) (snapshotInfo, error) {
 // mergeByID returns every slot in message ID order: sorted, already in
 // that order, merged with others, sorted here. Slots are mostly added in
 // ID order (IDs grow with time), so others sorts quickly.
-func mergeByID(slots []imsg, sorted, others []int32) []int32 {
-	byIDOf := func(a, b int32) int { return strings.Compare(slots[a].id, slots[b].id) }
+func mergeByID(slots slotList, sorted, others []int32) []int32 {
+	byIDOf := func(a, b int32) int { return strings.Compare(slots.at(a).id, slots.at(b).id) }
 	slices.SortFunc(others, byIDOf)
 	out := make([]int32, 0, len(sorted)+len(others))
 	i, j := 0, 0
@@ -347,18 +347,18 @@ func (x *Index) decode(b []byte) error {
 	if head.Messages < 0 {
 		return bad("a negative count of messages")
 	}
-	// A message takes at least 7 bytes of a chunk (a number in each of its
-	// columns): no count is trusted with more memory than that allows.
-	slots := make([]imsg, 0, min(head.Messages, len(body)/7))
+	// The slots grow a chunk at a time as messages decode: no count is
+	// trusted with memory.
+	var slots slotList
 	var allKeys []uint32
 	var maxStr uint32
-	for len(slots) < head.Messages {
+	for slots.len() < head.Messages {
 		var c snapChunk
 		if err := dec.Decode(&c); err != nil {
 			return bad(err.Error())
 		}
 		k := len(c.IDLens)
-		if k == 0 || k > head.Messages-len(slots) {
+		if k == 0 || k > head.Messages-slots.len() {
 			return bad("messages not as many as said")
 		}
 		if len(c.Created) != k || len(c.Updated) != k || len(c.Author) != k || len(c.Thread) != k || len(c.Flags) != k || len(c.KeyLens) != k {
@@ -374,7 +374,7 @@ func (x *Index) decode(b []byte) error {
 			}
 			maxStr = max(maxStr, c.Author[i], c.Thread[i])
 			nk := c.KeyLens[i]
-			slots = append(slots, imsg{id: ids[:c.IDLens[i]], created: c.Created[i], updated: c.Updated[i],
+			slots.push(imsg{id: ids[:c.IDLens[i]], created: c.Created[i], updated: c.Updated[i],
 				author: c.Author[i], thread: c.Thread[i], deleted: c.Flags[i]&1 != 0, proxied: c.Flags[i]&2 != 0,
 				keyAt: uint32(len(allKeys) + len(c.Keys) - len(keys))})
 			ids, keys = ids[c.IDLens[i]:], keys[nk:]
@@ -394,7 +394,7 @@ func (x *Index) decode(b []byte) error {
 	if err := dec.Decode(new(snapTail)); err != io.EOF {
 		return bad("trailing bytes")
 	}
-	n := len(slots)
+	n := slots.len()
 	if len(tail.Order) != n || len(tail.ByID) != n {
 		return bad("the orders do not cover the messages")
 	}
@@ -407,7 +407,7 @@ func (x *Index) decode(b []byte) error {
 	}
 	// The slots by ID: strictly increasing IDs, so also no ID twice.
 	for i, s := range tail.ByID {
-		if s < 0 || int(s) >= n || i > 0 && slots[s].id <= slots[tail.ByID[i-1]].id {
+		if s < 0 || int(s) >= n || i > 0 && slots.at(s).id <= slots.at(tail.ByID[i-1]).id {
 			return bad("message IDs are not sorted or repeat")
 		}
 	}
