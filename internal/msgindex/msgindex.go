@@ -381,6 +381,21 @@ func (x *Index) slotOf(id string) (int32, bool) {
 	return 0, false
 }
 
+// mapMost is how many messages byID holds before they join sorted.
+const mapMost = 4096
+
+// sortByID merges the slots byID holds (every slot past sorted's) into
+// sorted, and empties byID: a map of the 100,000 messages an import
+// brought took 3 MiB, the sorted slots 0.4. A save does it too.
+func (x *Index) sortByID() {
+	others := make([]int32, 0, len(x.byID))
+	for s := len(x.sorted); s < x.slots.len(); s++ {
+		others = append(others, int32(s))
+	}
+	x.sorted = mergeByID(x.slots, x.sorted, others)
+	x.byID = map[string]int32{}
+}
+
 // add inserts a message if new, keeping order sorted by created time.
 func (x *Index) add(id, author, thread string, created int64, deleted bool) int32 {
 	if s, ok := x.slotOf(id); ok {
@@ -390,6 +405,9 @@ func (x *Index) add(id, author, thread string, created int64, deleted bool) int3
 	m := imsg{id: id, created: created, author: x.intern(author), thread: x.intern(thread), keyAt: uint32(len(x.keys))}
 	x.slots.push(m)
 	x.byID[id] = slot
+	if len(x.byID) > max(mapMost, len(x.sorted)/8) {
+		x.sortByID()
+	}
 	if x.bulk {
 		x.order = append(x.order, slot) // sorted once at the end
 	} else {

@@ -135,7 +135,10 @@ func (x *Index) Save(path string) error {
 		return nil
 	}
 	// The slots the snapshot holds are in its by-ID order; only later
-	// ones need the map.
+	// ones need the map (unless more were sorted meanwhile).
+	if len(sn.byID) <= len(x.sorted) {
+		return nil
+	}
 	later := make(map[string]int32, x.slots.len()-len(sn.byID))
 	for i := len(sn.byID); i < x.slots.len(); i++ {
 		later[x.slots.at(int32(i)).id] = int32(i)
@@ -197,7 +200,7 @@ func (x *Index) writeSnapshot(w io.Writer) (snapshotInfo, error) {
 		return snapshotInfo{}, errors.New("no index to save")
 	}
 	n, covered := x.slots.len(), x.unsaved
-	slots := x.slots // its first n never move
+	slots := slices.Clone(x.slots) // its first n never change; the lists' headers do
 	head := snapHeader{Version: snapVersion, Messages: n}
 	for rel, p := range x.pos {
 		head.Positions = append(head.Positions, snapPosition{rel, p.Offset, p.EventID})
