@@ -68,10 +68,9 @@ func (s *Syncer) consume(ctx context.Context, nc *nats.Conn, js jetstream.JetStr
 	if err != nil {
 		return fmt.Errorf("consumer on %s: %w", s.cfg.Stream, err)
 	}
-	// What the client buffers is bounded in bytes: one pull is room for
-	// the largest message (a megabyte of lines), and the next is asked
-	// for once half of it was taken, so one message waits while one is
-	// imported. A batch is bounded in bytes too.
+	// What the client buffers is bounded in bytes: a pull is room for
+	// two of the largest messages (a megabyte of lines each), so the
+	// next comes while one is imported. A batch is bounded in bytes too.
 	msgs := make(chan jetstream.Msg, 1)
 	errs := make(chan error, 1)
 	stop := make(chan struct{})
@@ -80,7 +79,7 @@ func (s *Syncer) consume(ctx context.Context, nc *nats.Conn, js jetstream.JetStr
 		case msgs <- m:
 		case <-stop:
 		}
-	}, jetstream.PullMaxBytes(max(batchBytes, int(nc.MaxPayload())+headroom)), jetstream.PullHeartbeat(heartbeat),
+	}, jetstream.PullMaxBytes(2*max(batchBytes, int(nc.MaxPayload())+headroom)), jetstream.PullHeartbeat(heartbeat),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 			select {
 			case errs <- err:
