@@ -2,12 +2,14 @@ package eventlog
 
 import (
 	"bufio"
+	"bytes"
 	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"path/filepath"
+	"slices"
 )
 
 // The event IDs a shard holds. Import drops a line whose event the shard
@@ -20,8 +22,9 @@ import (
 // the shard, then kept up to date by reading on from where the last
 // look stopped (the durable end): local appends need no bookkeeping of
 // their own, and a shard no import touches costs nothing. Each ID is
-// kept as 16 bytes of its SHA-256, whatever its length: about 2 MiB per
-// 100,000 events.
+// kept as 16 bytes of its SHA-256, whatever its length, in sorted lists
+// by its first byte, which grow by an eighth: about 1.7 MiB per 100,000
+// events (a map took 2.3).
 
 // idKey is an event ID as a shard's ID set keeps it.
 type idKey [16]byte
@@ -33,9 +36,32 @@ func keyOf(id string) idKey {
 
 // heldIDs are the event IDs of a shard's lines up to shard offset end.
 type heldIDs struct {
-	keys map[idKey]struct{}
+	keys [256][]idKey // by first byte, each sorted
 	end  int64
 }
+
+// has reports whether h holds k.
+func (h *heldIDs) has(k idKey) bool {
+	_, ok := slices.BinarySearchFunc(h.keys[k[0]], k, compareKeys)
+	return ok
+}
+
+// add adds k.
+func (h *heldIDs) add(k idKey) {
+	list := h.keys[k[0]]
+	i, ok := slices.BinarySearchFunc(list, k, compareKeys)
+	if ok {
+		return
+	}
+	if len(list) == cap(list) {
+		grown := make([]idKey, len(list), len(list)+len(list)/8+4)
+		copy(grown, list)
+		list = grown
+	}
+	h.keys[k[0]] = slices.Insert(list, i, k)
+}
+
+func compareKeys(a, b idKey) int { return bytes.Compare(a[:], b[:]) }
 
 // LineID returns the event ID of a log line (without its newline), ""
 // if the line is not an event. Lines a thrum wrote start with their ID,
@@ -67,7 +93,7 @@ func (l *Log) Lacks(shard string, lines [][]byte) ([][]byte, error) {
 	for _, line := range lines {
 		if id := LineID(line); id != "" {
 			k := keyOf(id)
-			if _, dup := h.keys[k]; dup {
+			if h.has(k) {
 				continue
 			}
 			if _, dup := seen[k]; dup {
@@ -92,7 +118,7 @@ func (l *Log) dropHeld(evs []*Event, seen map[string]map[idKey]struct{}) ([]*Eve
 			return nil, err
 		}
 		k := keyOf(e.ID)
-		if _, dup := h.keys[k]; dup {
+		if h.has(k) {
 			continue
 		}
 		s := seen[rel]
@@ -114,7 +140,7 @@ func (l *Log) dropHeld(evs []*Event, seen map[string]map[idKey]struct{}) ([]*Eve
 func (l *Log) heldIn(rel string) (*heldIDs, error) {
 	h := l.held[rel]
 	if h == nil {
-		h = &heldIDs{keys: map[idKey]struct{}{}}
+		h = &heldIDs{}
 		l.held[rel] = h
 	}
 	l.mu.Lock()
@@ -159,7 +185,7 @@ func (h *heldIDs) read(dir string, seg segment) error {
 			return err
 		}
 		if id := LineID(line); id != "" {
-			h.keys[keyOf(id)] = struct{}{}
+			h.add(keyOf(id))
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -135,6 +136,43 @@ func TestImportDropsWhatTheShardHolds(t *testing.T) {
 		if n != 1 {
 			t.Errorf("event %s is in the shard %d times", id, n)
 		}
+	}
+}
+
+// The IDs a shard holds take under 20 bytes each once read (16 bytes of
+// hash and the room to add more): 100,000 of a shard that an import asks
+// about, not the 23 a map of them took.
+func TestHeldIDsAreSmall(t *testing.T) {
+	const n = 100_000
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, MessagesDir), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	var b []byte
+	for _, line := range messageLines(n, "alice") {
+		b = append(append(b, line...), '\n')
+	}
+	if err := private.WriteFile(filepath.Join(dir, ShardPath("alice")), b); err != nil {
+		t.Fatal(err)
+	}
+	b = nil
+	l := openLog(t, dir, &Options{NoSync: true})
+	live := func() uint64 {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	before := live()
+	if _, err := l.Lacks("alice", messageLines(1, "alice")); err != nil {
+		t.Fatal(err)
+	}
+	after := live()
+	runtime.KeepAlive(l)
+	held := after - min(before, after)
+	t.Logf("the IDs of %d events: %d KiB, %d bytes each", n, held>>10, held/n)
+	if held/n >= 20 {
+		t.Fatalf("the IDs of a shard of %d events take %d KiB, %d bytes each", n, held>>10, held/n)
 	}
 }
 

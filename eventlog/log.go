@@ -452,6 +452,10 @@ func (l *Log) applyLoop(done chan struct{}) {
 				r.done <- b.errs[i]
 			}
 		}
+		// The slices are used again: what they held must not outlive
+		// the group (an import's events, and the lines they point into).
+		clear(group)
+		clear(evs)
 	}
 }
 

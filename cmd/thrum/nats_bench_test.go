@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
 	"fmt"
 	"io"
 	"net"
@@ -15,8 +16,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/thrumhq/thrum"
 	"github.com/thrumhq/thrum/eventlog"
 	"github.com/thrumhq/thrum/identity"
+	"github.com/thrumhq/thrum/internal/keystore"
 	"github.com/thrumhq/thrum/internal/thrumtest"
 	"github.com/thrumhq/thrum/rpc"
 )
@@ -149,7 +152,17 @@ func BenchmarkNATSCatchUp100k(b *testing.B) {
 		a.do("", "quickstart", "--name", "alice", "--role", "dev", "--module", "m")
 		a.do("alice", "send", "the first", "--to", "@alice")
 		a.do("", "daemon", "stop")
-		thrumtest.CopyMessages(b, filepath.Join(a.repo, ".git", "thrum-sync", "a-sync", filepath.FromSlash(eventlog.ShardPath("alice"))), n-1)
+		// Signed as alice's thrum signs, or B refuses every copy.
+		ks, err := keystore.Open(filepath.Join(a.repo, ".thrum", "var", thrum.DefaultKeyDir))
+		if err != nil {
+			b.Fatal(err)
+		}
+		key, err := ks.Key("alice", false)
+		if err != nil || key == nil {
+			b.Fatalf("alice's key: %v", err)
+		}
+		repoID := thrumtest.Git(b, a.repo, "rev-list", "--max-parents=0", "--max-count=1", "HEAD")[:16]
+		thrumtest.CopyMessages(b, filepath.Join(a.repo, ".git", "thrum-sync", "a-sync", filepath.FromSlash(eventlog.ShardPath("alice"))), n-1, repoID, key.(ed25519.PrivateKey))
 		a.do("", "daemon", "start", "--nats", ns.URL, "--timeout", "5m") // it applies the copied messages first
 		waitFor(b, 5*time.Minute, "a to publish its history", func() bool {
 			st := a.syncStatus()

@@ -46,7 +46,7 @@ func TestSyncFiguresDaemon(t *testing.T) {
 	c.forceSync()
 	c.do("", "daemon", "stop")
 	logDir := filepath.Join(c.repo, ".git", "thrum-sync", "a-sync")
-	thrumtest.CopyMessages(t, filepath.Join(logDir, filepath.FromSlash(eventlog.ShardPath("alice"))), stored-1)
+	thrumtest.CopyMessages(t, filepath.Join(logDir, filepath.FromSlash(eventlog.ShardPath("alice"))), stored-1, "", nil)
 	c.startDaemon("--sync-interval", "1h")
 	c.forceSync() // pushes the copies
 	pid := pidFromFile(filepath.Join(c.repo, ".thrum", "var", "thrum.pid"))

@@ -57,6 +57,13 @@ type Verdict struct {
 	Wait   string // why it cannot be judged yet, if it cannot
 }
 
+// BatchBytes is how many bytes of lines a transport hands Admit at once,
+// at most (and a line more): what an import holds beside the log at its
+// peak is about its events decoded, judged and applied, a few times the
+// bytes of its lines, so a remote file or a stream message of any size
+// is admitted a slice at a time.
+const BatchBytes = 256 << 10
+
 // Options configure a Gate. A nil *Options means all defaults.
 type Options struct {
 	// Judge, if set, holds each event to the node's rules (a thrum

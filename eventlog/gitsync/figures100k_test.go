@@ -47,7 +47,7 @@ func TestSyncFigures100k(t *testing.T) {
 	// Preload: copy each agent's message with fresh IDs.
 	start := time.Now()
 	for _, n := range names {
-		thrumtest.CopyMessages(t, filepath.Join(a.wt, filepath.FromSlash(eventlog.ShardPath(n))), perAgent-1)
+		thrumtest.CopyMessages(t, filepath.Join(a.wt, filepath.FromSlash(eventlog.ShardPath(n))), perAgent-1, "", nil)
 	}
 	a.open()
 	if got := a.total(); got != agents*perAgent {

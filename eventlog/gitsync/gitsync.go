@@ -1031,13 +1031,9 @@ func (s *Syncer) mergeFile(ctx context.Context, commit string, f remoteFile, r i
 	return imported, nil
 }
 
-// mergeBatch bounds the lines a merge holds at once: a remote file may be
-// any size.
-const mergeBatch = 256 << 10
-
 // scanBlob reads a remote shard file from r. The first skip bytes are
 // only hashed, and must hash to want; the whole lines after them go to
-// flush (admission), mergeBatch bytes at a time. Every whole line,
+// flush (admission), admit.BatchBytes at a time. Every whole line,
 // prefix included, is fed to full; size is the length of the whole lines
 // (an unterminated tail is not an event yet and is read again next time).
 func (s *Syncer) scanBlob(r io.Reader, full hash.Hash, skip int64, want [sha256.Size]byte, flush func([][]byte) error) (size int64, checked int, err error) {
@@ -1067,7 +1063,7 @@ func (s *Syncer) scanBlob(r io.Reader, full hash.Hash, skip int64, want [sha256.
 		size += n
 		line = bytes.TrimSuffix(line, []byte("\n"))
 		lines = append(lines, line)
-		if held += len(line); held >= mergeBatch {
+		if held += len(line); held >= admit.BatchBytes {
 			if err := flush(lines); err != nil {
 				return size, checked, err
 			}

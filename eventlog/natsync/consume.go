@@ -68,8 +68,9 @@ func (s *Syncer) consume(ctx context.Context, nc *nats.Conn, js jetstream.JetStr
 	if err != nil {
 		return fmt.Errorf("consumer on %s: %w", s.cfg.Stream, err)
 	}
-	// What the client buffers is bounded in bytes (a message may hold a
-	// megabyte of lines), and so is a batch.
+	// What the client buffers is bounded in bytes: a pull is room for
+	// two of the largest messages (a megabyte of lines each), so the
+	// next comes while one is imported. A batch is bounded in bytes too.
 	msgs := make(chan jetstream.Msg, 1)
 	errs := make(chan error, 1)
 	stop := make(chan struct{})
@@ -132,7 +133,9 @@ func (s *Syncer) consume(ctx context.Context, nc *nats.Conn, js jetstream.JetStr
 				}
 			}
 			lull.Stop()
-			if err := s.importBatch(ctx, batch); err != nil {
+			err := s.importBatch(ctx, batch)
+			clear(batch) // let the messages go while the next is awaited
+			if err != nil {
 				return err
 			}
 			s.ok(nc)
@@ -221,17 +224,22 @@ func (s *Syncer) importBatch(ctx context.Context, batch []jetstream.Msg) error {
 	var order []*pending
 	flush := func() error {
 		for _, p := range order {
-			if len(p.lines) == 0 {
-				continue
-			}
-			r, err := s.opts.Admission.Admit(ctx, p.src, p.shard, p.lines)
-			if r != nil {
-				s.mu.Lock()
-				s.status.Imported += len(r.Imported)
-				s.mu.Unlock()
-			}
-			if err != nil {
-				return fmt.Errorf("admit %s: %w", p.src.File, err)
+			for lines := p.lines; len(lines) > 0; {
+				n, size := 0, 0
+				for n < len(lines) && size < admit.BatchBytes {
+					size += len(lines[n])
+					n++
+				}
+				r, err := s.opts.Admission.Admit(ctx, p.src, p.shard, lines[:n])
+				if r != nil {
+					s.mu.Lock()
+					s.status.Imported += len(r.Imported)
+					s.mu.Unlock()
+				}
+				if err != nil {
+					return fmt.Errorf("admit %s: %w", p.src.File, err)
+				}
+				lines = lines[n:]
 			}
 		}
 		clear(shards)

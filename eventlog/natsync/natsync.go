@@ -81,7 +81,7 @@ const (
 	maxRunsOut  = 256                    // messages in flight at once (one per subject)
 	roundBytes  = 2 << 20                // what one round reads of a shard at most
 	roundGap    = 20 * time.Millisecond  // the least time between two publishing passes
-	batchBytes  = 1 << 20                // what one import takes at most (a message more)
+	batchBytes  = admit.BatchBytes       // what one import takes at most (a message more)
 	batchLull   = 500 * time.Microsecond // a batch ends when no message came for this long
 	headroom    = 512                    // bytes of a message that are not its lines
 )

@@ -1,6 +1,7 @@
 package msgindex_test
 
 import (
+	"context"
 	"fmt"
 	"path/filepath"
 	"runtime"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	"github.com/thrumhq/thrum/eventlog"
+	"github.com/thrumhq/thrum/internal/msgindex"
 	"github.com/thrumhq/thrum/store"
 )
 
@@ -62,4 +64,89 @@ func liveHeap() uint64 {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
 	return m.HeapAlloc
+}
+
+// Reads waiting for their messages (an import holds tens of thousands
+// while it merges the shards of their readers before those of the
+// messages) take less than 64 bytes each: not the message's ID, nor a
+// list and a name per read.
+func TestEarlyReadsAreSmallWhileTheyWait(t *testing.T) {
+	const n = 20_000
+	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	st, err := store.Open(filepath.Join(t.TempDir(), "x.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	x := built(st)
+	before := liveHeap()
+	for i := range n / 100 { // each read made as it is applied, then let go
+		ids := make([]string, 100)
+		for j := range ids {
+			ids[j] = fmt.Sprintf("msg_01M8JVD4R2PB0QRWMV%06d", i*100+j)
+		}
+		x.Apply([]*eventlog.Event{{Type: eventlog.TypeMessageRead, Shard: "bob", Time: at,
+			Payload: eventlog.MessageRead{AgentID: "bob", SessionID: "ses_bob", MessageIDs: ids}}})
+	}
+	after := liveHeap()
+	runtime.KeepAlive(x)
+	held := after - min(before, after)
+	t.Logf("%d reads waiting: %d KiB, %d bytes each", n, held>>10, held/n)
+	if held/n >= 64 {
+		t.Fatalf("%d reads waiting for their messages hold %d KiB, %d bytes each", n, held>>10, held/n)
+	}
+}
+
+// An index that took its messages one commit at a time (an import of
+// 50,000) holds no more than one loaded from its snapshot: no map of
+// every message it indexed, no slack of a slice grown by a quarter.
+func TestAnIndexedImportIsAsSmallAsALoad(t *testing.T) {
+	const n = 50_000
+	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	st, err := store.Open(filepath.Join(t.TempDir(), "x.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	path := filepath.Join(t.TempDir(), "x.index")
+	before := liveHeap()
+	x := built(st)
+	for i := 0; i < n; i += 500 { // each commit made as it is applied, then let go
+		var evs []*eventlog.Event
+		for j := i; j < i+500; j++ {
+			evs = append(evs, &eventlog.Event{Type: eventlog.TypeMessageCreate, Shard: "ann", Time: at.Add(time.Duration(j)), Offset: int64(j+1) * 100,
+				Payload: eventlog.MessageCreate{MessageID: fmt.Sprintf("msg_01M8JVD4R2PB0QRWMV%06d", j), AgentID: "ann",
+					Refs: []eventlog.Pair{{Type: "mention", Value: "bob"}}}})
+		}
+		x.Apply(evs)
+	}
+	imported := liveHeap() - min(before, liveHeap())
+	if err := x.Save(path); err != nil {
+		t.Fatal(err)
+	}
+	x.Close()
+	runtime.KeepAlive(x)
+	before = liveHeap()
+	y := msgindex.New()
+	if err := y.Load(context.Background(), path, emptyLog{}); err != nil {
+		t.Fatal(err)
+	}
+	loaded := liveHeap() - min(before, liveHeap())
+	runtime.KeepAlive(y)
+	t.Logf("%d messages: %d KiB indexed as they came, %d KiB loaded", n, imported>>10, loaded>>10)
+	if imported > loaded+loaded/10 {
+		t.Fatalf("an index of %d messages that came one commit at a time holds %d KiB, loaded from its snapshot %d KiB", n, imported>>10, loaded>>10)
+	}
+}
+
+// emptyLog is a log that holds every position a snapshot names and
+// nothing past them.
+type emptyLog struct{}
+
+func (emptyLog) Positions() map[string]int64 { return nil }
+func (emptyLog) CheckAt(string, int64, string) (*eventlog.Event, error) {
+	return nil, nil
+}
+func (emptyLog) Scan(_ context.Context, from map[string]int64, _ func(*eventlog.Event) error) (map[string]int64, error) {
+	return from, nil
 }

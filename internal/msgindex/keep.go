@@ -107,7 +107,11 @@ func (x *Index) SaveIfChanged(path string, logger *slog.Logger) error {
 // messages indexed, and at least Min, or, if anything changed, Age after
 // the last save; checked every Check. A start after a crash thus replays
 // at most that much of the log, and saving (in the background) costs a
-// few microseconds per event at any size.
+// few microseconds per event at any size. While the index takes a burst
+// (Min events or more since the last check: an import), it is saved
+// only Age after the last save, and then once the burst is over: a save
+// holds a copy of the index's orders while it runs, on top of what the
+// import holds.
 type SavePolicy struct {
 	Min   int
 	Age   time.Duration
@@ -127,6 +131,7 @@ func (x *Index) SaveLoop(ctx context.Context, path string, p SavePolicy, logger 
 	t := time.NewTicker(p.Check)
 	defer t.Stop()
 	at, failed := time.Now(), false
+	var last uint64 // unsaved at the last check
 	for {
 		select {
 		case <-ctx.Done():
@@ -134,13 +139,17 @@ func (x *Index) SaveLoop(ctx context.Context, path string, p SavePolicy, logger 
 		case <-t.C:
 		}
 		unsaved, onDisk := x.Unsaved()
+		took := unsaved - min(last, unsaved)
+		last = unsaved
 		if onDisk && unsaved == 0 || !x.Built() {
 			continue
 		}
-		if (onDisk || failed) && unsaved < uint64(max(p.Min, x.Len()/50)) && time.Since(at) < p.Age {
+		young := time.Since(at) < p.Age
+		if (onDisk || failed) && young && (unsaved < uint64(max(p.Min, x.Len()/50)) || took >= uint64(p.Min)) {
 			continue
 		}
 		at = time.Now()
 		failed = x.SaveIfChanged(path, logger) != nil
+		last, _ = x.Unsaved()
 	}
 }

@@ -5,6 +5,7 @@ package msgindex
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"math/bits"
@@ -45,7 +46,8 @@ type Index struct {
 	slowOnce sync.Once
 	err      error // why the build failed, if it did
 
-	slots   []imsg           // by slot: append order
+	slots   slotList         // by slot: append order
+	keys    []uint32         // the slots' keys, in slot order (keysOf)
 	order   []int32          // slots sorted by (created, message_id)
 	byUpd   []int32          // slots sorted by (updated or else created, created, message_id)
 	sorted  []int32          // slots sorted by message_id: those a snapshot brought
@@ -54,10 +56,15 @@ type Index struct {
 	strList []string            // by ID: strs inverted; only ever appended to
 	reads   map[uint32][]uint64 // reader → bitset over slots
 	pending []*eventlog.Event   // committed while building
-	early   map[string][]string // reads of messages not indexed yet (synced out of order)
+	// Reads of messages not indexed yet (synced out of order: an import
+	// can hold tens of thousands at once): the reader of each, and the
+	// others of the few that several read first. A message is keyed by
+	// earlyKeyOf, and a reader is its string ID.
+	early     map[earlyKey]uint32
+	earlyMore map[earlyKey][]uint32
 	// earlyMost is the most entries early has held: a map never gives
 	// back the room it grew to, so early is copied once it is down to a
-	// quarter of that (an import can hold tens of thousands at once).
+	// quarter of that.
 	earlyMost int
 	pos       map[string]Position // shard path → how far the index has applied it
 	unsaved   uint64              // log events taken since the snapshot on disk was saved or loaded
@@ -93,12 +100,22 @@ type Position struct {
 func (x *Index) Close() {
 	x.mu.Lock()
 	x.closed = true
-	x.slots, x.order, x.sorted, x.byID, x.reads = nil, nil, nil, nil, nil
+	x.slots, x.keys, x.order, x.sorted, x.byID, x.reads = nil, nil, nil, nil, nil, nil
 	x.byUpd, x.byKey, x.byAuthor, x.byThread, x.deleted, x.proxied = nil, nil, nil, nil, nil, nil
 	x.mu.Unlock()
 	// A listing waiting for a load or build that will now never come
 	// gets ErrClosed instead.
 	x.markSlow()
+}
+
+// An earlyKey is the ID of a message read before it came, as early keeps
+// it: 16 bytes of its SHA-256, whatever its length (the ID itself cost a
+// string of 32 bytes or more each).
+type earlyKey [16]byte
+
+func earlyKeyOf(id string) earlyKey {
+	sum := sha256.Sum256([]byte(id))
+	return earlyKey(sum[:16])
 }
 
 // markSlow lets listings stop waiting for the index.
@@ -109,15 +126,54 @@ func (x *Index) markSlow() { x.slowOnce.Do(func() { close(x.slow) }) }
 // elsewhere until it ends), or the index is closed.
 func (x *Index) Settled() <-chan struct{} { return x.slow }
 
+// An imsg is a message as the index holds it: 48 bytes, its keys kept
+// apart in one array for all (a slice of its own cost 24 bytes and an
+// allocation a message).
 type imsg struct {
 	id      string
 	created int64 // unix nanoseconds
 	updated int64 // 0 if never edited
 	author  uint32
 	thread  uint32 // 0: not in a thread
+	keyAt   uint32 // where its keys start in Index.keys (see keysOf)
 	deleted bool
-	proxied bool     // a user sent it as author: the author has not read it
-	keys    []uint32 // interned "s\x00type\x00value" and "r\x00type\x00value"
+	proxied bool // a user sent it as author: the author has not read it
+}
+
+// A slotList is the slots in chunks of slotChunk: it grows a chunk at a
+// time and never copies what it holds (a slice of them all, grown by a
+// quarter, held its old array and its new one at once: 9 MiB at
+// 100,000).
+type slotList [][]imsg
+
+const slotChunk = 1 << 12
+
+func (l slotList) len() int {
+	if len(l) == 0 {
+		return 0
+	}
+	return (len(l)-1)*slotChunk + len(l[len(l)-1])
+}
+
+func (l slotList) at(s int32) *imsg { return &l[s/slotChunk][s%slotChunk] }
+
+func (l *slotList) push(m imsg) {
+	if n := len(*l); n == 0 || len((*l)[n-1]) == slotChunk {
+		*l = append(*l, make([]imsg, 0, slotChunk))
+	}
+	last := &(*l)[len(*l)-1]
+	*last = append(*last, m)
+}
+
+// keysOf returns the keys of slot s (interned "s\x00type\x00value" and
+// "r\x00type\x00value"): the keys of the slots are kept in slot order,
+// so they run from its keyAt to the next slot's.
+func (x *Index) keysOf(s int) []uint32 {
+	end := uint32(len(x.keys))
+	if s+1 < x.slots.len() {
+		end = x.slots.at(int32(s + 1)).keyAt
+	}
+	return x.keys[x.slots.at(int32(s)).keyAt:end:end]
 }
 
 // New returns an empty index; Build fills it.
@@ -231,12 +287,19 @@ func (x *Index) Build(ctx context.Context, st *store.Store) {
 	x.markSlow()
 	b := New()
 	b.bulk = true
+	// The keys come by kind, not by message: they are laid out in slot
+	// order once all are in.
+	type slotKey struct {
+		slot int32
+		key  uint32
+	}
+	var keys []slotKey
 	err := st.IndexSnapshot(ctx, func(rel string, off int64, eventID string) {
 		b.pos[rel] = Position{off, eventID}
 	}, func(r store.IndexRow) {
 		b.add(r.MessageID, r.AgentID, r.ThreadID, r.CreatedAt.UnixNano(), r.Deleted)
 		s, _ := b.slotOf(r.MessageID)
-		m := &b.slots[s]
+		m := b.slots.at(s)
 		if !r.UpdatedAt.IsZero() {
 			m.updated = r.UpdatedAt.UnixNano()
 		}
@@ -247,7 +310,7 @@ func (x *Index) Build(ctx context.Context, st *store.Store) {
 			b.bulk = false
 		}
 		if s, ok := b.slotOf(id); ok {
-			b.slots[s].keys = append(b.slots[s].keys, b.intern(pairKey(kind, typ, value)))
+			keys = append(keys, slotKey{s, b.intern(pairKey(kind, typ, value))})
 		}
 	}, func(id, agent string) {
 		b.markRead(agent, id)
@@ -255,6 +318,17 @@ func (x *Index) Build(ctx context.Context, st *store.Store) {
 	if b.bulk { // no scope or ref at all
 		sort.Slice(b.order, func(i, j int) bool { return b.less(b.order[i], b.order[j]) })
 		b.bulk = false
+	}
+	slices.SortStableFunc(keys, func(a, c slotKey) int { return int(a.slot) - int(c.slot) })
+	b.keys = make([]uint32, len(keys))
+	for i, k := range keys {
+		b.keys[i] = k.key
+	}
+	for s, i := b.slots.len()-1, len(keys); s >= 0; s-- {
+		for i > 0 && keys[i-1].slot >= int32(s) {
+			i--
+		}
+		b.slots.at(int32(s)).keyAt = uint32(i)
 	}
 	b.derive()
 	x.install(b, err)
@@ -273,7 +347,8 @@ func (x *Index) install(b *Index, err error) {
 		x.err = err
 		return
 	}
-	x.slots, x.order, x.sorted, x.byID, x.strs, x.strList, x.reads, x.early = b.slots, b.order, b.sorted, b.byID, b.strs, b.strList, b.reads, b.early
+	x.slots, x.keys, x.order, x.sorted, x.byID, x.strs, x.strList, x.reads = b.slots, b.keys, b.order, b.sorted, b.byID, b.strs, b.strList, b.reads
+	x.early, x.earlyMore, x.earlyMost = b.early, b.earlyMore, b.earlyMost
 	x.indexed, x.byUpd, x.byKey, x.byAuthor, x.byThread, x.deleted, x.proxied = b.indexed, b.byUpd, b.byKey, b.byAuthor, b.byThread, b.deleted, b.proxied
 	for _, e := range x.pending { // idempotent: some may be in the snapshot too
 		x.applyLocked(e)
@@ -299,11 +374,26 @@ func (x *Index) slotOf(id string) (int32, bool) {
 	if s, ok := x.byID[id]; ok {
 		return s, true
 	}
-	i := sort.Search(len(x.sorted), func(i int) bool { return x.slots[x.sorted[i]].id >= id })
-	if i < len(x.sorted) && x.slots[x.sorted[i]].id == id {
+	i := sort.Search(len(x.sorted), func(i int) bool { return x.slots.at(x.sorted[i]).id >= id })
+	if i < len(x.sorted) && x.slots.at(x.sorted[i]).id == id {
 		return x.sorted[i], true
 	}
 	return 0, false
+}
+
+// mapMost is how many messages byID holds before they join sorted.
+const mapMost = 4096
+
+// sortByID merges the slots byID holds (every slot past sorted's) into
+// sorted, and empties byID: a map of the 100,000 messages an import
+// brought took 3 MiB, the sorted slots 0.4. A save does it too.
+func (x *Index) sortByID() {
+	others := make([]int32, 0, len(x.byID))
+	for s := len(x.sorted); s < x.slots.len(); s++ {
+		others = append(others, int32(s))
+	}
+	x.sorted = mergeByID(x.slots, x.sorted, others)
+	x.byID = map[string]int32{}
 }
 
 // add inserts a message if new, keeping order sorted by created time.
@@ -311,10 +401,13 @@ func (x *Index) add(id, author, thread string, created int64, deleted bool) int3
 	if s, ok := x.slotOf(id); ok {
 		return s
 	}
-	slot := int32(len(x.slots))
-	m := imsg{id: id, created: created, author: x.intern(author), thread: x.intern(thread)}
-	x.slots = append(x.slots, m)
+	slot := int32(x.slots.len())
+	m := imsg{id: id, created: created, author: x.intern(author), thread: x.intern(thread), keyAt: uint32(len(x.keys))}
+	x.slots.push(m)
 	x.byID[id] = slot
+	if len(x.byID) > max(mapMost, len(x.sorted)/8) {
+		x.sortByID()
+	}
 	if x.bulk {
 		x.order = append(x.order, slot) // sorted once at the end
 	} else {
@@ -330,11 +423,17 @@ func (x *Index) add(id, author, thread string, created int64, deleted bool) int3
 	if deleted {
 		x.setDeleted(slot)
 	}
-	if readers, ok := x.early[id]; ok {
-		delete(x.early, id)
-		x.shrinkEarly()
-		for _, r := range readers {
-			x.markRead(r, id)
+	if len(x.early) > 0 {
+		k := earlyKeyOf(id)
+		if r, ok := x.early[k]; ok {
+			more := x.earlyMore[k]
+			delete(x.early, k)
+			delete(x.earlyMore, k)
+			x.shrinkEarly()
+			x.setRead(r, slot)
+			for _, r := range more {
+				x.setRead(r, slot)
+			}
 		}
 	}
 	return slot
@@ -345,14 +444,17 @@ func (x *Index) shrinkEarly() {
 	if len(x.early) > x.earlyMost/4 {
 		return
 	}
-	var kept map[string][]string
+	var kept map[earlyKey]uint32
 	if len(x.early) > 0 {
-		kept = make(map[string][]string, len(x.early))
-		for id, readers := range x.early {
-			kept[id] = readers
+		kept = make(map[earlyKey]uint32, len(x.early))
+		for k, r := range x.early {
+			kept[k] = r
 		}
 	}
 	x.early, x.earlyMost = kept, len(kept)
+	if len(x.earlyMore) == 0 {
+		x.earlyMore = nil
+	}
 }
 
 // insertSorted inserts s into list, sorted by less. It is almost always
@@ -395,11 +497,11 @@ func (x *Index) derive() {
 	// load then makes three allocations, not one per list and growth.
 	n := len(x.strList)
 	authors, threads, keys := make([]int32, n), make([]int32, n), make([]int32, n)
-	for i := range x.slots {
-		m := &x.slots[i]
+	for i := range x.slots.len() {
+		m := x.slots.at(int32(i))
 		authors[m.author]++
 		threads[m.thread]++
-		for _, k := range m.keys {
+		for _, k := range x.keysOf(i) {
 			keys[k]++
 		}
 	}
@@ -407,13 +509,13 @@ func (x *Index) derive() {
 	x.byAuthor, x.byThread, x.byKey = carve(authors), carve(threads), carve(keys)
 	x.deleted, x.proxied = nil, nil
 	var edited []int32
-	for i := range x.slots {
-		s, m := int32(i), &x.slots[i]
+	for i := range x.slots.len() {
+		s, m := int32(i), x.slots.at(int32(i))
 		x.byAuthor[m.author] = append(x.byAuthor[m.author], s)
 		if m.thread != 0 {
 			x.byThread[m.thread] = append(x.byThread[m.thread], s)
 		}
-		for _, k := range m.keys {
+		for _, k := range x.keysOf(i) {
 			x.byKey[k] = append(x.byKey[k], s)
 		}
 		if m.deleted {
@@ -437,7 +539,7 @@ func (x *Index) derive() {
 	})
 	x.byUpd = make([]int32, 0, len(x.order))
 	for _, s := range x.order {
-		if x.slots[s].updated != 0 {
+		if x.slots.at(s).updated != 0 {
 			continue
 		}
 		for len(edited) > 0 && x.lessUpd(edited[0], s) {
@@ -467,12 +569,12 @@ func carve(counts []int32) postings {
 // lessUpd orders slots as a listing by updated_at does: by the time of
 // the last edit, or else of creation, then as less.
 func (x *Index) lessUpd(a, b int32) bool {
-	ka, kb := x.slots[a].updated, x.slots[b].updated
+	ka, kb := x.slots.at(a).updated, x.slots.at(b).updated
 	if ka == 0 {
-		ka = x.slots[a].created
+		ka = x.slots.at(a).created
 	}
 	if kb == 0 {
-		kb = x.slots[b].created
+		kb = x.slots.at(b).created
 	}
 	if ka != kb {
 		return ka < kb
@@ -484,12 +586,12 @@ func (x *Index) lessUpd(a, b int32) bool {
 // order.
 func (x *Index) setUpdated(s int32, t int64) {
 	if !x.indexed {
-		x.slots[s].updated = t
+		x.slots.at(s).updated = t
 		return
 	}
 	u := x.byUpd
 	i := sort.Search(len(u), func(i int) bool { return !x.lessUpd(u[i], s) })
-	x.slots[s].updated = t
+	x.slots.at(s).updated = t
 	if i == len(u) || u[i] != s { // not there: never, as every slot is
 		return
 	}
@@ -498,14 +600,14 @@ func (x *Index) setUpdated(s int32, t int64) {
 }
 
 func (x *Index) setDeleted(s int32) {
-	x.slots[s].deleted = true
+	x.slots.at(s).deleted = true
 	if x.indexed {
 		x.deleted.set(s)
 	}
 }
 
 func (x *Index) less(a, b int32) bool {
-	ma, mb := &x.slots[a], &x.slots[b]
+	ma, mb := x.slots.at(a), x.slots.at(b)
 	if ma.created != mb.created {
 		return ma.created < mb.created
 	}
@@ -513,18 +615,37 @@ func (x *Index) less(a, b int32) bool {
 }
 
 func (x *Index) markRead(agent, id string) {
+	r := x.intern(agent)
 	s, ok := x.slotOf(id)
-	if !ok {
-		// A read can arrive before its message when both came from other
-		// machines: keep it for when the message does.
-		if x.early == nil {
-			x.early = map[string][]string{}
-		}
-		x.early[id] = append(x.early[id], agent)
-		x.earlyMost = max(x.earlyMost, len(x.early))
+	if ok {
+		x.setRead(r, s)
 		return
 	}
-	r := x.intern(agent)
+	// A read can arrive before its message when both came from other
+	// machines: keep it for when the message does.
+	x.addEarly(earlyKeyOf(id), r)
+}
+
+// addEarly keeps reader r's read of a message not indexed yet.
+func (x *Index) addEarly(k earlyKey, r uint32) {
+	first, ok := x.early[k]
+	switch {
+	case !ok:
+		if x.early == nil {
+			x.early = map[earlyKey]uint32{}
+		}
+		x.early[k] = r
+		x.earlyMost = max(x.earlyMost, len(x.early))
+	case first != r && !slices.Contains(x.earlyMore[k], r):
+		if x.earlyMore == nil {
+			x.earlyMore = map[earlyKey][]uint32{}
+		}
+		x.earlyMore[k] = append(x.earlyMore[k], r)
+	}
+}
+
+// setRead marks slot s read by reader r (a string ID).
+func (x *Index) setRead(r uint32, s int32) {
 	bits := bitset(x.reads[r])
 	bits.set(s)
 	x.reads[r] = bits
@@ -572,7 +693,7 @@ func (x *Index) Unsaved() (events uint64, onDisk bool) {
 func (x *Index) Len() int {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
-	return len(x.slots)
+	return x.slots.len()
 }
 
 // advance moves the position of e's shard past e, and reports whether e
@@ -609,15 +730,15 @@ func (x *Index) applyLocked(e *eventlog.Event) {
 			return
 		}
 		s := x.add(p.MessageID, p.AgentID, p.ThreadID, e.Time.UnixNano(), false)
-		m := &x.slots[s]
+		m := x.slots.at(s) // the newest slot: its keys end x.keys
 		for _, sc := range p.Scopes {
-			m.keys = append(m.keys, x.intern(pairKey("s", sc.Type, sc.Value)))
+			x.keys = append(x.keys, x.intern(pairKey("s", sc.Type, sc.Value)))
 		}
 		for _, r := range p.Refs {
-			m.keys = append(m.keys, x.intern(pairKey("r", r.Type, r.Value)))
+			x.keys = append(x.keys, x.intern(pairKey("r", r.Type, r.Value)))
 		}
 		if x.indexed {
-			for _, k := range m.keys {
+			for _, k := range x.keys[m.keyAt:] {
 				x.byKey.add(k, s)
 			}
 		}
@@ -630,7 +751,7 @@ func (x *Index) applyLocked(e *eventlog.Event) {
 	case eventlog.TypeMessageEdit:
 		p, err := eventlog.PayloadAs[eventlog.MessageEdit](e)
 		if err == nil {
-			if s, ok := x.slotOf(p.MessageID); ok && x.slots[s].updated < e.Time.UnixNano() {
+			if s, ok := x.slotOf(p.MessageID); ok && x.slots.at(s).updated < e.Time.UnixNano() {
 				x.setUpdated(s, e.Time.UnixNano())
 			}
 		}
@@ -652,11 +773,11 @@ func (x *Index) applyLocked(e *eventlog.Event) {
 }
 
 // matches returns the slots that match f, but for its unread filter: a
-// bitset of len(x.slots) bits, each filter's slots intersected. It costs
+// bitset of x.slots.len() bits, each filter's slots intersected. It costs
 // the size of those lists plus a few passes over the bitset's words (a
 // 64th of the messages each), not a test of every message's fields.
 func (x *Index) matches(f store.MessageFilter) bitset {
-	words := (len(x.slots) + 63) / 64
+	words := (x.slots.len() + 63) / 64
 	slotsOf := func(p postings, s string) []int32 {
 		if id, ok := x.lookup(s); ok {
 			return p.of(id)
@@ -691,7 +812,7 @@ func (x *Index) matches(f store.MessageFilter) bitset {
 		}
 		every = every[1:]
 	default:
-		r.fill(len(x.slots))
+		r.fill(x.slots.len())
 	}
 	for _, list := range every {
 		r.andList(list)
@@ -863,7 +984,7 @@ func (x *Index) List(ctx context.Context, f store.MessageFilter) (ids []string, 
 			continue
 		}
 		if seen >= f.Offset {
-			page = append(page, x.slots[s].id)
+			page = append(page, x.slots.at(s).id)
 		}
 		seen++
 	}

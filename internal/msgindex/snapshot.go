@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -34,7 +35,7 @@ import (
 // the IDs and keys need no allocation each). The file holds no map: gob
 // sizes a map from the count the stream gives, which a damaged file
 // could make huge, whereas it grows a slice only as the bytes allow.
-const snapVersion = 4 // change it when the format or the index's meaning changes
+const snapVersion = 5 // change it when the format or the index's meaning changes
 
 type snapHeader struct {
 	Version   int
@@ -76,8 +77,8 @@ type snapReads struct {
 }
 
 type snapEarly struct {
-	MessageID string
-	Readers   []string
+	Message earlyKey // earlyKeyOf its ID
+	Readers []uint32 // string IDs
 }
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
@@ -134,10 +135,13 @@ func (x *Index) Save(path string) error {
 		return nil
 	}
 	// The slots the snapshot holds are in its by-ID order; only later
-	// ones need the map.
-	later := make(map[string]int32, len(x.slots)-len(sn.byID))
-	for i := len(sn.byID); i < len(x.slots); i++ {
-		later[x.slots[i].id] = int32(i)
+	// ones need the map (unless more were sorted meanwhile).
+	if len(sn.byID) <= len(x.sorted) {
+		return nil
+	}
+	later := make(map[string]int32, x.slots.len()-len(sn.byID))
+	for i := len(sn.byID); i < x.slots.len(); i++ {
+		later[x.slots.at(int32(i)).id] = int32(i)
 	}
 	x.sorted, x.byID = sn.byID, later
 	return nil
@@ -195,8 +199,8 @@ func (x *Index) writeSnapshot(w io.Writer) (snapshotInfo, error) {
 		x.mu.RUnlock()
 		return snapshotInfo{}, errors.New("no index to save")
 	}
-	n, covered := len(x.slots), x.unsaved
-	slots := x.slots[:n:n]
+	n, covered := x.slots.len(), x.unsaved
+	slots := slices.Clone(x.slots) // its first n never change; the lists' headers do
 	head := snapHeader{Version: snapVersion, Messages: n}
 	for rel, p := range x.pos {
 		head.Positions = append(head.Positions, snapPosition{rel, p.Offset, p.EventID})
@@ -218,8 +222,8 @@ func (x *Index) writeSnapshot(w io.Writer) (snapshotInfo, error) {
 		}
 		tail.Reads = append(tail.Reads, snapReads{r, bits})
 	}
-	for id, readers := range x.early {
-		tail.Early = append(tail.Early, snapEarly{id, slices.Clone(readers)})
+	for k, r := range x.early {
+		tail.Early = append(tail.Early, snapEarly{k, append([]uint32{r}, x.earlyMore[k]...)})
 	}
 	x.mu.RUnlock()
 
@@ -242,11 +246,11 @@ func (x *Index) writeSnapshot(w io.Writer) (snapshotInfo, error) {
 		}
 		size := 0
 		for i := lo; i < min(lo+snapshotChunk, n); i++ {
-			size += len(x.slots[i].id)
+			size += len(x.slots.at(int32(i)).id)
 		}
 		ids.Grow(size) // once, not by doubling: a save runs every 2,000 events
 		for i := lo; i < min(lo+snapshotChunk, n); i++ {
-			m := &x.slots[i]
+			m := x.slots.at(int32(i))
 			ids.WriteString(m.id)
 			c.IDLens = append(c.IDLens, uint32(len(m.id)))
 			c.Created, c.Updated = append(c.Created, m.created), append(c.Updated, m.updated)
@@ -259,7 +263,8 @@ func (x *Index) writeSnapshot(w io.Writer) (snapshotInfo, error) {
 				flags |= 2
 			}
 			c.Flags = append(c.Flags, flags)
-			c.Keys, c.KeyLens = append(c.Keys, m.keys...), append(c.KeyLens, uint32(len(m.keys)))
+			keys := x.keysOf(i)
+			c.Keys, c.KeyLens = append(c.Keys, keys...), append(c.KeyLens, uint32(len(keys)))
 		}
 		x.mu.RUnlock()
 		c.IDs = ids.String()
@@ -287,8 +292,8 @@ func (x *Index) writeSnapshot(w io.Writer) (snapshotInfo, error) {
 // mergeByID returns every slot in message ID order: sorted, already in
 // that order, merged with others, sorted here. Slots are mostly added in
 // ID order (IDs grow with time), so others sorts quickly.
-func mergeByID(slots []imsg, sorted, others []int32) []int32 {
-	byIDOf := func(a, b int32) int { return strings.Compare(slots[a].id, slots[b].id) }
+func mergeByID(slots slotList, sorted, others []int32) []int32 {
+	byIDOf := func(a, b int32) int { return strings.Compare(slots.at(a).id, slots.at(b).id) }
 	slices.SortFunc(others, byIDOf)
 	out := make([]int32, 0, len(sorted)+len(others))
 	i, j := 0, 0
@@ -345,17 +350,18 @@ func (x *Index) decode(b []byte) error {
 	if head.Messages < 0 {
 		return bad("a negative count of messages")
 	}
-	// A message takes at least 7 bytes of a chunk (a number in each of its
-	// columns): no count is trusted with more memory than that allows.
-	slots := make([]imsg, 0, min(head.Messages, len(body)/7))
+	// The slots grow a chunk at a time as messages decode: no count is
+	// trusted with memory.
+	var slots slotList
+	var allKeys []uint32
 	var maxStr uint32
-	for len(slots) < head.Messages {
+	for slots.len() < head.Messages {
 		var c snapChunk
 		if err := dec.Decode(&c); err != nil {
 			return bad(err.Error())
 		}
 		k := len(c.IDLens)
-		if k == 0 || k > head.Messages-len(slots) {
+		if k == 0 || k > head.Messages-slots.len() {
 			return bad("messages not as many as said")
 		}
 		if len(c.Created) != k || len(c.Updated) != k || len(c.Author) != k || len(c.Thread) != k || len(c.Flags) != k || len(c.KeyLens) != k {
@@ -371,16 +377,18 @@ func (x *Index) decode(b []byte) error {
 			}
 			maxStr = max(maxStr, c.Author[i], c.Thread[i])
 			nk := c.KeyLens[i]
-			// The full slice expression keeps a later append from
-			// writing into the next message's keys.
-			slots = append(slots, imsg{id: ids[:c.IDLens[i]], created: c.Created[i], updated: c.Updated[i],
+			slots.push(imsg{id: ids[:c.IDLens[i]], created: c.Created[i], updated: c.Updated[i],
 				author: c.Author[i], thread: c.Thread[i], deleted: c.Flags[i]&1 != 0, proxied: c.Flags[i]&2 != 0,
-				keys: keys[:nk:nk]})
+				keyAt: uint32(len(allKeys) + len(c.Keys) - len(keys))})
 			ids, keys = ids[c.IDLens[i]:], keys[nk:]
 		}
 		if ids != "" || len(keys) != 0 {
 			return bad("a chunk's IDs or keys longer than said")
 		}
+		if uint64(len(allKeys))+uint64(len(c.Keys)) > math.MaxUint32 {
+			return bad("more keys than an index holds")
+		}
+		allKeys = append(allKeys, c.Keys...)
 	}
 	var tail snapTail
 	if err := dec.Decode(&tail); err != nil {
@@ -389,7 +397,7 @@ func (x *Index) decode(b []byte) error {
 	if err := dec.Decode(new(snapTail)); err != io.EOF {
 		return bad("trailing bytes")
 	}
-	n := len(slots)
+	n := slots.len()
 	if len(tail.Order) != n || len(tail.ByID) != n {
 		return bad("the orders do not cover the messages")
 	}
@@ -402,7 +410,7 @@ func (x *Index) decode(b []byte) error {
 	}
 	// The slots by ID: strictly increasing IDs, so also no ID twice.
 	for i, s := range tail.ByID {
-		if s < 0 || int(s) >= n || i > 0 && slots[s].id <= slots[tail.ByID[i-1]].id {
+		if s < 0 || int(s) >= n || i > 0 && slots.at(s).id <= slots.at(tail.ByID[i-1]).id {
 			return bad("message IDs are not sorted or repeat")
 		}
 	}
@@ -417,12 +425,11 @@ func (x *Index) decode(b []byte) error {
 		maxStr = max(maxStr, r.Reader)
 		reads[r.Reader] = r.Words
 	}
-	var early map[string][]string
 	for _, e := range tail.Early {
-		if early == nil {
-			early = map[string][]string{}
+		for _, r := range e.Readers {
+			maxStr = max(maxStr, r)
+			x.addEarly(e.Message, r)
 		}
-		early[e.MessageID] = e.Readers
 	}
 	if len(tail.StringLens) == 0 || tail.StringLens[0] != 0 {
 		return bad("string 0 is not empty")
@@ -451,7 +458,7 @@ func (x *Index) decode(b []byte) error {
 	for s, i := range strs {
 		strList[i] = s
 	}
-	x.slots, x.order, x.sorted, x.byID, x.strs, x.strList, x.reads, x.early, x.pos = slots, tail.Order, tail.ByID, map[string]int32{}, strs, strList, reads, early, pos
+	x.slots, x.keys, x.order, x.sorted, x.byID, x.strs, x.strList, x.reads, x.pos = slots, allKeys, tail.Order, tail.ByID, map[string]int32{}, strs, strList, reads, pos
 	x.derive()
 	return nil
 }

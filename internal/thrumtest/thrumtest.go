@@ -436,8 +436,11 @@ func ReportLatencies(b *testing.B, lat []time.Duration) {
 // CopyMessages appends n copies of the last line of the shard file at
 // path (a message.create) to it, each with a fresh event ID and message
 // ID and its own content: a large history written in seconds, for the
-// figures that need one. The log must be closed.
-func CopyMessages(t testing.TB, path string, n int) {
+// figures that need one. With key, each copy is signed again with it for
+// the repository repoID, as its author's thrum signs (the last line's
+// own signature, if any, is dropped); without, a signed line's copies
+// keep a signature that verifies for none. The log must be closed.
+func CopyMessages(t testing.TB, path string, n int, repoID string, key ed25519.PrivateKey) {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -445,6 +448,9 @@ func CopyMessages(t testing.TB, path string, n int) {
 	}
 	b = bytes.TrimSuffix(b, []byte("\n"))
 	tmpl := b[bytes.LastIndexByte(b, '\n')+1:]
+	if _, unsigned, signed, _ := eventlog.ParseSig(tmpl); signed && key != nil {
+		tmpl = unsigned
+	}
 	field := func(prefix string) []byte {
 		_, rest, ok := bytes.Cut(tmpl, []byte(prefix))
 		if !ok {
@@ -459,7 +465,11 @@ func CopyMessages(t testing.TB, path string, n int) {
 		line := bytes.Replace(tmpl, evID, []byte(`"event_id":"`+eventlog.NewID()), 1)
 		line = bytes.Replace(line, msgID, []byte(`"message_id":"msg_`+eventlog.NewID()), 1)
 		line = bytes.Replace(line, content, []byte(`"content":"copied message `+strconv.Itoa(i)+`, with a sentence or two of text as agents write them`), 1)
-		buf.Write(line)
+		if key != nil {
+			buf.WriteString(SignLine(t, string(line), repoID, key))
+		} else {
+			buf.Write(line)
+		}
 		buf.WriteByte('\n')
 	}
 	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
