@@ -12,8 +12,10 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/thrumhq/thrum"
+	"github.com/thrumhq/thrum/internal/gitwork"
 	"github.com/thrumhq/thrum/internal/thrumtest"
 	"github.com/thrumhq/thrum/rpc"
 )
@@ -451,7 +453,10 @@ type floodConn interface {
 // hold exactly the messages, agents and groups it held before, and its
 // heap must not have grown by more than floodHeapGrowth.
 func TestFloodMalformedFrames(t *testing.T) {
-	d := startDaemon(t)
+	// A wrong credential among the junk would hold its connection a
+	// second, and the flood would take minutes: the delay has its own
+	// tests (TestSecurityWrongCredentialsCostTheirConnection).
+	d := startDaemonServing(t, &thrum.Options{GitRepo: gitwork.New("")}, &thrum.RPCOptions{AuthFailureDelay: time.Millisecond})
 	ctx := context.Background()
 	if _, err := d.n.SendMessage(thrum.AsAgent(ctx, "alice"), &rpc.SendMessageParams{Content: "before the flood", Mentions: []string{"bob"}}); err != nil {
 		t.Fatal(err)

@@ -44,8 +44,14 @@ func startDaemonIn(t testing.TB, repoDir string) *daemon {
 // startDaemonWith is startDaemon for a node opened with opts.
 func startDaemonWith(t testing.TB, opts *thrum.Options) *daemon {
 	t.Helper()
+	return startDaemonServing(t, opts, nil)
+}
+
+// startDaemonServing is startDaemonWith, served with ropts.
+func startDaemonServing(t testing.TB, opts *thrum.Options, ropts *thrum.RPCOptions) *daemon {
+	t.Helper()
 	n := thrumtest.OpenNode(t, opts)
-	s := thrumtest.Serve(t, n, nil)
+	s := thrumtest.Serve(t, n, ropts)
 	d := &daemon{secret: s.Secret, n: n, sock: s.Path, wsURL: s.WSURL, tokens: map[string]string{}}
 	d.tokens["alice"] = thrumtest.Register(t, n, "alice", "implementer", "auth").Token
 	d.tokens["bob"] = thrumtest.Register(t, n, "bob", "reviewer", "auth").Token
