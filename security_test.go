@@ -399,6 +399,7 @@ func messageTotal(t testing.TB, d *daemon) int {
 }
 
 func TestSecurityWrongToken(t *testing.T) {
+	t.Parallel() // it waits more than it works
 	d := startDaemon(t)
 	ctx := context.Background()
 	good := d.tokens["alice"]

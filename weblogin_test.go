@@ -43,6 +43,7 @@ func codeOf(err error) int {
 // one WebSocket the owner's, exactly once and only while fresh; the web
 // session it returns makes later WebSockets the owner's until it expires.
 func TestWebLoginOnceThenSession(t *testing.T) {
+	t.Parallel() // it waits more than it works
 	ctx := context.Background()
 	clk := &clock{t: time.Now()}
 	n := thrumtest.OpenNode(t, &thrum.Options{Now: clk.now})

@@ -185,6 +185,7 @@ func checkRing(t *testing.T, ev mcpserver.ChannelEvent, unread int, want ...stri
 // agent's check_messages, which claims them. A sender's markup stays
 // inside its frame.
 func TestChannelRingsAndClaimsNothing(t *testing.T) {
+	t.Parallel() // it waits more than it works
 	n := newNode(t, nil)
 	addAgent(t, n, "alice", "implementer", "auth")
 	bob, h := connectChannel(t, n, addAgent(t, n, "bob", "reviewer", "auth"))

@@ -295,6 +295,7 @@ func TestShutdownAnswersPendingWait(t *testing.T) {
 // A wait with a progressToken sends notifications/progress at the
 // interval (every 10 s by default; 30 ms here), with that token.
 func TestWaitSendsProgress(t *testing.T) {
+	t.Parallel() // it waits more than it works
 	n := newNode(t, nil)
 	id := addAgent(t, n, "bob", "reviewer", "auth")
 	for _, transport := range []string{"memory", "http"} {
@@ -428,6 +429,7 @@ func mustJSON(t testing.TB, v any) []byte {
 // The HTTP transport needs the agent's token and refuses foreign
 // Origins and non-loopback Hosts.
 func TestHTTPTransportGuards(t *testing.T) {
+	t.Parallel() // it waits more than it works
 	n := newNode(t, nil)
 	id := addAgent(t, n, "bob", "reviewer", "auth")
 	_, hs := httpAgent(t, n, id, nil)

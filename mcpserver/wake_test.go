@@ -18,6 +18,7 @@ import (
 // doorbell's line, claiming nothing; an error of Wake ends the waking and
 // the tools go on.
 func TestWakeRingsPerBatchAndStopsOnError(t *testing.T) {
+	t.Parallel() // it waits more than it works
 	n := newNode(t, nil)
 	addAgent(t, n, "alice", "implementer", "auth")
 	bob := addAgent(t, n, "bob", "reviewer", "auth")
