@@ -148,7 +148,7 @@ func strangerCopy(t *testing.T, pkg string) string {
 	return path
 }
 
-// floodResult is what internal/thrumtest/flood prints.
+// floodResult is what cmd/thrum/internal/flood prints.
 type floodResult struct {
 	Checked    int            `json:"checked"`
 	Outcomes   map[string]int `json:"outcomes"`
@@ -168,7 +168,7 @@ type floodResult struct {
 func TestStrangerFloodOwnerSignsIn(t *testing.T) {
 	needRoot(t)
 	a := startAttackTarget(t)
-	flood := strangerCopy(t, "github.com/thrumhq/thrum/internal/thrumtest/flood")
+	flood := strangerCopy(t, "github.com/thrumhq/thrum/cmd/thrum/internal/flood")
 	const dur = 12 * time.Second
 	stranger := make(chan floodResult, 1)
 	go func() {

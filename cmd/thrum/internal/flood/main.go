@@ -5,7 +5,7 @@
 // and what the attack cost it. The attack tests run it as another local
 // user (cmd/thrum, TestStrangerFloodOwnerSignsIn); by hand:
 //
-//	go run ./internal/thrumtest/flood -url ws://127.0.0.1:PORT/ws -for 10s
+//	go run ./cmd/thrum/internal/flood -url ws://127.0.0.1:PORT/ws -for 10s
 package main
 
 import (
