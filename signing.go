@@ -389,11 +389,10 @@ type SignatureReport struct {
 // events that would cost half a minute). A line this machine wrote is
 // checked with its own keys. It is for thrum doctor --verify.
 func (n *Node) VerifySignatures(ctx context.Context) (*SignatureReport, error) {
-	ring, err := n.readKeyring(ctx)
+	v, err := n.newKeyView(ctx)
 	if err != nil {
 		return nil, err
 	}
-	v := &keyView{n: n, ring: ring, keys: map[string][]ed25519.PublicKey{}}
 	rep := &SignatureReport{Problems: []Problem{}}
 	from := n.log.Positions()
 	for s := range from {
