@@ -170,11 +170,7 @@ func (n *Node) registration(ctx context.Context, typ string, reg eventlog.AgentR
 // per identity that had a life before keys.
 func (n *Node) sealLegacy(ctx context.Context, ids map[string]bool) ([]*eventlog.Event, error) {
 	hashes := map[string][]string{}
-	from := n.log.Positions()
-	for shard := range from {
-		from[shard] = 0
-	}
-	_, err := n.log.Scan(ctx, from, func(e *eventlog.Event) error {
+	_, err := n.log.Scan(ctx, nil, func(e *eventlog.Event) error {
 		if e.Shard == eventlog.LocalShard || eventlog.Signed(e.Raw) {
 			return nil
 		}
@@ -394,11 +390,7 @@ func (n *Node) VerifySignatures(ctx context.Context) (*SignatureReport, error) {
 		return nil, err
 	}
 	rep := &SignatureReport{Problems: []Problem{}}
-	from := n.log.Positions()
-	for s := range from {
-		from[s] = 0
-	}
-	_, err = n.log.Scan(ctx, from, func(e *eventlog.Event) error {
+	_, err = n.log.Scan(ctx, nil, func(e *eventlog.Event) error {
 		if e.Shard == eventlog.LocalShard {
 			return nil
 		}
