@@ -334,7 +334,7 @@ func (n *Node) TrustAgent(ctx context.Context, p *rpc.TrustAgentParams) (*rpc.Tr
 func (n *Node) signedByMachine(e *eventlog.Event, machine string) bool {
 	k, ok := eventlog.MachineKey(machine)
 	sig, unsigned, signed, err := eventlog.ParseSig(e.Raw)
-	return ok && signed && err == nil && sig.KeyID == eventlog.KeyID(k) && eventlog.VerifyLine(n.opts.RepoID, sig, unsigned, k)
+	return ok && signed && err == nil && eventlog.VerifyLine(n.opts.RepoID, sig, unsigned, k)
 }
 
 // pendingKeys returns the new keys of an identity that the quarantine
