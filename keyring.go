@@ -94,9 +94,6 @@ func (n *Node) readKeyring(ctx context.Context) (*keyring, error) {
 	}
 	prev := n.ring
 	n.ring = parseKeyring(text, version)
-	if text == nil {
-		n.ring.version = version
-	}
 	n.ringSeen = text != nil
 	if prev != nil {
 		n.ringChanged = &rpc.KeyringChange{From: prev.version, To: version, At: eventlog.FormatTime(n.now())}

@@ -238,11 +238,7 @@ func (p *Projector) reopen(ctx context.Context, lg *eventlog.Log, keys eventlog.
 		want[id] = true
 	}
 	var evs []*eventlog.Event
-	from := lg.Positions()
-	for s := range from {
-		from[s] = 0
-	}
-	if _, err := lg.Scan(ctx, from, func(e *eventlog.Event) error {
+	if _, err := lg.Scan(ctx, nil, func(e *eventlog.Event) error {
 		if !eventlog.Sealable(e.Type) || !want[messageOf(e)] {
 			return nil
 		}

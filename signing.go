@@ -170,11 +170,7 @@ func (n *Node) registration(ctx context.Context, typ string, reg eventlog.AgentR
 // per identity that had a life before keys.
 func (n *Node) sealLegacy(ctx context.Context, ids map[string]bool) ([]*eventlog.Event, error) {
 	hashes := map[string][]string{}
-	from := n.log.Positions()
-	for shard := range from {
-		from[shard] = 0
-	}
-	_, err := n.log.Scan(ctx, from, func(e *eventlog.Event) error {
+	_, err := n.log.Scan(ctx, nil, func(e *eventlog.Event) error {
 		if e.Shard == eventlog.LocalShard || eventlog.Signed(e.Raw) {
 			return nil
 		}
@@ -338,7 +334,7 @@ func (n *Node) TrustAgent(ctx context.Context, p *rpc.TrustAgentParams) (*rpc.Tr
 func (n *Node) signedByMachine(e *eventlog.Event, machine string) bool {
 	k, ok := eventlog.MachineKey(machine)
 	sig, unsigned, signed, err := eventlog.ParseSig(e.Raw)
-	return ok && signed && err == nil && sig.KeyID == eventlog.KeyID(k) && eventlog.VerifyLine(n.opts.RepoID, sig, unsigned, k)
+	return ok && signed && err == nil && eventlog.VerifyLine(n.opts.RepoID, sig, unsigned, k)
 }
 
 // pendingKeys returns the new keys of an identity that the quarantine
@@ -389,17 +385,12 @@ type SignatureReport struct {
 // events that would cost half a minute). A line this machine wrote is
 // checked with its own keys. It is for thrum doctor --verify.
 func (n *Node) VerifySignatures(ctx context.Context) (*SignatureReport, error) {
-	ring, err := n.readKeyring(ctx)
+	v, err := n.newKeyView(ctx)
 	if err != nil {
 		return nil, err
 	}
-	v := &keyView{n: n, ring: ring, keys: map[string][]ed25519.PublicKey{}}
 	rep := &SignatureReport{Problems: []Problem{}}
-	from := n.log.Positions()
-	for s := range from {
-		from[s] = 0
-	}
-	_, err = n.log.Scan(ctx, from, func(e *eventlog.Event) error {
+	_, err = n.log.Scan(ctx, nil, func(e *eventlog.Event) error {
 		if e.Shard == eventlog.LocalShard {
 			return nil
 		}

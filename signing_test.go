@@ -742,3 +742,16 @@ func TestAnotherMachineDoesNotReregisterAnIdentity(t *testing.T) {
 		}
 	}
 }
+func TestVerifySignaturesVerifiesANodesOwnLog(t *testing.T) {
+	t.Parallel()
+	a := thrumtest.OpenNode(t, &thrum.Options{NoSync: true, RepoID: "r1"})
+	thrumtest.Register(t, a, "alice", "implementer", "core")
+	send(t, a, "alice", "everyone", "hello")
+	rep, err := a.VerifySignatures(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Verified == 0 || rep.Unsigned != 0 || len(rep.Problems) != 0 {
+		t.Errorf("a node's own log verifies as %+v, want every line verified", rep)
+	}
+}

@@ -35,12 +35,10 @@ func (n *Node) Admission() *admit.Gate { return n.gate }
 //     group it may not (groupRule);
 //   - whose key signed it (admitSignature).
 func (n *Node) admitSynced(ctx context.Context, shard string, evs []*eventlog.Event) ([]admit.Verdict, error) {
-	ring, err := n.readKeyring(ctx)
+	v, err := n.newKeyView(ctx)
 	if err != nil {
 		return nil, err
 	}
-	v := &keyView{n: n, ring: ring, keys: map[string][]ed25519.PublicKey{}, machines: map[string]map[string]string{},
-		seals: map[string]map[string]bool{}, signs: map[string]bool{}}
 	for _, e := range evs {
 		if eventlog.Signed(e.Raw) {
 			v.signs[eventlog.Signer(e)] = true
@@ -233,6 +231,17 @@ type keyView struct {
 	machines map[string]map[string]string
 	seals    map[string]map[string]bool // hashes sealed by this call's events, by identity
 	signs    map[string]bool            // identities that signed events of this call
+}
+
+// newKeyView returns a view of the keys this clone trusts now: the
+// store's and the keyring's.
+func (n *Node) newKeyView(ctx context.Context) (*keyView, error) {
+	ring, err := n.readKeyring(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &keyView{n: n, ring: ring, keys: map[string][]ed25519.PublicKey{}, machines: map[string]map[string]string{},
+		seals: map[string]map[string]bool{}, signs: map[string]bool{}}, nil
 }
 
 // trusted returns the keys this clone trusts for an identity: the

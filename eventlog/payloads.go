@@ -85,7 +85,7 @@ type KeyTrust struct {
 // KeyGrant gives the team keys to another machine, on the granting
 // machine's owner's word: Wrapped is the keys (as keystore's team file
 // holds them) sealed with HPKE to the KEM key To published, bound to
-// both machines (GrantInfo). Written and signed by Machine, the granting
+// both machines (WrapKeys). Written and signed by Machine, the granting
 // machine.
 type KeyGrant struct {
 	Machine string `json:"machine"`

@@ -49,7 +49,7 @@ const (
 // TeamKey is a symmetric key that seals and opens message bodies. Its
 // methods may be called concurrently.
 type TeamKey struct {
-	id   string // b64 of idRaw
+	id   string // b64 of raw
 	raw  [teamKeyIDLen]byte
 	aead cipher.AEAD
 }

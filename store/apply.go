@@ -164,12 +164,7 @@ func (a *applier) stage(ctx context.Context, evs []*eventlog.Event) (tx *sqlx.Tx
 			tx.Rollback()
 		}
 	}()
-	t := &txApplier{tx: tx, a: a, stmts: map[string]*sqlx.Stmt{}, agentSeen: map[string]string{}, sessionSeen: map[string]string{},
-		msgRows: &a.msgRows, scopeRows: &a.scopeRows, refRows: &a.refRows, readRows: &a.readRows,
-	}
-	for _, b := range t.rowBufs() {
-		b.reset() // rows a failed batch left
-	}
+	t := a.on(tx)
 	ends, lastIDs := map[string]int64{}, map[string]string{}
 	for _, e := range evs {
 		if e.Type != eventlog.TypeMessageCreate && e.Type != eventlog.TypeMessageRead {
@@ -228,6 +223,17 @@ type txApplier struct {
 	// Rows of the hot tables, inserted many per statement (see flushRows):
 	// per-statement overhead dominates the cost of a row in SQLite.
 	msgRows, scopeRows, refRows, readRows *rowBuf // the applier's
+}
+
+// on returns the applier of a transaction of a's, with a's row buffers
+// emptied of rows a failed batch left. Called with a.mu held.
+func (a *applier) on(tx *sqlx.Tx) *txApplier {
+	t := &txApplier{tx: tx, a: a, stmts: map[string]*sqlx.Stmt{}, agentSeen: map[string]string{}, sessionSeen: map[string]string{},
+		msgRows: &a.msgRows, scopeRows: &a.scopeRows, refRows: &a.refRows, readRows: &a.readRows}
+	for _, b := range t.rowBufs() {
+		b.reset()
+	}
+	return t
 }
 
 func (t *txApplier) rowBufs() []*rowBuf {

@@ -5,8 +5,6 @@ import (
 	"database/sql"
 	"fmt"
 
-	"github.com/jmoiron/sqlx"
-
 	"github.com/thrumhq/thrum/eventlog"
 )
 
@@ -61,11 +59,7 @@ func (s *Store) Reopen(ctx context.Context, evs []*eventlog.Event) error {
 		return fmt.Errorf("store: reopen: %w", err)
 	}
 	defer tx.Rollback()
-	t := &txApplier{tx: tx, a: a, stmts: map[string]*sqlx.Stmt{}, agentSeen: map[string]string{}, sessionSeen: map[string]string{},
-		msgRows: &a.msgRows, scopeRows: &a.scopeRows, refRows: &a.refRows, readRows: &a.readRows}
-	for _, b := range t.rowBufs() {
-		b.reset() // rows a failed batch left
-	}
+	t := a.on(tx)
 	var mark int64
 	if err := t.stmt(ctx, "search.mark").GetContext(ctx, &mark); err != nil {
 		return fmt.Errorf("store: reopen: %w", err)

@@ -88,12 +88,7 @@ func (s *Store) Key(id string, create bool) (crypto.Signer, error) {
 
 // read reads the key kept at path: its seed, base64.
 func read(path string) (ed25519.PrivateKey, error) {
-	f, err := private.OpenFile(path, os.O_RDONLY)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, 1024))
+	b, err := readSmall(path)
 	if err != nil {
 		return nil, err
 	}
@@ -107,28 +102,45 @@ func read(path string) (ed25519.PrivateKey, error) {
 // make writes a new key at path, never over a file that is there.
 func (s *Store) make(path string) (ed25519.PrivateKey, error) {
 	seed := make([]byte, ed25519.SeedSize)
-	if _, err := rand.Read(seed); err != nil {
+	rand.Read(seed) // never fails
+	if err := s.writeNew(path, []byte(base64.StdEncoding.EncodeToString(seed)+"\n")); err != nil {
 		return nil, err
 	}
+	return ed25519.NewKeyFromSeed(seed), nil
+}
+
+// writeNew writes a new key file at path, never over a file that is
+// there, synced with its directory before it returns; on failure it
+// leaves no file.
+func (s *Store) writeNew(path string, b []byte) error {
 	f, err := private.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	_, err = f.WriteString(base64.StdEncoding.EncodeToString(seed) + "\n")
+	_, err = f.Write(b)
 	if err == nil {
 		err = f.Sync()
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
+	if err == nil {
+		err = syncDir(s.dir)
+	}
 	if err != nil {
 		os.Remove(path)
+	}
+	return err
+}
+
+// readSmall reads a key file, the owner's alone.
+func readSmall(path string) ([]byte, error) {
+	f, err := private.OpenFile(path, os.O_RDONLY)
+	if err != nil {
 		return nil, err
 	}
-	if err := syncDir(s.dir); err != nil {
-		return nil, err
-	}
-	return ed25519.NewKeyFromSeed(seed), nil
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, 1024))
 }
 
 func syncDir(dir string) error {

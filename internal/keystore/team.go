@@ -227,22 +227,7 @@ func (s *Store) KEMKey() (*ecdh.PrivateKey, error) {
 		seed := make([]byte, 32)
 		rand.Read(seed) // never fails
 		b = []byte(base64.RawURLEncoding.EncodeToString(seed) + "\n")
-		f, err := private.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL)
-		if err != nil {
-			return nil, fmt.Errorf("keystore: %w", err)
-		}
-		_, err = f.Write(b)
-		if err == nil {
-			err = f.Sync()
-		}
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err == nil {
-			err = syncDir(s.dir)
-		}
-		if err != nil {
-			os.Remove(path)
+		if err := s.writeNew(path, b); err != nil {
 			return nil, fmt.Errorf("keystore: %w", err)
 		}
 	} else if err != nil {
@@ -258,14 +243,4 @@ func (s *Store) KEMKey() (*ecdh.PrivateKey, error) {
 	}
 	s.kem = k
 	return k, nil
-}
-
-// readSmall reads a key file, the owner's alone.
-func readSmall(path string) ([]byte, error) {
-	f, err := private.OpenFile(path, os.O_RDONLY)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	return io.ReadAll(io.LimitReader(f, 1024))
 }
