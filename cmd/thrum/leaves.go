@@ -151,10 +151,7 @@ func hideSecret(s string) string {
 	if err != nil || u.User == nil {
 		return s
 	}
-	if _, has := u.User.Password(); has {
-		u.User = url.UserPassword(u.User.Username(), "xxxxx")
-	}
-	return u.String()
+	return u.Redacted()
 }
 
 // announceLeaves adds where the log goes to a started daemon's status,
