@@ -153,14 +153,3 @@ func hideSecret(s string) string {
 	}
 	return u.Redacted()
 }
-
-// announceLeaves adds where the log goes to a started daemon's status,
-// and returns the line to print (see announce).
-func announceLeaves(ctx context.Context, l *layout, f *natsFlags, st map[string]any, first bool) (string, error) {
-	to, err := whereTo(ctx, l, f)
-	if err != nil {
-		return "", fmt.Errorf("daemon start: %w", err)
-	}
-	st["leaves"] = to
-	return to.announce(l, first)
-}
