@@ -433,7 +433,8 @@ func (c *DaemonStartCmd) Run(ctx context.Context, g *Globals) error {
 	if _, err := l.setup(ctx); err != nil {
 		return fmt.Errorf("daemon start: %w", err)
 	}
-	if _, err := whereTo(ctx, l, &c.natsFlags); err != nil { // refused here, not in the daemon's log
+	to, err := whereTo(ctx, l, &c.natsFlags) // refused here, not in the daemon's log
+	if err != nil {
 		return err
 	}
 	// Starts run one at a time: the one that finds no daemon starts it, the
@@ -505,7 +506,8 @@ func (c *DaemonStartCmd) Run(ctx context.Context, g *Globals) error {
 			// print is not recorded as told.
 			announce := ""
 			if !c.Autostarted {
-				if announce, err = announceLeaves(ctx, l, &c.natsFlags, st, first); err != nil {
+				st["leaves"] = to
+				if announce, err = to.announce(l, first); err != nil {
 					return err
 				}
 			}

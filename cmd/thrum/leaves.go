@@ -151,19 +151,5 @@ func hideSecret(s string) string {
 	if err != nil || u.User == nil {
 		return s
 	}
-	if _, has := u.User.Password(); has {
-		u.User = url.UserPassword(u.User.Username(), "xxxxx")
-	}
-	return u.String()
-}
-
-// announceLeaves adds where the log goes to a started daemon's status,
-// and returns the line to print (see announce).
-func announceLeaves(ctx context.Context, l *layout, f *natsFlags, st map[string]any, first bool) (string, error) {
-	to, err := whereTo(ctx, l, f)
-	if err != nil {
-		return "", fmt.Errorf("daemon start: %w", err)
-	}
-	st["leaves"] = to
-	return to.announce(l, first)
+	return u.Redacted()
 }

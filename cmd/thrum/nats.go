@@ -76,11 +76,10 @@ type natsPlan struct {
 func planNATS(ctx context.Context, l *layout, f *natsFlags) (*natsPlan, error) {
 	p := &natsPlan{}
 	url, from := f.NATS, "--nats or THRUM_NATS_URL"
-	var err error
 	if l.Git {
 		suggested, _ := git(ctx, l.Root, "config", "--file", filepath.Join(l.Root, suggestionFile), "--get", "nats.url")
 		if url == "" {
-			url, from, err = gitValue(ctx, l.Root, natsURLKey), natsURLKey+" in .git/config", nil
+			url, from = gitValue(ctx, l.Root, natsURLKey), natsURLKey+" in .git/config"
 		}
 		if suggested != "" && url == "" {
 			if accepted := gitValue(ctx, l.Root, natsAcceptedKey); accepted == suggested {
@@ -90,11 +89,12 @@ func planNATS(ctx context.Context, l *layout, f *natsFlags) (*natsPlan, error) {
 			}
 		}
 	}
-	if err != nil || url == "" {
-		return p, err
+	if url == "" {
+		return p, nil
 	}
 	cfg := &natsync.Config{URL: url, CredsFile: f.NATSCreds, Domain: f.NATSDomain, Insecure: f.NATSInsecure}
-	if _, err := git(ctx, l.Root, "rev-list", "--max-parents=0", "--max-count=1", "HEAD"); err != nil && gitValue(ctx, l.Root, natsStreamKey) == "" {
+	stream := gitValue(ctx, l.Root, natsStreamKey)
+	if _, err := git(ctx, l.Root, "rev-list", "--max-parents=0", "--max-count=1", "HEAD"); err != nil && stream == "" {
 		// The stream is named after the first commit, the same in every
 		// clone: without one, clones would not meet.
 		return nil, fmt.Errorf("NATS needs the repository's first commit to name its stream, and %s has none yet: commit, or name the stream with git config %s NAME", l.Root, natsStreamKey)
@@ -111,8 +111,8 @@ func planNATS(ctx context.Context, l *layout, f *natsFlags) (*natsPlan, error) {
 		if !cfg.Insecure {
 			cfg.Insecure, _ = gitBool(ctx, l.Root, natsInsecureKey)
 		}
-		if s := gitValue(ctx, l.Root, natsStreamKey); s != "" {
-			cfg.Stream = s
+		if stream != "" {
+			cfg.Stream = stream
 		}
 		if s := gitValue(ctx, l.Root, natsSubjectsKey); s != "" {
 			cfg.Subjects = s

@@ -280,13 +280,14 @@ func (sy *syncers) SyncStatus(ctx context.Context, _ *rpc.SyncStatusParams) (*rp
 	if err != nil {
 		return nil, err
 	}
-	refused, counts := sy.node.Admission().Refusals()
-	res := &rpc.SyncStatusResult{Refused: refused, Refusals: syncRefusals(counts), Keyring: ring}
+	// What the admission kept out or holds, whichever way it came.
+	gate := sy.node.Admission()
+	refused, counts := gate.Refusals()
+	res := &rpc.SyncStatusResult{Refused: refused, Refusals: syncRefusals(counts), Waiting: gate.Waiting(), Keyring: ring}
 	if gs := sy.git.Load(); gs != nil {
 		st := gs.Status()
-		res = &rpc.SyncStatusResult{Running: st.Running, LastSyncAt: syncTime(st.LastSyncAt), LastError: st.LastError, SyncState: st.State,
-			IntervalMs: st.Interval.Milliseconds(), NextSyncAt: syncTime(st.NextRound), Refused: st.Refused, Refusals: syncRefusals(st.Refusals),
-			Waiting: st.Waiting, Keyring: ring}
+		res.Running, res.LastSyncAt, res.LastError, res.SyncState = st.Running, syncTime(st.LastSyncAt), st.LastError, st.State
+		res.IntervalMs, res.NextSyncAt = st.Interval.Milliseconds(), syncTime(st.NextRound)
 	}
 	if ns := sy.nats.Load(); ns != nil {
 		st := ns.Status()

@@ -243,6 +243,10 @@ func (g *Gate) again(ctx context.Context, waiting bool) (int, error) {
 // brought keys.
 func (g *Gate) againOnce(ctx context.Context, waiting bool) (imported int, keys bool, err error) {
 	g.mu.Lock()
+	if waiting && g.q.waits == 0 {
+		g.mu.Unlock()
+		return 0, false, nil // nothing waits: the quarantine need not be read
+	}
 	rs, err := ReadQuarantine(g.log.Dir())
 	g.mu.Unlock()
 	if err != nil {

@@ -258,12 +258,16 @@ func (s *Syncer) importBatch(ctx context.Context, batch []jetstream.Msg) error {
 		if !ok || machine == s.opts.Machine {
 			continue // not a shard's, or this clone's own lines coming back
 		}
-		p := shards[m.Subject()]
-		if p == nil {
-			p = &pending{shard: shard, src: admit.Source{File: m.Subject(), Commit: "stream sequence " + strconv.FormatUint(meta.Sequence.Stream, 10)}}
+		start := func() *pending { // the subject's lines from here, into the shard as it is now
+			p := &pending{shard: shard, src: admit.Source{File: m.Subject(), Commit: "stream sequence " + strconv.FormatUint(meta.Sequence.Stream, 10)}}
 			p.have = s.log.Positions()[eventlog.ShardPath(shard)]
 			shards[m.Subject()] = p
 			order = append(order, p)
+			return p
+		}
+		p := shards[m.Subject()]
+		if p == nil {
+			p = start()
 		}
 		lines := splitLines(m.Data())
 		if shard == "" {
@@ -286,10 +290,7 @@ func (s *Syncer) importBatch(ctx context.Context, batch []jetstream.Msg) error {
 			if err := s.gitRound(ctx); err != nil && s.opts.Logger != nil {
 				s.opts.Logger.Warn("natsync: git round for a gap", "err", err)
 			}
-			p = &pending{shard: shard, src: admit.Source{File: m.Subject(), Commit: "stream sequence " + strconv.FormatUint(meta.Sequence.Stream, 10)}}
-			p.have = s.log.Positions()[eventlog.ShardPath(shard)]
-			shards[m.Subject()] = p
-			order = append(order, p)
+			p = start()
 			lines, gap = fromOffset(splitLines(m.Data()), off, p.have)
 		}
 		if gap {

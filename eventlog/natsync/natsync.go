@@ -343,11 +343,11 @@ func (s *Syncer) Run(ctx context.Context) error {
 		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) { s.fail(err) }),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { s.fail(err) }),
 	}
-	s.setState(StateConnecting, "")
+	s.setState(StateConnecting)
 	nc, js, err := dial(&s.cfg, opts...)
 	if err != nil {
 		s.fail(err)
-		s.setState(StateStopped, "")
+		s.setState(StateStopped)
 		return err
 	}
 	s.mu.Lock()
@@ -394,13 +394,10 @@ func (s *Syncer) connected() {
 	wake(s.pubWake)
 }
 
-func (s *Syncer) setState(state, server string) {
+func (s *Syncer) setState(state string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.status.State = state
-	if server != "" {
-		s.status.Server = server
-	}
 }
 
 // fail records an error in Status and the log.
@@ -425,7 +422,7 @@ func (s *Syncer) ok(nc *nats.Conn) {
 	s.status.Server = nc.ConnectedUrlRedacted()
 }
 
-// advanced wakes Refresh's waiters.
+// advancedLocked wakes Refresh's waiters.
 func (s *Syncer) advancedLocked() {
 	close(s.progress)
 	s.progress = make(chan struct{})

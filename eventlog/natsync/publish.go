@@ -359,7 +359,7 @@ func (s *Syncer) collect(ctx context.Context, from, ends map[string]int64, maxRu
 // take adds e to its shard's run, or to the lines skipped before it;
 // done says the run is complete without it (e is left for the next).
 func (s *Syncer) take(ctx context.Context, r *run, e *eventlog.Event, maxRun int, tooLarge *int) (done bool, err error) {
-	mine, err := s.wroteHere(ctx, e, s.local)
+	mine, err := s.wroteHere(ctx, e)
 	if err != nil {
 		return false, err
 	}
@@ -389,12 +389,12 @@ func (s *Syncer) take(ctx context.Context, r *run, e *eventlog.Event, maxRun int
 // for an agent's shard, once per author while the local shard stays as
 // it is (events.jsonl's events are asked each time: their answer may
 // depend on more than who claims them).
-func (s *Syncer) wroteHere(ctx context.Context, e *eventlog.Event, cache map[string]bool) (bool, error) {
+func (s *Syncer) wroteHere(ctx context.Context, e *eventlog.Event) (bool, error) {
 	if s.opts.Local == nil {
 		return true, nil
 	}
 	key := e.Shard + "\x00" + eventlog.Author(e)
-	if v, ok := cache[key]; ok && e.Shard != "" {
+	if v, ok := s.local[key]; ok && e.Shard != "" {
 		return v, nil
 	}
 	v, err := s.opts.Local(ctx, e)
@@ -402,7 +402,7 @@ func (s *Syncer) wroteHere(ctx context.Context, e *eventlog.Event, cache map[str
 		return false, err
 	}
 	if e.Shard != "" {
-		cache[key] = v
+		s.local[key] = v
 	}
 	return v, nil
 }
