@@ -282,11 +282,7 @@ func messageIDOf(line []byte) string {
 func (n *Node) sealedEvents(ctx context.Context) ([]SealedEvents, error) {
 	keys := n.log.TeamKeys()
 	counts := map[string]int{}
-	from := n.log.Positions()
-	for s := range from {
-		from[s] = 0
-	}
-	_, err := n.log.Scan(ctx, from, func(e *eventlog.Event) error {
+	_, err := n.log.Scan(ctx, nil, func(e *eventlog.Event) error { // nil: from the start
 		var s *eventlog.Sealed
 		switch e.Type {
 		case eventlog.TypeMessageCreate:
