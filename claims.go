@@ -72,6 +72,13 @@ func (n *Node) MarkRead(ctx context.Context, p *rpc.MarkReadParams) (*rpc.MarkRe
 	if err != nil {
 		return nil, err
 	}
+	if len(claimed) > 0 && !deadline.IsZero() && !time.Now().Before(deadline) {
+		// The caller has given up, or is about to: it could not show
+		// what this call would claim.
+		release()
+		return nil, &rpc.Error{Code: rpc.CodeDeadlinePassed,
+			Message: "the claim's deadline passed before its read could be written: nothing was marked read; claim again with a later deadline"}
+	}
 	// The claimed messages, if asked for, are fetched while their read
 	// event is made durable: it changes nothing in them but is_read.
 	var (
@@ -85,16 +92,6 @@ func (n *Node) MarkRead(ctx context.Context, p *rpc.MarkReadParams) (*rpc.MarkRe
 			defer close(fetched)
 			msgs, msgsErr = n.messageDetails(ctx, claimed, me)
 		}()
-	}
-	if len(claimed) > 0 && !deadline.IsZero() && !time.Now().Before(deadline) {
-		// The caller has given up, or is about to: it could not show
-		// what this call would claim.
-		release()
-		if fetched != nil {
-			<-fetched
-		}
-		return nil, &rpc.Error{Code: rpc.CodeDeadlinePassed,
-			Message: "the claim's deadline passed before its read could be written: nothing was marked read; claim again with a later deadline"}
 	}
 	if len(claimed) > 0 {
 		e := &eventlog.Event{Type: eventlog.TypeMessageRead, Shard: shardOf(me), Payload: eventlog.MessageRead{

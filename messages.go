@@ -587,9 +587,11 @@ func (n *Node) messages(ctx context.Context, f store.MessageFilter) (*messagePag
 	if err != nil {
 		return nil, internal("list messages", err)
 	}
-	local, err := n.localIdentities(ctx)
-	if err != nil {
-		return nil, err
+	var local map[string]bool // the senders' words: none to give on an empty page, the common one
+	if len(rows) > 0 {
+		if local, err = n.localIdentities(ctx); err != nil {
+			return nil, err
+		}
 	}
 	out := &messagePage{Messages: make([]rpc.MessageSummary, 0, len(rows)), Total: total, Unread: unread}
 	for _, m := range rows {

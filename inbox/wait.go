@@ -117,11 +117,14 @@ func (ib *Inbox) wait(ctx context.Context, p WaitParams, floor int) (*WaitResult
 		m, s, err := ib.takeQueued(ctx, floor, p.Via, p.Shape)
 		if err != nil || m != nil {
 			ib.disarmLater()
-			if m != nil && ctx.Err() != nil {
+			switch {
+			case err != nil:
+				return nil, err
+			case ctx.Err() != nil:
 				ib.hold(*s)
 				return nil, ctx.Err()
 			}
-			return &WaitResult{Status: StatusReceived, Message: m}, err
+			return &WaitResult{Status: StatusReceived, Message: m}, nil
 		}
 		if ib.arm(ctx, floor, p.Via) {
 			continue // a message may have been queued just before

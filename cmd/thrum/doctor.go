@@ -158,7 +158,9 @@ func (c *DoctorCmd) report(ctx context.Context, g *Globals, l *layout, n *thrum.
 	counts, waiting := admit.CountRefusals(refused)
 	var sigs *thrum.SignatureReport
 	var ring *rpc.KeyringStatus
+	machine := ""
 	if n != nil {
+		machine = n.Machine()
 		if c.Verify {
 			if sigs, err = n.VerifySignatures(ctx); err != nil {
 				return fmt.Errorf("doctor: %w", err)
@@ -173,10 +175,6 @@ func (c *DoctorCmd) report(ctx context.Context, g *Globals, l *layout, n *thrum.
 	if err != nil {
 		return fmt.Errorf("doctor: %w", err)
 	}
-	machine := ""
-	if n != nil {
-		machine = n.Machine()
-	}
 	nats := doctorNATS(ctx, g, l, machine)
 	if g.JSON {
 		if adopted == nil {
@@ -188,14 +186,14 @@ func (c *DoctorCmd) report(ctx context.Context, g *Globals, l *layout, n *thrum.
 			return err
 		}
 	} else {
+		w := textWriter{g.stdout}
 		if nats != nil {
-			fmt.Fprintln(textWriter{g.stdout}, nats.line())
+			fmt.Fprintln(w, nats.line())
 		}
 		if rebuilt {
-			fmt.Fprintf(textWriter{g.stdout}, "Rebuilt %s from the log.\n", l.DB)
+			fmt.Fprintf(w, "Rebuilt %s from the log.\n", l.DB)
 		}
-		c.print(textWriter{g.stdout}, l, rep)
-		w := textWriter{g.stdout}
+		c.print(w, l, rep)
 		if sigs != nil {
 			fmt.Fprintf(w, "Signatures: %d verified, %d unsigned (written before their writers signed), %d naming no one.\n", sigs.Verified, sigs.Unsigned, sigs.Anonymous)
 		}
@@ -214,21 +212,21 @@ func (c *DoctorCmd) report(ctx context.Context, g *Globals, l *layout, n *thrum.
 				waiting, plural(waiting, "event", "events"))
 		}
 		if k := len(refused) - waiting; k > 0 {
-			fmt.Fprintf(textWriter{g.stdout}, "Sync refused %d %s from the remote (kept in %s, never applied):\n",
+			fmt.Fprintf(w, "Sync refused %d %s from the remote (kept in %s, never applied):\n",
 				k, plural(k, "event", "events"), filepath.Join(l.LogDir, admit.QuarantineFile))
 			for _, r := range counts {
-				fmt.Fprintf(textWriter{g.stdout}, "  %d × %s: %s\n", r.Count, r.File, r.Reason)
+				fmt.Fprintf(w, "  %d × %s: %s\n", r.Count, r.File, r.Reason)
 			}
 			g.hint("Someone who can push to the remote's %s branch wrote those events as others: each refusal in the file names the remote commit it came in.", SyncBranch)
 		}
 		if len(adopted) > 0 {
-			fmt.Fprintf(textWriter{g.stdout}, "Moved out of the log directory, never read (%d):\n", len(adopted))
+			fmt.Fprintf(w, "Moved out of the log directory, never read (%d):\n", len(adopted))
 			for _, a := range adopted {
-				fmt.Fprintf(textWriter{g.stdout}, "  %s %s: %s → %s\n", a.At, a.Path, a.Why, a.MovedTo)
+				fmt.Fprintf(w, "  %s %s: %s → %s\n", a.At, a.Path, a.Why, a.MovedTo)
 			}
 		}
 		if line := hookFailuresLine(l); line != "" {
-			fmt.Fprintln(textWriter{g.stdout}, line)
+			fmt.Fprintln(w, line)
 		}
 		if !rep.OK() && rep.Lines == rep.Events && !rebuilt {
 			g.hint("Rebuild the projection from the log with: thrum doctor --rebuild")

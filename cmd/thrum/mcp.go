@@ -245,16 +245,13 @@ func agentLogger(g *Globals) *slog.Logger {
 	return slog.New(slog.NewTextHandler(g.stderr, &slog.HandlerOptions{Level: level}))
 }
 
-// agentInbox resolves the agent (see resolveAgent) and opens its inbox on
-// the daemon. checkHealth first asks the daemon whether it runs, for a clear
-// error when it does not (a hook, which says nothing, saves the call).
-func agentInbox(ctx context.Context, g *Globals, checkHealth bool, logger *slog.Logger) (*inbox.Inbox, *agent, error) {
-	a, err := resolveAgent(ctx, g, checkHealth)
+// agentInbox resolves the agent (see resolveAgent), first asking the
+// daemon whether it runs for a clear error when it does not, and opens
+// the agent's inbox on it.
+func agentInbox(ctx context.Context, g *Globals) (*inbox.Inbox, *agent, error) {
+	a, err := resolveAgent(ctx, g, true)
 	if err != nil {
 		return nil, nil, err
-	}
-	if logger != nil {
-		a.logger = logger
 	}
 	ib, err := inbox.New(ctx, a.dial, a.id(), &inbox.Options{Logger: a.logger})
 	if err != nil {

@@ -365,14 +365,21 @@ func geminiFiles(s *setupSpec) []setupFile {
 	return []setupFile{f}
 }
 
-func opencodeFiles(s *setupSpec) []setupFile {
-	base, dir := s.root, s.root
-	if s.user {
-		base, dir = s.home, filepath.Join(s.home, ".config", "opencode")
-		if x := s.env("XDG_CONFIG_HOME"); x != "" {
-			base, dir = x, filepath.Join(x, "opencode")
-		}
+// opencodeDir is where opencode's configuration goes, and the directory
+// setup may create it under: the project's root, or with --user the
+// user's opencode configuration directory.
+func opencodeDir(s *setupSpec) (base, dir string) {
+	if !s.user {
+		return s.root, s.root
 	}
+	if x := s.env("XDG_CONFIG_HOME"); x != "" {
+		return x, filepath.Join(x, "opencode")
+	}
+	return s.home, filepath.Join(s.home, ".config", "opencode")
+}
+
+func opencodeFiles(s *setupSpec) []setupFile {
+	base, dir := opencodeDir(s)
 	// opencode reads opencode.json or opencode.jsonc: merge into the one there.
 	path := filepath.Join(dir, "opencode.json")
 	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
@@ -404,12 +411,9 @@ func opencodeFiles(s *setupSpec) []setupFile {
 // opencodePluginPath is where thrum's opencode plugin goes: a directory
 // opencode loads every plugin of.
 func opencodePluginPath(s *setupSpec) string {
+	_, dir := opencodeDir(s)
 	if !s.user {
-		return filepath.Join(s.root, ".opencode", "plugins", "thrum.js")
-	}
-	dir := filepath.Join(s.home, ".config", "opencode")
-	if x := s.env("XDG_CONFIG_HOME"); x != "" {
-		dir = filepath.Join(x, "opencode")
+		dir = filepath.Join(dir, ".opencode")
 	}
 	return filepath.Join(dir, "plugins", "thrum.js")
 }

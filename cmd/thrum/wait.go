@@ -80,7 +80,7 @@ func (c *WaitCmd) Run(ctx context.Context, g *Globals) error {
 	if g.stdout == os.Stdout {
 		defer watchReader(cancel)()
 	}
-	ib, a, err := agentInbox(ctx, g, true, nil)
+	ib, a, err := agentInbox(ctx, g)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil // stopped (a signal, or no reader) before it began

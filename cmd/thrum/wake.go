@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -170,99 +169,4 @@ func codexPath() string {
 		return exe
 	}
 	return "codex"
-}
-
-// Hook failures. A hook says nothing to its host when it fails ({} and exit
-// 0), so each failure is a line in a bounded log in the repository's var
-// directory, which thrum daemon status and thrum doctor summarise.
-
-const (
-	hookFailuresFile = "hook-failures.log"
-	// hookFailuresMax bounds the log: past it, the older half goes.
-	hookFailuresMax = 64 << 10
-)
-
-// hookFailure is one line of the log.
-type hookFailure struct {
-	At    time.Time `json:"at"`
-	Hook  string    `json:"hook"` // HOST EVENT
-	Error string    `json:"error"`
-}
-
-func hookFailuresPath(l *layout) string {
-	return filepath.Join(filepath.Dir(l.PIDFile), hookFailuresFile)
-}
-
-// recordHookFailure appends a failure to l's log, keeping it under
-// hookFailuresMax by dropping its older half.
-func recordHookFailure(l *layout, hook string, failure error) error {
-	if err := private.Dir(filepath.Dir(l.PIDFile)); err != nil {
-		return err
-	}
-	line, _ := json.Marshal(hookFailure{At: time.Now().UTC(), Hook: hook, Error: failure.Error()})
-	path := hookFailuresPath(l)
-	f, err := private.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(append(line, '\n'))
-	st, serr := f.Stat()
-	f.Close()
-	if err != nil || serr != nil || st.Size() <= hookFailuresMax {
-		return errors.Join(err, serr)
-	}
-	b, err := readCapped(path, 2*hookFailuresMax)
-	if err != nil {
-		return err
-	}
-	b = b[len(b)/2:]
-	if i := strings.IndexByte(string(b), '\n'); i >= 0 {
-		b = b[i+1:]
-	}
-	return private.WriteFile(path, b)
-}
-
-// hookFailures summarises l's log: how many failures it holds, and the
-// last (nil if none).
-func hookFailures(l *layout) (int, *hookFailure) {
-	b, err := readCapped(hookFailuresPath(l), 2*hookFailuresMax)
-	if err != nil {
-		return 0, nil
-	}
-	var n int
-	var last *hookFailure
-	for line := range strings.Lines(string(b)) {
-		var h hookFailure
-		if json.Unmarshal([]byte(line), &h) == nil {
-			n, last = n+1, &h
-		}
-	}
-	return n, last
-}
-
-// hookFailuresLine is the summary's line for status and doctor ("" when
-// the log holds none).
-func hookFailuresLine(l *layout) string {
-	n, last := hookFailures(l)
-	if n == 0 {
-		return ""
-	}
-	return shown(fmt.Sprintf("hooks: %d %s recorded in %s; the last, %s at %s: %s", n, plural(n, "failure", "failures"),
-		hookFailuresPath(l), last.Hook, last.At.Local().Format(time.DateTime), last.Error))
-}
-
-// hookFailuresJSON is the summary for --json: the count and the last.
-func hookFailuresJSON(l *layout) map[string]any {
-	n, last := hookFailures(l)
-	return map[string]any{"count": n, "last": last, "log": hookFailuresPath(l)}
-}
-
-// readCapped reads at most max bytes of the file at path.
-func readCapped(path string, max int64) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	return io.ReadAll(io.LimitReader(f, max))
 }
