@@ -261,6 +261,11 @@ type Syncer struct {
 	pubStarted, pubDone uint64
 	pubCheck            bool // a (re)connection, or the consumer saw the stream made again
 
+	// This machine's lines as they are committed, by shard path, and
+	// the bytes all of them hold (see Committed).
+	tails    map[string]*tail
+	tailHeld int64
+
 	// The publisher's own (see wroteHere): Options.Local's answers by
 	// author, and the local shard's end when they were given.
 	local    map[string]bool
@@ -270,7 +275,7 @@ type Syncer struct {
 // New returns a Syncer for the log, with the state an earlier one left
 // in Options.StateFile.
 func New(log *eventlog.Log, cfg *Config, opts *Options) (*Syncer, error) {
-	s := &Syncer{log: log, cfg: *cfg, pubWake: make(chan struct{}, 1), conWake: make(chan struct{}, 1), progress: make(chan struct{})}
+	s := &Syncer{log: log, cfg: *cfg, tails: map[string]*tail{}, pubWake: make(chan struct{}, 1), conWake: make(chan struct{}, 1), progress: make(chan struct{})}
 	if opts != nil {
 		s.opts = *opts
 	}
