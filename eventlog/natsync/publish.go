@@ -233,6 +233,7 @@ func (s *Syncer) publishRound(ctx context.Context, js jetstream.JetStream, maxRu
 			more = more || left
 		case t != nil && sub.Pos < t.from:
 			from[path], upTo[path] = sub.Pos, t.from
+			more = more || t.end > t.from // the tail's, once the log's are out
 		case sub.Pos < end:
 			from[path], upTo[path] = sub.Pos, end
 		}

@@ -5,7 +5,7 @@ import "github.com/thrumhq/thrum/eventlog"
 // tailBytes bounds the lines all tails hold. Past it (the server down
 // for long) a shard's tail lets its lines go, and the publisher reads
 // them back from the log.
-const tailBytes = 1 << 20
+var tailBytes int64 = 1 << 20
 
 // tail is what Committed told the publisher of one shard: every line
 // the log committed to it from offset from to offset end, in order, and
@@ -83,6 +83,7 @@ func (s *Syncer) runLocked(path string, t *tail, pos int64, maxRun int, tooLarge
 	}
 	// What went before pos is forgotten: should the position go back
 	// (a stream made again), the log has it.
+	clear(t.lines[:i])
 	t.lines, t.from = t.lines[i:], pos
 	r = &run{path: path}
 	r.shard, _, _ = eventlog.ParseSegmentPath(path)
