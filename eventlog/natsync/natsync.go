@@ -192,7 +192,9 @@ type Options struct {
 	// Admission takes what arrives from other machines.
 	Admission Admission
 	// Local reports whether this machine wrote an event (it publishes
-	// only those). Nil means every event of a shard that syncs.
+	// only those), for the lines it reads back from the log: those
+	// committed before Committed told it of each commit. Nil means
+	// every event of a shard that syncs.
 	Local func(ctx context.Context, e *eventlog.Event) (bool, error)
 	// Refresh, if set, runs a git round and returns when it is done:
 	// what a gap in an agent's shard, a reset stream or messages the
