@@ -163,6 +163,32 @@ func TestBacklogAndToldLinesInOnePass(t *testing.T) {
 	}
 }
 
+// TestImportedAfterOwnRunNotPending: this machine's lines on
+// events.jsonl followed, before the publisher's pass, by imported lines:
+// the pass goes past both, and nothing of this machine's is reported
+// unpublished (health would say "pending" until the next send).
+func TestImportedAfterOwnRunNotPending(t *testing.T) {
+	ns := startServer(t, nil)
+	cfg := testConfig(ns)
+	initStream(t, cfg)
+	a, b := newMachine(t, "a", cfg), newMachine(t, "b", cfg)
+	a.register("alice")
+	b.register("bob")
+	settle(t, a, b)
+
+	ns.stop()
+	waitFor(t, 10*time.Second, "a to see the server gone", func() bool { return a.s.Status().State != natsync.StateLive })
+	a.register("carol") // a's line on events.jsonl
+	b.register("dave")
+	lines := bytes.Split(bytes.TrimSuffix(shardBytes(t, b.n.EventLog(), ""), []byte("\n")), []byte("\n"))
+	if r, err := a.gate.Admit(context.Background(), admit.Source{File: "git"}, "", lines); err != nil || len(r.Imported) == 0 {
+		t.Fatalf("import into a: %v %+v", err, r)
+	}
+	ns.start()
+	waitFor(t, 10*time.Second, "b to know carol", func() bool { return b.knows("carol") })
+	waitFor(t, 5*time.Second, "a to have nothing unpublished", func() bool { return a.s.Status().Unpublished == 0 })
+}
+
 // TestStreamMadeAgain: the stream deleted and made again under running
 // machines: each gives the new stream all it wrote, and a machine that
 // starts afterwards with an empty log gets everything from it.

@@ -107,6 +107,7 @@ func (s *Syncer) runLocked(path string, t *tail, pos int64, maxRun int, tooLarge
 	}
 	if len(r.data) == 0 {
 		r.skip = t.end // every line up to the tail's end is another machine's
+		return r, false
 	}
-	return r, false
+	return r, r.end < t.end // another machine's lines follow: the next round skips them
 }
