@@ -117,10 +117,13 @@ type Options struct {
 	// "pending" or "error"). Default: always "synced".
 	SyncState func() string
 
-	// OnLocalCommit, if set, is called after each commit that holds events
-	// made here (not imported by a sync): a sync loop uses it as its
-	// trigger. It runs on the commit path and must not block.
-	OnLocalCommit func()
+	// OnCommit, if set, is called with each batch the log committed, once
+	// it is applied, in log order: events made here and events a sync
+	// imported (Event.Imported tells them apart). Sync loops use it: as
+	// their trigger, and the NATS publisher for this machine's lines. It
+	// runs on the commit path, must not block, and must not change the
+	// events or keep the slice.
+	OnCommit func(batch []*eventlog.Event)
 
 	// Refresh, if set, brings in events made elsewhere and returns once
 	// they are applied: for the reference daemon, a git sync round (fetch

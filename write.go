@@ -192,7 +192,7 @@ func (p *Projector) inMemory(batch []*eventlog.Event) {
 
 // applied runs after every read model took a batch, in log order: it
 // drops the caches the batch made stale, publishes the batch's messages to
-// subscribers (notifier.publish) and signals a local commit.
+// subscribers (notifier.publish) and hands it to Options.OnCommit.
 func (n *Node) applied(batch []*eventlog.Event) {
 	reload, sessions := false, false
 	for _, e := range batch {
@@ -215,13 +215,8 @@ func (n *Node) applied(batch []*eventlog.Event) {
 		n.sessMu.Unlock()
 	}
 	n.subs.publish(context.Background(), batch)
-	if n.opts.OnLocalCommit != nil {
-		for _, e := range batch {
-			if !e.Imported() {
-				n.opts.OnLocalCommit()
-				break
-			}
-		}
+	if n.opts.OnCommit != nil {
+		n.opts.OnCommit(batch)
 	}
 }
 

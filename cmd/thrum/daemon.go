@@ -180,7 +180,7 @@ func (c *DaemonRunCmd) Run(ctx context.Context, g *Globals) error {
 		opts.Keyring = repo.Keyring
 	}
 	if syncOn {
-		opts.OnLocalCommit = sy.notify
+		opts.OnCommit = sy.committed
 		opts.SyncState = func() string {
 			if !sy.on() {
 				return "pending"

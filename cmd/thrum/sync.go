@@ -7,11 +7,13 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/thrumhq/thrum"
+	"github.com/thrumhq/thrum/eventlog"
 	"github.com/thrumhq/thrum/eventlog/gitsync"
 	"github.com/thrumhq/thrum/eventlog/natsync"
 	"github.com/thrumhq/thrum/rpc"
@@ -228,15 +230,18 @@ func (sy *syncers) run(ctx context.Context, logger *slog.Logger) <-chan struct{}
 	return done
 }
 
-// notify is the node's OnLocalCommit.
-func (sy *syncers) notify() {
-	if gs := sy.git.Load(); gs != nil {
+// committed is the node's OnCommit: git's round is due when events were
+// made here; the NATS publisher takes this machine's lines.
+func (sy *syncers) committed(batch []*eventlog.Event) {
+	if gs := sy.git.Load(); gs != nil && slices.ContainsFunc(batch, madeHere) {
 		gs.Notify()
 	}
 	if ns := sy.nats.Load(); ns != nil {
-		ns.Notify()
+		ns.Committed(batch)
 	}
 }
+
+func madeHere(e *eventlog.Event) bool { return !e.Imported() }
 
 // refresh is the node's Refresh: a git round if there is git (it brings
 // everything), else NATS caught up.

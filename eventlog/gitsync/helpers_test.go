@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -85,7 +86,7 @@ type clone struct {
 	logs   *logCounter // what the Syncers logged
 	n      *thrum.Node
 	s      *gitsync.Syncer
-	syncer atomic.Pointer[gitsync.Syncer] // what OnLocalCommit notifies
+	syncer atomic.Pointer[gitsync.Syncer] // what OnCommit notifies
 
 	runCancel context.CancelFunc
 	runDone   chan struct{}
@@ -146,8 +147,8 @@ func (c *clone) open() {
 	opts := &thrum.Options{
 		DBPath: c.db,
 		NoSync: c.noSync,
-		OnLocalCommit: func() {
-			if s := c.syncer.Load(); s != nil {
+		OnCommit: func(batch []*eventlog.Event) {
+			if s := c.syncer.Load(); s != nil && slices.ContainsFunc(batch, func(e *eventlog.Event) bool { return !e.Imported() }) {
 				s.Notify()
 			}
 		},

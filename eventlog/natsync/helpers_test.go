@@ -82,19 +82,19 @@ type machine struct {
 	state string
 	gate  *testGate
 	mu    sync.Mutex
-	cur   *natsync.Syncer // what OnLocalCommit notifies
+	cur   *natsync.Syncer // what OnCommit tells
 	stop  func()
 }
 
 func newMachine(t testing.TB, name string, cfg natsync.Config) *machine {
 	t.Helper()
 	m := &machine{t: t, name: name, cfg: cfg, state: t.TempDir() + "/nats.json"}
-	m.n = thrumtest.OpenNode(t, &thrum.Options{NoSync: true, OnLocalCommit: func() {
+	m.n = thrumtest.OpenNode(t, &thrum.Options{NoSync: true, OnCommit: func(batch []*eventlog.Event) {
 		m.mu.Lock()
 		s := m.cur
 		m.mu.Unlock()
 		if s != nil {
-			s.Notify()
+			s.Committed(batch)
 		}
 	}})
 	m.gate = &testGate{g: m.n.Admission()}

@@ -192,7 +192,9 @@ type Options struct {
 	// Admission takes what arrives from other machines.
 	Admission Admission
 	// Local reports whether this machine wrote an event (it publishes
-	// only those). Nil means every event of a shard that syncs.
+	// only those), for the lines it reads back from the log: those
+	// committed before Committed told it of each commit. Nil means
+	// every event of a shard that syncs.
 	Local func(ctx context.Context, e *eventlog.Event) (bool, error)
 	// Refresh, if set, runs a git round and returns when it is done:
 	// what a gap in an agent's shard, a reset stream or messages the
@@ -261,6 +263,11 @@ type Syncer struct {
 	pubStarted, pubDone uint64
 	pubCheck            bool // a (re)connection, or the consumer saw the stream made again
 
+	// This machine's lines as they are committed, by shard path, and
+	// the bytes all of them hold (see Committed).
+	tails    map[string]*tail
+	tailHeld int64
+
 	// The publisher's own (see wroteHere): Options.Local's answers by
 	// author, and the local shard's end when they were given.
 	local    map[string]bool
@@ -270,7 +277,7 @@ type Syncer struct {
 // New returns a Syncer for the log, with the state an earlier one left
 // in Options.StateFile.
 func New(log *eventlog.Log, cfg *Config, opts *Options) (*Syncer, error) {
-	s := &Syncer{log: log, cfg: *cfg, pubWake: make(chan struct{}, 1), conWake: make(chan struct{}, 1), progress: make(chan struct{})}
+	s := &Syncer{log: log, cfg: *cfg, tails: map[string]*tail{}, pubWake: make(chan struct{}, 1), conWake: make(chan struct{}, 1), progress: make(chan struct{})}
 	if opts != nil {
 		s.opts = *opts
 	}

@@ -69,8 +69,18 @@ func TestLiveBetweenMachines(t *testing.T) {
 
 // TestPartitionHealed: with the server gone, sends on both machines
 // succeed as before (the local fsync is the acknowledgement) and nothing
-// arrives; once it is back, everything written meanwhile arrives, once.
+// arrives; once it is back, everything written meanwhile arrives, once:
+// from the lines the publisher holds, or, when they outgrew what it
+// holds, from the log.
 func TestPartitionHealed(t *testing.T) {
+	t.Run("held", testPartitionHealed)
+	t.Run("outgrown", func(t *testing.T) {
+		natsync.SetTailBytes(t, 2048)
+		testPartitionHealed(t)
+	})
+}
+
+func testPartitionHealed(t *testing.T) {
 	ns := startServer(t, nil)
 	cfg := testConfig(ns)
 	initStream(t, cfg)
@@ -100,6 +110,83 @@ func TestPartitionHealed(t *testing.T) {
 		}
 	}
 	sameLogs(t, a, b)
+}
+
+// TestUntoldCommitPublished: a commit the publisher was not told of (it
+// takes this machine's lines as they are committed) is found in the log
+// and published, not taken for another machine's lines.
+func TestUntoldCommitPublished(t *testing.T) {
+	ns := startServer(t, nil)
+	cfg := testConfig(ns)
+	initStream(t, cfg)
+	a, b := newMachine(t, "a", cfg), newMachine(t, "b", cfg)
+	a.register("alice")
+	b.register("bob")
+	settle(t, a, b)
+	first := a.send("alice", "bob", "told")
+	a.mu.Lock()
+	a.cur = nil
+	a.mu.Unlock()
+	untold := a.send("alice", "bob", "untold")
+	a.mu.Lock()
+	a.cur = a.s
+	a.mu.Unlock()
+	last := a.send("alice", "bob", "told again")
+	settle(t, a, b)
+	for _, id := range []string{first, untold, last} {
+		if !b.has(id) {
+			t.Fatalf("b lacks %s", id)
+		}
+	}
+	sameLogs(t, a, b)
+}
+
+// TestBacklogAndToldLinesInOnePass: lines written while no publisher
+// ran and lines committed since it started are all published after one
+// wake: a pass that reads the backlog from the log goes on with what
+// it was told.
+func TestBacklogAndToldLinesInOnePass(t *testing.T) {
+	ns := startServer(t, nil)
+	cfg := testConfig(ns)
+	initStream(t, cfg)
+	a, b := newMachine(t, "a", cfg), newMachine(t, "b", cfg)
+	a.register("alice")
+	b.register("bob")
+	settle(t, a, b)
+	a.stopSync()
+	ids := []string{a.send("alice", "bob", "while no publisher ran")}
+	a.start(nil)
+	ids = append(ids, a.send("alice", "bob", "told"))
+	for _, id := range ids {
+		// Polling b wakes no publisher (settle would).
+		waitFor(t, 10*time.Second, "b to have "+id, func() bool { return b.has(id) })
+	}
+}
+
+// TestImportedAfterOwnRunNotPending: this machine's lines on
+// events.jsonl followed, before the publisher's pass, by imported lines:
+// the pass goes past both, and nothing of this machine's is reported
+// unpublished (health would say "pending" until the next send).
+func TestImportedAfterOwnRunNotPending(t *testing.T) {
+	ns := startServer(t, nil)
+	cfg := testConfig(ns)
+	initStream(t, cfg)
+	a, b := newMachine(t, "a", cfg), newMachine(t, "b", cfg)
+	a.register("alice")
+	b.register("bob")
+	settle(t, a, b)
+
+	ns.stop()
+	waitFor(t, 10*time.Second, "a to see the server gone", func() bool { return a.s.Status().State != natsync.StateLive })
+	a.register("carol") // a's line on events.jsonl
+	b.register("dave")
+	lines := bytes.Split(bytes.TrimSuffix(shardBytes(t, b.n.EventLog(), ""), []byte("\n")), []byte("\n"))
+	if r, err := a.gate.Admit(context.Background(), admit.Source{File: "git"}, "", lines); err != nil || len(r.Imported) == 0 {
+		t.Fatalf("import into a: %v %+v", err, r)
+	}
+	ns.start()
+	waitFor(t, 10*time.Second, "b to know carol", func() bool { return b.knows("carol") })
+	waitFor(t, 5*time.Second, "a to have nothing unpublished", func() bool { return a.s.Status().Unpublished == 0 })
 }
 
 // TestStreamMadeAgain: the stream deleted and made again under running

@@ -203,30 +203,55 @@ type run struct {
 // publishes one run per shard, and moves the positions on as the stream
 // acknowledges. more says whether lines were left for another round.
 func (s *Syncer) publishRound(ctx context.Context, js jetstream.JetStream, maxRun int) (more bool, err error) {
+	// A shard's lines since its tail began come from the tail; before
+	// that, from the log, up to where the tail begins.
 	ends := s.log.Positions()
-	from := map[string]int64{}
+	from, upTo := map[string]int64{}, map[string]int64{}
+	var order []*run
+	tooLarge := 0
 	s.mu.Lock()
 	for path, end := range ends {
-		switch sub := s.st.Subjects[path]; {
-		case path == eventlog.LocalFile:
-		case sub == nil:
-			s.st.Subjects[path] = &subjectState{}
-			from[path] = 0
+		if path == eventlog.LocalFile {
+			continue
+		}
+		sub := s.st.Subjects[path]
+		if sub == nil {
+			sub = &subjectState{}
+			s.st.Subjects[path] = sub
+		}
+		t := s.tails[path]
+		switch {
+		case t != nil && sub.Pos >= t.from:
+			if len(order) == maxRunsOut {
+				more = true
+				continue
+			}
+			r, left := s.runLocked(path, t, sub.Pos, maxRun, &tooLarge)
+			if len(r.data) > 0 || r.skip > sub.Pos {
+				order = append(order, r)
+			}
+			more = more || left
+		case t != nil && sub.Pos < t.from:
+			from[path], upTo[path] = sub.Pos, t.from
+			more = more || t.end > t.from // the tail's, once the log's are out
 		case sub.Pos < end:
-			from[path] = sub.Pos
+			from[path], upTo[path] = sub.Pos, end
 		}
 	}
 	var unpublished int64
 	s.mu.Unlock()
 
-	// Who wrote here changes only with the local shard (credentials):
-	// the answers hold until it grows.
-	if end := ends[eventlog.LocalFile]; s.localEnd != end || s.local == nil {
-		s.local, s.localEnd = map[string]bool{}, end
-	}
-	order, tooLarge, more, err := s.collect(ctx, from, ends, maxRun)
-	if err != nil {
-		return false, fmt.Errorf("read the log: %w", err)
+	if len(from) > 0 {
+		// Who wrote here changes only with the local shard
+		// (credentials): the answers hold until it grows.
+		if end := ends[eventlog.LocalFile]; s.localEnd != end || s.local == nil {
+			s.local, s.localEnd = map[string]bool{}, end
+		}
+		read, skipped, full, err := s.collect(ctx, from, ends, upTo, maxRunsOut-len(order), maxRun)
+		if err != nil {
+			return false, fmt.Errorf("read the log: %w", err)
+		}
+		order, tooLarge, more = append(order, read...), tooLarge+skipped, more || full
 	}
 
 	// One message per subject in flight; all subjects at once.
@@ -240,10 +265,6 @@ func (s *Syncer) publishRound(ctx context.Context, js jetstream.JetStream, maxRu
 	s.status.TooLarge += tooLarge
 	for _, r := range order {
 		sub := s.st.Subjects[r.path]
-		if sub == nil { // a shard made after from was taken: Scan read it all
-			sub = &subjectState{}
-			s.st.Subjects[r.path] = sub
-		}
 		if len(r.data) == 0 {
 			if r.skip > sub.Pos {
 				sub.Pos, s.dirty = r.skip, true
@@ -299,18 +320,20 @@ func (s *Syncer) publishRound(ctx context.Context, js jetstream.JetStream, maxRu
 	return more && err == nil, err
 }
 
-// collect reads the shards from their positions in from: for each, the
-// run of this machine's consecutive lines to publish next (up to maxRun
-// bytes), or, before any, how far the lines to skip go (another
-// machine's, or too large for a message: those it counts). full says
-// lines were left for another round. It reads each shard no further
-// than its next run (or roundBytes of lines to skip), and stops when
-// every shard is done, so a long backlog is read once.
-func (s *Syncer) collect(ctx context.Context, from, ends map[string]int64, maxRun int) (runs []*run, tooLarge int, full bool, err error) {
+// collect reads the shards from their positions in from up to upTo (at
+// most maxRuns of them): for each, the run of this machine's
+// consecutive lines to publish next (up to maxRun bytes), or, before
+// any, how far the lines to skip go (another machine's, or too large
+// for a message: those it counts). full says lines were left for
+// another round. It reads each shard no further than its next run (or
+// roundBytes of lines to skip), and stops when every shard is done, so
+// a long backlog is read once. ends are the log's positions, where it
+// reads no shard.
+func (s *Syncer) collect(ctx context.Context, from, ends, upTo map[string]int64, maxRuns, maxRun int) (runs []*run, tooLarge int, full bool, err error) {
 	at := maps.Clone(ends)
 	open := map[string]*run{} // shards still being read
 	for path, pos := range from {
-		if len(open) == maxRunsOut {
+		if len(open) == maxRuns {
 			full = true
 			break
 		}
@@ -340,9 +363,9 @@ func (s *Syncer) collect(ctx context.Context, from, ends map[string]int64, maxRu
 		case done: // e waits for the next run
 			full = true
 		case read[path] > roundBytes:
-			full = full || e.Offset < ends[path]
+			full = full || e.Offset < upTo[path]
 		}
-		if done || read[path] > roundBytes || e.Offset >= ends[path] {
+		if done || read[path] > roundBytes || e.Offset >= upTo[path] {
 			delete(open, path)
 			if len(open) == 0 {
 				return errStop
