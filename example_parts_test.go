@@ -45,7 +45,7 @@ func ExampleRPCServer() {
 		log.Fatal(err)
 	}
 	defer c.Close()
-	reg, err := c.RegisterAgent(ctx, &rpc.RegisterAgentParams{Name: "alice", Role: "implementer", Module: "auth"})
+	reg, err := c.RegisterAgent(ctx, &rpc.RegisterAgentParams{Name: "alice", Role: "implementer"})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -73,15 +73,15 @@ func ExampleNode_MCPServer() {
 	}
 	defer n.Close()
 	for _, a := range []rpc.RegisterAgentParams{
-		{Name: "alice", Role: "implementer", Module: "auth"},
-		{Name: "bob", Role: "reviewer", Module: "auth"},
+		{Name: "alice", Role: "implementer"},
+		{Name: "bob", Role: "reviewer"},
 	} {
 		n.RegisterAgent(ctx, &a)
 		n.StartSession(ctx, &rpc.StartSessionParams{AgentID: a.Name})
 	}
 	n.SendMessage(thrum.AsAgent(ctx, "alice"), &rpc.SendMessageParams{Content: "please review auth", Mentions: []string{"@reviewer"}})
 
-	srv, err := n.MCPServer(ctx, mcpserver.Identity{AgentID: "bob", Role: "reviewer", Module: "auth"}, nil)
+	srv, err := n.MCPServer(ctx, mcpserver.Identity{AgentID: "bob", Role: "reviewer"}, nil)
 	if err != nil {
 		log.Fatal(err)
 	}
