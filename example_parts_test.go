@@ -45,7 +45,7 @@ func ExampleRPCServer() {
 		log.Fatal(err)
 	}
 	defer c.Close()
-	reg, err := c.RegisterAgent(ctx, &rpc.RegisterAgentParams{Name: "alice", Role: "implementer"})
+	reg, err := c.RegisterAgent(ctx, &rpc.RegisterAgentParams{Name: "alice", Role: "implementer", Module: "auth"})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -73,8 +73,8 @@ func ExampleNode_MCPServer() {
 	}
 	defer n.Close()
 	for _, a := range []rpc.RegisterAgentParams{
-		{Name: "alice", Role: "implementer"},
-		{Name: "bob", Role: "reviewer"},
+		{Name: "alice", Role: "implementer", Module: "auth"},
+		{Name: "bob", Role: "reviewer", Module: "auth"},
 	} {
 		n.RegisterAgent(ctx, &a)
 		n.StartSession(ctx, &rpc.StartSessionParams{AgentID: a.Name})
