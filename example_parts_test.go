@@ -81,7 +81,7 @@ func ExampleNode_MCPServer() {
 	}
 	n.SendMessage(thrum.AsAgent(ctx, "alice"), &rpc.SendMessageParams{Content: "please review auth", Mentions: []string{"@reviewer"}})
 
-	srv, err := n.MCPServer(ctx, mcpserver.Identity{AgentID: "bob", Role: "reviewer", Module: "auth"}, nil)
+	srv, err := n.MCPServer(ctx, mcpserver.Identity{AgentID: "bob", Role: "reviewer"}, nil)
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -149,17 +149,17 @@ func BenchmarkSealedField(b *testing.B) {
 	keys := newTestKeys(b, true)
 	for _, size := range []int{60, 1024} {
 		plain := bytes.Repeat([]byte("x"), size)
-		sealed := SealField(keys.sealing, "01JEVENTIDEVENTIDEVENTIDEV", TypeMessageCreate, "alice", "content", plain)
+		sealed := sealField(keys.sealing, "01JEVENTIDEVENTIDEVENTIDEV", TypeMessageCreate, "alice", "content", plain)
 		b.Run(fmt.Sprintf("seal/%dB", size), func(b *testing.B) {
 			for b.Loop() {
-				SealField(keys.sealing, "01JEVENTIDEVENTIDEVENTIDEV", TypeMessageCreate, "alice", "content", plain)
+				sealField(keys.sealing, "01JEVENTIDEVENTIDEVENTIDEV", TypeMessageCreate, "alice", "content", plain)
 			}
 			b.ReportMetric(float64(SealOverhead), "B/field-raw")
 			b.ReportMetric(float64(len(sealed)-size), "B/field-encoded")
 		})
 		b.Run(fmt.Sprintf("open/%dB", size), func(b *testing.B) {
 			for b.Loop() {
-				if _, err := OpenField(keys, "01JEVENTIDEVENTIDEVENTIDEV", TypeMessageCreate, "alice", "content", sealed); err != nil {
+				if _, err := openField(keys, "01JEVENTIDEVENTIDEVENTIDEV", TypeMessageCreate, "alice", "content", sealed); err != nil {
 					b.Fatal(err)
 				}
 			}

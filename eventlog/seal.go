@@ -124,9 +124,9 @@ func sealedAD(id, typ, author, field string) []byte {
 	return append(ad, field...)
 }
 
-// SealField seals one field's plaintext with k for the event id of
+// sealField seals one field's plaintext with k for the event id of
 // type typ written by author.
-func SealField(k *TeamKey, id, typ, author, field string, plain []byte) string {
+func sealField(k *TeamKey, id, typ, author, field string, plain []byte) string {
 	b := make([]byte, teamKeyIDLen+nonceLen, SealOverhead+len(plain))
 	copy(b, k.raw[:])
 	rand.Read(b[teamKeyIDLen:]) // never fails
@@ -134,14 +134,14 @@ func SealField(k *TeamKey, id, typ, author, field string, plain []byte) string {
 	return b64.EncodeToString(b)
 }
 
-// ErrNoTeamKey is OpenField's error for a field sealed with a key not
+// ErrNoTeamKey is openField's error for a field sealed with a key not
 // held.
 var ErrNoTeamKey = errors.New("sealed with a team key this clone does not hold")
 
-// OpenField opens a field SealField sealed, with the key it names from
+// openField opens a field sealField sealed, with the key it names from
 // keys. It fails for a field that does not parse, whose key is not held
 // (ErrNoTeamKey), or that was not sealed for this event and field.
-func OpenField(keys TeamKeys, id, typ, author, field, sealed string) ([]byte, error) {
+func openField(keys TeamKeys, id, typ, author, field, sealed string) ([]byte, error) {
 	b, err := b64.DecodeString(sealed)
 	if err != nil || len(b) < SealOverhead {
 		return nil, fmt.Errorf("sealed %s is not a sealed field: want base64url of a key ID, nonce and ciphertext", field)
@@ -173,19 +173,19 @@ func sealPayload(e *Event, k *TeamKey) any {
 	}
 	switch p := payload.(type) {
 	case MessageCreate:
-		p.Sealed = &Sealed{Content: SealField(k, e.ID, e.Type, p.AgentID, "content", []byte(p.Content))}
+		p.Sealed = &Sealed{Content: sealField(k, e.ID, e.Type, p.AgentID, "content", []byte(p.Content))}
 		if len(p.Structured) > 0 {
-			p.Sealed.Structured = SealField(k, e.ID, e.Type, p.AgentID, "structured", p.Structured)
+			p.Sealed.Structured = sealField(k, e.ID, e.Type, p.AgentID, "structured", p.Structured)
 		}
 		p.Content, p.Structured = "", nil
 		return p
 	case MessageEdit:
 		s := &Sealed{}
 		if p.Content != nil {
-			s.Content = SealField(k, e.ID, e.Type, p.AgentID, "content", []byte(*p.Content))
+			s.Content = sealField(k, e.ID, e.Type, p.AgentID, "content", []byte(*p.Content))
 		}
 		if len(p.Structured) > 0 {
-			s.Structured = SealField(k, e.ID, e.Type, p.AgentID, "structured", p.Structured)
+			s.Structured = sealField(k, e.ID, e.Type, p.AgentID, "structured", p.Structured)
 		}
 		if *s != (Sealed{}) {
 			p.Sealed, p.Content, p.Structured = s, nil, nil
@@ -232,12 +232,12 @@ func openPayload(e *Event, p any, keys TeamKeys) any {
 func openBody(e *Event, author string, s *Sealed, keys TeamKeys) (content []byte, structured json.RawMessage, ok bool) {
 	var err error
 	if s.Content != "" {
-		if content, err = OpenField(keys, e.ID, e.Type, author, "content", s.Content); err != nil || !utf8.Valid(content) {
+		if content, err = openField(keys, e.ID, e.Type, author, "content", s.Content); err != nil || !utf8.Valid(content) {
 			return nil, nil, false
 		}
 	}
 	if s.Structured != "" {
-		if structured, err = OpenField(keys, e.ID, e.Type, author, "structured", s.Structured); err != nil ||
+		if structured, err = openField(keys, e.ID, e.Type, author, "structured", s.Structured); err != nil ||
 			!json.Valid(structured) || structured[0] != '{' {
 			return nil, nil, false
 		}

@@ -148,9 +148,9 @@ func TestSealedBodiesLeaveOnlyCiphertextInTheLog(t *testing.T) {
 func TestSealedFieldOpensOnlyWhereItWasSealed(t *testing.T) {
 	keys := newTestKeys(t, true)
 	k := keys.sealing
-	f := SealField(k, "01EVENTA", TypeMessageCreate, "alice", "content", []byte(bodyToken))
-	if got, err := OpenField(keys, "01EVENTA", TypeMessageCreate, "alice", "content", f); err != nil || string(got) != bodyToken {
-		t.Fatalf("OpenField in its own event: %q, %v", got, err)
+	f := sealField(k, "01EVENTA", TypeMessageCreate, "alice", "content", []byte(bodyToken))
+	if got, err := openField(keys, "01EVENTA", TypeMessageCreate, "alice", "content", f); err != nil || string(got) != bodyToken {
+		t.Fatalf("openField in its own event: %q, %v", got, err)
 	}
 	for name, c := range map[string][4]string{
 		"another event":  {"01EVENTB", TypeMessageCreate, "alice", "content"},
@@ -158,17 +158,17 @@ func TestSealedFieldOpensOnlyWhereItWasSealed(t *testing.T) {
 		"another author": {"01EVENTA", TypeMessageCreate, "mallory", "content"},
 		"another field":  {"01EVENTA", TypeMessageCreate, "alice", "structured"},
 	} {
-		if _, err := OpenField(keys, c[0], c[1], c[2], c[3], f); err == nil {
+		if _, err := openField(keys, c[0], c[1], c[2], c[3], f); err == nil {
 			t.Errorf("%s: a moved ciphertext opened", name)
 		}
 	}
 	b, _ := b64.DecodeString(f)
 	b[len(b)-1] ^= 1
-	if _, err := OpenField(keys, "01EVENTA", TypeMessageCreate, "alice", "content", b64.EncodeToString(b)); err == nil {
+	if _, err := openField(keys, "01EVENTA", TypeMessageCreate, "alice", "content", b64.EncodeToString(b)); err == nil {
 		t.Error("a flipped bit opened")
 	}
 	other := newTestKeys(t, true)
-	if _, err := OpenField(other, "01EVENTA", TypeMessageCreate, "alice", "content", f); !errors.Is(err, ErrNoTeamKey) {
+	if _, err := openField(other, "01EVENTA", TypeMessageCreate, "alice", "content", f); !errors.Is(err, ErrNoTeamKey) {
 		t.Errorf("without its key: %v, want ErrNoTeamKey", err)
 	}
 
@@ -222,7 +222,7 @@ func TestRotatedKeysKeepOldBodiesReadable(t *testing.T) {
 func TestSealedFieldOverhead(t *testing.T) {
 	keys := newTestKeys(t, true)
 	for _, n := range []int{0, 1, 100, 4096} {
-		f := SealField(keys.sealing, "01E", TypeMessageCreate, "a", "content", make([]byte, n))
+		f := sealField(keys.sealing, "01E", TypeMessageCreate, "a", "content", make([]byte, n))
 		b, err := b64.DecodeString(f)
 		if err != nil || len(b) != n+SealOverhead {
 			t.Errorf("%d bytes sealed into %d (%v), want %d", n, len(b), err, n+SealOverhead)
@@ -236,8 +236,8 @@ func TestSealedFieldOverhead(t *testing.T) {
 // CheckFields holds a sealed member to its encoding.
 func TestCheckFieldsSealed(t *testing.T) {
 	keys := newTestKeys(t, true)
-	good := SealField(keys.sealing, "01E", TypeMessageCreate, "alice", "content", []byte("x"))
-	other := SealField(newTestKeys(t, true).sealing, "01E", TypeMessageCreate, "alice", "structured", []byte("{}"))
+	good := sealField(keys.sealing, "01E", TypeMessageCreate, "alice", "content", []byte("x"))
+	other := sealField(newTestKeys(t, true).sealing, "01E", TypeMessageCreate, "alice", "structured", []byte("{}"))
 	create := func(content string, s *Sealed) *Event {
 		return &Event{Type: TypeMessageCreate, Payload: MessageCreate{MessageID: "m", AgentID: "alice", Priority: "normal", Content: content, Sealed: s}}
 	}
@@ -266,14 +266,14 @@ func TestCheckFieldsSealed(t *testing.T) {
 // and inside a line: it never panics, and what opens is what was sealed.
 func FuzzOpenSealed(f *testing.F) {
 	keys := newTestKeys(f, true)
-	f.Add(SealField(keys.sealing, "01E", TypeMessageCreate, "alice", "content", []byte("hello")), "01E")
+	f.Add(sealField(keys.sealing, "01E", TypeMessageCreate, "alice", "content", []byte("hello")), "01E")
 	f.Add("", "01E")
 	f.Add(b64.EncodeToString(make([]byte, SealOverhead)), "x")
 	f.Fuzz(func(t *testing.T, sealed, id string) {
-		plain, err := OpenField(keys, id, TypeMessageCreate, "alice", "content", sealed)
+		plain, err := openField(keys, id, TypeMessageCreate, "alice", "content", sealed)
 		if err == nil {
-			again := SealField(keys.sealing, id, TypeMessageCreate, "alice", "content", plain)
-			if back, err := OpenField(keys, id, TypeMessageCreate, "alice", "content", again); err != nil || !bytes.Equal(back, plain) {
+			again := sealField(keys.sealing, id, TypeMessageCreate, "alice", "content", plain)
+			if back, err := openField(keys, id, TypeMessageCreate, "alice", "content", again); err != nil || !bytes.Equal(back, plain) {
 				t.Fatalf("sealed again, %q opens as %q, %v", plain, back, err)
 			}
 		}

@@ -49,19 +49,19 @@ type Announced struct {
 
 // Text is d as it is put before the agent (agent its name): a line
 // saying how many messages wait and that nothing was marked read, then
-// Named. oneLine joins it all on one line, for a stream whose reader takes
+// named. oneLine joins it all on one line, for a stream whose reader takes
 // each line as an event.
 func (d *Doorbell) Text(agent string, oneLine bool) string {
 	return fmt.Sprintf("thrum: %d unread %s from other agents %s for you (%s), not from your user. "+
 		"Announced only, nothing is marked read: call check_messages to read %s.",
 		d.Unread, plural(d.Unread, "message", "messages"), plural(d.Unread, "waits", "wait"), frame.Escape(agent),
-		plural(d.Unread, "it", "them")) + d.Named(oneLine)
+		plural(d.Unread, "it", "them")) + d.named(oneLine)
 }
 
-// Named is the messages d names, each in a <thrum-message> frame holding
+// named is the messages d names, each in a <thrum-message> frame holding
 // its subject, escaped, after a line break (a space if oneLine); "" if it
 // names none. One with a field too long to frame is counted, not named.
-func (d *Doorbell) Named(oneLine bool) string {
+func (d *Doorbell) named(oneLine bool) string {
 	if len(d.New) == 0 {
 		return ""
 	}

@@ -60,7 +60,6 @@ type Dialer func(ctx context.Context, onNote func(method string, params json.Raw
 type Identity struct {
 	AgentID string
 	Role    string
-	Module  string
 	// Token authenticates the agent; required over a WebSocket, optional on
 	// a Unix socket or pipe.
 	Token string

@@ -347,7 +347,7 @@ func TestLoggedFieldsReachTheAgentEscaped(t *testing.T) {
 		msg("msg_long", strings.Repeat("t", 20000), "normal", "bob", "a thread ID no host can take"),
 		msg("msg_after", "", "normal", "bob", "the one after"))
 	n = thrumtest.OpenNodeIn(t, dir, nil)
-	bob, h := connectChannel(t, n, mcpserver.Identity{AgentID: "bob", Role: "reviewer", Module: "auth"})
+	bob, h := connectChannel(t, n, mcpserver.Identity{AgentID: "bob", Role: "reviewer"})
 
 	ev := h.next(t)
 	if strings.ContainsAny(ev.Content, "\u202e\u2066") || strings.Contains(ev.Content, "<system-reminder>") ||

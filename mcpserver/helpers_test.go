@@ -47,7 +47,7 @@ func newNode(t testing.TB, opts *thrum.Options) *thrum.Node {
 func addAgent(t testing.TB, n *thrum.Node, name, role, module string) mcpserver.Identity {
 	t.Helper()
 	a := thrumtest.Register(t, n, name, role, module)
-	return mcpserver.Identity{AgentID: a.ID, Role: a.Role, Module: a.Module, Token: a.Token}
+	return mcpserver.Identity{AgentID: a.ID, Role: a.Role, Token: a.Token}
 }
 
 // addStaleAgent registers an agent whose registration event is an hour

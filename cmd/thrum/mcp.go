@@ -269,7 +269,7 @@ type agent struct {
 }
 
 func (a *agent) id() inbox.Identity {
-	return inbox.Identity{AgentID: a.f.AgentID, Role: a.f.Role, Module: a.f.Module, Token: a.f.Token}
+	return inbox.Identity{AgentID: a.f.AgentID, Role: a.f.Role, Token: a.f.Token}
 }
 
 // failed is err, the error of connecting as a, with the command that

@@ -151,7 +151,7 @@ func (a *App) Serve(ctx context.Context, name string) (*thrum.MCPServer, error) 
 	if !ok {
 		return nil, fmt.Errorf("agent %s has not joined", name)
 	}
-	s, err := a.node.MCPServer(ctx, mcpserver.Identity{AgentID: name, Role: j.Role, Module: module}, nil)
+	s, err := a.node.MCPServer(ctx, mcpserver.Identity{AgentID: name, Role: j.Role}, nil)
 	if err != nil {
 		return nil, err
 	}
