@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -150,9 +151,10 @@ func (x *Index) Save(path string) error {
 	if len(sn.byID) <= len(x.sorted) {
 		return nil
 	}
-	later := make(map[string]int32, x.slots.len()-len(sn.byID))
+	later := make(map[msgKey]int32, x.slots.len()-len(sn.byID))
+	ids := x.ids()
 	for i := len(sn.byID); i < x.slots.len(); i++ {
-		later[x.slots.at(int32(i)).id] = int32(i)
+		later[ids.key(int32(i))] = int32(i)
 	}
 	x.sorted, x.byID = sn.byID, later
 	return nil
@@ -211,7 +213,9 @@ func (x *Index) writeSnapshot(w io.Writer) (snapshotInfo, error) {
 		return snapshotInfo{}, errors.New("no index to save")
 	}
 	n, covered := x.slots.len(), x.unsaved
-	slots := slices.Clone(x.slots) // its first n never change; the lists' headers do
+	// The first n slots' IDs never change; the lists' headers and the map
+	// of the IDs that do not pack do.
+	ids := slotIDs{slices.Clone(x.slots), maps.Clone(x.long)}
 	head := snapHeader{Version: snapVersion, Messages: n, Strings: len(x.strList)}
 	for rel, p := range x.pos {
 		head.Positions = append(head.Positions, snapPosition{rel, p.Offset, p.EventID})
@@ -245,28 +249,24 @@ func (x *Index) writeSnapshot(w io.Writer) (snapshotInfo, error) {
 		return snapshotInfo{}, err
 	}
 	order = nil
-	var ids strings.Builder
+	var idBytes []byte
 	k := min(n, snapshotChunk)
 	c := snapChunk{IDLens: make([]uint32, 0, k), Created: make([]int64, 0, k), Updated: make([]int64, 0, k),
 		Author: make([]uint32, 0, k), Thread: make([]uint32, 0, k), Flags: make([]byte, 0, k), KeyLens: make([]uint32, 0, k)}
 	for lo := 0; lo < n; lo += snapshotChunk {
 		c.IDLens, c.Created, c.Updated, c.Author, c.Thread, c.Flags = c.IDLens[:0], c.Created[:0], c.Updated[:0], c.Author[:0], c.Thread[:0], c.Flags[:0]
 		c.Keys, c.KeyLens = c.Keys[:0], c.KeyLens[:0]
-		ids.Reset()
+		idBytes = idBytes[:0]
 		x.mu.RLock()
 		if x.closed {
 			x.mu.RUnlock()
 			return snapshotInfo{}, ErrClosed
 		}
-		size := 0
-		for i := lo; i < min(lo+snapshotChunk, n); i++ {
-			size += len(x.slots.at(int32(i)).id)
-		}
-		ids.Grow(size) // once, not by doubling: a save runs every 2,000 events
 		for i := lo; i < min(lo+snapshotChunk, n); i++ {
 			m := x.slots.at(int32(i))
-			ids.WriteString(m.id)
-			c.IDLens = append(c.IDLens, uint32(len(m.id)))
+			was := len(idBytes)
+			idBytes = ids.key(int32(i)).appendTo(idBytes)
+			c.IDLens = append(c.IDLens, uint32(len(idBytes)-was))
 			c.Created, c.Updated = append(c.Created, m.created), append(c.Updated, m.updated)
 			c.Author, c.Thread = append(c.Author, m.author), append(c.Thread, m.thread)
 			var flags byte
@@ -281,12 +281,12 @@ func (x *Index) writeSnapshot(w io.Writer) (snapshotInfo, error) {
 			c.Keys, c.KeyLens = append(c.Keys, keys...), append(c.KeyLens, uint32(len(keys)))
 		}
 		x.mu.RUnlock()
-		c.IDs = ids.String()
+		c.IDs = string(idBytes)
 		if err := enc.Encode(c); err != nil {
 			return snapshotInfo{}, err
 		}
 	}
-	byID := mergeByID(slots, sorted, n)
+	byID := mergeByID(ids, sorted, n)
 	if err := encodeSlots(enc, byID); err != nil {
 		return snapshotInfo{}, err
 	}
@@ -327,8 +327,8 @@ func encodeSlots(enc *gob.Encoder, order []int32) error {
 // quickly. The result is the only copy made: the others are sorted in
 // its own tail, then merged forward (the merge writes at i+j, never past
 // the next unread other at len(sorted)+j).
-func mergeByID(slots slotList, sorted []int32, n int) []int32 {
-	byIDOf := func(a, b int32) int { return strings.Compare(slots.at(a).id, slots.at(b).id) }
+func mergeByID(ids slotIDs, sorted []int32, n int) []int32 {
+	byIDOf := func(a, b int32) int { return compareKeys(ids.key(a), ids.key(b)) }
 	out := make([]int32, n)
 	others := out[len(sorted):]
 	for j := range others {
@@ -397,6 +397,7 @@ func (x *Index) decode(b []byte) error {
 		return bad(err.Error())
 	}
 	var slots slotList
+	long := map[int32]string{}
 	var allKeys []uint32
 	var maxStr uint32
 	for slots.len() < head.Messages {
@@ -421,7 +422,11 @@ func (x *Index) decode(b []byte) error {
 			}
 			maxStr = max(maxStr, c.Author[i], c.Thread[i])
 			nk := c.KeyLens[i]
-			slots.push(imsg{id: ids[:c.IDLens[i]], created: c.Created[i], updated: c.Updated[i],
+			id := keyOf(ids[:c.IDLens[i]])
+			if !id.packed {
+				long[int32(slots.len())] = strings.Clone(id.long) // not the whole chunk's IDs
+			}
+			slots.push(imsg{ulid: id.ulid, long: !id.packed, created: c.Created[i], updated: c.Updated[i],
 				author: c.Author[i], thread: c.Thread[i], deleted: c.Flags[i]&1 != 0, proxied: c.Flags[i]&2 != 0,
 				keyAt: uint32(len(allKeys) + len(c.Keys) - len(keys))})
 			ids, keys = ids[c.IDLens[i]:], keys[nk:]
@@ -450,8 +455,9 @@ func (x *Index) decode(b []byte) error {
 		seen[s] = true
 	}
 	// The slots by ID: strictly increasing IDs, so also no ID twice.
+	sids := slotIDs{slots, long}
 	for i, s := range byID {
-		if s < 0 || int(s) >= n || i > 0 && slots.at(s).id <= slots.at(byID[i-1]).id {
+		if s < 0 || int(s) >= n || i > 0 && compareKeys(sids.key(s), sids.key(byID[i-1])) <= 0 {
 			return bad("message IDs are not sorted or repeat")
 		}
 	}
@@ -513,7 +519,7 @@ func (x *Index) decode(b []byte) error {
 	if int(maxStr) >= len(strList) {
 		return bad("string ID out of range")
 	}
-	x.slots, x.keys, x.order, x.sorted, x.byID, x.strs, x.strList, x.reads, x.pos = slots, allKeys, order, byID, map[string]int32{}, strs, strList, reads, pos
+	x.slots, x.keys, x.order, x.sorted, x.byID, x.long, x.strs, x.strList, x.reads, x.pos = slots, allKeys, order, byID, map[msgKey]int32{}, long, strs, strList, reads, pos
 	x.derive()
 	return nil
 }

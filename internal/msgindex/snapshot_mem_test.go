@@ -24,7 +24,7 @@ func TestASaveHoldsLittleBeyondTheIndex(t *testing.T) {
 		var evs []*eventlog.Event
 		for j := i; j < i+1000; j++ {
 			evs = append(evs, &eventlog.Event{Type: eventlog.TypeMessageCreate, Time: at.Add(time.Duration(j) * time.Millisecond),
-				Payload: eventlog.MessageCreate{MessageID: fmt.Sprintf("msg_01M8JVD4R2PB0QRWMV%06d", j), AgentID: fmt.Sprintf("agent_%02d", j%20),
+				Payload: eventlog.MessageCreate{MessageID: fmt.Sprintf("msg_01M8JVD4R2PB0QRWMV%08d", j), AgentID: fmt.Sprintf("agent_%02d", j%20),
 					ThreadID: fmt.Sprintf("thr_%05d", j/4), Refs: []eventlog.Pair{{Type: "mention", Value: "reviewer"}}}})
 		}
 		for r := range 10 {
