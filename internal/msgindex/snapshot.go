@@ -392,7 +392,7 @@ func (x *Index) decode(b []byte) error {
 	// The order comes first; it grows as its parts come, and the slots a
 	// chunk at a time as messages decode: no count is trusted with
 	// memory.
-	order, err := decodeSlots(dec, head.Messages)
+	order, err := decodeSlots(dec, head.Messages, len(body))
 	if err != nil {
 		return bad(err.Error())
 	}
@@ -440,7 +440,7 @@ func (x *Index) decode(b []byte) error {
 		allKeys = append(allKeys, c.Keys...)
 	}
 	n := slots.len()
-	byID, err := decodeSlots(dec, n)
+	byID, err := decodeSlots(dec, n, n)
 	if err != nil {
 		return bad(err.Error())
 	}
@@ -464,13 +464,15 @@ func (x *Index) decode(b []byte) error {
 	// Each string slices the one its part holds. The map is not sized by
 	// the count, and stops at the first repeat.
 	strs := map[string]uint32{}
-	var strList []string
-	for len(strList) < head.Strings {
-		var part snapStrings
+	var part snapStrings
+	for len(strs) < head.Strings {
+		// The room of the last part's lengths is reused; gob leaves a
+		// field the stream omits (an empty one) as it was.
+		part = snapStrings{Lens: part.Lens[:0]}
 		if err := dec.Decode(&part); err != nil {
 			return bad(err.Error())
 		}
-		if len(part.Lens) == 0 || len(part.Lens) > head.Strings-len(strList) {
+		if len(part.Lens) == 0 || len(part.Lens) > head.Strings-len(strs) {
 			return bad("strings not as many as said")
 		}
 		rest := part.Strings
@@ -482,12 +484,15 @@ func (x *Index) decode(b []byte) error {
 			if _, dup := strs[s]; dup {
 				return bad("strings repeat")
 			}
-			strs[s], rest = uint32(len(strList)), rest[l:]
-			strList = append(strList, s)
+			strs[s], rest = uint32(len(strs)), rest[l:]
 		}
 		if rest != "" {
 			return bad("strings longer than said")
 		}
+	}
+	strList := make([]string, len(strs))
+	for s, i := range strs {
+		strList[i] = s
 	}
 	if len(strList) == 0 || strList[0] != "" {
 		return bad("string 0 is not empty")
@@ -524,12 +529,15 @@ func (x *Index) decode(b []byte) error {
 	return nil
 }
 
-// decodeSlots decodes an order of n slots, in parts of any size: it
-// grows as the parts come, not by the count.
-func decodeSlots(dec *gob.Decoder, n int) ([]int32, error) {
-	var order []int32
+// decodeSlots decodes an order of n slots, in parts of any size, into
+// room for at most most: n is taken on trust only as far as the bytes
+// could hold it (an order grown as its parts came allocated five times
+// its size, at a start, when nothing is collected).
+func decodeSlots(dec *gob.Decoder, n, most int) ([]int32, error) {
+	order := make([]int32, 0, min(n, most))
+	var part snapSlots
 	for len(order) < n {
-		var part snapSlots
+		part.Slots = part.Slots[:0] // room reused; gob leaves a field the stream omits (an empty one) as it was
 		if err := dec.Decode(&part); err != nil {
 			return nil, err
 		}
