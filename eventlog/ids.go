@@ -3,6 +3,7 @@ package eventlog
 import (
 	crand "crypto/rand"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"time"
 
@@ -53,3 +54,31 @@ func NewID() string {
 	id, _ := ids.next(time.Now())
 	return id.String()
 }
+
+// PackMessageID returns the ULID of a message ID as a thrum makes one:
+// "msg_" and the ULID as NewID writes it. Its 16 bytes are in the order
+// of such IDs. ok is false for any other ID, one that is the same ULID
+// written another way (in lowercase, say) included: AppendMessageID
+// gives back exactly the ID that was packed.
+func PackMessageID(id string) (u [16]byte, ok bool) {
+	text, found := strings.CutPrefix(id, messageIDPrefix)
+	if !found || len(text) != ulid.EncodedSize {
+		return u, false
+	}
+	v, err := ulid.ParseStrict(text)
+	var again [ulid.EncodedSize]byte
+	if err != nil || v.MarshalTextTo(again[:]) != nil || string(again[:]) != text {
+		return u, false
+	}
+	return v, true
+}
+
+// AppendMessageID appends to dst the message ID that PackMessageID
+// packed into u.
+func AppendMessageID(dst []byte, u [16]byte) []byte {
+	var text [ulid.EncodedSize]byte
+	ulid.ULID(u).MarshalTextTo(text[:]) // fails only for a buffer of another size
+	return append(append(dst, messageIDPrefix...), text[:]...)
+}
+
+const messageIDPrefix = "msg_"

@@ -2,6 +2,7 @@ package eventlog
 
 import (
 	"bytes"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -174,5 +175,28 @@ func TestIDSourceWallClockStepsBackWithMonotonicReading(t *testing.T) {
 	}
 	if st.Round(0).Before(now.Round(0)) {
 		t.Errorf("wall clock stepped back 1h: time %v went back from %v", st, now)
+	}
+}
+
+// A message ID a thrum makes packs into its ULID's 16 bytes and back,
+// in the IDs' order; any other ID, the same ULID in lowercase included,
+// does not pack.
+func TestPackMessageID(t *testing.T) {
+	a, b := "msg_"+NewID(), "msg_"+NewID()
+	pa, okA := PackMessageID(a)
+	pb, okB := PackMessageID(b)
+	if !okA || !okB {
+		t.Fatalf("%s, %s: not packed", a, b)
+	}
+	if got := string(AppendMessageID(nil, pa)); got != a {
+		t.Fatalf("packed %s, got back %s", a, got)
+	}
+	if bytes.Compare(pa[:], pb[:]) >= 0 {
+		t.Fatalf("%s < %s, but their packed bytes are not in that order", a, b)
+	}
+	for _, id := range []string{"msg_1", "m", "thr_" + a[4:], "msg_" + strings.ToLower(a[4:]), "msg_8" + a[5:], a + "0", "msg_" + a[4:29] + "!"} {
+		if _, ok := PackMessageID(id); ok {
+			t.Errorf("%q packed", id)
+		}
 	}
 }

@@ -9,7 +9,7 @@ import (
 // SetVersion rewrites the schema version recorded in the file at path.
 func SetVersion(t *testing.T, path, v string) {
 	t.Helper()
-	db, err := sqlx.Open("sqlite", dsn(path, false))
+	db, err := sqlx.Open("sqlite", dsn(path, false, false))
 	if err != nil {
 		t.Fatal(err)
 	}

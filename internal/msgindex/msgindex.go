@@ -51,7 +51,8 @@ type Index struct {
 	order   []int32          // slots sorted by (created, message_id)
 	byUpd   []int32          // slots sorted by (updated or else created, created, message_id)
 	sorted  []int32          // slots sorted by message_id: those a snapshot brought
-	byID    map[string]int32 // message_id → slot, for the others
+	byID    map[msgKey]int32 // message_id → slot, for the others
+	long    map[int32]string // slot → message_id, for the IDs that do not pack (see msgKey)
 	strs    map[string]uint32
 	strList []string            // by ID: strs inverted; only ever appended to
 	reads   map[uint32][]uint64 // reader → bitset over slots
@@ -100,7 +101,7 @@ type Position struct {
 func (x *Index) Close() {
 	x.mu.Lock()
 	x.closed = true
-	x.slots, x.keys, x.order, x.sorted, x.byID, x.reads = nil, nil, nil, nil, nil, nil
+	x.slots, x.keys, x.order, x.sorted, x.byID, x.long, x.reads = nil, nil, nil, nil, nil, nil, nil
 	x.byUpd, x.byKey, x.byAuthor, x.byThread, x.deleted, x.proxied = nil, nil, nil, nil, nil, nil
 	x.mu.Unlock()
 	// A listing waiting for a load or build that will now never come
@@ -126,16 +127,17 @@ func (x *Index) markSlow() { x.slowOnce.Do(func() { close(x.slow) }) }
 // elsewhere until it ends), or the index is closed.
 func (x *Index) Settled() <-chan struct{} { return x.slow }
 
-// An imsg is a message as the index holds it: 48 bytes, its keys kept
-// apart in one array for all (a slice of its own cost 24 bytes and an
-// allocation a message).
+// An imsg is a message as the index holds it: 48 bytes, its ID packed
+// (see msgKey) and its keys kept apart in one array for all (a slice of
+// its own cost 24 bytes and an allocation a message).
 type imsg struct {
-	id      string
-	created int64 // unix nanoseconds
-	updated int64 // 0 if never edited
+	ulid    [16]byte // its packed ID, unless long
+	created int64    // unix nanoseconds
+	updated int64    // 0 if never edited
 	author  uint32
 	thread  uint32 // 0: not in a thread
 	keyAt   uint32 // where its keys start in Index.keys (see keysOf)
+	long    bool   // its ID did not pack: it is in Index.long
 	deleted bool
 	proxied bool // a user sent it as author: the author has not read it
 }
@@ -178,7 +180,7 @@ func (x *Index) keysOf(s int) []uint32 {
 
 // New returns an empty index; Build fills it.
 func New() *Index {
-	return &Index{ready: make(chan struct{}), slow: make(chan struct{}), byID: map[string]int32{}, strs: map[string]uint32{"": 0},
+	return &Index{ready: make(chan struct{}), slow: make(chan struct{}), byID: map[msgKey]int32{}, long: map[int32]string{}, strs: map[string]uint32{"": 0},
 		strList: []string{""}, reads: map[uint32][]uint64{}, pos: map[string]Position{}}
 }
 
@@ -297,9 +299,7 @@ func (x *Index) Build(ctx context.Context, st *store.Store) {
 	err := st.IndexSnapshot(ctx, func(rel string, off int64, eventID string) {
 		b.pos[rel] = Position{off, eventID}
 	}, func(r store.IndexRow) {
-		b.add(r.MessageID, r.AgentID, r.ThreadID, r.CreatedAt.UnixNano(), r.Deleted)
-		s, _ := b.slotOf(r.MessageID)
-		m := b.slots.at(s)
+		m := b.slots.at(b.add(r.MessageID, r.AgentID, r.ThreadID, r.CreatedAt.UnixNano(), r.Deleted))
 		if !r.UpdatedAt.IsZero() {
 			m.updated = r.UpdatedAt.UnixNano()
 		}
@@ -347,7 +347,7 @@ func (x *Index) install(b *Index, err error) {
 		x.err = err
 		return
 	}
-	x.slots, x.keys, x.order, x.sorted, x.byID, x.strs, x.strList, x.reads = b.slots, b.keys, b.order, b.sorted, b.byID, b.strs, b.strList, b.reads
+	x.slots, x.keys, x.order, x.sorted, x.byID, x.long, x.strs, x.strList, x.reads = b.slots, b.keys, b.order, b.sorted, b.byID, b.long, b.strs, b.strList, b.reads
 	x.early, x.earlyMore, x.earlyMost = b.early, b.earlyMore, b.earlyMost
 	x.indexed, x.byUpd, x.byKey, x.byAuthor, x.byThread, x.deleted, x.proxied = b.indexed, b.byUpd, b.byKey, b.byAuthor, b.byThread, b.deleted, b.proxied
 	for _, e := range x.pending { // idempotent: some may be in the snapshot too
@@ -370,12 +370,15 @@ func (x *Index) install(b *Index, err error) {
 // are found by binary search in sorted, so that a load does not build a
 // map of every message ID (a third of its time at 100,000); the others
 // are in byID.
-func (x *Index) slotOf(id string) (int32, bool) {
-	if s, ok := x.byID[id]; ok {
+func (x *Index) slotOf(id string) (int32, bool) { return x.slotOfKey(keyOf(id)) }
+
+func (x *Index) slotOfKey(k msgKey) (int32, bool) {
+	if s, ok := x.byID[k]; ok {
 		return s, true
 	}
-	i := sort.Search(len(x.sorted), func(i int) bool { return x.slots.at(x.sorted[i]).id >= id })
-	if i < len(x.sorted) && x.slots.at(x.sorted[i]).id == id {
+	ids := x.ids()
+	i := sort.Search(len(x.sorted), func(i int) bool { return compareKeys(ids.key(x.sorted[i]), k) >= 0 })
+	if i < len(x.sorted) && ids.key(x.sorted[i]) == k {
 		return x.sorted[i], true
 	}
 	return 0, false
@@ -388,23 +391,23 @@ const mapMost = 4096
 // sorted, and empties byID: a map of the 100,000 messages an import
 // brought took 3 MiB, the sorted slots 0.4. A save does it too.
 func (x *Index) sortByID() {
-	others := make([]int32, 0, len(x.byID))
-	for s := len(x.sorted); s < x.slots.len(); s++ {
-		others = append(others, int32(s))
-	}
-	x.sorted = mergeByID(x.slots, x.sorted, others)
-	x.byID = map[string]int32{}
+	x.sorted = mergeByID(x.ids(), x.sorted, x.slots.len())
+	x.byID = map[msgKey]int32{}
 }
 
 // add inserts a message if new, keeping order sorted by created time.
 func (x *Index) add(id, author, thread string, created int64, deleted bool) int32 {
-	if s, ok := x.slotOf(id); ok {
+	k := keyOf(id)
+	if s, ok := x.slotOfKey(k); ok {
 		return s
 	}
 	slot := int32(x.slots.len())
-	m := imsg{id: id, created: created, author: x.intern(author), thread: x.intern(thread), keyAt: uint32(len(x.keys))}
+	m := imsg{ulid: k.ulid, created: created, author: x.intern(author), thread: x.intern(thread), keyAt: uint32(len(x.keys))}
+	if !k.packed {
+		m.long, x.long[slot] = true, k.long
+	}
 	x.slots.push(m)
-	x.byID[id] = slot
+	x.byID[k] = slot
 	if len(x.byID) > max(mapMost, len(x.sorted)/8) {
 		x.sortByID()
 	}
@@ -611,7 +614,8 @@ func (x *Index) less(a, b int32) bool {
 	if ma.created != mb.created {
 		return ma.created < mb.created
 	}
-	return ma.id < mb.id
+	ids := x.ids()
+	return compareKeys(ids.key(a), ids.key(b)) < 0
 }
 
 func (x *Index) markRead(agent, id string) {
@@ -984,7 +988,7 @@ func (x *Index) List(ctx context.Context, f store.MessageFilter) (ids []string, 
 			continue
 		}
 		if seen >= f.Offset {
-			page = append(page, x.slots.at(s).id)
+			page = append(page, x.ids().key(s).String())
 		}
 		seen++
 	}

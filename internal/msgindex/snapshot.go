@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -27,20 +28,27 @@ import (
 // a torn or corrupt file, a position the log does not hold — and the
 // index is built from SQLite.
 //
-// The file is a gob stream (encoding/gob) of a snapHeader, the messages
-// in snapChunks of at most snapshotChunk, and a snapTail, followed by the
-// CRC-32C of the stream (4 bytes, little-endian). A chunk holds its
-// messages column by column, in slices of numbers and one string of IDs,
-// which gob decodes several times faster than a slice of structs (and
-// the IDs and keys need no allocation each). The file holds no map: gob
-// sizes a map from the count the stream gives, which a damaged file
+// The file is a gob stream (encoding/gob) of a snapHeader; the order in
+// snapSlots of at most snapshotChunk; the messages in snapChunks of at
+// most snapshotChunk; the by-ID order in snapSlots; the strings in
+// snapStrings of at most snapshotChunk; and a snapTail, followed by the
+// CRC-32C of the stream (4 bytes, little-endian). Every part is a value
+// of its own, so that a save holds at most one chunk's encoding at a
+// time: one value of the orders and the strings (gob encodes a value
+// whole before writing it) held 2-4 MiB at 100,000 messages, at the end
+// of an import, when the heap is at its fullest. A chunk holds its
+// messages column by column, in slices of numbers and one string of
+// IDs, which gob decodes several times faster than a slice of structs
+// (and the IDs and keys need no allocation each). The file holds no map:
+// gob sizes a map from the count the stream gives, which a damaged file
 // could make huge, whereas it grows a slice only as the bytes allow.
-const snapVersion = 5 // change it when the format or the index's meaning changes
+const snapVersion = 6 // change it when the format or the index's meaning changes
 
 type snapHeader struct {
 	Version   int
 	Positions []snapPosition
-	Messages  int // how many follow, in chunks
+	Messages  int // how many follow, in chunks; each order has as many
+	Strings   int // how many strings follow the orders (the first is "")
 }
 
 type snapPosition struct {
@@ -60,15 +68,19 @@ type snapChunk struct {
 	Keys, KeyLens    []uint32
 }
 
+// snapSlots is the next slots of an order: by (created, ID), or by ID.
+type snapSlots struct{ Slots []int32 }
+
+// snapStrings is the next strings by ID, one after the other in
+// Strings, each as long as its entry in Lens.
+type snapStrings struct {
+	Strings string
+	Lens    []uint32
+}
+
 type snapTail struct {
-	Order []int32 // slots by (created, ID)
-	ByID  []int32 // slots by ID
 	Reads []snapReads
 	Early []snapEarly
-	// The strings by ID (0 is ""), one after the other in Strings, each
-	// as long as its entry in StringLens.
-	Strings    string
-	StringLens []uint32
 }
 
 type snapReads struct {
@@ -139,9 +151,10 @@ func (x *Index) Save(path string) error {
 	if len(sn.byID) <= len(x.sorted) {
 		return nil
 	}
-	later := make(map[string]int32, x.slots.len()-len(sn.byID))
+	later := make(map[msgKey]int32, x.slots.len()-len(sn.byID))
+	ids := x.ids()
 	for i := len(sn.byID); i < x.slots.len(); i++ {
-		later[x.slots.at(int32(i)).id] = int32(i)
+		later[ids.key(int32(i))] = int32(i)
 	}
 	x.sorted, x.byID = sn.byID, later
 	return nil
@@ -200,20 +213,19 @@ func (x *Index) writeSnapshot(w io.Writer) (snapshotInfo, error) {
 		return snapshotInfo{}, errors.New("no index to save")
 	}
 	n, covered := x.slots.len(), x.unsaved
-	slots := slices.Clone(x.slots) // its first n never change; the lists' headers do
-	head := snapHeader{Version: snapVersion, Messages: n}
+	// The first n slots' IDs never change; the lists' headers and the map
+	// of the IDs that do not pack do.
+	ids := slotIDs{slices.Clone(x.slots), maps.Clone(x.long)}
+	head := snapHeader{Version: snapVersion, Messages: n, Strings: len(x.strList)}
 	for rel, p := range x.pos {
 		head.Positions = append(head.Positions, snapPosition{rel, p.Offset, p.EventID})
 	}
-	tail := snapTail{Order: slices.Clone(x.order)}
+	order := slices.Clone(x.order)
 	// The by-ID order: the slots already in it (x.sorted, after a load
 	// or a save: always the first len(x.sorted) slots) and the others,
 	// to be sorted and merged.
 	sorted := x.sorted
-	others := make([]int32, 0, n-len(sorted))
-	for s := len(sorted); s < n; s++ {
-		others = append(others, int32(s))
-	}
+	var tail snapTail
 	words := (n + 63) / 64
 	for r, bits := range x.reads {
 		bits = slices.Clone(bits[:min(len(bits), words)])
@@ -231,28 +243,30 @@ func (x *Index) writeSnapshot(w io.Writer) (snapshotInfo, error) {
 	if err := enc.Encode(head); err != nil {
 		return snapshotInfo{}, err
 	}
-	var ids strings.Builder
+	// The order first, so that its copy is let go before the messages'
+	// chunks and the by-ID order are made.
+	if err := encodeSlots(enc, order); err != nil {
+		return snapshotInfo{}, err
+	}
+	order = nil
+	var idBytes []byte
 	k := min(n, snapshotChunk)
 	c := snapChunk{IDLens: make([]uint32, 0, k), Created: make([]int64, 0, k), Updated: make([]int64, 0, k),
 		Author: make([]uint32, 0, k), Thread: make([]uint32, 0, k), Flags: make([]byte, 0, k), KeyLens: make([]uint32, 0, k)}
 	for lo := 0; lo < n; lo += snapshotChunk {
 		c.IDLens, c.Created, c.Updated, c.Author, c.Thread, c.Flags = c.IDLens[:0], c.Created[:0], c.Updated[:0], c.Author[:0], c.Thread[:0], c.Flags[:0]
 		c.Keys, c.KeyLens = c.Keys[:0], c.KeyLens[:0]
-		ids.Reset()
+		idBytes = idBytes[:0]
 		x.mu.RLock()
 		if x.closed {
 			x.mu.RUnlock()
 			return snapshotInfo{}, ErrClosed
 		}
-		size := 0
-		for i := lo; i < min(lo+snapshotChunk, n); i++ {
-			size += len(x.slots.at(int32(i)).id)
-		}
-		ids.Grow(size) // once, not by doubling: a save runs every 2,000 events
 		for i := lo; i < min(lo+snapshotChunk, n); i++ {
 			m := x.slots.at(int32(i))
-			ids.WriteString(m.id)
-			c.IDLens = append(c.IDLens, uint32(len(m.id)))
+			was := len(idBytes)
+			idBytes = ids.key(int32(i)).appendTo(idBytes)
+			c.IDLens = append(c.IDLens, uint32(len(idBytes)-was))
 			c.Created, c.Updated = append(c.Created, m.created), append(c.Updated, m.updated)
 			c.Author, c.Thread = append(c.Author, m.author), append(c.Thread, m.thread)
 			var flags byte
@@ -267,47 +281,72 @@ func (x *Index) writeSnapshot(w io.Writer) (snapshotInfo, error) {
 			c.Keys, c.KeyLens = append(c.Keys, keys...), append(c.KeyLens, uint32(len(keys)))
 		}
 		x.mu.RUnlock()
-		c.IDs = ids.String()
+		c.IDs = string(idBytes)
 		if err := enc.Encode(c); err != nil {
 			return snapshotInfo{}, err
 		}
 	}
-	byID := mergeByID(slots, sorted, others)
-	tail.ByID = byID
-	x.mu.RLock()
-	strs := x.strList[:len(x.strList):len(x.strList)] // appended to, never changed
-	x.mu.RUnlock()
-	var all strings.Builder
-	for _, s := range strs {
-		all.WriteString(s)
-		tail.StringLens = append(tail.StringLens, uint32(len(s)))
+	byID := mergeByID(ids, sorted, n)
+	if err := encodeSlots(enc, byID); err != nil {
+		return snapshotInfo{}, err
 	}
-	tail.Strings = all.String()
+	x.mu.RLock()
+	strs := x.strList[:head.Strings:head.Strings] // appended to, never changed
+	x.mu.RUnlock()
+	for lo := 0; lo < len(strs); lo += snapshotChunk {
+		var all strings.Builder
+		part := strs[lo:min(lo+snapshotChunk, len(strs))]
+		lens := make([]uint32, len(part))
+		for i, s := range part {
+			all.WriteString(s)
+			lens[i] = uint32(len(s))
+		}
+		if err := enc.Encode(snapStrings{all.String(), lens}); err != nil {
+			return snapshotInfo{}, err
+		}
+	}
 	if err := enc.Encode(tail); err != nil {
 		return snapshotInfo{}, err
 	}
 	return snapshotInfo{covered, byID}, nil
 }
 
-// mergeByID returns every slot in message ID order: sorted, already in
-// that order, merged with others, sorted here. Slots are mostly added in
-// ID order (IDs grow with time), so others sorts quickly.
-func mergeByID(slots slotList, sorted, others []int32) []int32 {
-	byIDOf := func(a, b int32) int { return strings.Compare(slots.at(a).id, slots.at(b).id) }
+// encodeSlots encodes an order, snapshotChunk slots at a time.
+func encodeSlots(enc *gob.Encoder, order []int32) error {
+	for lo := 0; lo < len(order); lo += snapshotChunk {
+		if err := enc.Encode(snapSlots{order[lo:min(lo+snapshotChunk, len(order))]}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// mergeByID returns the first n slots in message ID order: sorted,
+// already in that order, merged with the slots past it, sorted here.
+// Slots are mostly added in ID order (IDs grow with time), so those sort
+// quickly. The result is the only copy made: the others are sorted in
+// its own tail, then merged forward (the merge writes at i+j, never past
+// the next unread other at len(sorted)+j).
+func mergeByID(ids slotIDs, sorted []int32, n int) []int32 {
+	byIDOf := func(a, b int32) int { return compareKeys(ids.key(a), ids.key(b)) }
+	out := make([]int32, n)
+	others := out[len(sorted):]
+	for j := range others {
+		others[j] = int32(len(sorted) + j)
+	}
 	slices.SortFunc(others, byIDOf)
-	out := make([]int32, 0, len(sorted)+len(others))
 	i, j := 0, 0
 	for i < len(sorted) && j < len(others) {
 		if byIDOf(sorted[i], others[j]) < 0 {
-			out = append(out, sorted[i])
+			out[i+j] = sorted[i]
 			i++
 		} else {
-			out = append(out, others[j])
+			out[i+j] = others[j]
 			j++
 		}
 	}
-	out = append(out, sorted[i:]...)
-	return append(out, others[j:]...)
+	copy(out[i+j:], sorted[i:]) // when others are used up, i+j = i+len(others): the rest of sorted fits exactly
+	return out
 }
 
 // load reads the snapshot at path into x; mu is not held (x is not yet
@@ -350,9 +389,15 @@ func (x *Index) decode(b []byte) error {
 	if head.Messages < 0 {
 		return bad("a negative count of messages")
 	}
-	// The slots grow a chunk at a time as messages decode: no count is
-	// trusted with memory.
+	// The order comes first; it grows as its parts come, and the slots a
+	// chunk at a time as messages decode: no count is trusted with
+	// memory.
+	order, err := decodeSlots(dec, head.Messages, len(body))
+	if err != nil {
+		return bad(err.Error())
+	}
 	var slots slotList
+	long := map[int32]string{}
 	var allKeys []uint32
 	var maxStr uint32
 	for slots.len() < head.Messages {
@@ -377,7 +422,11 @@ func (x *Index) decode(b []byte) error {
 			}
 			maxStr = max(maxStr, c.Author[i], c.Thread[i])
 			nk := c.KeyLens[i]
-			slots.push(imsg{id: ids[:c.IDLens[i]], created: c.Created[i], updated: c.Updated[i],
+			id := keyOf(ids[:c.IDLens[i]])
+			if !id.packed {
+				long[int32(slots.len())] = strings.Clone(id.long) // not the whole chunk's IDs
+			}
+			slots.push(imsg{ulid: id.ulid, long: !id.packed, created: c.Created[i], updated: c.Updated[i],
 				author: c.Author[i], thread: c.Thread[i], deleted: c.Flags[i]&1 != 0, proxied: c.Flags[i]&2 != 0,
 				keyAt: uint32(len(allKeys) + len(c.Keys) - len(keys))})
 			ids, keys = ids[c.IDLens[i]:], keys[nk:]
@@ -390,29 +439,70 @@ func (x *Index) decode(b []byte) error {
 		}
 		allKeys = append(allKeys, c.Keys...)
 	}
-	var tail snapTail
-	if err := dec.Decode(&tail); err != nil {
+	n := slots.len()
+	byID, err := decodeSlots(dec, n, n)
+	if err != nil {
 		return bad(err.Error())
 	}
-	if err := dec.Decode(new(snapTail)); err != io.EOF {
-		return bad("trailing bytes")
-	}
-	n := slots.len()
-	if len(tail.Order) != n || len(tail.ByID) != n {
-		return bad("the orders do not cover the messages")
+	if len(order) != n {
+		return bad("the order does not cover the messages")
 	}
 	seen := make([]bool, n)
-	for _, s := range tail.Order {
+	for _, s := range order {
 		if s < 0 || int(s) >= n || seen[s] {
 			return bad("order is not a permutation")
 		}
 		seen[s] = true
 	}
 	// The slots by ID: strictly increasing IDs, so also no ID twice.
-	for i, s := range tail.ByID {
-		if s < 0 || int(s) >= n || i > 0 && slots.at(s).id <= slots.at(tail.ByID[i-1]).id {
+	sids := slotIDs{slots, long}
+	for i, s := range byID {
+		if s < 0 || int(s) >= n || i > 0 && compareKeys(sids.key(s), sids.key(byID[i-1])) <= 0 {
 			return bad("message IDs are not sorted or repeat")
 		}
+	}
+	// Each string slices the one its part holds. The map is not sized by
+	// the count, and stops at the first repeat.
+	strs := map[string]uint32{}
+	var part snapStrings
+	for len(strs) < head.Strings {
+		// The room of the last part's lengths is reused; gob leaves a
+		// field the stream omits (an empty one) as it was.
+		part = snapStrings{Lens: part.Lens[:0]}
+		if err := dec.Decode(&part); err != nil {
+			return bad(err.Error())
+		}
+		if len(part.Lens) == 0 || len(part.Lens) > head.Strings-len(strs) {
+			return bad("strings not as many as said")
+		}
+		rest := part.Strings
+		for _, l := range part.Lens {
+			if uint64(l) > uint64(len(rest)) {
+				return bad("strings shorter than said")
+			}
+			s := rest[:l]
+			if _, dup := strs[s]; dup {
+				return bad("strings repeat")
+			}
+			strs[s], rest = uint32(len(strs)), rest[l:]
+		}
+		if rest != "" {
+			return bad("strings longer than said")
+		}
+	}
+	strList := make([]string, len(strs))
+	for s, i := range strs {
+		strList[i] = s
+	}
+	if len(strList) == 0 || strList[0] != "" {
+		return bad("string 0 is not empty")
+	}
+	var tail snapTail
+	if err := dec.Decode(&tail); err != nil {
+		return bad(err.Error())
+	}
+	if err := dec.Decode(new(snapTail)); err != io.EOF {
+		return bad("trailing bytes")
 	}
 	reads := map[uint32][]uint64{}
 	for _, r := range tail.Reads {
@@ -431,34 +521,30 @@ func (x *Index) decode(b []byte) error {
 			x.addEarly(e.Message, r)
 		}
 	}
-	if len(tail.StringLens) == 0 || tail.StringLens[0] != 0 {
-		return bad("string 0 is not empty")
-	}
-	// Each string slices the one the file holds. The map is not sized by
-	// the count, and stops at the first repeat.
-	strs := map[string]uint32{}
-	rest := tail.Strings
-	for i, n := range tail.StringLens {
-		if uint64(n) > uint64(len(rest)) {
-			return bad("strings shorter than said")
-		}
-		s := rest[:n]
-		if _, dup := strs[s]; dup {
-			return bad("strings repeat")
-		}
-		strs[s], rest = uint32(i), rest[n:]
-	}
-	if rest != "" {
-		return bad("strings longer than said")
-	}
-	if int(maxStr) >= len(tail.StringLens) {
+	if int(maxStr) >= len(strList) {
 		return bad("string ID out of range")
 	}
-	strList := make([]string, len(tail.StringLens))
-	for s, i := range strs {
-		strList[i] = s
-	}
-	x.slots, x.keys, x.order, x.sorted, x.byID, x.strs, x.strList, x.reads, x.pos = slots, allKeys, tail.Order, tail.ByID, map[string]int32{}, strs, strList, reads, pos
+	x.slots, x.keys, x.order, x.sorted, x.byID, x.long, x.strs, x.strList, x.reads, x.pos = slots, allKeys, order, byID, map[msgKey]int32{}, long, strs, strList, reads, pos
 	x.derive()
 	return nil
+}
+
+// decodeSlots decodes an order of n slots, in parts of any size, into
+// room for at most most: n is taken on trust only as far as the bytes
+// could hold it (an order grown as its parts came allocated five times
+// its size, at a start, when nothing is collected).
+func decodeSlots(dec *gob.Decoder, n, most int) ([]int32, error) {
+	order := make([]int32, 0, min(n, most))
+	var part snapSlots
+	for len(order) < n {
+		part.Slots = part.Slots[:0] // room reused; gob leaves a field the stream omits (an empty one) as it was
+		if err := dec.Decode(&part); err != nil {
+			return nil, err
+		}
+		if len(part.Slots) == 0 || len(part.Slots) > n-len(order) {
+			return nil, errors.New("the orders do not cover the messages")
+		}
+		order = append(order, part.Slots...)
+	}
+	return order, nil
 }

@@ -65,7 +65,8 @@ func TestSnapshotDecodeAllocatesInProportion(t *testing.T) {
 	// the file.
 	const fixed = 64 << 10
 	for name, file := range map[string][]byte{
-		"a million empty strings":  stream(snapHeader{Version: snapVersion}, snapTail{StringLens: make([]uint32, 1<<20)}),
+		"a million empty strings":  stream(snapHeader{Version: snapVersion, Strings: 1 << 20}, snapStrings{Lens: make([]uint32, 1<<20)}),
+		"a huge count of strings":  stream(snapHeader{Version: snapVersion, Strings: 1 << 40}, snapStrings{Lens: []uint32{0}}),
 		"a huge count of messages": stream(snapHeader{Version: snapVersion, Messages: 1 << 40}, snapChunk{IDs: "msg_1", IDLens: []uint32{5}}),
 	} {
 		got, err := alloc(file)
