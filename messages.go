@@ -288,7 +288,7 @@ func (n *Node) prepareMessage(ctx context.Context, f *sendForm, threadID string)
 		return nil, invalid("ack_required needs a recipient: address the message to an agent, role or group other than yourself")
 	}
 	p := f.p
-	res := &preparedMessage{id: "msg_" + eventlog.NewID(), author: au.agentID, priority: f.priority, recipients: f.recipients}
+	res := &preparedMessage{id: eventlog.NewMessageID(), author: au.agentID, priority: f.priority, recipients: f.recipients}
 	res.event = &eventlog.Event{Type: eventlog.TypeMessageCreate, Shard: shardOf(au.agentID), Payload: eventlog.MessageCreate{
 		MessageID: res.id, AgentID: au.agentID, SessionID: au.sessionID, ThreadID: threadID,
 		Format: f.format, Content: p.Content, Structured: f.structured,

@@ -55,6 +55,9 @@ func NewID() string {
 	return id.String()
 }
 
+// NewMessageID returns a new message ID: "msg_" and a NewID.
+func NewMessageID() string { return messageIDPrefix + NewID() }
+
 // PackMessageID returns the ULID of a message ID as a thrum makes one:
 // "msg_" and the ULID as NewID writes it. Its 16 bytes are in the order
 // of such IDs. ok is false for any other ID, one that is the same ULID
