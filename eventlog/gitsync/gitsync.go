@@ -54,6 +54,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/thrumhq/thrum/eventlog"
@@ -1144,5 +1145,15 @@ func gitCmd(ctx context.Context, dir string, env []string, args ...string) *exec
 	cmd := exec.CommandContext(ctx, "git", args...)
 	cmd.Dir = dir
 	cmd.Env = append(append(os.Environ(), "GIT_TERMINAL_PROMPT=0"), env...)
+	// Stopped (a daemon stopping mid-round), git is asked to end, not
+	// killed: it then removes the lock files it holds, which would
+	// otherwise fail every later command, the final round at the stop
+	// included (New removes them only at the next start). One that has
+	// not ended after gitStopWait is killed.
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = gitStopWait
 	return cmd
 }
+
+// gitStopWait is how long a stopped git command has to end.
+const gitStopWait = 5 * time.Second
