@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -78,16 +79,25 @@ func (c *thrumCLI) withEnv(env map[string]string, args ...string) result {
 		r.stdout, r.stderr = out.String(), errb.String()
 		return r
 	}
-	cmd := exec.CommandContext(ctx, c.bin, full...)
-	cmd.Dir = c.repo
-	cmd.Env = cleanEnv()
-	for k, v := range env {
-		cmd.Env = append(cmd.Env, k+"="+v)
-	}
 	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	cmd.Stdin = strings.NewReader(c.stdin)
-	err := cmd.Run()
+	var err error
+	for try := 0; ; try++ {
+		cmd := exec.CommandContext(ctx, c.bin, full...)
+		cmd.Dir = c.repo
+		cmd.Env = cleanEnv()
+		for k, v := range env {
+			cmd.Env = append(cmd.Env, k+"="+v)
+		}
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		cmd.Stdin = strings.NewReader(c.stdin)
+		err = cmd.Run()
+		// A wrapper script this test wrote is "busy" while a process
+		// another test forks holds it open, until that one execs.
+		if !errors.Is(err, syscall.ETXTBSY) || try == 20 {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	r.stdout, r.stderr = out.String(), errb.String()
 	if ee, ok := err.(*exec.ExitError); ok {
 		r.code = ee.ExitCode()
