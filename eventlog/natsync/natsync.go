@@ -263,7 +263,7 @@ type Syncer struct {
 	pubStarted, pubDone uint64
 	pubCheck            bool // a (re)connection, or the consumer saw the stream made again
 
-	// This machine's lines as they are committed, by shard path, and
+	// This machine's lines as they are committed, by shard, and
 	// the bytes all of them hold (see Committed).
 	tails    map[string]*tail
 	tailHeld int64

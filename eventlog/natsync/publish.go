@@ -219,14 +219,15 @@ func (s *Syncer) publishRound(ctx context.Context, js jetstream.JetStream, maxRu
 			sub = &subjectState{}
 			s.st.Subjects[path] = sub
 		}
-		t := s.tails[path]
+		shard, _, _ := eventlog.ParseSegmentPath(path)
+		t := s.tails[shard]
 		switch {
 		case t != nil && sub.Pos >= t.from:
 			if len(order) == maxRunsOut {
 				more = true
 				continue
 			}
-			r, left := s.runLocked(path, t, sub.Pos, maxRun, &tooLarge)
+			r, left := s.runLocked(path, shard, t, sub.Pos, maxRun, &tooLarge)
 			if len(r.data) > 0 || r.skip > sub.Pos {
 				order = append(order, r)
 			}

@@ -32,13 +32,12 @@ func (s *Syncer) Committed(batch []*eventlog.Event) {
 	local := false
 	s.mu.Lock()
 	for _, e := range batch {
-		path := eventlog.ShardPath(e.Shard)
-		if path == eventlog.LocalFile || e.Raw == nil {
+		if e.Shard == eventlog.LocalShard || e.Raw == nil {
 			continue
 		}
 		n := int64(len(e.Raw)) + 1
 		start := e.Offset - n
-		t := s.tails[path]
+		t := s.tails[e.Shard]
 		if t == nil || t.end != start {
 			// The first line, or lines this was not told of: the record
 			// starts again here.
@@ -46,7 +45,7 @@ func (s *Syncer) Committed(batch []*eventlog.Event) {
 				s.tailHeld -= t.bytes
 			}
 			t = &tail{from: start}
-			s.tails[path] = t
+			s.tails[e.Shard] = t
 		}
 		t.end = e.Offset
 		if e.Imported() {
@@ -73,7 +72,7 @@ func (s *Syncer) Committed(batch []*eventlog.Event) {
 // bytes), or, before any, how far the lines to skip go (another
 // machine's, or too large: those it counts). more says lines were left
 // for another round. Called with s.mu held.
-func (s *Syncer) runLocked(path string, t *tail, pos int64, maxRun int, tooLarge *int) (r *run, more bool) {
+func (s *Syncer) runLocked(path, shard string, t *tail, pos int64, maxRun int, tooLarge *int) (r *run, more bool) {
 	i := 0
 	for i < len(t.lines) && t.lines[i].end <= pos {
 		n := int64(len(t.lines[i].raw)) + 1
@@ -85,8 +84,7 @@ func (s *Syncer) runLocked(path string, t *tail, pos int64, maxRun int, tooLarge
 	// (a stream made again), the log has it.
 	clear(t.lines[:i])
 	t.lines, t.from = t.lines[i:], pos
-	r = &run{path: path}
-	r.shard, _, _ = eventlog.ParseSegmentPath(path)
+	r = &run{path: path, shard: shard}
 	for _, l := range t.lines {
 		n := int64(len(l.raw)) + 1
 		start := l.end - n
