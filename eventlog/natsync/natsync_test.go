@@ -21,6 +21,20 @@ func testConfig(ns *natsServer) natsync.Config {
 	return natsync.Config{URL: ns.url(), Stream: "thrum-test", Subjects: "thrum.test"}
 }
 
+// twoMachines starts a server with the stream and machines a and b,
+// with alice registered on a and bob on b, each known to the other.
+func twoMachines(t testing.TB) (*natsServer, natsync.Config, *machine, *machine) {
+	t.Helper()
+	ns := startServer(t, nil)
+	cfg := testConfig(ns)
+	initStream(t, cfg)
+	a, b := newMachine(t, "a", cfg), newMachine(t, "b", cfg)
+	a.register("alice")
+	b.register("bob")
+	settle(t, a, b)
+	return ns, cfg, a, b
+}
+
 func initStream(t testing.TB, cfg natsync.Config) *natsync.StreamInfo {
 	t.Helper()
 	info, created, err := natsync.InitStream(context.Background(), &cfg, nil)
@@ -81,13 +95,7 @@ func TestPartitionHealed(t *testing.T) {
 }
 
 func testPartitionHealed(t *testing.T) {
-	ns := startServer(t, nil)
-	cfg := testConfig(ns)
-	initStream(t, cfg)
-	a, b := newMachine(t, "a", cfg), newMachine(t, "b", cfg)
-	a.register("alice")
-	b.register("bob")
-	settle(t, a, b)
+	ns, _, a, b := twoMachines(t)
 
 	ns.stop()
 	var ids []string
@@ -116,13 +124,7 @@ func testPartitionHealed(t *testing.T) {
 // takes this machine's lines as they are committed) is found in the log
 // and published, not taken for another machine's lines.
 func TestUntoldCommitPublished(t *testing.T) {
-	ns := startServer(t, nil)
-	cfg := testConfig(ns)
-	initStream(t, cfg)
-	a, b := newMachine(t, "a", cfg), newMachine(t, "b", cfg)
-	a.register("alice")
-	b.register("bob")
-	settle(t, a, b)
+	_, _, a, b := twoMachines(t)
 	first := a.send("alice", "bob", "told")
 	a.mu.Lock()
 	a.cur = nil
@@ -146,13 +148,7 @@ func TestUntoldCommitPublished(t *testing.T) {
 // wake: a pass that reads the backlog from the log goes on with what
 // it was told.
 func TestBacklogAndToldLinesInOnePass(t *testing.T) {
-	ns := startServer(t, nil)
-	cfg := testConfig(ns)
-	initStream(t, cfg)
-	a, b := newMachine(t, "a", cfg), newMachine(t, "b", cfg)
-	a.register("alice")
-	b.register("bob")
-	settle(t, a, b)
+	_, _, a, b := twoMachines(t)
 	a.stopSync()
 	ids := []string{a.send("alice", "bob", "while no publisher ran")}
 	a.start(nil)
@@ -168,13 +164,7 @@ func TestBacklogAndToldLinesInOnePass(t *testing.T) {
 // the pass goes past both, and nothing of this machine's is reported
 // unpublished (health would say "pending" until the next send).
 func TestImportedAfterOwnRunNotPending(t *testing.T) {
-	ns := startServer(t, nil)
-	cfg := testConfig(ns)
-	initStream(t, cfg)
-	a, b := newMachine(t, "a", cfg), newMachine(t, "b", cfg)
-	a.register("alice")
-	b.register("bob")
-	settle(t, a, b)
+	ns, _, a, b := twoMachines(t)
 
 	ns.stop()
 	waitFor(t, 10*time.Second, "a to see the server gone", func() bool { return a.s.Status().State != natsync.StateLive })
@@ -193,13 +183,7 @@ func TestImportedAfterOwnRunNotPending(t *testing.T) {
 // machines: each gives the new stream all it wrote, and a machine that
 // starts afterwards with an empty log gets everything from it.
 func TestStreamMadeAgain(t *testing.T) {
-	ns := startServer(t, nil)
-	cfg := testConfig(ns)
-	initStream(t, cfg)
-	a, b := newMachine(t, "a", cfg), newMachine(t, "b", cfg)
-	a.register("alice")
-	b.register("bob")
-	settle(t, a, b)
+	ns, cfg, a, b := twoMachines(t)
 	before := a.send("alice", "bob", "before")
 	settle(t, a, b)
 
